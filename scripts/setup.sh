@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what rankflow's demo and tests need and is missing on a Debian
+# machine with Rust: redis-server and redis-cli (apt), the C toolchain pieces
+# librdkafka's build uses (apt), and the tansu Kafka broker (crates.io).
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "setup: need root (or sudo) to run: $*" >&2; exit 1
+  fi
+}
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v make >/dev/null || missing+=(make)
+command -v cc >/dev/null || missing+=(gcc)
+command -v g++ >/dev/null || missing+=(g++)
+command -v perl >/dev/null || missing+=(perl)
+command -v curl >/dev/null || missing+=(curl)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]} with apt-get"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v tansu >/dev/null; then
+  echo "setup: installing the tansu broker from crates.io (about 10 minutes the first time)"
+  cargo install tansu --locked --features dynostore,libsql
+fi
+echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), tansu at $(command -v tansu)"

@@ -1,0 +1,312 @@
+//! Boards: their validated settings, routing events to them, and planning the
+//! Redis writes one event makes on each board it reaches.
+//!
+//! Planning is pure. It decides, from the event and the Kafka record
+//! timestamp alone, which period keys an event lands in and when each
+//! expires, and refuses what it can refuse without Redis (`expired_period`,
+//! a missing or bad split value). Decisions that need the board's current
+//! state (a `sum` leaving the exact range) are taken by the apply script.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+use crate::event::{valid_split_value, Event, Reason};
+use crate::keys;
+use crate::period::{Period, PeriodKind};
+
+/// How a board combines an event's score with what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `ZINCRBY`: points accumulate; negative deltas allowed.
+    Sum,
+    /// `ZADD GT` (desc) or `ZADD LT` (asc): a personal best.
+    Best,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sum => "sum",
+            Mode::Best => "best",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Higher is better.
+    Desc,
+    /// Lower is better (time trials).
+    Asc,
+}
+
+impl Order {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Order::Desc => "desc",
+            Order::Asc => "asc",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TieBreak {
+    /// Equal scores ordered by member bytes (Redis's own order).
+    Member,
+}
+
+/// One validated `[[board]]`.
+#[derive(Clone, Debug)]
+pub struct Board {
+    pub id: String,
+    /// Event types the board takes.
+    pub on: Vec<String>,
+    pub mode: Mode,
+    pub order: Order,
+    pub periods: Vec<PeriodKind>,
+    /// Where the board's days and weeks begin.
+    pub timezone: Tz,
+    pub tie_break: TieBreak,
+    /// `attrs` key whose value selects a split board.
+    pub split_by: Option<String>,
+    /// Retentions the config set; others take the period's default.
+    retention: BTreeMap<PeriodKind, Duration>,
+}
+
+impl Board {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: String,
+        on: Vec<String>,
+        mode: Mode,
+        order: Order,
+        periods: Vec<PeriodKind>,
+        timezone: Tz,
+        tie_break: TieBreak,
+        split_by: Option<String>,
+        retention: BTreeMap<PeriodKind, Duration>,
+    ) -> Board {
+        Board { id, on, mode, order, periods, timezone, tie_break, split_by, retention }
+    }
+
+    /// How long a period's key outlives the period; `None` never expires.
+    pub fn retention(&self, kind: PeriodKind) -> Option<Duration> {
+        if kind == PeriodKind::AllTime {
+            return None;
+        }
+        self.retention.get(&kind).copied().or_else(|| kind.default_retention())
+    }
+
+    /// The script mode string: `sum`, `gt` or `lt`.
+    pub fn write_op(&self) -> WriteOp {
+        match (self.mode, self.order) {
+            (Mode::Sum, _) => WriteOp::Sum,
+            (Mode::Best, Order::Desc) => WriteOp::Gt,
+            (Mode::Best, Order::Asc) => WriteOp::Lt,
+        }
+    }
+}
+
+/// The Redis write a board makes, as the apply script names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteOp {
+    Sum,
+    Gt,
+    Lt,
+}
+
+impl WriteOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteOp::Sum => "sum",
+            WriteOp::Gt => "gt",
+            WriteOp::Lt => "lt",
+        }
+    }
+}
+
+/// The writes one event makes on one board.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BoardWrite {
+    /// Key base of the board (or split): every key below shares its hash tag.
+    pub base: String,
+    pub op: WriteOp,
+    /// Period keys and their `EXPIREAT` seconds (`None`: never expires).
+    pub keys: Vec<(String, Option<i64>)>,
+}
+
+/// One board's decision for one event, before Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Write(BoardWrite),
+    Refused(Reason),
+}
+
+/// Maps event types to the boards that take them.
+#[derive(Clone, Debug)]
+pub struct Router {
+    boards: Vec<Board>,
+    by_type: HashMap<String, Vec<usize>>,
+    prefix: String,
+}
+
+impl Router {
+    pub fn new(boards: Vec<Board>, prefix: &str) -> Router {
+        let mut by_type: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, b) in boards.iter().enumerate() {
+            for t in &b.on {
+                by_type.entry(t.clone()).or_default().push(i);
+            }
+        }
+        Router { boards, by_type, prefix: prefix.to_string() }
+    }
+
+    pub fn boards(&self) -> &[Board] {
+        &self.boards
+    }
+
+    pub fn board(&self, id: &str) -> Option<&Board> {
+        self.boards.iter().find(|b| b.id == id)
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn listens(&self, kind: &str) -> bool {
+        self.by_type.contains_key(kind)
+    }
+
+    /// Every board the event reaches, with its decision. `record_ts_ms` is
+    /// the Kafka record timestamp: a period whose key has already expired at
+    /// that time is not written, and a board left with no period refuses the
+    /// event (`expired_period`).
+    pub fn plan(&self, event: &Event, record_ts_ms: i64) -> Vec<(usize, Decision)> {
+        let Some(targets) = self.by_type.get(&event.kind) else {
+            return Vec::new();
+        };
+        targets.iter().map(|&i| (i, self.plan_board(&self.boards[i], event, record_ts_ms))).collect()
+    }
+
+    fn plan_board(&self, board: &Board, event: &Event, record_ts_ms: i64) -> Decision {
+        let split = match &board.split_by {
+            None => None,
+            Some(attr) => match event.attrs.get(attr) {
+                None => return Decision::Refused(Reason::MissingSplit),
+                Some(v) if !valid_split_value(v) => return Decision::Refused(Reason::InvalidSplit),
+                Some(v) => Some(v.as_str()),
+            },
+        };
+        let base = keys::base(&self.prefix, &board.id, split);
+        let mut out = Vec::with_capacity(board.periods.len());
+        for &kind in &board.periods {
+            let Ok(period) = Period::containing(kind, board.timezone, event.ts_ms) else {
+                continue;
+            };
+            let expire_at = period.expire_at_secs(board.retention(kind));
+            if let Some(at) = expire_at {
+                if record_ts_ms >= at.saturating_mul(1000) {
+                    continue;
+                }
+            }
+            out.push((keys::period_key(&base, &period.id), expire_at));
+        }
+        if out.is_empty() {
+            return Decision::Refused(Reason::ExpiredPeriod);
+        }
+        Decision::Write(BoardWrite { base, op: board.write_op(), keys: out })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn board(id: &str, mode: Mode, order: Order, periods: &[PeriodKind], split: Option<&str>) -> Board {
+        Board::new(
+            id.into(),
+            vec!["match_finished".into()],
+            mode,
+            order,
+            periods.to_vec(),
+            Tz::UTC,
+            TieBreak::Member,
+            split.map(String::from),
+            BTreeMap::new(),
+        )
+    }
+
+    fn event(ts: &str, attrs: &[(&str, &str)]) -> Event {
+        Event {
+            event_id: Uuid::nil(),
+            kind: "match_finished".into(),
+            player_id: "alice".into(),
+            score: 10,
+            ts_ms: chrono::DateTime::parse_from_rfc3339(ts).unwrap().timestamp_millis(),
+            attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn an_event_fans_out_to_every_period_of_every_board_that_takes_it() {
+        use PeriodKind::*;
+        let r = Router::new(
+            vec![
+                board("points", Mode::Sum, Order::Desc, &[Daily, Weekly, AllTime], None),
+                board("laps", Mode::Best, Order::Asc, &[AllTime], Some("track")),
+            ],
+            "lb",
+        );
+        let e = event("2026-08-14T13:00:00Z", &[("track", "monza")]);
+        let plan = r.plan(&e, e.ts_ms);
+        assert_eq!(plan.len(), 2);
+        let Decision::Write(w) = &plan[0].1 else { panic!() };
+        assert_eq!(w.op, WriteOp::Sum);
+        let keys: Vec<&str> = w.keys.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["lb:{points}:d:2026-08-14", "lb:{points}:w:2026-W33", "lb:{points}:all"]);
+        assert_eq!(w.keys[2].1, None);
+        let Decision::Write(w) = &plan[1].1 else { panic!() };
+        assert_eq!(w.op, WriteOp::Lt);
+        assert_eq!(w.keys[0].0, "lb:{laps:monza}:all");
+    }
+
+    #[test]
+    fn expired_periods_are_skipped_and_a_board_with_none_left_refuses() {
+        use PeriodKind::*;
+        let r = Router::new(vec![board("points", Mode::Sum, Order::Desc, &[Daily, Weekly], None)], "lb");
+        let e = event("2026-08-14T13:00:00Z", &[]);
+        // Nine days later the day (8d retention) is gone but the week (5w) is not.
+        let later = e.ts_ms + 9 * 86_400_000;
+        let Decision::Write(w) = &r.plan(&e, later)[0].1 else { panic!() };
+        assert_eq!(w.keys.len(), 1);
+        assert!(w.keys[0].0.ends_with(":w:2026-W33"));
+        // Exactly at the day's expiry the day is already gone.
+        let day_expiry = chrono::DateTime::parse_from_rfc3339("2026-08-23T00:00:00Z").unwrap().timestamp_millis();
+        let Decision::Write(w) = &r.plan(&e, day_expiry)[0].1 else { panic!() };
+        assert_eq!(w.keys.len(), 1);
+        let Decision::Write(w) = &r.plan(&e, day_expiry - 1)[0].1 else { panic!() };
+        assert_eq!(w.keys.len(), 2);
+        assert_eq!(r.plan(&e, e.ts_ms + 100 * 86_400_000)[0].1, Decision::Refused(Reason::ExpiredPeriod));
+    }
+
+    #[test]
+    fn split_boards_need_a_key_safe_value() {
+        let r = Router::new(vec![board("laps", Mode::Best, Order::Asc, &[PeriodKind::AllTime], Some("track"))], "lb");
+        let e = event("2026-08-14T13:00:00Z", &[]);
+        assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::MissingSplit));
+        let e = event("2026-08-14T13:00:00Z", &[("track", "a}b")]);
+        assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::InvalidSplit));
+    }
+
+    #[test]
+    fn types_nobody_takes_reach_no_board() {
+        let r = Router::new(vec![board("points", Mode::Sum, Order::Desc, &[PeriodKind::AllTime], None)], "lb");
+        let mut e = event("2026-08-14T13:00:00Z", &[]);
+        e.kind = "chat".into();
+        assert!(!r.listens("chat"));
+        assert!(r.plan(&e, e.ts_ms).is_empty());
+    }
+}

@@ -1,0 +1,349 @@
+//! Scoring events: parsing and validating one Kafka record value against
+//! SPEC section 1, and the reasons a record or a board refuses it.
+//!
+//! Parsing is pure and allocation-light: unknown fields are skipped without
+//! being built, and every rule failure becomes a [`Reason`] with a detail
+//! message, so the dead-letter topic says exactly what was wrong. The type is
+//! read first: an event whose type no board listens to is skipped (not
+//! validated further), because a shared topic may carry other services'
+//! events with other schemas.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::score::MAX_EXACT;
+
+/// Why a record, or one board's share of it, was not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    TooLarge,
+    InvalidJson,
+    MissingField,
+    InvalidType,
+    InvalidEventId,
+    InvalidPlayerId,
+    InvalidScore,
+    ScoreOutOfRange,
+    InvalidTs,
+    InvalidAttrs,
+    FutureTimestamp,
+    ExpiredPeriod,
+    MissingSplit,
+    InvalidSplit,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 14] = [
+        Reason::TooLarge,
+        Reason::InvalidJson,
+        Reason::MissingField,
+        Reason::InvalidType,
+        Reason::InvalidEventId,
+        Reason::InvalidPlayerId,
+        Reason::InvalidScore,
+        Reason::ScoreOutOfRange,
+        Reason::InvalidTs,
+        Reason::InvalidAttrs,
+        Reason::FutureTimestamp,
+        Reason::ExpiredPeriod,
+        Reason::MissingSplit,
+        Reason::InvalidSplit,
+    ];
+
+    /// The reason as it appears in dead-letter headers and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::TooLarge => "too_large",
+            Reason::InvalidJson => "invalid_json",
+            Reason::MissingField => "missing_field",
+            Reason::InvalidType => "invalid_type",
+            Reason::InvalidEventId => "invalid_event_id",
+            Reason::InvalidPlayerId => "invalid_player_id",
+            Reason::InvalidScore => "invalid_score",
+            Reason::ScoreOutOfRange => "score_out_of_range",
+            Reason::InvalidTs => "invalid_ts",
+            Reason::InvalidAttrs => "invalid_attrs",
+            Reason::FutureTimestamp => "future_timestamp",
+            Reason::ExpiredPeriod => "expired_period",
+            Reason::MissingSplit => "missing_split",
+            Reason::InvalidSplit => "invalid_split",
+        }
+    }
+
+    /// The code the apply script stores for a refusal it decided itself.
+    pub fn script_code(self) -> Option<i64> {
+        match self {
+            Reason::ScoreOutOfRange => Some(4),
+            _ => None,
+        }
+    }
+
+    pub fn from_script_code(code: i64) -> Option<Reason> {
+        match code {
+            4 => Some(Reason::ScoreOutOfRange),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejection: the reason and a sentence for humans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl Rejection {
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        Rejection { reason, detail: detail.into() }
+    }
+}
+
+/// A valid event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub event_id: Uuid,
+    pub kind: String,
+    pub player_id: String,
+    /// An integer with |score| <= 2^53 - 1 (see `score`).
+    pub score: i64,
+    /// Event time, epoch milliseconds.
+    pub ts_ms: i64,
+    pub attrs: BTreeMap<String, String>,
+}
+
+/// What parsing made of a record value.
+#[derive(Debug)]
+pub enum Parsed {
+    Event(Event),
+    /// No board listens to this type; carries the type for the metric.
+    Skipped(String),
+    Rejected(Rejection),
+}
+
+#[derive(Deserialize)]
+struct RawEvent {
+    event_id: Option<Value>,
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    player_id: Option<Value>,
+    score: Option<Value>,
+    ts: Option<Value>,
+    attrs: Option<Value>,
+}
+
+/// Parses and validates one record value. `listens` says whether any board
+/// takes an event type.
+pub fn parse(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -> Parsed {
+    match parse_inner(value, max_bytes, listens) {
+        Ok(p) => p,
+        Err(r) => Parsed::Rejected(r),
+    }
+}
+
+fn parse_inner(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -> Result<Parsed, Rejection> {
+    use Reason::*;
+    if value.len() > max_bytes {
+        return Err(Rejection::new(TooLarge, format!("value is {} bytes, the limit is {max_bytes}", value.len())));
+    }
+    let raw: RawEvent = serde_json::from_slice(value)
+        .map_err(|e| Rejection::new(InvalidJson, format!("value is not a JSON object: {e}")))?;
+    let kind = match raw.kind {
+        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'type' is missing")),
+        Some(Value::String(s)) if !s.is_empty() => s,
+        Some(_) => return Err(Rejection::new(InvalidType, "field 'type' must be a non-empty string")),
+    };
+    if !listens(&kind) {
+        return Ok(Parsed::Skipped(kind));
+    }
+    let event_id = match raw.event_id {
+        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'event_id' is missing")),
+        Some(Value::String(s)) => {
+            Uuid::parse_str(&s).map_err(|_| Rejection::new(InvalidEventId, "field 'event_id' is not a UUID"))?
+        }
+        Some(_) => return Err(Rejection::new(InvalidEventId, "field 'event_id' must be a string")),
+    };
+    let player_id = match raw.player_id {
+        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'player_id' is missing")),
+        Some(Value::String(s)) => {
+            if s.is_empty() || s.len() > 128 {
+                return Err(Rejection::new(
+                    InvalidPlayerId,
+                    format!("field 'player_id' must be 1 to 128 bytes, it is {}", s.len()),
+                ));
+            }
+            if s.chars().any(char::is_control) {
+                return Err(Rejection::new(InvalidPlayerId, "field 'player_id' contains a control character"));
+            }
+            s
+        }
+        Some(_) => return Err(Rejection::new(InvalidPlayerId, "field 'player_id' must be a string")),
+    };
+    let score = match raw.score {
+        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'score' is missing")),
+        Some(Value::Number(n)) => parse_score(&n)?,
+        Some(_) => return Err(Rejection::new(InvalidScore, "field 'score' must be a number")),
+    };
+    let ts_ms = match raw.ts {
+        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'ts' is missing")),
+        Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.timestamp_millis())
+            .map_err(|_| Rejection::new(InvalidTs, "field 'ts' is not an RFC 3339 time with offset"))?,
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(ms) if (0..=253_402_300_799_999).contains(&ms) => ms,
+            _ => {
+                return Err(Rejection::new(
+                    InvalidTs,
+                    "field 'ts' must be integer epoch milliseconds between 0 and year 9999",
+                ))
+            }
+        },
+        Some(_) => return Err(Rejection::new(InvalidTs, "field 'ts' must be a string or an integer")),
+    };
+    let attrs = match raw.attrs {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(map)) => {
+            let mut attrs = BTreeMap::new();
+            for (k, v) in map {
+                match v {
+                    Value::String(s) => {
+                        attrs.insert(k, s);
+                    }
+                    _ => return Err(Rejection::new(InvalidAttrs, format!("attrs.{k} must be a string"))),
+                }
+            }
+            attrs
+        }
+        Some(_) => return Err(Rejection::new(InvalidAttrs, "field 'attrs' must be an object of strings")),
+    };
+    Ok(Parsed::Event(Event { event_id, kind, player_id, score, ts_ms, attrs }))
+}
+
+/// Scores are integers: a decimal fraction cannot be stored exactly in a
+/// double, and sums of them drift. `100` and `100.0` are the same score.
+fn parse_score(n: &serde_json::Number) -> Result<i64, Rejection> {
+    let out_of_range = || Rejection::new(Reason::ScoreOutOfRange, format!("score {n} is outside ±(2^53 - 1)"));
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() > MAX_EXACT as u64 {
+            return Err(out_of_range());
+        }
+        return Ok(i);
+    }
+    if n.is_u64() {
+        return Err(out_of_range());
+    }
+    let f = n.as_f64().ok_or_else(|| Rejection::new(Reason::InvalidScore, "score is not a finite number"))?;
+    if !f.is_finite() {
+        return Err(Rejection::new(Reason::InvalidScore, "score is not a finite number"));
+    }
+    if f.fract() != 0.0 {
+        return Err(Rejection::new(Reason::InvalidScore, format!("score {n} is not an integer")));
+    }
+    if f.abs() > MAX_EXACT as f64 {
+        return Err(out_of_range());
+    }
+    Ok(f as i64)
+}
+
+/// A split value: 1 to 64 of `[A-Za-z0-9_-]` (it becomes part of a key).
+pub fn valid_split_value(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(json: &str) -> Parsed {
+        parse(json.as_bytes(), 65536, |t| t == "match_finished")
+    }
+
+    fn reason(json: &str) -> Reason {
+        match p(json) {
+            Parsed::Rejected(r) => r.reason,
+            other => panic!("expected a rejection for {json}, got {other:?}"),
+        }
+    }
+
+    const OK: &str = r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"match_finished","player_id":"alice","score":90,"ts":"2026-08-14T13:00:00+02:00","attrs":{"region":"eu"},"extra":[1,2,{"x":null}]}"#;
+
+    #[test]
+    fn a_valid_event_parses_with_unknown_fields_ignored() {
+        let Parsed::Event(e) = p(OK) else { panic!() };
+        assert_eq!(e.player_id, "alice");
+        assert_eq!(e.score, 90);
+        assert_eq!(e.ts_ms, chrono::DateTime::parse_from_rfc3339("2026-08-14T11:00:00Z").unwrap().timestamp_millis());
+        assert_eq!(e.attrs["region"], "eu");
+    }
+
+    #[test]
+    fn epoch_millisecond_timestamps_and_integral_floats_are_accepted() {
+        let Parsed::Event(e) =
+            p(&OK.replace(r#""2026-08-14T13:00:00+02:00""#, "1786100400000").replace(":90,", ":-90.0,"))
+        else {
+            panic!()
+        };
+        assert_eq!(e.ts_ms, 1_786_100_400_000);
+        assert_eq!(e.score, -90);
+    }
+
+    #[test]
+    fn unknown_types_are_skipped_before_validation() {
+        assert!(matches!(p(r#"{"type":"chat","score":"x"}"#), Parsed::Skipped(t) if t == "chat"));
+    }
+
+    #[test]
+    fn every_rule_has_its_reason() {
+        use Reason::*;
+        assert_eq!(reason("not json"), InvalidJson);
+        assert_eq!(reason("[1,2]"), InvalidJson);
+        assert_eq!(reason(&OK.replace(r#""type":"match_finished","#, "")), MissingField);
+        assert_eq!(reason(&OK.replace(r#""type":"match_finished""#, r#""type":7"#)), InvalidType);
+        assert_eq!(reason(&OK.replace("0b8e3f5e-4c39", "zzzz")), InvalidEventId);
+        assert_eq!(reason(&OK.replace(r#""player_id":"alice","#, "")), MissingField);
+        assert_eq!(reason(&OK.replace(r#""alice""#, r#""""#)), InvalidPlayerId);
+        assert_eq!(reason(&OK.replace(r#""alice""#, &format!("\"{}\"", "a".repeat(129)))), InvalidPlayerId);
+        assert_eq!(reason(&OK.replace(r#""alice""#, r#""al\nice""#)), InvalidPlayerId);
+        assert_eq!(reason(&OK.replace(":90,", ":\"90\",")), InvalidScore);
+        assert_eq!(reason(&OK.replace(":90,", ":90.5,")), InvalidScore);
+        assert_eq!(reason(&OK.replace(":90,", ":9007199254740992,")), ScoreOutOfRange);
+        assert_eq!(reason(&OK.replace(":90,", ":1e300,")), ScoreOutOfRange);
+        assert_eq!(reason(&OK.replace("+02:00", "")), InvalidTs);
+        assert_eq!(reason(&OK.replace(r#""2026-08-14T13:00:00+02:00""#, "1.5")), InvalidTs);
+        assert_eq!(reason(&OK.replace(r#"{"region":"eu"}"#, r#"{"region":1}"#)), InvalidAttrs);
+        assert_eq!(parse(OK.as_bytes(), 10, |_| true).rejection().unwrap().reason, TooLarge);
+    }
+
+    #[test]
+    fn the_exact_range_ends_at_two_to_the_53_minus_one() {
+        let Parsed::Event(e) = p(&OK.replace(":90,", ":-9007199254740991,")) else { panic!() };
+        assert_eq!(e.score, -9_007_199_254_740_991);
+    }
+
+    #[test]
+    fn split_values_are_key_safe() {
+        assert!(valid_split_value("eu-west_1"));
+        assert!(!valid_split_value(""));
+        assert!(!valid_split_value("eu:west"));
+        assert!(!valid_split_value(&"a".repeat(65)));
+    }
+
+    impl Parsed {
+        fn rejection(self) -> Option<Rejection> {
+            match self {
+                Parsed::Rejected(r) => Some(r),
+                _ => None,
+            }
+        }
+    }
+}

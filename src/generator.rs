@@ -1,0 +1,112 @@
+//! A generator of realistic sample events for the demo and the benchmarks:
+//! a fixed population of players, match results (score deltas, some
+//! negative) and lap times on a few tracks, with optional producer duplicates
+//! and bad records. Deterministic for a seed.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+pub const TRACKS: [&str; 3] = ["monza", "spa", "suzuka"];
+
+/// One generated record.
+pub struct Sample {
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+pub struct Generator {
+    rng: StdRng,
+    players: usize,
+    /// Event time of the next event, epoch ms.
+    ts_ms: i64,
+    step_ms: i64,
+    dup_ratio: f64,
+    bad_ratio: f64,
+    last: Option<Sample>,
+}
+
+impl Generator {
+    /// `start_ms`: event time of the first event; each next one is `step_ms` later.
+    pub fn new(seed: u64, players: usize, start_ms: i64, step_ms: i64) -> Generator {
+        Generator {
+            rng: StdRng::seed_from_u64(seed),
+            players: players.max(1),
+            ts_ms: start_ms,
+            step_ms,
+            dup_ratio: 0.0,
+            bad_ratio: 0.0,
+            last: None,
+        }
+    }
+
+    pub fn with_duplicates(mut self, ratio: f64) -> Self {
+        self.dup_ratio = ratio;
+        self
+    }
+
+    pub fn with_bad_records(mut self, ratio: f64) -> Self {
+        self.bad_ratio = ratio;
+        self
+    }
+
+    fn uuid(&mut self) -> uuid::Uuid {
+        uuid::Builder::from_random_bytes(self.rng.random()).into_uuid()
+    }
+
+    pub fn next_sample(&mut self) -> Sample {
+        if let Some(last) = &self.last {
+            if self.rng.random_bool(self.dup_ratio) {
+                return Sample { key: last.key.clone(), value: last.value.clone() };
+            }
+        }
+        let player = format!("player-{:05}", self.rng.random_range(0..self.players));
+        if self.rng.random_bool(self.bad_ratio) {
+            let value = match self.rng.random_range(0..3) {
+                0 => b"{not json".to_vec(),
+                1 => json!({"event_id": "nope", "type": "match_finished", "player_id": player, "score": 1, "ts": self.ts_ms}).to_string().into_bytes(),
+                _ => json!({"event_id": self.uuid().to_string(), "type": "match_finished", "player_id": player, "score": 1.5, "ts": self.ts_ms})
+                    .to_string()
+                    .into_bytes(),
+            };
+            return Sample { key: player, value };
+        }
+        self.ts_ms += self.step_ms;
+        let id = self.uuid().to_string();
+        let value = if self.rng.random_bool(0.7) {
+            let score: i64 = self.rng.random_range(-20..200);
+            json!({"event_id": id, "type": "match_finished", "player_id": player, "score": score, "ts": self.ts_ms})
+        } else {
+            let track = TRACKS[self.rng.random_range(0..TRACKS.len())];
+            let ms: i64 = self.rng.random_range(60_000..120_000);
+            json!({"event_id": id, "type": "lap_time", "player_id": player, "score": ms, "ts": self.ts_ms, "attrs": {"track": track}})
+        };
+        let s = Sample { key: player, value: value.to_string().into_bytes() };
+        self.last = Some(Sample { key: s.key.clone(), value: s.value.clone() });
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_stream() {
+        let mut a = Generator::new(7, 100, 0, 10).with_duplicates(0.1).with_bad_records(0.1);
+        let mut b = Generator::new(7, 100, 0, 10).with_duplicates(0.1).with_bad_records(0.1);
+        for _ in 0..100 {
+            assert_eq!(a.next_sample().value, b.next_sample().value);
+        }
+    }
+
+    #[test]
+    fn good_samples_parse_as_events() {
+        let mut g = Generator::new(1, 10, 1_786_000_000_000, 10);
+        for _ in 0..50 {
+            let s = g.next_sample();
+            let parsed = crate::event::parse(&s.value, 65536, |_| true);
+            assert!(matches!(parsed, crate::event::Parsed::Event(_)), "{}", String::from_utf8_lossy(&s.value));
+        }
+    }
+}

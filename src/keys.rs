@@ -1,0 +1,64 @@
+//! The Redis key layout of SPEC section 6, in one place.
+//!
+//! Every key of one board (or one split of a board) carries the same hash tag,
+//! `{board}` or `{board:split}`, so a Lua script that touches them all runs on
+//! one Redis Cluster node. Period keys are the public contract; keys whose
+//! last segments start with `_` are rankflow's own bookkeeping:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{prefix}:{tag}:all`, `:h:..`, `:d:..`, `:w:..`, `:m:..`, `:y:..` | zset | the boards |
+//! | `{prefix}:{tag}:_seen:<event_id>` | string | dedupe marker, `EX dedupe_ttl` |
+//! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
+//! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
+
+/// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
+pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
+    match split {
+        Some(s) => format!("{prefix}:{{{board}:{s}}}"),
+        None => format!("{prefix}:{{{board}}}"),
+    }
+}
+
+/// `lb:{points}:d:2026-08-14`; the all-time board is `lb:{points}:all`.
+pub fn period_key(base: &str, period_id: &str) -> String {
+    format!("{base}:{period_id}")
+}
+
+pub fn dedupe_key(base: &str, event_id: &uuid::Uuid) -> String {
+    let mut buf = uuid::Uuid::encode_buffer();
+    format!("{base}:_seen:{}", event_id.hyphenated().encode_lower(&mut buf))
+}
+
+pub fn offsets_key(base: &str) -> String {
+    format!("{base}:_offsets")
+}
+
+/// Prefix the apply script completes with `<topic>:<partition>:<offset>`.
+pub fn refused_prefix(base: &str) -> String {
+    format!("{base}:_refused:")
+}
+
+/// The field of a topic-partition in the `_offsets` hash. Kafka topic names
+/// cannot contain `:`, so the field is unambiguous.
+pub fn offsets_field(topic: &str, partition: i32) -> String {
+    format!("{topic}:{partition}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_documented_layout() {
+        let b = base("lb", "points", None);
+        assert_eq!(b, "lb:{points}");
+        assert_eq!(period_key(&b, "d:2026-08-14"), "lb:{points}:d:2026-08-14");
+        assert_eq!(period_key(&b, "all"), "lb:{points}:all");
+        assert_eq!(base("lb", "points", Some("eu")), "lb:{points:eu}");
+        let id = uuid::Uuid::parse_str("6F9619FF-8B86-D011-B42D-00C04FC964FF").unwrap();
+        assert_eq!(dedupe_key(&b, &id), "lb:{points}:_seen:6f9619ff-8b86-d011-b42d-00c04fc964ff");
+        assert_eq!(offsets_key(&b), "lb:{points}:_offsets");
+        assert_eq!(offsets_field("scores", 3), "scores:3");
+    }
+}

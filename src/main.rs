@@ -1,0 +1,206 @@
+//! The `rankflow` command: parses arguments, sets up logging, and calls into
+//! the library. Only bad configuration at start-up exits non-zero here;
+//! faults after start-up are retried by the worker.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use rankflow::board::Router;
+use rankflow::config::{self, Settings};
+use rankflow::store::{RedisConn, Store};
+use rankflow::{admin, http, worker};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+#[derive(Parser)]
+#[command(name = "rankflow", version, about = "Exactly-once Kafka-to-Redis sorted-set leaderboards")]
+struct Cli {
+    /// Log as JSON lines (also RANKFLOW_LOG_FORMAT=json). Filter with RUST_LOG.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the worker and the HTTP server.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a config file without connecting; names every bad field.
+    CheckConfig { file: PathBuf },
+    /// Create the config's source topics and dead-letter topic.
+    CreateTopics {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
+    /// Produce generated sample events to the first source topic.
+    Produce {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// Events per second; 0 for as fast as possible.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Share of bad records (they go to the dead-letter topic).
+        #[arg(long, default_value_t = 0.0)]
+        bad_ratio: f64,
+        /// Share of producer duplicates (they are counted once).
+        #[arg(long, default_value_t = 0.0)]
+        dup_ratio: f64,
+    },
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = json || std::env::var("RANKFLOW_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<Settings, ExitCode> {
+    config::load(path).map_err(|e| {
+        eprintln!("rankflow: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rankflow: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::CheckConfig { file } => match load(&file) {
+                Ok(s) => {
+                    println!("{}: ok ({} boards)", file.display(), s.boards.len());
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            },
+            Command::Run { config } => match load(&config) {
+                Ok(s) => run(s).await,
+                Err(code) => code,
+            },
+            Command::CreateTopics { config, partitions } => match load(&config) {
+                Ok(s) => report(admin::create_topics(&s, partitions).await),
+                Err(code) => code,
+            },
+            Command::Produce { config, count, rate, seed, bad_ratio, dup_ratio } => match load(&config) {
+                Ok(s) => report(admin::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
+                Err(code) => code,
+            },
+        }
+    })
+}
+
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rankflow: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(settings: Settings) -> ExitCode {
+    let settings = Arc::new(settings);
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
+
+    let listener = match tokio::net::TcpListener::bind(settings.http.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("rankflow: cannot listen on {}: {e}", settings.http.listen);
+            return ExitCode::from(2);
+        }
+    };
+    info!(redis = ?settings.redis, "Connecting to Redis.");
+    let connect = || RedisConn::connect(&settings.redis);
+    let Some(conn) = worker::retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
+        return ExitCode::SUCCESS;
+    };
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    if let Err(e) = store.load_script().await {
+        warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");
+    }
+    let router = Arc::new(Router::new(settings.boards.clone(), &settings.redis.key_prefix));
+    let health = Arc::new(worker::Health::default());
+    health.redis_up.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let state = http::AppState::new(router.clone(), conn, health.clone(), settings.http.max_limit);
+    info!(listen = %settings.http.listen, "HTTP server listening.");
+    let http_task = tokio::spawn(http::serve(listener, state, cancel.clone()));
+
+    let worker_task = tokio::spawn(worker::run(settings.clone(), router, store, health, cancel.clone()));
+    let mut worker_task = std::pin::pin!(worker_task);
+    let result = tokio::select! {
+        r = &mut worker_task => Some(r),
+        _ = cancel.cancelled() => None,
+    };
+    let result = match result {
+        Some(r) => r,
+        None => match tokio::time::timeout(settings.worker.shutdown_timeout, &mut worker_task).await {
+            Ok(r) => r,
+            Err(_) => {
+                warn!(timeout = ?settings.worker.shutdown_timeout, "Shutdown timed out; exiting with in-flight work abandoned (it is replayed safely).");
+                return ExitCode::SUCCESS;
+            }
+        },
+    };
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            error!(error = %e, "The worker could not start.");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            error!(error = %e, "The worker task failed.");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGTERM or SIGINT cancels the token once.
+fn spawn_signal_handler(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "Cannot listen for SIGTERM.");
+                let _ = tokio::signal::ctrl_c().await;
+                cancel.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received: stopping."),
+            _ = tokio::signal::ctrl_c() => info!("SIGINT received: stopping."),
+        }
+        cancel.cancel();
+    });
+}

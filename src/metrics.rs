@@ -1,0 +1,214 @@
+//! Prometheus metrics (SPEC section 9), registered once in one registry.
+//!
+//! Every family is created here, so `dashboards/` and the tests can check
+//! names against one list. Labels are boards, reasons, topics and
+//! partitions: never player or event ids, which would make cardinality
+//! unbounded.
+
+use std::sync::OnceLock;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub records_consumed: IntCounterVec,
+    pub events_applied: IntCounterVec,
+    pub events_duplicate: IntCounterVec,
+    pub events_skipped: IntCounter,
+    pub events_rejected: IntCounterVec,
+    pub dead_letters: IntCounterVec,
+    pub batch_size: Histogram,
+    pub redis_roundtrip: Histogram,
+    pub redis_errors: IntCounterVec,
+    pub dead_letter_errors: IntCounter,
+    pub commits: IntCounterVec,
+    pub rebalances: IntCounterVec,
+    pub consumer_lag: IntGaugeVec,
+    pub event_latency: HistogramVec,
+    pub redis_up: IntGauge,
+    pub kafka_up: IntGauge,
+    pub assigned_partitions: IntGauge,
+    pub build_info: IntGaugeVec,
+}
+
+/// Every metric family name rankflow exports, for dashboards and tests.
+pub const FAMILIES: &[&str] = &[
+    "rankflow_records_consumed_total",
+    "rankflow_events_applied_total",
+    "rankflow_events_duplicate_total",
+    "rankflow_events_skipped_total",
+    "rankflow_events_rejected_total",
+    "rankflow_dead_letters_total",
+    "rankflow_batch_size",
+    "rankflow_redis_roundtrip_seconds",
+    "rankflow_redis_errors_total",
+    "rankflow_dead_letter_errors_total",
+    "rankflow_commits_total",
+    "rankflow_rebalances_total",
+    "rankflow_consumer_lag",
+    "rankflow_event_latency_seconds",
+    "rankflow_redis_up",
+    "rankflow_kafka_up",
+    "rankflow_assigned_partitions",
+    "rankflow_build_info",
+];
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition");
+    r.register(Box::new(c.clone())).expect("metric registered once");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("static metric definition");
+    r.register(Box::new(g.clone())).expect("metric registered once");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("static metric definition");
+    r.register(Box::new(h.clone())).expect("metric registered once");
+    h
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let r = Registry::new();
+        let latency_buckets =
+            vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+        let event_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "rankflow_event_latency_seconds",
+                "Time from a record's event time (source=event) or Kafka timestamp (source=record) to its Redis write being acknowledged.",
+            )
+            .buckets(latency_buckets.clone()),
+            &["source"],
+        )
+        .expect("static metric definition");
+        r.register(Box::new(event_latency.clone())).expect("metric registered once");
+        let consumer_lag = IntGaugeVec::new(
+            Opts::new(
+                "rankflow_consumer_lag",
+                "Records between the committed offset and the log end, per partition (librdkafka statistics).",
+            ),
+            &["topic", "partition"],
+        )
+        .expect("static metric definition");
+        r.register(Box::new(consumer_lag.clone())).expect("metric registered once");
+        let build_info =
+            IntGaugeVec::new(Opts::new("rankflow_build_info", "Always 1; labels name the build."), &["version"])
+                .expect("static metric definition");
+        r.register(Box::new(build_info.clone())).expect("metric registered once");
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let events_skipped =
+            IntCounter::new("rankflow_events_skipped_total", "Events whose type no board takes.").expect("static");
+        r.register(Box::new(events_skipped.clone())).expect("metric registered once");
+        let dead_letter_errors = IntCounter::new(
+            "rankflow_dead_letter_errors_total",
+            "Failed attempts to produce to the dead-letter topic (retried).",
+        )
+        .expect("static");
+        r.register(Box::new(dead_letter_errors.clone())).expect("metric registered once");
+        Metrics {
+            records_consumed: counter_vec(
+                &r,
+                "rankflow_records_consumed_total",
+                "Records read from Kafka.",
+                &["topic"],
+            ),
+            events_applied: counter_vec(&r, "rankflow_events_applied_total", "Events applied to a board.", &["board"]),
+            events_duplicate: counter_vec(
+                &r,
+                "rankflow_events_duplicate_total",
+                "Events a board had already applied: kind=event_id (producer retry) or kind=offset (redelivery).",
+                &["board", "kind"],
+            ),
+            events_skipped,
+            events_rejected: counter_vec(
+                &r,
+                "rankflow_events_rejected_total",
+                "Refusals by board and reason; board=\"none\" for records rejected before reaching any board.",
+                &["board", "reason"],
+            ),
+            dead_letters: counter_vec(
+                &r,
+                "rankflow_dead_letters_total",
+                "Records acknowledged by the dead-letter topic, by first reason.",
+                &["reason"],
+            ),
+            batch_size: histogram(
+                &r,
+                "rankflow_batch_size",
+                "Records per batch.",
+                vec![1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0],
+            ),
+            redis_roundtrip: histogram(
+                &r,
+                "rankflow_redis_roundtrip_seconds",
+                "Time to apply one batch in Redis.",
+                latency_buckets,
+            ),
+            redis_errors: counter_vec(&r, "rankflow_redis_errors_total", "Failed Redis operations (retried).", &["op"]),
+            dead_letter_errors,
+            commits: counter_vec(&r, "rankflow_commits_total", "Offset commits by result.", &["result"]),
+            rebalances: counter_vec(
+                &r,
+                "rankflow_rebalances_total",
+                "Partitions assigned or revoked, by kind.",
+                &["kind"],
+            ),
+            consumer_lag,
+            event_latency,
+            redis_up: gauge(&r, "rankflow_redis_up", "1 when the last Redis operation succeeded."),
+            kafka_up: gauge(&r, "rankflow_kafka_up", "1 when at least one broker connection is up."),
+            assigned_partitions: gauge(&r, "rankflow_assigned_partitions", "Partitions this worker holds."),
+            build_info,
+            registry: r,
+        }
+    }
+
+    /// The text exposition of every family.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The process-wide metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_family_is_registered_and_counters_end_in_total() {
+        let m = get();
+        m.records_consumed.with_label_values(&["t"]).inc();
+        m.events_applied.with_label_values(&["b"]).inc();
+        m.events_duplicate.with_label_values(&["b", "offset"]).inc();
+        m.events_rejected.with_label_values(&["b", "r"]).inc();
+        m.dead_letters.with_label_values(&["r"]).inc();
+        m.redis_errors.with_label_values(&["apply"]).inc();
+        m.commits.with_label_values(&["ok"]).inc();
+        m.rebalances.with_label_values(&["assign"]).inc();
+        m.consumer_lag.with_label_values(&["t", "0"]).set(1);
+        m.event_latency.with_label_values(&["event"]).observe(0.1);
+        let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
+        for f in FAMILIES {
+            assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");
+        }
+        for f in m.registry.gather() {
+            if f.get_field_type() == prometheus::proto::MetricType::COUNTER {
+                assert!(f.name().ends_with("_total"), "{}", f.name());
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The Redis side of the write path: connecting (single node or cluster),
+//! the apply script, and sending a batch of board writes in one round trip.
+//!
+//! A batch becomes one `EVALSHA` of `scripts/apply.lua` per board tag, all
+//! sent at once over redis-rs's multiplexed connection (so they share the
+//! wire like a pipeline), and on a cluster each goes to the node owning its
+//! tag's slot. The script cache is lost when Redis restarts: a `NOSCRIPT`
+//! reply loads the script (on every primary) and retries that call. Retrying
+//! is always safe, because the script itself refuses a record at or below
+//! the tag's recorded offset. This module never decides what a record's
+//! outcome means for Kafka; it only reports what Redis did.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+
+use crate::board::WriteOp;
+use crate::config::RedisSettings;
+use crate::keys;
+
+const APPLY_LUA: &str = include_str!("scripts/apply.lua");
+
+/// Errors of the Redis store, each naming the operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to Redis: {0}")]
+    Connect(#[source] RedisError),
+    #[error("applying a batch to board tag {base} failed: {source}")]
+    Apply { base: String, source: RedisError },
+    #[error("loading the apply script failed: {0}")]
+    LoadScript(#[source] RedisError),
+    #[error("the apply script for {base} returned {got} results for {expected} events")]
+    BadReply { base: String, got: usize, expected: usize },
+}
+
+/// A connection to a single Redis or to a cluster, usable as either.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl RedisConn {
+    /// Connects with short timeouts: callers retry with their own backoff,
+    /// and redis-rs reconnects in the background after a failure.
+    pub async fn connect(settings: &RedisSettings) -> Result<RedisConn, StoreError> {
+        if settings.cluster {
+            let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_secs(10))
+                .retries(3)
+                .build()
+                .map_err(StoreError::Connect)?;
+            let conn = client.get_async_connection().await.map_err(StoreError::Connect)?;
+            Ok(RedisConn::Cluster(conn))
+        } else {
+            let client = redis::Client::open(settings.url.as_str()).map_err(StoreError::Connect)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(10)))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_secs(1));
+            let conn = ConnectionManager::new_with_config(client, config).await.map_err(StoreError::Connect)?;
+            Ok(RedisConn::Single(conn))
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// What the apply script did with one event on one board tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyResult {
+    Applied,
+    /// The `event_id` marker was already set: a producer retry.
+    DuplicateEvent,
+    /// The record's offset was already applied on this tag: a redelivery.
+    DuplicateOffset,
+    /// The script refused the event; the code maps to an `event::Reason`.
+    Refused(i64),
+}
+
+impl ApplyResult {
+    fn from_code(code: i64) -> ApplyResult {
+        match code {
+            1 => ApplyResult::Applied,
+            2 => ApplyResult::DuplicateEvent,
+            3 => ApplyResult::DuplicateOffset,
+            other => ApplyResult::Refused(other),
+        }
+    }
+}
+
+/// One event's writes on one tag, borrowed from the batch.
+#[derive(Clone, Copy, Debug)]
+pub struct ApplyItem<'a> {
+    /// `<topic>:<partition>` (see `keys::offsets_field`).
+    pub field: &'a str,
+    pub offset: i64,
+    pub member: &'a str,
+    pub score: i64,
+    pub event_id: &'a uuid::Uuid,
+    pub keys: &'a [(String, Option<i64>)],
+}
+
+/// All of a batch's events for one board tag: one script call.
+#[derive(Debug)]
+pub struct TagBatch<'a> {
+    pub base: &'a str,
+    pub op: WriteOp,
+    pub items: Vec<ApplyItem<'a>>,
+}
+
+/// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
+#[derive(Debug, PartialEq)]
+pub struct Invocation {
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// Lays out one tag batch for the script. Pure, so it is unit tested.
+pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
+    let mut period_index: HashMap<&str, usize> = HashMap::new();
+    let mut period_keys: Vec<&str> = Vec::new();
+    let mut expiries: Vec<i64> = Vec::new();
+    for item in &batch.items {
+        for (k, at) in item.keys {
+            if !period_index.contains_key(k.as_str()) {
+                period_keys.push(k);
+                expiries.push(at.unwrap_or(0));
+                period_index.insert(k, period_keys.len());
+            }
+        }
+    }
+    let mut keys = Vec::with_capacity(1 + period_keys.len() + batch.items.len());
+    keys.push(keys::offsets_key(batch.base));
+    keys.extend(period_keys.iter().map(|k| k.to_string()));
+    keys.extend(batch.items.iter().map(|i| keys::dedupe_key(batch.base, i.event_id)));
+
+    let mut args = Vec::with_capacity(4 + expiries.len() + batch.items.len() * 8);
+    args.push(batch.op.as_str().to_string());
+    args.push(dedupe_ttl_secs.to_string());
+    args.push(keys::refused_prefix(batch.base));
+    args.push(period_keys.len().to_string());
+    args.extend(expiries.iter().map(|e| e.to_string()));
+    for item in &batch.items {
+        args.push(item.field.to_string());
+        args.push(item.offset.to_string());
+        args.push(item.member.to_string());
+        args.push(item.score.to_string());
+        args.push(item.keys.len().to_string());
+        args.extend(item.keys.iter().map(|(k, _)| period_index[k.as_str()].to_string()));
+    }
+    Invocation { keys, args }
+}
+
+/// The write side of Redis.
+#[derive(Clone)]
+pub struct Store {
+    conn: RedisConn,
+    script: redis::Script,
+    dedupe_ttl_secs: u64,
+}
+
+impl Store {
+    pub fn new(conn: RedisConn, dedupe_ttl: Duration) -> Store {
+        Store { conn, script: redis::Script::new(APPLY_LUA), dedupe_ttl_secs: dedupe_ttl.as_secs().max(1) }
+    }
+
+    pub fn conn(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
+    /// Applies every tag batch, concurrently. The result lists, per tag
+    /// batch, one [`ApplyResult`] per item in order. Any failure fails the
+    /// whole call: the caller retries the batch, which the script makes safe.
+    pub async fn apply(&self, batches: &[TagBatch<'_>]) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
+        let calls = batches.iter().map(|b| self.apply_one(b));
+        futures::future::try_join_all(calls).await
+    }
+
+    async fn apply_one(&self, batch: &TagBatch<'_>) -> Result<Vec<ApplyResult>, StoreError> {
+        let inv = build_invocation(batch, self.dedupe_ttl_secs);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(inv.keys.len()).arg(&inv.keys).arg(&inv.args);
+        let mut conn = self.conn.clone();
+        let reply: Result<Vec<i64>, RedisError> = match cmd.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load_script().await?;
+                cmd.query_async(&mut conn).await
+            }
+            other => other,
+        };
+        let codes = reply.map_err(|source| StoreError::Apply { base: batch.base.to_string(), source })?;
+        if codes.len() != batch.items.len() {
+            return Err(StoreError::BadReply {
+                base: batch.base.to_string(),
+                got: codes.len(),
+                expected: batch.items.len(),
+            });
+        }
+        Ok(codes.into_iter().map(ApplyResult::from_code).collect())
+    }
+
+    /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
+    pub async fn load_script(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(APPLY_LUA)
+            .query_async(&mut conn)
+            .await
+            .map_err(StoreError::LoadScript)?;
+        Ok(())
+    }
+
+    /// `PING`, for readiness.
+    pub async fn ping(&self) -> bool {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocations_share_period_keys_and_index_them_from_one() {
+        let id1 = uuid::Uuid::from_u128(1);
+        let id2 = uuid::Uuid::from_u128(2);
+        let k1 = vec![("lb:{p}:d:2026-08-14".to_string(), Some(100)), ("lb:{p}:all".to_string(), None)];
+        let k2 = vec![("lb:{p}:all".to_string(), None)];
+        let batch = TagBatch {
+            base: "lb:{p}",
+            op: WriteOp::Sum,
+            items: vec![
+                ApplyItem { field: "t:0", offset: 7, member: "alice", score: 5, event_id: &id1, keys: &k1 },
+                ApplyItem { field: "t:1", offset: 9, member: "bob", score: -3, event_id: &id2, keys: &k2 },
+            ],
+        };
+        let inv = build_invocation(&batch, 60);
+        assert_eq!(
+            inv.keys,
+            [
+                "lb:{p}:_offsets",
+                "lb:{p}:d:2026-08-14",
+                "lb:{p}:all",
+                "lb:{p}:_seen:00000000-0000-0000-0000-000000000001",
+                "lb:{p}:_seen:00000000-0000-0000-0000-000000000002"
+            ]
+        );
+        assert_eq!(
+            inv.args,
+            [
+                "sum",
+                "60",
+                "lb:{p}:_refused:",
+                "2",
+                "100",
+                "0",
+                "t:0",
+                "7",
+                "alice",
+                "5",
+                "2",
+                "1",
+                "2",
+                "t:1",
+                "9",
+                "bob",
+                "-3",
+                "1",
+                "2"
+            ]
+        );
+    }
+}

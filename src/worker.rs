@@ -1,0 +1,570 @@
+//! The consumer: reads records from Kafka in batches, applies them to Redis,
+//! dead-letters what cannot be applied, and stores offsets only for records
+//! whose outcome is final (SPEC section 5).
+//!
+//! Flow of one batch:
+//! 1. collect up to `batch_size` records (waiting at most `batch_linger` once
+//!    the first is in) and parse each one (`event::parse`, `Router::plan`);
+//! 2. send every board write of the batch to Redis, one script call per board
+//!    tag, all at once (`store::Store::apply`); on failure retry the whole
+//!    batch with capped exponential backoff (safe: the script recognises
+//!    records it already applied by their offset);
+//! 3. produce the records that no board applied (and that were no duplicate)
+//!    to the dead-letter topic, retrying until the broker acknowledges;
+//! 4. only then store, per partition, the batch's last offset + 1;
+//!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
+//!    revocation and on shutdown.
+//!
+//! The worker must never store an offset past a record whose outcome is not
+//! final: a batch that is abandoned (shutdown during a retry) stores nothing.
+//! While a batch waits, the loop does not read further, so memory stays
+//! bounded by the batch and librdkafka's `queued.max.messages.kbytes`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::statistics::Statistics;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::board::{Decision, Router};
+use crate::config::Settings;
+use crate::event::{self, Event, Parsed, Reason, Rejection};
+use crate::keys;
+use crate::metrics;
+use crate::offsets::BatchOffsets;
+use crate::store::{ApplyItem, ApplyResult, Store, TagBatch};
+
+/// Liveness facts shared with the HTTP server's `/readyz`.
+#[derive(Debug, Default)]
+pub struct Health {
+    pub kafka_up: AtomicBool,
+    pub redis_up: AtomicBool,
+}
+
+/// Errors that stop the worker at start-up. Once running, faults are retried.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("cannot create the Kafka consumer: {0}")]
+    Consumer(#[source] KafkaError),
+    #[error("cannot subscribe to {topics:?}: {source}")]
+    Subscribe { topics: Vec<String>, source: KafkaError },
+    #[error("cannot create the dead-letter producer: {0}")]
+    Producer(#[source] KafkaError),
+}
+
+/// librdkafka callbacks: rebalances, commits, statistics and errors.
+pub struct WorkerContext {
+    health: Arc<Health>,
+}
+
+impl ClientContext for WorkerContext {
+    fn stats(&self, stats: Statistics) {
+        let m = metrics::get();
+        let up = stats.brokers.values().any(|b| b.nodeid >= 0 && b.state == "UP");
+        self.health.kafka_up.store(up, Ordering::Relaxed);
+        m.kafka_up.set(i64::from(up));
+        for (topic, t) in &stats.topics {
+            for p in t.partitions.values() {
+                if p.partition >= 0 && p.consumer_lag >= 0 {
+                    m.consumer_lag.with_label_values(&[topic.as_str(), &p.partition.to_string()]).set(p.consumer_lag);
+                }
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::Global(RDKafkaErrorCode::AllBrokersDown)) {
+            self.health.kafka_up.store(false, Ordering::Relaxed);
+            metrics::get().kafka_up.set(0);
+        }
+        warn!(error = %error, reason, "Kafka client reported an error.");
+    }
+}
+
+impl ConsumerContext for WorkerContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            metrics::get().rebalances.with_label_values(&["revoke"]).inc_by(tpl.count() as u64);
+            // Batches are processed between polls, so every stored offset is
+            // final here: commit them before the partitions move on.
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => {
+                    warn!(error = %e, "Committing offsets before a revocation failed; the next owner replays from the last commit.")
+                }
+            }
+            info!(partitions = tpl.count(), "Partitions revoked.");
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let m = metrics::get();
+        if let Rebalance::Assign(tpl) = rebalance {
+            m.rebalances.with_label_values(&["assign"]).inc_by(tpl.count() as u64);
+            info!(partitions = tpl.count(), "Partitions assigned.");
+        }
+        if let Ok(a) = consumer.assignment() {
+            m.assigned_partitions.set(a.count() as i64);
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        let label = match &result {
+            Ok(()) => "ok",
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => return,
+            Err(_) => "error",
+        };
+        metrics::get().commits.with_label_values(&[label]).inc();
+        if let Err(e) = result {
+            warn!(error = %e, "Offset commit failed; it is retried with the next commit.");
+        }
+    }
+}
+
+/// Options rankflow sets on the consumer before the user's `[kafka.options]`.
+fn consumer_config(settings: &Settings) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.kafka.brokers)
+        .set("group.id", &settings.kafka.group_id)
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("statistics.interval.ms", "5000")
+        .set("queued.max.messages.kbytes", "16384");
+    for (k, v) in &settings.kafka.options {
+        c.set(k, v);
+    }
+    // Never overridable: offsets are stored by rankflow only.
+    c.set("enable.auto.offset.store", "false");
+    c
+}
+
+fn producer_config(settings: &Settings) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.kafka.brokers).set("message.timeout.ms", "10000").set("acks", "all");
+    for (k, v) in &settings.kafka.options {
+        if is_producer_option(k) {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+/// Options meaningful to the dead-letter producer: connection and security.
+fn is_producer_option(key: &str) -> bool {
+    [
+        "security.",
+        "sasl.",
+        "ssl.",
+        "client.",
+        "socket.",
+        "broker.",
+        "reconnect.",
+        "message.timeout.ms",
+        "acks",
+        "compression.",
+        "debug",
+    ]
+    .iter()
+    .any(|p| key.starts_with(p))
+}
+
+/// Runs the worker until `cancel` fires, then commits what is final and
+/// leaves the group.
+pub async fn run(
+    settings: Arc<Settings>,
+    router: Arc<Router>,
+    store: Store,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+) -> Result<(), WorkerError> {
+    let consumer: StreamConsumer<WorkerContext> = consumer_config(&settings)
+        .create_with_context(WorkerContext { health: health.clone() })
+        .map_err(WorkerError::Consumer)?;
+    let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
+    let producer: FutureProducer = producer_config(&settings).create().map_err(WorkerError::Producer)?;
+    info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
+
+    let w = Worker {
+        settings: &settings,
+        router: &router,
+        store: &store,
+        health: &health,
+        producer: &producer,
+        cancel: &cancel,
+    };
+    let mut batch_no: u64 = 0;
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            m = consumer.recv() => m,
+        };
+        let mut msgs = Vec::with_capacity(settings.worker.batch_size);
+        match first {
+            Ok(m) => msgs.push(m),
+            Err(e) => {
+                warn!(error = %e, "Reading from Kafka failed; retrying.");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + settings.worker.batch_linger;
+        while msgs.len() < settings.worker.batch_size {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(Ok(m)) => msgs.push(m),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "Reading from Kafka failed; the batch closes early.");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        batch_no += 1;
+        let span = info_span!("batch", n = batch_no, records = msgs.len());
+        let Some(offsets) = w.process(&msgs).instrument(span).await else {
+            info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
+            break;
+        };
+        drop(msgs);
+        store_offsets(&consumer, &offsets);
+    }
+
+    info!("Worker stopping: committing final offsets and leaving the group.");
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),
+    }
+    consumer.unsubscribe();
+    drop(consumer);
+    let _ = rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5));
+    info!("Worker stopped.");
+    Ok(())
+}
+
+/// Stores each partition's offset separately: a partition revoked while its
+/// batch was in flight fails alone, and its result is dropped, not stored.
+fn store_offsets(consumer: &StreamConsumer<WorkerContext>, offsets: &BatchOffsets) {
+    for (topic, partition, next) in offsets.to_store() {
+        let mut tpl = TopicPartitionList::new();
+        if tpl.add_partition_offset(topic, partition, Offset::Offset(next)).is_err() {
+            continue;
+        }
+        if let Err(e) = consumer.store_offsets(&tpl) {
+            debug!(topic, partition, error = %e, "Partition no longer assigned; its result is dropped, not stored.");
+        }
+    }
+}
+
+/// Everything one batch needs, borrowed from `run`.
+struct Worker<'a> {
+    settings: &'a Settings,
+    router: &'a Router,
+    store: &'a Store,
+    health: &'a Health,
+    producer: &'a FutureProducer,
+    cancel: &'a CancellationToken,
+}
+
+/// One record of a batch as parsing left it.
+enum Item {
+    Skipped,
+    Rejected(Rejection),
+    Event {
+        event: Event,
+        decisions: Vec<(usize, Decision)>,
+        /// Filled from Redis: one per write decision, in decision order.
+        results: Vec<Option<ApplyResult>>,
+    },
+}
+
+/// A record's final outcome.
+enum Final {
+    Applied,
+    Duplicate,
+    Skipped,
+    DeadLetter(Vec<Rejection>),
+}
+
+impl Worker<'_> {
+    /// Processes one batch to final outcomes. `None`: abandoned on shutdown.
+    async fn process(&self, msgs: &[BorrowedMessage<'_>]) -> Option<BatchOffsets> {
+        let m = metrics::get();
+        m.batch_size.observe(msgs.len() as f64);
+        let mut offsets = BatchOffsets::default();
+        let mut fields: Vec<String> = Vec::new();
+        let mut tp_of = Vec::with_capacity(msgs.len());
+        let mut items = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            let tp = offsets.note(msg.topic(), msg.partition(), msg.offset());
+            if tp == fields.len() {
+                fields.push(keys::offsets_field(msg.topic(), msg.partition()));
+                m.records_consumed.with_label_values(&[msg.topic()]);
+            }
+            m.records_consumed.with_label_values(&[msg.topic()]).inc();
+            tp_of.push(tp);
+            items.push(self.parse(msg));
+        }
+
+        // Group every write of the batch by board tag, in record order.
+        let mut tags: Vec<TagBatch<'_>> = Vec::new();
+        let mut back: Vec<Vec<(usize, usize)>> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let Item::Event { event, decisions, .. } = item else { continue };
+            for (d, (_, decision)) in decisions.iter().enumerate() {
+                let Decision::Write(w) = decision else { continue };
+                let t = match tags.iter().position(|t| t.base == w.base) {
+                    Some(t) => t,
+                    None => {
+                        tags.push(TagBatch { base: &w.base, op: w.op, items: Vec::new() });
+                        back.push(Vec::new());
+                        tags.len() - 1
+                    }
+                };
+                tags[t].items.push(ApplyItem {
+                    field: &fields[tp_of[i]],
+                    offset: msgs[i].offset(),
+                    member: &event.player_id,
+                    score: event.score,
+                    event_id: &event.event_id,
+                    keys: &w.keys,
+                });
+                back[t].push((i, d));
+            }
+        }
+
+        let mut results = Vec::new();
+        if !tags.is_empty() {
+            results = retry("apply a batch to Redis", self.cancel, self.settings.worker.max_backoff, || async {
+                let started = Instant::now();
+                let r = self.store.apply(&tags).await;
+                match &r {
+                    Ok(_) => {
+                        m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
+                        self.health.redis_up.store(true, Ordering::Relaxed);
+                        m.redis_up.set(1);
+                    }
+                    Err(_) => {
+                        m.redis_errors.with_label_values(&["apply"]).inc();
+                        self.health.redis_up.store(false, Ordering::Relaxed);
+                        m.redis_up.set(0);
+                    }
+                }
+                r
+            })
+            .await?;
+        }
+        drop(tags);
+        for (t, codes) in results.into_iter().enumerate() {
+            for (code, &(i, d)) in codes.into_iter().zip(&back[t]) {
+                if let Item::Event { results, .. } = &mut items[i] {
+                    results[d] = Some(code);
+                }
+            }
+        }
+
+        // Outcomes, metrics, and the records to dead-letter.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut dead = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match self.finalize(item) {
+                Final::Applied => {
+                    if let Item::Event { event, .. } = item {
+                        m.event_latency
+                            .with_label_values(&["event"])
+                            .observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
+                    }
+                    if let Some(ts) = msgs[i].timestamp().to_millis() {
+                        m.event_latency.with_label_values(&["record"]).observe((now_ms - ts).max(0) as f64 / 1000.0);
+                    }
+                }
+                Final::Duplicate | Final::Skipped => {}
+                Final::DeadLetter(reasons) => dead.push((i, reasons)),
+            }
+        }
+        if !dead.is_empty() {
+            retry("produce to the dead-letter topic", self.cancel, self.settings.worker.max_backoff, || async {
+                let r = self.dead_letter(msgs, &dead).await;
+                if r.is_err() {
+                    m.dead_letter_errors.inc();
+                }
+                r
+            })
+            .await?;
+            for (_, reasons) in &dead {
+                m.dead_letters.with_label_values(&[reasons[0].reason.as_str()]).inc();
+            }
+        }
+        Some(offsets)
+    }
+
+    fn parse(&self, msg: &BorrowedMessage<'_>) -> Item {
+        let m = metrics::get();
+        let payload = msg.payload().unwrap_or_default();
+        let parsed = event::parse(payload, self.settings.events.max_event_bytes, |t| self.router.listens(t));
+        let event = match parsed {
+            Parsed::Skipped(_) => {
+                m.events_skipped.inc();
+                return Item::Skipped;
+            }
+            Parsed::Rejected(r) => {
+                m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
+                return Item::Rejected(r);
+            }
+            Parsed::Event(e) => e,
+        };
+        // Decisions use the record's timestamp, so a replay decides alike;
+        // a record without one falls back to the event time.
+        let record_ts = msg.timestamp().to_millis().unwrap_or(event.ts_ms);
+        let skew = self.settings.events.max_future_skew.as_millis() as i64;
+        if event.ts_ms > record_ts.saturating_add(skew) {
+            let r = Rejection::new(
+                Reason::FutureTimestamp,
+                format!("event time is {} ms after the record timestamp (limit {skew} ms)", event.ts_ms - record_ts),
+            );
+            m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
+            return Item::Rejected(r);
+        }
+        let decisions = self.router.plan(&event, record_ts);
+        let results = vec![None; decisions.len()];
+        Item::Event { event, decisions, results }
+    }
+
+    /// Folds one record's board outcomes into its final outcome (SPEC 1):
+    /// applied if any board applied it; a duplicate if any board had seen
+    /// it; otherwise dead-lettered with every board's reason.
+    fn finalize(&self, item: &Item) -> Final {
+        let m = metrics::get();
+        let (decisions, results) = match item {
+            Item::Skipped => return Final::Skipped,
+            Item::Rejected(r) => return Final::DeadLetter(vec![r.clone()]),
+            Item::Event { decisions, results, .. } => (decisions, results),
+        };
+        let (mut applied, mut duplicate) = (false, false);
+        let mut refusals = Vec::new();
+        for ((b, decision), result) in decisions.iter().zip(results) {
+            let board = &self.router.boards()[*b].id;
+            let reason = match (decision, result) {
+                (Decision::Refused(reason), _) => *reason,
+                (Decision::Write(_), Some(ApplyResult::Applied)) => {
+                    applied = true;
+                    m.events_applied.with_label_values(&[board]).inc();
+                    continue;
+                }
+                (Decision::Write(_), Some(ApplyResult::DuplicateEvent)) => {
+                    duplicate = true;
+                    m.events_duplicate.with_label_values(&[board, "event_id"]).inc();
+                    continue;
+                }
+                (Decision::Write(_), Some(ApplyResult::DuplicateOffset)) => {
+                    duplicate = true;
+                    m.events_duplicate.with_label_values(&[board, "offset"]).inc();
+                    continue;
+                }
+                (Decision::Write(_), Some(ApplyResult::Refused(code))) => {
+                    Reason::from_script_code(*code).unwrap_or(Reason::ScoreOutOfRange)
+                }
+                (Decision::Write(_), None) => continue, // cannot happen: every write has a result
+            };
+            m.events_rejected.with_label_values(&[board, reason.as_str()]).inc();
+            refusals.push(Rejection::new(reason, format!("board {board}: {reason}")));
+        }
+        if applied {
+            Final::Applied
+        } else if duplicate {
+            Final::Duplicate
+        } else {
+            Final::DeadLetter(refusals)
+        }
+    }
+
+    /// Produces the dead records and waits for every acknowledgement.
+    async fn dead_letter(
+        &self,
+        msgs: &[BorrowedMessage<'_>],
+        dead: &[(usize, Vec<Rejection>)],
+    ) -> Result<(), KafkaError> {
+        let topic = &self.settings.kafka.dead_letter_topic;
+        let sends = dead.iter().map(|(i, reasons)| {
+            let msg = &msgs[*i];
+            let mut reason_list: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
+            reason_list.dedup();
+            let reason = reason_list.join(",");
+            let detail = reasons.iter().map(|r| r.detail.as_str()).collect::<Vec<_>>().join("; ");
+            let partition = msg.partition().to_string();
+            let offset = msg.offset().to_string();
+            let mut headers = OwnedHeaders::new();
+            if let Some(h) = msg.headers() {
+                for header in h.iter() {
+                    headers = headers.insert(Header { key: header.key, value: header.value });
+                }
+            }
+            let headers = headers
+                .insert(Header { key: "rankflow.reason", value: Some(reason.as_str()) })
+                .insert(Header { key: "rankflow.detail", value: Some(detail.as_str()) })
+                .insert(Header { key: "rankflow.source.topic", value: Some(msg.topic()) })
+                .insert(Header { key: "rankflow.source.partition", value: Some(partition.as_str()) })
+                .insert(Header { key: "rankflow.source.offset", value: Some(offset.as_str()) });
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+            if let Some(k) = msg.key() {
+                record = record.key(k);
+            }
+            if let Some(p) = msg.payload() {
+                record = record.payload(p);
+            }
+            if let Some(ts) = msg.timestamp().to_millis() {
+                record = record.timestamp(ts);
+            }
+            self.producer.send(record, Duration::from_secs(30))
+        });
+        let results = futures::future::join_all(sends).await;
+        for r in results {
+            r.map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `op` until it succeeds, waiting 100 ms, 200 ms, ... up to `max`
+/// between attempts. Returns `None` if `cancel` fires while waiting.
+pub async fn retry<T, E, F, Fut>(what: &str, cancel: &CancellationToken, max: Duration, mut op: F) -> Option<T>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut delay = Duration::from_millis(100).min(max);
+    let mut attempt: u32 = 0;
+    loop {
+        match op().await {
+            Ok(v) => {
+                if attempt > 0 {
+                    info!(attempts = attempt + 1, "Recovered: {what} succeeded.");
+                }
+                return Some(v);
+            }
+            Err(e) => {
+                attempt += 1;
+                warn!(error = %e, attempt, retry_in_ms = delay.as_millis() as u64, "Could not {what}; retrying.");
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(max);
+            }
+        }
+    }
+}

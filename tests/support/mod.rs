@@ -1,0 +1,469 @@
+//! The one test harness every integration test uses: a real `redis-server`
+//! and a real Kafka-compatible broker (tansu) on free loopback ports in a
+//! temporary directory, random topic and group names, the rankflow binary as
+//! a child process, and helpers that read committed offsets and topics.
+//! Everything started here is stopped on `Drop`. Every process's command line
+//! carries `rankflow-test-`, so `scripts/test.sh` can end any that a killed
+//! test run left behind.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("rankflow-test-").tempdir().expect("temp dir")
+}
+
+pub fn random_name(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn wait_for_port(port: u16, what: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on port {port} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A `redis-server` of our own.
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let mut r = Redis { child: None, port: free_port(), dir: temp_dir(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"])
+            .args(["--maxmemory-policy", "noeviction", "--dir"])
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/setup.sh)");
+        self.child = Some(child);
+        wait_for_port(self.port, "redis-server", Duration::from_secs(10));
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("connect to test redis")
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(&mut c);
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where the tansu binary is: `$TANSU`, `tansu` on PATH, or cargo's bin dir.
+pub fn tansu_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("TANSU") {
+        return p.into();
+    }
+    if let Ok(out) = Command::new("sh").args(["-c", "command -v tansu"]).output() {
+        let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !p.is_empty() {
+            return p.into();
+        }
+    }
+    let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
+    Path::new(&home).join("bin/tansu")
+}
+
+/// A tansu broker with sqlite storage in its own directory.
+pub struct Broker {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let mut b = Broker { child: None, port: free_port(), dir: temp_dir() };
+        b.spawn();
+        b
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let db = self.dir.path().join("broker.db");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("broker.log")).expect("broker log");
+        let child = Command::new(tansu_bin())
+            .arg("broker")
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .arg("--storage-engine")
+            .arg(format!("sqlite://{}", db.display()))
+            .current_dir(self.dir.path())
+            .env("RUST_LOG", "warn")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("tansu is installed (scripts/setup.sh)");
+        self.child = Some(child);
+        wait_for_port(self.port, "tansu", Duration::from_secs(30));
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(&mut c);
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.brokers());
+        c
+    }
+
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let res = admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &opts).await.expect("create topic");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+
+    pub fn producer(&self) -> FutureProducer {
+        self.client().set("linger.ms", "5").set("message.timeout.ms", "30000").create().expect("producer")
+    }
+
+    /// Produces every record (key, value, optional record timestamp) in order
+    /// and waits for all acknowledgements.
+    pub async fn produce(&self, topic: &str, records: &[(String, Vec<u8>, Option<i64>)]) {
+        let producer = self.producer();
+        for chunk in records.chunks(5000) {
+            let mut pending = Vec::with_capacity(chunk.len());
+            for (k, v, ts) in chunk {
+                let mut r = FutureRecord::to(topic).key(k.as_str()).payload(v.as_slice());
+                if let Some(ts) = ts {
+                    r = r.timestamp(*ts);
+                }
+                pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+            }
+            for p in pending {
+                p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+            }
+        }
+    }
+
+    pub fn consumer(&self, group: &str) -> BaseConsumer {
+        self.client()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "30000")
+            .create()
+            .expect("consumer")
+    }
+
+    /// High watermark (log end) of every partition.
+    pub fn log_end(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let c = self.consumer(&random_name("watermarks"));
+        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+    }
+
+    /// A group's committed offset per partition (-1 where none).
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let c = self.consumer(group);
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+        (0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => -1,
+            })
+            .collect()
+    }
+
+    /// Commits `offsets` under `group` (the harness's workaround for tansu
+    /// keeping SIGKILLed members: a restarted worker joins a fresh group that
+    /// starts where the killed one had committed).
+    pub fn copy_offsets(&self, from: &str, to: &str, topic: &str, partitions: i32) {
+        let offsets = self.committed(from, topic, partitions);
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in offsets.iter().enumerate() {
+            if *o >= 0 {
+                tpl.add_partition_offset(topic, p as i32, Offset::Offset(*o)).unwrap();
+            }
+        }
+        if tpl.count() > 0 {
+            self.consumer(to).commit(&tpl, CommitMode::Sync).expect("commit copied offsets");
+        }
+    }
+
+    /// Waits until `group` has committed the log end of every partition.
+    /// Panics naming what was behind, so a broker stall reads as one.
+    pub fn wait_committed_to_end(&self, group: &str, topic: &str, partitions: i32, timeout: Duration) {
+        let end = self.log_end(topic, partitions);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let committed = self.committed(group, topic, partitions);
+            if committed == end {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "group {group} committed {committed:?} of log end {end:?} after {timeout:?}: \
+                 if the worker log shows no progress and no error, the broker's group coordinator stalled"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Every record of a topic, read from the beginning.
+    pub fn read_all(&self, topic: &str, partitions: i32) -> Vec<OwnedMessage> {
+        let end = self.log_end(topic, partitions);
+        let total: i64 = end.iter().sum();
+        let c = self.consumer(&random_name("reader"));
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+        c.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (out.len() as i64) < total {
+            assert!(Instant::now() < deadline, "read {} of {total} records of {topic}", out.len());
+            if let Some(m) = c.poll(Duration::from_millis(200)) {
+                out.push(m.expect("read record").detach());
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The settings a test worker runs with.
+pub struct WorkerConfig {
+    pub brokers: String,
+    pub redis_url: String,
+    pub topic: String,
+    pub dead_letter_topic: String,
+    pub group: String,
+    pub http_port: u16,
+    /// TOML appended after the generated sections: the `[[board]]`s and any overrides.
+    pub boards: String,
+    pub extra_kafka_options: Vec<(String, String)>,
+    pub worker_section: String,
+}
+
+impl WorkerConfig {
+    pub fn new(broker: &Broker, redis: &Redis, topic: &str, dlq: &str, boards: &str) -> WorkerConfig {
+        WorkerConfig {
+            brokers: broker.brokers(),
+            redis_url: redis.url(),
+            topic: topic.into(),
+            dead_letter_topic: dlq.into(),
+            group: random_name("group"),
+            http_port: free_port(),
+            boards: boards.into(),
+            extra_kafka_options: Vec::new(),
+            worker_section: "batch_size = 500\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into(),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut opts = String::from("\"session.timeout.ms\" = 30000\n");
+        for (k, v) in &self.extra_kafka_options {
+            opts.push_str(&format!("\"{k}\" = \"{v}\"\n"));
+        }
+        format!(
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
+             [redis]\nurl = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[worker]\n{}\n{}",
+            self.brokers, self.topic, self.group, self.dead_letter_topic, self.redis_url, self.http_port, self.worker_section, self.boards
+        )
+    }
+}
+
+/// A running `rankflow run` process.
+pub struct Worker {
+    child: Option<Child>,
+    pub config_path: PathBuf,
+    pub http_port: u16,
+    log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    pub fn spawn(cfg: &WorkerConfig) -> Worker {
+        let dir = temp_dir();
+        let config_path = dir.path().join("rankflow.toml");
+        std::fs::write(&config_path, cfg.render()).expect("write config");
+        let log_path = dir.path().join("worker.log");
+        let log = std::fs::File::create(&log_path).expect("worker log");
+        let child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn rankflow");
+        Worker { child: Some(child), config_path, http_port: cfg.http_port, log_path, _dir: dir }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn sigkill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(&mut c);
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status, at most `timeout`.
+    pub fn sigterm(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                kill(&mut c);
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        http_get(self.http_port, path).await
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(&mut c);
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 GET over loopback; returns status and body.
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to rankflow http");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = if text.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&body) } else { body };
+    (status, body)
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Waits until `http://127.0.0.1:port/healthz` answers.
+pub async fn wait_http(port: u16, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "rankflow http did not come up on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every key under `prefix:` with its members and scores, for comparing
+/// against a model. Internal keys (a segment starting with `_`) are left out.
+pub async fn board_keys(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> HashMap<String, HashMap<String, f64>> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(conn).await.unwrap();
+    let mut out = HashMap::new();
+    for k in keys {
+        if k.split(':').any(|seg| seg.starts_with('_')) {
+            continue;
+        }
+        let entries: Vec<(String, f64)> = redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
+        out.insert(k, entries.into_iter().collect());
+    }
+    out
+}
