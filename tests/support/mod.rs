@@ -7,6 +7,8 @@
 //! test run left behind.
 #![allow(dead_code)]
 
+pub mod stream;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
@@ -62,7 +64,12 @@ impl Redis {
 
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
     pub fn start_with(extra: &[&str]) -> Redis {
-        let mut r = Redis { child: None, port: free_port(), dir: temp_dir(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut r = Redis {
+            child: None,
+            port: free_port(),
+            dir: temp_dir(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
         r.spawn();
         r
     }
@@ -85,7 +92,11 @@ impl Redis {
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.expect("connect to test redis")
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis")
     }
 
     pub fn stop(&mut self) {
@@ -117,7 +128,8 @@ pub fn tansu_bin() -> PathBuf {
             return p.into();
         }
     }
-    let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
+    let home =
+        std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
     Path::new(&home).join("bin/tansu")
 }
 
@@ -138,7 +150,11 @@ impl Broker {
     fn spawn(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let db = self.dir.path().join("broker.db");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("broker.log")).expect("broker log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("broker.log"))
+            .expect("broker log");
         let child = Command::new(tansu_bin())
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
@@ -178,7 +194,10 @@ impl Broker {
     pub async fn create_topic(&self, name: &str, partitions: i32) {
         let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-        let res = admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &opts).await.expect("create topic");
+        let res = admin
+            .create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &opts)
+            .await
+            .expect("create topic");
         for r in res {
             r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
         }
@@ -420,7 +439,9 @@ impl Drop for Worker {
 pub async fn http_get(port: u16, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to rankflow http");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
     let text = String::from_utf8_lossy(&buf).to_string();
@@ -455,14 +476,18 @@ pub async fn wait_http(port: u16, timeout: Duration) {
 
 /// Every key under `prefix:` with its members and scores, for comparing
 /// against a model. Internal keys (a segment starting with `_`) are left out.
-pub async fn board_keys(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> HashMap<String, HashMap<String, f64>> {
+pub async fn board_keys(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> HashMap<String, HashMap<String, f64>> {
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(conn).await.unwrap();
     let mut out = HashMap::new();
     for k in keys {
         if k.split(':').any(|seg| seg.starts_with('_')) {
             continue;
         }
-        let entries: Vec<(String, f64)> = redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
+        let entries: Vec<(String, f64)> =
+            redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
         out.insert(k, entries.into_iter().collect());
     }
     out
