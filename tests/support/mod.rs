@@ -460,7 +460,7 @@ fn dechunk(body: &str) -> String {
             break;
         }
         out.push_str(&after[..n]);
-        rest = &after[n..].trim_start_matches("\r\n");
+        rest = after[n..].trim_start_matches("\r\n");
     }
     out
 }
