@@ -15,6 +15,7 @@ use chrono_tz::Tz;
 use crate::event::{valid_split_value, Event, Reason};
 use crate::keys;
 use crate::period::{Period, PeriodKind};
+use crate::score::Packing;
 
 /// How a board combines an event's score with what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +56,8 @@ impl Order {
 pub enum TieBreak {
     /// Equal scores ordered by member bytes (Redis's own order).
     Member,
+    /// Among equal scores, the player who reached the score first ranks higher.
+    Earliest,
 }
 
 /// One validated `[[board]]`.
@@ -71,6 +74,8 @@ pub struct Board {
     pub tie_break: TieBreak,
     /// `attrs` key whose value selects a split board.
     pub split_by: Option<String>,
+    /// How values and tie-break times become stored scores.
+    pub packing: Packing,
     /// Retentions the config set; others take the period's default.
     retention: BTreeMap<PeriodKind, Duration>,
 }
@@ -86,9 +91,10 @@ impl Board {
         timezone: Tz,
         tie_break: TieBreak,
         split_by: Option<String>,
+        packing: Packing,
         retention: BTreeMap<PeriodKind, Duration>,
     ) -> Board {
-        Board { id, on, mode, order, periods, timezone, tie_break, split_by, retention }
+        Board { id, on, mode, order, periods, timezone, tie_break, split_by, packing, retention }
     }
 
     /// How long a period's key outlives the period; `None` never expires.
@@ -127,14 +133,31 @@ impl WriteOp {
     }
 }
 
+/// One period key an event writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeriodWrite {
+    /// The board key, e.g. `lb:{points}:d:2026-08-14`.
+    pub key: String,
+    /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
+    pub dense_key: String,
+    /// `EXPIREAT` seconds of both; `None`: never expires.
+    pub expire_at: Option<i64>,
+}
+
 /// The writes one event makes on one board.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BoardWrite {
     /// Key base of the board (or split): every key below shares its hash tag.
     pub base: String,
     pub op: WriteOp,
-    /// Period keys and their `EXPIREAT` seconds (`None`: never expires).
-    pub keys: Vec<(String, Option<i64>)>,
+    pub periods: Vec<PeriodWrite>,
+    /// `sum`: the delta; `best`: the packed stored score.
+    pub num: i64,
+    /// `sum`: the tie component to pack with the new total; `best`: 0.
+    pub tie: i64,
+    /// The board's packing multiplier (2^bits) and value limit.
+    pub shift: i64,
+    pub max_value: i64,
 }
 
 /// One board's decision for one event, before Redis.
@@ -199,6 +222,16 @@ impl Router {
                 Some(v) => Some(v.as_str()),
             },
         };
+        let (num, tie) = match board.mode {
+            Mode::Sum => match board.packing.tie(event.ts_ms) {
+                Some(tie) if event.score.abs() <= board.packing.max_value() => (event.score, tie),
+                _ => return Decision::Refused(Reason::ScoreOutOfRange),
+            },
+            Mode::Best => match board.packing.encode(event.score, event.ts_ms) {
+                Some(stored) => (stored, 0),
+                None => return Decision::Refused(Reason::ScoreOutOfRange),
+            },
+        };
         let base = keys::base(&self.prefix, &board.id, split);
         let mut out = Vec::with_capacity(board.periods.len());
         for &kind in &board.periods {
@@ -211,12 +244,24 @@ impl Router {
                     continue;
                 }
             }
-            out.push((keys::period_key(&base, &period.id), expire_at));
+            out.push(PeriodWrite {
+                key: keys::period_key(&base, &period.id),
+                dense_key: keys::dense_key(&base, &period.id),
+                expire_at,
+            });
         }
         if out.is_empty() {
             return Decision::Refused(Reason::ExpiredPeriod);
         }
-        Decision::Write(BoardWrite { base, op: board.write_op(), keys: out })
+        Decision::Write(BoardWrite {
+            base,
+            op: board.write_op(),
+            periods: out,
+            num,
+            tie,
+            shift: board.packing.shift(),
+            max_value: board.packing.max_value(),
+        })
     }
 }
 
@@ -235,6 +280,7 @@ mod tests {
             Tz::UTC,
             TieBreak::Member,
             split.map(String::from),
+            Packing::member(None).unwrap(),
             BTreeMap::new(),
         )
     }
@@ -265,12 +311,14 @@ mod tests {
         assert_eq!(plan.len(), 2);
         let Decision::Write(w) = &plan[0].1 else { panic!() };
         assert_eq!(w.op, WriteOp::Sum);
-        let keys: Vec<&str> = w.keys.iter().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<&str> = w.periods.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["lb:{points}:d:2026-08-14", "lb:{points}:w:2026-W33", "lb:{points}:all"]);
-        assert_eq!(w.keys[2].1, None);
+        assert_eq!(w.periods[2].expire_at, None);
+        assert_eq!(w.periods[0].dense_key, "lb:{points}:_dense:d:2026-08-14");
+        assert_eq!((w.num, w.tie, w.shift), (10, 0, 1));
         let Decision::Write(w) = &plan[1].1 else { panic!() };
         assert_eq!(w.op, WriteOp::Lt);
-        assert_eq!(w.keys[0].0, "lb:{laps:monza}:all");
+        assert_eq!(w.periods[0].key, "lb:{laps:monza}:all");
     }
 
     #[test]
@@ -281,14 +329,14 @@ mod tests {
         // Nine days later the day (8d retention) is gone but the week (5w) is not.
         let later = e.ts_ms + 9 * 86_400_000;
         let Decision::Write(w) = &r.plan(&e, later)[0].1 else { panic!() };
-        assert_eq!(w.keys.len(), 1);
-        assert!(w.keys[0].0.ends_with(":w:2026-W33"));
+        assert_eq!(w.periods.len(), 1);
+        assert!(w.periods[0].key.ends_with(":w:2026-W33"));
         // Exactly at the day's expiry the day is already gone.
         let day_expiry = chrono::DateTime::parse_from_rfc3339("2026-08-23T00:00:00Z").unwrap().timestamp_millis();
         let Decision::Write(w) = &r.plan(&e, day_expiry)[0].1 else { panic!() };
-        assert_eq!(w.keys.len(), 1);
+        assert_eq!(w.periods.len(), 1);
         let Decision::Write(w) = &r.plan(&e, day_expiry - 1)[0].1 else { panic!() };
-        assert_eq!(w.keys.len(), 2);
+        assert_eq!(w.periods.len(), 2);
         assert_eq!(r.plan(&e, e.ts_ms + 100 * 86_400_000)[0].1, Decision::Refused(Reason::ExpiredPeriod));
     }
 
@@ -299,6 +347,19 @@ mod tests {
         assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::MissingSplit));
         let e = event("2026-08-14T13:00:00Z", &[("track", "a}b")]);
         assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::InvalidSplit));
+    }
+
+    #[test]
+    fn earliest_boards_pack_the_time_and_refuse_what_does_not_fit() {
+        let mut b = board("best", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
+        b.packing = Packing::earliest(true, 0, 1000, 365 * 86_400_000, Some(1000)).unwrap();
+        let r = Router::new(vec![b.clone()], "lb");
+        let e = event("1970-01-01T00:00:05Z", &[]);
+        let Decision::Write(w) = &r.plan(&e, e.ts_ms)[0].1 else { panic!() };
+        assert_eq!(w.num, b.packing.encode(10, 5000).unwrap());
+        let mut big = e.clone();
+        big.score = 1001;
+        assert_eq!(r.plan(&big, big.ts_ms)[0].1, Decision::Refused(Reason::ScoreOutOfRange));
     }
 
     #[test]

@@ -21,6 +21,12 @@ use serde::Deserialize;
 
 use crate::board::{Board, Mode, Order, TieBreak};
 use crate::period::PeriodKind;
+use crate::score::Packing;
+
+/// `earliest` ties: the tie-break clock starts here unless `tie_epoch` says otherwise.
+const DEFAULT_TIE_EPOCH: &str = "2020-01-01T00:00:00Z";
+/// ... and runs this long: 30 years of seconds take 30 bits and leave scores up to 8,388,607.
+const DEFAULT_TIE_HORIZON: &str = "30years";
 
 /// Event types that are rankflow's own and that no board may list in `on`.
 pub const RESERVED_TYPES: &[&str] = &["player_erased"];
@@ -179,6 +185,20 @@ struct RawBoard {
     /// One board per value of `attrs.<split_by>`.
     #[serde(default)]
     split_by: Option<String>,
+    /// Largest |score| (and |total| on `sum` boards) the board accepts;
+    /// beyond it events are refused (`score_out_of_range`). Defaults to
+    /// 2^53 - 1, or with `tie_break = "earliest"` the most its budget allows.
+    #[serde(default)]
+    max_score: Option<i64>,
+    /// `earliest` ties: start of the tie-break clock (RFC 3339).
+    #[serde(default)]
+    tie_epoch: Option<String>,
+    /// `earliest` ties: how fine the clock is (`1s`, `1ms`).
+    #[serde(default)]
+    tie_resolution: Option<String>,
+    /// `earliest` ties: how long after `tie_epoch` the clock runs.
+    #[serde(default)]
+    tie_horizon: Option<String>,
     /// Per-period retention after the period ends, e.g. `{ daily = "30d" }`.
     #[serde(default)]
     retention: BTreeMap<String, String>,
@@ -600,10 +620,7 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         };
         let tie_break = match b.tie_break.as_str() {
             "member" => TieBreak::Member,
-            "earliest" => {
-                e.push(f("tie_break"), "'earliest' is not supported yet (issue 4); use member");
-                TieBreak::Member
-            }
+            "earliest" => TieBreak::Earliest,
             other => {
                 e.push(f("tie_break"), format!("'{other}' is not one of member, earliest"));
                 TieBreak::Member
@@ -657,8 +674,49 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
                 e.push(f(name), "is not supported yet (issue 6); remove it");
             }
         }
-        if let Some(mode) = mode {
-            boards.push(Board::new(b.id, b.on, mode, order, periods, timezone, tie_break, b.split_by, retention));
+        let packing = match tie_break {
+            TieBreak::Member => {
+                for (name, set) in [
+                    ("tie_epoch", b.tie_epoch.is_some()),
+                    ("tie_resolution", b.tie_resolution.is_some()),
+                    ("tie_horizon", b.tie_horizon.is_some()),
+                ] {
+                    if set {
+                        e.push(f(name), "only applies with tie_break = \"earliest\"");
+                    }
+                }
+                Packing::member(b.max_score).map_err(|reason| e.push(f("max_score"), reason)).ok()
+            }
+            TieBreak::Earliest => {
+                let epoch_text = b.tie_epoch.as_deref().unwrap_or(DEFAULT_TIE_EPOCH);
+                let epoch_ms = chrono::DateTime::parse_from_rfc3339(epoch_text)
+                    .map(|t| t.timestamp_millis())
+                    .unwrap_or_else(|_| {
+                        e.push(f("tie_epoch"), format!("'{epoch_text}' is not an RFC 3339 time"));
+                        0
+                    });
+                let resolution = e.duration(&f("tie_resolution"), b.tie_resolution.as_deref().unwrap_or("1s"));
+                let horizon = e.duration(&f("tie_horizon"), b.tie_horizon.as_deref().unwrap_or(DEFAULT_TIE_HORIZON));
+                if resolution < Duration::from_millis(1) {
+                    e.push(f("tie_resolution"), "must be at least 1ms");
+                    None
+                } else {
+                    Packing::earliest(
+                        order == Order::Desc,
+                        epoch_ms,
+                        resolution.as_millis() as i64,
+                        horizon.as_millis().min(i64::MAX as u128) as i64,
+                        b.max_score,
+                    )
+                    .map_err(|reason| e.push(f("tie_horizon"), reason))
+                    .ok()
+                }
+            }
+        };
+        if let (Some(mode), Some(packing)) = (mode, packing) {
+            boards.push(Board::new(
+                b.id, b.on, mode, order, periods, timezone, tie_break, b.split_by, packing, retention,
+            ));
         }
     }
 
@@ -800,6 +858,23 @@ retention = { daily = "30d" }
         let errs = errors(&text, none());
         assert!(errs.iter().any(|e| e.field == "board[1].on[0]" && e.reason.contains("reserved")));
         assert!(errs.iter().any(|e| e.field == "board[1].max_members"));
+    }
+
+    #[test]
+    fn an_impossible_tie_budget_is_refused_with_the_numbers() {
+        let text = GOOD.replace("tie_break = \"member\"", "").replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"all_time\"]\ntie_break = \"earliest\"\ntie_resolution = \"1ms\"\nmax_score = 1000000",
+        );
+        let errs = errors(&text, none());
+        assert_eq!(errs[0].field, "board[0].tie_horizon");
+        assert!(errs[0].reason.contains("at most"), "{}", errs[0].reason);
+        let ok = GOOD.replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"all_time\"]\ntie_break = \"earliest\"",
+        );
+        let s = load_str(&ok, none()).unwrap();
+        assert_eq!(s.boards[0].packing.max_value(), (1 << 23) - 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | `{prefix}:{tag}:_seen:<event_id>` | string | dedupe marker, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
+//! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
@@ -23,6 +24,11 @@ pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
 /// `lb:{points}:d:2026-08-14`; the all-time board is `lb:{points}:all`.
 pub fn period_key(base: &str, period_id: &str) -> String {
     format!("{base}:{period_id}")
+}
+
+/// The dense-rank index of a period board: one member per distinct value.
+pub fn dense_key(base: &str, period_id: &str) -> String {
+    format!("{base}:_dense:{period_id}")
 }
 
 pub fn dedupe_key(base: &str, event_id: &uuid::Uuid) -> String {
@@ -59,6 +65,7 @@ mod tests {
         let id = uuid::Uuid::parse_str("6F9619FF-8B86-D011-B42D-00C04FC964FF").unwrap();
         assert_eq!(dedupe_key(&b, &id), "lb:{points}:_seen:6f9619ff-8b86-d011-b42d-00c04fc964ff");
         assert_eq!(offsets_key(&b), "lb:{points}:_offsets");
+        assert_eq!(dense_key(&b, "w:2026-W33"), "lb:{points}:_dense:w:2026-W33");
         assert_eq!(offsets_field("scores", 3), "scores:3");
     }
 }

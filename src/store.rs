@@ -17,7 +17,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
-use crate::board::WriteOp;
+use crate::board::{PeriodWrite, WriteOp};
 use crate::config::RedisSettings;
 use crate::keys;
 
@@ -127,9 +127,12 @@ pub struct ApplyItem<'a> {
     pub field: &'a str,
     pub offset: i64,
     pub member: &'a str,
-    pub score: i64,
+    /// `sum`: the delta; `gt`/`lt`: the packed stored score.
+    pub num: i64,
+    /// `sum`: the tie component packed with the new total.
+    pub tie: i64,
     pub event_id: &'a uuid::Uuid,
-    pub keys: &'a [(String, Option<i64>)],
+    pub periods: &'a [PeriodWrite],
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -137,6 +140,9 @@ pub struct ApplyItem<'a> {
 pub struct TagBatch<'a> {
     pub base: &'a str,
     pub op: WriteOp,
+    /// The board's packing multiplier and value limit (see `score::Packing`).
+    pub shift: i64,
+    pub max_value: i64,
     pub items: Vec<ApplyItem<'a>>,
 }
 
@@ -150,35 +156,37 @@ pub struct Invocation {
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
     let mut period_index: HashMap<&str, usize> = HashMap::new();
-    let mut period_keys: Vec<&str> = Vec::new();
-    let mut expiries: Vec<i64> = Vec::new();
+    let mut periods: Vec<&PeriodWrite> = Vec::new();
     for item in &batch.items {
-        for (k, at) in item.keys {
-            if !period_index.contains_key(k.as_str()) {
-                period_keys.push(k);
-                expiries.push(at.unwrap_or(0));
-                period_index.insert(k, period_keys.len());
+        for p in item.periods {
+            if !period_index.contains_key(p.key.as_str()) {
+                periods.push(p);
+                period_index.insert(&p.key, periods.len());
             }
         }
     }
-    let mut keys = Vec::with_capacity(1 + period_keys.len() + batch.items.len());
+    let mut keys = Vec::with_capacity(1 + 2 * periods.len() + batch.items.len());
     keys.push(keys::offsets_key(batch.base));
-    keys.extend(period_keys.iter().map(|k| k.to_string()));
+    keys.extend(periods.iter().map(|p| p.key.clone()));
+    keys.extend(periods.iter().map(|p| p.dense_key.clone()));
     keys.extend(batch.items.iter().map(|i| keys::dedupe_key(batch.base, i.event_id)));
 
-    let mut args = Vec::with_capacity(4 + expiries.len() + batch.items.len() * 8);
+    let mut args = Vec::with_capacity(6 + periods.len() + batch.items.len() * 9);
     args.push(batch.op.as_str().to_string());
     args.push(dedupe_ttl_secs.to_string());
     args.push(keys::refused_prefix(batch.base));
-    args.push(period_keys.len().to_string());
-    args.extend(expiries.iter().map(|e| e.to_string()));
+    args.push(batch.shift.to_string());
+    args.push(batch.max_value.to_string());
+    args.push(periods.len().to_string());
+    args.extend(periods.iter().map(|p| p.expire_at.unwrap_or(0).to_string()));
     for item in &batch.items {
         args.push(item.field.to_string());
         args.push(item.offset.to_string());
         args.push(item.member.to_string());
-        args.push(item.score.to_string());
-        args.push(item.keys.len().to_string());
-        args.extend(item.keys.iter().map(|(k, _)| period_index[k.as_str()].to_string()));
+        args.push(item.num.to_string());
+        args.push(item.tie.to_string());
+        args.push(item.periods.len().to_string());
+        args.extend(item.periods.iter().map(|p| period_index[p.key.as_str()].to_string()));
     }
     Invocation { keys, args }
 }

@@ -329,7 +329,13 @@ impl Worker<'_> {
                 let t = match tags.iter().position(|t| t.base == w.base) {
                     Some(t) => t,
                     None => {
-                        tags.push(TagBatch { base: &w.base, op: w.op, items: Vec::new() });
+                        tags.push(TagBatch {
+                            base: &w.base,
+                            op: w.op,
+                            shift: w.shift,
+                            max_value: w.max_value,
+                            items: Vec::new(),
+                        });
                         back.push(Vec::new());
                         tags.len() - 1
                     }
@@ -338,9 +344,10 @@ impl Worker<'_> {
                     field: &fields[tp_of[i]],
                     offset: msgs[i].offset(),
                     member: &event.player_id,
-                    score: event.score,
+                    num: w.num,
+                    tie: w.tie,
                     event_id: &event.event_id,
-                    keys: &w.keys,
+                    periods: &w.periods,
                 });
                 back[t].push((i, d));
             }

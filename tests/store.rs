@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use rankflow::board::WriteOp;
+use rankflow::board::{PeriodWrite, WriteOp};
 use rankflow::config::RedisSettings;
+use rankflow::score::Packing;
 use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
 use support::Redis;
 use uuid::Uuid;
@@ -21,14 +22,22 @@ async fn store(redis: &Redis) -> Store {
     Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl)
 }
 
-fn item<'a>(
-    offset: i64,
-    member: &'a str,
-    score: i64,
-    id: &'a Uuid,
-    keys: &'a [(String, Option<i64>)],
-) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, score, event_id: id, keys }
+fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [PeriodWrite]) -> ApplyItem<'a> {
+    ApplyItem { field: "scores:0", offset, member, num, tie: 0, event_id: id, periods }
+}
+
+fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> PeriodWrite {
+    PeriodWrite { key: format!("lb:{{{tag}}}:{period}"), dense_key: format!("lb:{{{tag}}}:_dense:{period}"), expire_at }
+}
+
+const MAX: i64 = (1 << 53) - 1;
+
+fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
+    TagBatch { base, op, shift: 1, max_value: MAX, items }
+}
+
+async fn dense(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query_async(conn).await.unwrap()
 }
 
 async fn zscore(conn: &mut redis::aio::MultiplexedConnection, key: &str, member: &str) -> Option<f64> {
@@ -40,9 +49,9 @@ async fn redelivered_offsets_and_repeated_event_ids_change_nothing() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![("lb:{p}:d:2026-08-14".to_string(), Some(4_000_000_000)), ("lb:{p}:all".to_string(), None)];
+    let keys = vec![pw("p", "d:2026-08-14", Some(4_000_000_000)), pw("p", "all", None)];
     let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-    let batch = |items| vec![TagBatch { base: "lb:{p}", op: WriteOp::Sum, items }];
+    let batch = |items| vec![tag("lb:{p}", WriteOp::Sum, items)];
 
     let r = s.apply(&batch(vec![item(10, "alice", 5, &a, &keys), item(11, "alice", -2, &b, &keys)])).await.unwrap();
     assert_eq!(r, vec![vec![ApplyResult::Applied, ApplyResult::Applied]]);
@@ -56,6 +65,8 @@ async fn redelivered_offsets_and_repeated_event_ids_change_nothing() {
     assert_eq!(zscore(&mut conn, "lb:{p}:d:2026-08-14", "alice").await, Some(3.0));
     let t: i64 = redis::cmd("EXPIRETIME").arg("lb:{p}:d:2026-08-14").query_async(&mut conn).await.unwrap();
     assert_eq!(t, 4_000_000_000);
+    let t: i64 = redis::cmd("EXPIRETIME").arg("lb:{p}:_dense:d:2026-08-14").query_async(&mut conn).await.unwrap();
+    assert_eq!(t, 4_000_000_000, "the dense index expires with its board");
     let t: i64 = redis::cmd("EXPIRETIME").arg("lb:{p}:all").query_async(&mut conn).await.unwrap();
     assert_eq!(t, -1);
     let last: String = redis::cmd("HGET").arg("lb:{p}:_offsets").arg("scores:0").query_async(&mut conn).await.unwrap();
@@ -67,10 +78,10 @@ async fn a_sum_that_would_leave_the_exact_range_is_refused_whole_and_again_on_re
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![("lb:{p}:all".to_string(), None)];
+    let keys = vec![pw("p", "all", None)];
     let ids: Vec<Uuid> = (0..4).map(Uuid::from_u128).collect();
-    let max = (1i64 << 53) - 1;
-    let batch = |items| vec![TagBatch { base: "lb:{p}", op: WriteOp::Sum, items }];
+    let max = MAX;
+    let batch = |items| vec![tag("lb:{p}", WriteOp::Sum, items)];
     let r = s
         .apply(&batch(vec![
             item(0, "whale", max - 1, &ids[0], &keys),
@@ -94,13 +105,15 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let hi = vec![("lb:{hi}:all".to_string(), None)];
-    let lo = vec![("lb:{lo}:all".to_string(), None)];
+    let hi = vec![pw("hi", "all", None)];
+    let lo = vec![pw("lo", "all", None)];
     let ids: Vec<Uuid> = (0..6).map(Uuid::from_u128).collect();
     let batches = vec![
         TagBatch {
             base: "lb:{hi}",
             op: WriteOp::Gt,
+            shift: 1,
+            max_value: MAX,
             items: vec![
                 item(0, "bob", 100, &ids[0], &hi),
                 item(1, "bob", 90, &ids[1], &hi),
@@ -110,6 +123,8 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
         TagBatch {
             base: "lb:{lo}",
             op: WriteOp::Lt,
+            shift: 1,
+            max_value: MAX,
             items: vec![
                 item(3, "bob", 100, &ids[3], &lo),
                 item(4, "bob", 90, &ids[4], &lo),
@@ -120,6 +135,77 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     s.apply(&batches).await.unwrap();
     assert_eq!(zscore(&mut conn, "lb:{hi}:all", "bob").await, Some(120.0));
     assert_eq!(zscore(&mut conn, "lb:{lo}:all", "bob").await, Some(90.0));
+    assert_eq!(dense(&mut conn, "lb:{hi}:_dense:all").await, ["120"]);
+    assert_eq!(dense(&mut conn, "lb:{lo}:_dense:all").await, ["90"]);
+}
+
+#[tokio::test]
+async fn the_dense_index_holds_exactly_the_distinct_values_as_totals_move() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("p", "all", None)];
+    let ids: Vec<Uuid> = (0..8).map(Uuid::from_u128).collect();
+    // alice 90, bob 100, carol 100; then bob moves to 90 and carol to 95.
+    let steps: [(&str, i64); 6] =
+        [("alice", 90), ("bob", 100), ("carol", 100), ("bob", -10), ("carol", -5), ("dave", 0)];
+    for (n, (member, delta)) in steps.iter().enumerate() {
+        s.apply(&[tag("lb:{p}", WriteOp::Sum, vec![item(n as i64, member, *delta, &ids[n], &keys)])]).await.unwrap();
+    }
+    let mut d = dense(&mut conn, "lb:{p}:_dense:all").await;
+    d.sort();
+    assert_eq!(d, ["0", "90", "95"]);
+}
+
+#[tokio::test]
+async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let p = Packing::earliest(true, 0, 1000, 365 * 86_400_000, Some(1_000_000)).unwrap();
+    let keys = vec![pw("e", "all", None)];
+    let ids: Vec<Uuid> = (0..4).map(Uuid::from_u128).collect();
+    let it = |off: i64, member: &'static str, delta: i64, ts: i64, id: &'static Uuid| {
+        let mut i = item(off, member, delta, id, &keys);
+        i.tie = p.tie(ts).unwrap();
+        i
+    };
+    let ids: &'static [Uuid] = Box::leak(ids.into_boxed_slice());
+    let batch = TagBatch {
+        base: "lb:{e}",
+        op: WriteOp::Sum,
+        shift: p.shift(),
+        max_value: p.max_value(),
+        // bob reaches 100 at t=5s, carol at t=9s (in two steps), alice 90 at t=1s.
+        items: vec![
+            it(0, "bob", 100, 5_000, &ids[0]),
+            it(1, "carol", 60, 2_000, &ids[1]),
+            it(2, "carol", 40, 9_000, &ids[2]),
+            it(3, "alice", 90, 1_000, &ids[3]),
+        ],
+    };
+    s.apply(&[batch]).await.unwrap();
+    let order: Vec<String> =
+        redis::cmd("ZRANGE").arg("lb:{e}:all").arg(0).arg(-1).arg("REV").query_async(&mut conn).await.unwrap();
+    assert_eq!(order, ["bob", "carol", "alice"]);
+    let carol = zscore(&mut conn, "lb:{e}:all", "carol").await.unwrap() as i64;
+    assert_eq!(p.decode(carol), 100);
+    assert_eq!(carol, p.encode(100, 9_000).unwrap());
+    let mut d = dense(&mut conn, "lb:{e}:_dense:all").await;
+    d.sort();
+    assert_eq!(d, ["100", "90"]);
+    // A total past max_score is refused.
+    let big = TagBatch {
+        base: "lb:{e}",
+        op: WriteOp::Sum,
+        shift: p.shift(),
+        max_value: p.max_value(),
+        items: vec![it(4, "bob", 999_901, 10_000, &ids[0])],
+    };
+    let fresh = Uuid::from_u128(77);
+    let mut big = big;
+    big.items[0].event_id = &fresh;
+    assert_eq!(s.apply(&[big]).await.unwrap()[0], vec![ApplyResult::Refused(4)]);
 }
 
 #[tokio::test]
@@ -127,13 +213,10 @@ async fn a_lost_script_cache_is_reloaded() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![("lb:{p}:all".to_string(), None)];
+    let keys = vec![pw("p", "all", None)];
     let id = Uuid::from_u128(9);
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
-    let r = s
-        .apply(&[TagBatch { base: "lb:{p}", op: WriteOp::Sum, items: vec![item(0, "carol", 7, &id, &keys)] }])
-        .await
-        .unwrap();
+    let r = s.apply(&[tag("lb:{p}", WriteOp::Sum, vec![item(0, "carol", 7, &id, &keys)])]).await.unwrap();
     assert_eq!(r[0], vec![ApplyResult::Applied]);
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, Some(7.0));
 }
