@@ -262,18 +262,24 @@ impl Store {
 mod tests {
     use super::*;
 
+    fn pw(period: &str, expire_at: Option<i64>) -> PeriodWrite {
+        PeriodWrite { key: format!("lb:{{p}}:{period}"), dense_key: format!("lb:{{p}}:_dense:{period}"), expire_at }
+    }
+
     #[test]
     fn invocations_share_period_keys_and_index_them_from_one() {
         let id1 = uuid::Uuid::from_u128(1);
         let id2 = uuid::Uuid::from_u128(2);
-        let k1 = vec![("lb:{p}:d:2026-08-14".to_string(), Some(100)), ("lb:{p}:all".to_string(), None)];
-        let k2 = vec![("lb:{p}:all".to_string(), None)];
+        let k1 = vec![pw("d:2026-08-14", Some(100)), pw("all", None)];
+        let k2 = vec![pw("all", None)];
         let batch = TagBatch {
             base: "lb:{p}",
             op: WriteOp::Sum,
+            shift: 1,
+            max_value: 1000,
             items: vec![
-                ApplyItem { field: "t:0", offset: 7, member: "alice", score: 5, event_id: &id1, keys: &k1 },
-                ApplyItem { field: "t:1", offset: 9, member: "bob", score: -3, event_id: &id2, keys: &k2 },
+                ApplyItem { field: "t:0", offset: 7, member: "alice", num: 5, tie: 0, event_id: &id1, periods: &k1 },
+                ApplyItem { field: "t:1", offset: 9, member: "bob", num: -3, tie: 0, event_id: &id2, periods: &k2 },
             ],
         };
         let inv = build_invocation(&batch, 60);
@@ -283,6 +289,8 @@ mod tests {
                 "lb:{p}:_offsets",
                 "lb:{p}:d:2026-08-14",
                 "lb:{p}:all",
+                "lb:{p}:_dense:d:2026-08-14",
+                "lb:{p}:_dense:all",
                 "lb:{p}:_seen:00000000-0000-0000-0000-000000000001",
                 "lb:{p}:_seen:00000000-0000-0000-0000-000000000002"
             ]
@@ -293,6 +301,8 @@ mod tests {
                 "sum",
                 "60",
                 "lb:{p}:_refused:",
+                "1",
+                "1000",
                 "2",
                 "100",
                 "0",
@@ -300,6 +310,7 @@ mod tests {
                 "7",
                 "alice",
                 "5",
+                "0",
                 "2",
                 "1",
                 "2",
@@ -307,6 +318,7 @@ mod tests {
                 "9",
                 "bob",
                 "-3",
+                "0",
                 "1",
                 "2"
             ]
