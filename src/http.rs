@@ -26,8 +26,7 @@ use crate::period::{Period, PeriodKind};
 use crate::store::RedisConn;
 use crate::worker::Health;
 
-const READ_TOP_LUA: &str = include_str!("scripts/read_top.lua");
-const READ_PLAYER_LUA: &str = include_str!("scripts/read_player.lua");
+const READ_LUA: &str = include_str!("scripts/read.lua");
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -36,12 +35,7 @@ pub struct AppState {
     pub redis: RedisConn,
     pub health: Arc<Health>,
     pub max_limit: usize,
-    scripts: Arc<Scripts>,
-}
-
-struct Scripts {
-    top: redis::Script,
-    player: redis::Script,
+    script: Arc<redis::Script>,
 }
 
 impl AppState {
@@ -51,10 +45,7 @@ impl AppState {
             redis,
             health,
             max_limit,
-            scripts: Arc::new(Scripts {
-                top: redis::Script::new(READ_TOP_LUA),
-                player: redis::Script::new(READ_PLAYER_LUA),
-            }),
+            script: Arc::new(redis::Script::new(READ_LUA)),
         }
     }
 }
@@ -68,6 +59,7 @@ pub fn app(state: AppState) -> HttpRouter {
         .route("/v1/boards", get(list_boards))
         .route("/v1/boards/{board}/top", get(top))
         .route("/v1/boards/{board}/players/{player}", get(player))
+        .route("/v1/boards/{board}/players/{player}/around", get(around))
         .with_state(state)
 }
 
@@ -162,11 +154,12 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
     Json(json!({ "boards": boards }))
 }
 
-/// The board, period and key a read names.
+/// The board, period and keys a read names.
 struct Target<'a> {
     board: &'a Board,
     period: Period,
     key: String,
+    dense_key: String,
 }
 
 fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> Result<Target<'a>, ApiError> {
@@ -207,8 +200,10 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
             Period::containing(kind, board.timezone, at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
         }
     };
-    let key = keys::period_key(&keys::base(s.router.prefix(), &board.id, split), &period.id);
-    Ok(Target { board, period, key })
+    let base = keys::base(s.router.prefix(), &board.id, split);
+    let key = keys::period_key(&base, &period.id);
+    let dense_key = keys::dense_key(&base, &period.id);
+    Ok(Target { board, period, key, dense_key })
 }
 
 /// `at` as a date (noon of that day in the board's zone) or an RFC 3339 time.
@@ -233,8 +228,21 @@ fn parse_num(q: &HashMap<String, String>, name: &'static str, default: usize, ma
 /// Rank policies of SPEC section 4.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RankPolicy {
+    /// Position + 1.
     Ordinal,
+    /// 1 + players with a strictly better score.
     Competition,
+    /// 1 + distinct better scores.
+    Dense,
+}
+
+fn rank_policy(q: &HashMap<String, String>) -> Result<RankPolicy, ApiError> {
+    match q.get("rank").map(String::as_str) {
+        None | Some("ordinal") => Ok(RankPolicy::Ordinal),
+        Some("competition") => Ok(RankPolicy::Competition),
+        Some("dense") => Ok(RankPolicy::Dense),
+        Some(_) => Err(ApiError::bad("rank", "rank must be ordinal, competition or dense")),
+    }
 }
 
 fn order_arg(board: &Board) -> &'static str {
@@ -244,13 +252,71 @@ fn order_arg(board: &Board) -> &'static str {
     }
 }
 
-/// Stored scores are exact integers; show them as JSON integers.
-fn score_json(raw: &str) -> Value {
-    match raw.parse::<f64>() {
-        Ok(f) if f.fract() == 0.0 && f.abs() <= crate::score::MAX_EXACT as f64 => json!(f as i64),
-        Ok(f) => json!(f),
-        Err(_) => json!(raw),
+/// The three ranks of one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ranks {
+    ordinal: i64,
+    competition: i64,
+    dense: i64,
+}
+
+/// Ranks of a contiguous run of entries in board order, from the first
+/// entry's position and the counts of strictly better members and values.
+/// Within the run, an entry whose value equals the previous one shares its
+/// competition and dense rank; otherwise competition rank is its ordinal and
+/// dense rank is one more than the previous entry's.
+fn ranks_of_run(start: i64, better: i64, dense_better: i64, values: &[i64]) -> Vec<Ranks> {
+    let mut out: Vec<Ranks> = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        let ordinal = start + i as i64 + 1;
+        let r = match out.last() {
+            None => Ranks { ordinal, competition: better + 1, dense: dense_better + 1 },
+            Some(prev) if values[i - 1] == *v => Ranks { ordinal, ..*prev },
+            Some(prev) => Ranks { ordinal, competition: ordinal, dense: prev.dense + 1 },
+        };
+        out.push(r);
     }
+    out
+}
+
+fn int(v: Option<&redis::Value>) -> i64 {
+    match v {
+        Some(redis::Value::Int(i)) => *i,
+        Some(other) => redis::from_redis_value::<i64>(other.clone()).unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// A stored score (Redis replies with a string) decoded to its value.
+fn value_of(board: &Board, raw: &redis::Value) -> i64 {
+    let stored: f64 = redis::from_redis_value(raw.clone()).unwrap_or(0.0);
+    board.packing.decode(stored as i64)
+}
+
+/// A listing reply `{ total, start, better, dense_better, m1, s1, ... }` as JSON entries.
+fn listing(t: &Target<'_>, reply: &[redis::Value], policy: RankPolicy) -> (i64, Vec<Value>) {
+    let total = int(reply.first());
+    let pairs: Vec<(String, i64)> = reply
+        .get(4..)
+        .unwrap_or_default()
+        .chunks(2)
+        .map(|p| (redis::from_redis_value(p[0].clone()).unwrap_or_default(), value_of(t.board, &p[1])))
+        .collect();
+    let values: Vec<i64> = pairs.iter().map(|(_, v)| *v).collect();
+    let ranks = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &values);
+    let entries = pairs
+        .into_iter()
+        .zip(ranks)
+        .map(|((member, value), r)| {
+            let rank = match policy {
+                RankPolicy::Ordinal => r.ordinal,
+                RankPolicy::Competition => r.competition,
+                RankPolicy::Dense => r.dense,
+            };
+            json!({ "rank": rank, "player_id": member, "score": value })
+        })
+        .collect();
+    (total, entries)
 }
 
 async fn top(
@@ -260,48 +326,24 @@ async fn top(
 ) -> Result<Json<Value>, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
-    let offset = parse_num(&q, "offset", 0, 10_000_000)?;
-    let policy = match q.get("rank").map(String::as_str) {
-        None | Some("ordinal") => RankPolicy::Ordinal,
-        Some("competition") => RankPolicy::Competition,
-        Some(_) => return Err(ApiError::bad("rank", "rank must be ordinal or competition")),
-    };
+    let offset = parse_num(&q, "offset", 0, 100_000_000)?;
+    let policy = rank_policy(&q)?;
     let mut conn = s.redis.clone();
-    let reply: Vec<redis::Value> = if limit == 0 {
-        vec![]
-    } else {
-        s.scripts
-            .top
-            .key(&t.key)
-            .arg(order_arg(t.board))
-            .arg(offset)
-            .arg(limit)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(ApiError::unavailable)?
-    };
-    let as_i64 = |v: Option<&redis::Value>| match v {
-        Some(redis::Value::Int(i)) => *i,
-        _ => 0,
-    };
-    let total = as_i64(reply.first());
-    let better = as_i64(reply.get(1));
-    let mut entries = Vec::new();
-    let mut prev: Option<(String, i64)> = None;
-    for (i, pair) in reply.get(2..).unwrap_or_default().chunks(2).enumerate() {
-        let member: String = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
-        let score: String = redis::from_redis_value(pair[1].clone()).unwrap_or_default();
-        let ordinal = (offset + i + 1) as i64;
-        let rank = match policy {
-            RankPolicy::Ordinal => ordinal,
-            RankPolicy::Competition => match &prev {
-                None => better + 1,
-                Some((s, r)) if *s == score => *r,
-                Some(_) => ordinal,
-            },
-        };
-        prev = Some((score.clone(), rank));
-        entries.push(json!({ "rank": rank, "player_id": member, "score": score_json(&score) }));
+    let reply: Vec<redis::Value> = s
+        .script
+        .key(&t.key)
+        .key(&t.dense_key)
+        .arg("top")
+        .arg(order_arg(t.board))
+        .arg(t.board.packing.shift())
+        .arg(offset)
+        .arg(limit)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(ApiError::unavailable)?;
+    let (total, mut entries) = listing(&t, &reply, policy);
+    if limit == 0 {
+        entries.clear();
     }
     Ok(Json(json!({ "board": t.board.id, "period": t.period.id, "total": total, "entries": entries })))
 }
@@ -313,27 +355,86 @@ async fn player(
 ) -> Result<Json<Value>, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
     let mut conn = s.redis.clone();
-    let reply: Option<(String, i64, i64, i64)> = s
-        .scripts
-        .player
+    let reply: Option<Vec<redis::Value>> = s
+        .script
         .key(&t.key)
+        .key(&t.dense_key)
+        .arg("player")
         .arg(order_arg(t.board))
+        .arg(t.board.packing.shift())
         .arg(&player_id)
         .invoke_async(&mut conn)
         .await
         .map_err(ApiError::unavailable)?;
-    let Some((score, pos, better, total)) = reply else {
+    let Some(reply) = reply else {
         return Err(ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id)));
     };
-    let competition = better + 1;
-    let percentile = 100.0 * (total - better) as f64 / total as f64;
+    let total = int(reply.first());
+    let r = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &[0])[0];
+    let score = reply.get(4).map(|v| value_of(t.board, v)).unwrap_or(0);
+    let percentile = 100.0 * (total - (r.competition - 1)) as f64 / total.max(1) as f64;
     Ok(Json(json!({
         "board": t.board.id,
         "period": t.period.id,
         "player_id": player_id,
-        "score": score_json(&score),
-        "rank": { "ordinal": pos + 1, "competition": competition },
+        "score": score,
+        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": r.dense },
         "percentile": (percentile * 100.0).round() / 100.0,
         "total": total,
     })))
+}
+
+async fn around(
+    State(s): State<AppState>,
+    Path((board_id, player_id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let t = resolve(&s, &board_id, &q)?;
+    let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
+    let policy = rank_policy(&q)?;
+    let mut conn = s.redis.clone();
+    let reply: Option<Vec<redis::Value>> = s
+        .script
+        .key(&t.key)
+        .key(&t.dense_key)
+        .arg("around")
+        .arg(order_arg(t.board))
+        .arg(t.board.packing.shift())
+        .arg(&player_id)
+        .arg(radius)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(ApiError::unavailable)?;
+    let Some(reply) = reply else {
+        return Err(ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id)));
+    };
+    let (total, entries) = listing(&t, &reply, policy);
+    Ok(Json(json!({
+        "board": t.board.id,
+        "period": t.period.id,
+        "player_id": player_id,
+        "total": total,
+        "entries": entries,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_fixture_ranks_three_ways() {
+        // carol 100, bob 100, alice 90 in descending board order.
+        let r = ranks_of_run(0, 0, 0, &[100, 100, 90]);
+        let triple: Vec<(i64, i64, i64)> = r.iter().map(|r| (r.ordinal, r.competition, r.dense)).collect();
+        assert_eq!(triple, [(1, 1, 1), (2, 1, 1), (3, 3, 2)]);
+    }
+
+    #[test]
+    fn a_page_starting_inside_a_tie_continues_its_ranks() {
+        // Page from position 5: four members are strictly better, in two distinct values.
+        let r = ranks_of_run(5, 4, 2, &[50, 50, 40, 30, 30]);
+        let triple: Vec<(i64, i64, i64)> = r.iter().map(|r| (r.ordinal, r.competition, r.dense)).collect();
+        assert_eq!(triple, [(6, 5, 3), (7, 5, 3), (8, 8, 4), (9, 9, 5), (10, 9, 5)]);
+    }
 }
