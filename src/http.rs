@@ -40,13 +40,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(router: Arc<Router>, redis: RedisConn, health: Arc<Health>, max_limit: usize) -> AppState {
-        AppState {
-            router,
-            redis,
-            health,
-            max_limit,
-            script: Arc::new(redis::Script::new(READ_LUA)),
-        }
+        AppState { router, redis, health, max_limit, script: Arc::new(redis::Script::new(READ_LUA)) }
     }
 }
 

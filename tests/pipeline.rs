@@ -67,6 +67,8 @@ async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         worker.sigkill();
+        let at_kill: i64 = broker.committed(&cfg.group, &topic, PARTITIONS).iter().filter(|o| **o > 0).sum();
+        assert!(at_kill < total, "the kill must land mid-stream (committed {at_kill} of {total})");
         // Tansu may keep a SIGKILLed member forever: restart under a fresh
         // group that starts from the killed group's committed offsets.
         let next = random_name("group");

@@ -55,7 +55,12 @@ async fn get(w: &Worker, path: &str) -> (u16, Value) {
 }
 
 fn ranks(body: &Value) -> Vec<(String, i64)> {
-    body["entries"].as_array().unwrap().iter().map(|e| (e["player_id"].as_str().unwrap().to_string(), e["rank"].as_i64().unwrap())).collect()
+    body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["player_id"].as_str().unwrap().to_string(), e["rank"].as_i64().unwrap()))
+        .collect()
 }
 
 fn pairs(v: &[(&str, i64)]) -> Vec<(String, i64)> {

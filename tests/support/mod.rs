@@ -149,7 +149,7 @@ impl Broker {
 
     fn spawn(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
-        let db = self.dir.path().join("broker.db");
+        let marker = self.dir.path().file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -158,8 +158,10 @@ impl Broker {
         let child = Command::new(tansu_bin())
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .arg("--storage-engine")
-            .arg(format!("sqlite://{}", db.display()))
+            // tansu resolves the sqlite path against its working directory.
+            .args(["--storage-engine", "sqlite://broker.db"])
+            // The cluster id carries the temp dir's name, so the process can be found by it.
+            .args(["--cluster-id", &marker])
             .current_dir(self.dir.path())
             .env("RUST_LOG", "warn")
             .stdout(log.try_clone().expect("log"))

@@ -1,0 +1,17 @@
+# Multi-stage build of rankflow. librdkafka is built from source by the
+# rdkafka crate, so the builder needs a C toolchain, make, perl and cmake.
+FROM rust:1-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends cmake perl make g++ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 rankflow
+COPY --from=build /src/target/release/rankflow /usr/local/bin/rankflow
+USER rankflow
+EXPOSE 9898
+ENTRYPOINT ["rankflow"]
+CMD ["run", "--config", "/config/rankflow.toml"]
