@@ -20,10 +20,19 @@ command -v g++ >/dev/null || missing+=(g++)
 command -v perl >/dev/null || missing+=(perl)
 command -v curl >/dev/null || missing+=(curl)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
+# Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt-get"
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Only promtool is wanted from the prometheus package: keep apt from starting its service.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null && as_root chmod +x "$policy"
+    trap 'as_root rm -f "$policy"' EXIT
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"

@@ -170,6 +170,34 @@ impl Metrics {
         }
     }
 
+    /// Creates the series whose label values are known up front, at zero,
+    /// so dashboards and alerts see every family before its first event.
+    fn init_known_series(&self) {
+        self.redis_errors.with_label_values(&["apply"]);
+        for r in ["ok", "error"] {
+            self.commits.with_label_values(&[r]);
+        }
+        for k in ["assign", "revoke"] {
+            self.rebalances.with_label_values(&[k]);
+        }
+        for r in crate::event::Reason::ALL {
+            self.dead_letters.with_label_values(&[r.as_str()]);
+        }
+        for s in ["event", "record"] {
+            self.event_latency.with_label_values(&[s]);
+        }
+    }
+
+    /// Creates the per-board series of every configured board at zero.
+    pub fn init_boards<'a>(&self, boards: impl IntoIterator<Item = &'a str>) {
+        for b in boards {
+            self.events_applied.with_label_values(&[b]);
+            for kind in ["event_id", "offset"] {
+                self.events_duplicate.with_label_values(&[b, kind]);
+            }
+        }
+    }
+
     /// The text exposition of every family.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -181,7 +209,11 @@ impl Metrics {
 /// The process-wide metrics.
 pub fn get() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
-    METRICS.get_or_init(Metrics::new)
+    METRICS.get_or_init(|| {
+        let m = Metrics::new();
+        m.init_known_series();
+        m
+    })
 }
 
 #[cfg(test)]

@@ -196,6 +196,7 @@ pub async fn run(
         .subscribe(&topics)
         .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
     let producer: FutureProducer = producer_config(&settings).create().map_err(WorkerError::Producer)?;
+    metrics::get().init_boards(router.boards().iter().map(|b| b.id.as_str()));
     info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
 
     let w = Worker {

@@ -55,6 +55,10 @@ pub struct Stream {
     pub expiry: HashMap<String, i64>,
     pub applied_records: usize,
     pub skipped_records: usize,
+    /// board id -> events applied to it.
+    pub applied_per_board: HashMap<String, u64>,
+    /// board id -> events it found duplicate (by event id).
+    pub duplicates_per_board: HashMap<String, u64>,
 }
 
 fn day_start(ts: i64) -> i64 {
@@ -275,6 +279,8 @@ pub fn generate(n: usize, seed: u64) -> Stream {
     let mut out = Vec::with_capacity(records.len());
     let mut dead = Vec::new();
     let (mut applied_records, mut skipped_records) = (0, 0);
+    let mut applied_per_board: HashMap<String, u64> = HashMap::new();
+    let mut duplicates_per_board: HashMap<String, u64> = HashMap::new();
     for (key, v) in records {
         if key == "__bad" {
             let (player, value, reason) = &raw_bad[v.as_u64().unwrap() as usize];
@@ -296,8 +302,14 @@ pub fn generate(n: usize, seed: u64) -> Stream {
         let (mut applied, mut duplicate, mut reasons) = (false, false, Vec::new());
         for (board, tag) in targets {
             match model.apply(board, &tag, &v, record_ts) {
-                BoardOutcome::Applied => applied = true,
-                BoardOutcome::Duplicate => duplicate = true,
+                BoardOutcome::Applied => {
+                    applied = true;
+                    *applied_per_board.entry(board.to_string()).or_default() += 1;
+                }
+                BoardOutcome::Duplicate => {
+                    duplicate = true;
+                    *duplicates_per_board.entry(board.to_string()).or_default() += 1;
+                }
                 BoardOutcome::Refused(r) => reasons.push(r),
             }
         }
@@ -307,7 +319,16 @@ pub fn generate(n: usize, seed: u64) -> Stream {
             dead.push((value, reasons.join(",")));
         }
     }
-    Stream { records: out, dead, boards: model.boards, expiry: model.expiry, applied_records, skipped_records }
+    Stream {
+        records: out,
+        dead,
+        boards: model.boards,
+        expiry: model.expiry,
+        applied_records,
+        skipped_records,
+        applied_per_board,
+        duplicates_per_board,
+    }
 }
 
 impl Stream {
