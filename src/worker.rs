@@ -33,7 +33,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{debug, debug_span, info, info_span, warn, Instrument};
 
 use crate::board::{Decision, Router};
 use crate::config::Settings;
@@ -260,12 +260,14 @@ pub async fn run(
 /// batch was in flight fails alone, and its result is dropped, not stored.
 fn store_offsets(consumer: &StreamConsumer<WorkerContext>, offsets: &BatchOffsets) {
     for (topic, partition, next) in offsets.to_store() {
+        let _span = debug_span!("partition", topic, partition).entered();
         let mut tpl = TopicPartitionList::new();
         if tpl.add_partition_offset(topic, partition, Offset::Offset(next)).is_err() {
             continue;
         }
-        if let Err(e) = consumer.store_offsets(&tpl) {
-            debug!(topic, partition, error = %e, "Partition no longer assigned; its result is dropped, not stored.");
+        match consumer.store_offsets(&tpl) {
+            Ok(()) => debug!(next_offset = next, "Stored the partition's offset."),
+            Err(e) => debug!(error = %e, "Partition no longer assigned; its result is dropped, not stored."),
         }
     }
 }

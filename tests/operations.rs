@@ -201,3 +201,27 @@ fn check_config_names_every_bad_field_and_exits_non_zero() {
         assert!(err.contains(field), "{field} not named in:\n{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_never_reach_the_log_even_at_debug_level() {
+    let redis = Redis::start_with(&["--requirepass", "s3cret-redis-pw"]);
+    let broker = Broker::start();
+    let topic = random_name("scores");
+    let dlq = random_name("dlq");
+    broker.create_topic(&topic, 1).await;
+    broker.create_topic(&dlq, 1).await;
+    let s = stream::generate(200, 3);
+    broker.produce(&topic, &s.records).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    cfg.redis_url = format!("redis://:s3cret-redis-pw@127.0.0.1:{}", redis.port);
+    cfg.extra_kafka_options.push(("sasl.password".into(), "s3cret-kafka-pw".into()));
+    cfg.rust_log = "debug".into();
+    let mut w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    let status = w.sigterm(Duration::from_secs(25)).expect("exits on SIGTERM");
+    assert!(status.success());
+    let log = w.log();
+    assert!(log.contains("Connecting to Redis") && log.contains("***"), "the redacted URL is logged:\n{log}");
+    assert!(!log.contains("s3cret-redis-pw"), "the Redis password reached the log");
+    assert!(!log.contains("s3cret-kafka-pw"), "the SASL password reached the log");
+}

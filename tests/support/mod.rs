@@ -324,6 +324,7 @@ impl Drop for Broker {
 }
 
 /// The settings a test worker runs with.
+#[derive(Clone)]
 pub struct WorkerConfig {
     pub brokers: String,
     pub redis_url: String,
@@ -335,6 +336,8 @@ pub struct WorkerConfig {
     pub boards: String,
     pub extra_kafka_options: Vec<(String, String)>,
     pub worker_section: String,
+    /// RUST_LOG of the worker process.
+    pub rust_log: String,
 }
 
 impl WorkerConfig {
@@ -349,6 +352,7 @@ impl WorkerConfig {
             boards: boards.into(),
             extra_kafka_options: Vec::new(),
             worker_section: "batch_size = 500\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into(),
+            rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
         }
     }
 
@@ -375,6 +379,13 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Several workers of one group: each gets its own HTTP port.
+    pub fn spawn_with_port(cfg: &WorkerConfig, http_port: u16) -> Worker {
+        let mut c = cfg.clone();
+        c.http_port = http_port;
+        Worker::spawn(&c)
+    }
+
     pub fn spawn(cfg: &WorkerConfig) -> Worker {
         let dir = temp_dir();
         let config_path = dir.path().join("rankflow.toml");
@@ -385,7 +396,7 @@ impl Worker {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
-            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env("RUST_LOG", &cfg.rust_log)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
