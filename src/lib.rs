@@ -18,6 +18,7 @@
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
 //! - [`metrics`]: every Prometheus family.
 //! - [`generator`], [`admin`]: sample events, topic creation (demo and benchmarks).
+//! - [`bench`]: the benchmark harness, with the machine's ceilings measured in the same run.
 //!
 //! # The flow of one event
 //!
@@ -32,6 +33,7 @@
 //! offset + 1, which librdkafka then commits.
 
 pub mod admin;
+pub mod bench;
 pub mod board;
 pub mod config;
 pub mod event;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use rankflow::board::Router;
 use rankflow::config::{self, Settings};
 use rankflow::store::{RedisConn, Store};
-use rankflow::{admin, http, worker};
+use rankflow::{admin, bench, http, worker};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -58,6 +58,41 @@ enum Command {
         /// Share of producer duplicates (they are counted once).
         #[arg(long, default_value_t = 0.0)]
         dup_ratio: f64,
+    },
+    /// Benchmarks, with the machine's ceilings measured in the same run (see README).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Broker and Redis ceilings, store path, end to end, latency and memory.
+    Pipeline {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Produce rate of the latency run.
+        #[arg(long, default_value_t = 5000)]
+        rate: u64,
+        /// Length of the latency run, seconds.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+    /// Read API latency on a large board next to the bare Redis commands.
+    Read {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        members: u64,
+        #[arg(long, default_value_t = 5000)]
+        samples: usize,
     },
 }
 
@@ -111,6 +146,12 @@ fn main() -> ExitCode {
                 Ok(s) => report(admin::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
                 Err(code) => code,
             },
+            Command::Bench { which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds } } => {
+                report(bench::pipeline(&brokers, &redis, events, partitions, rate, seconds).await)
+            }
+            Command::Bench { which: BenchCommand::Read { redis, members, samples } } => {
+                report(bench::read(&redis, members, samples).await)
+            }
         }
     })
 }

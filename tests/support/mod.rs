@@ -92,9 +92,11 @@ impl Redis {
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        // Checks read every key of a loaded server: no response timeout.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         redis::Client::open(self.url())
             .unwrap()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("connect to test redis")
     }
@@ -338,6 +340,8 @@ pub struct WorkerConfig {
     pub worker_section: String,
     /// RUST_LOG of the worker process.
     pub rust_log: String,
+    /// Extra lines of the `[redis]` section (e.g. `cluster = true`, `dedupe_ttl = "1s"`).
+    pub redis_extra: String,
 }
 
 impl WorkerConfig {
@@ -353,6 +357,7 @@ impl WorkerConfig {
             extra_kafka_options: Vec::new(),
             worker_section: "batch_size = 500\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into(),
             rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
+            redis_extra: String::new(),
         }
     }
 
@@ -363,8 +368,16 @@ impl WorkerConfig {
         }
         format!(
             "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
-             [redis]\nurl = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[worker]\n{}\n{}",
-            self.brokers, self.topic, self.group, self.dead_letter_topic, self.redis_url, self.http_port, self.worker_section, self.boards
+             [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[worker]\n{}\n{}",
+            self.brokers,
+            self.topic,
+            self.group,
+            self.dead_letter_topic,
+            self.redis_url,
+            self.redis_extra,
+            self.http_port,
+            self.worker_section,
+            self.boards
         )
     }
 }
@@ -410,6 +423,22 @@ impl Worker {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Resident memory now, in KiB (from /proc).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     pub fn sigkill(&mut self) {
@@ -504,4 +533,69 @@ pub async fn board_keys(
         out.insert(k, entries.into_iter().collect());
     }
     out
+}
+
+/// A local Redis Cluster of `redis-server` processes (masters only), joined
+/// with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    nodes: Vec<Redis>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> RedisCluster {
+        let nodes: Vec<Redis> = (0..masters)
+            .map(|_| {
+                Redis::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--appendonly",
+                    "no",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed (scripts/setup.sh)");
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in &nodes {
+            loop {
+                let info =
+                    Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "info"]).output().unwrap();
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster did not reach state ok");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// A seed node's URL.
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// The board keys of every node, merged, and how many nodes hold any.
+    pub async fn board_keys(&self, prefix: &str) -> (HashMap<String, HashMap<String, f64>>, usize) {
+        let mut all = HashMap::new();
+        let mut holding = 0;
+        for n in &self.nodes {
+            let mut conn = n.conn().await;
+            let keys = board_keys(&mut conn, prefix).await;
+            if !keys.is_empty() {
+                holding += 1;
+            }
+            all.extend(keys);
+        }
+        (all, holding)
+    }
 }

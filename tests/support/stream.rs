@@ -158,6 +158,11 @@ fn uuid(rng: &mut StdRng) -> String {
 /// Generates `n` records (plus the fixed fixtures) with about 2% producer
 /// duplicates at later offsets and about 1% bad records of every kind.
 pub fn generate(n: usize, seed: u64) -> Stream {
+    generate_with(n, seed, 0.02)
+}
+
+/// [`generate`] with a chosen share of producer duplicates.
+pub fn generate_with(n: usize, seed: u64, dup_ratio: f64) -> Stream {
     let mut rng = StdRng::seed_from_u64(seed);
     let record_ts = Utc::now().timestamp_millis();
     let players: Vec<String> = (0..300)
@@ -238,13 +243,13 @@ pub fn generate(n: usize, seed: u64) -> Stream {
             records.push(("__bad".into(), json!(raw_bad.len() - 1)));
             continue;
         }
-        if roll < 0.03 && !good.is_empty() {
+        if roll < 0.01 + dup_ratio && !good.is_empty() {
             // A producer retry: the same record again, later.
             let orig = good[rng.random_range(0..good.len())];
             records.push(records[orig].clone());
             continue;
         }
-        if roll < 0.035 {
+        if roll < 0.015 + dup_ratio {
             records.push((
                 player.clone(),
                 json!({"event_id": uuid(&mut rng), "type": "chat", "player_id": player, "text": "gg"}),
@@ -336,6 +341,15 @@ impl Stream {
     /// expiry times, and no other board key.
     pub async fn assert_boards(&self, conn: &mut redis::aio::MultiplexedConnection) {
         let actual = super::board_keys(conn, PREFIX).await;
+        self.assert_board_contents(&actual);
+        for (key, exp) in &self.expiry {
+            let t: i64 = redis::cmd("EXPIRETIME").arg(key).query_async(conn).await.unwrap();
+            assert_eq!(t, *exp, "EXPIRETIME of {key}");
+        }
+    }
+
+    /// Asserts that `actual` (key -> member -> score) is exactly the model's boards.
+    pub fn assert_board_contents(&self, actual: &HashMap<String, HashMap<String, f64>>) {
         let mut missing: Vec<&String> = self.boards.keys().filter(|k| !actual.contains_key(*k)).collect();
         let mut extra: Vec<&String> = actual.keys().filter(|k| !self.boards.contains_key(*k)).collect();
         missing.sort();
@@ -362,10 +376,6 @@ impl Stream {
             wrong.len(),
             &wrong[..wrong.len().min(10)]
         );
-        for (key, exp) in &self.expiry {
-            let t: i64 = redis::cmd("EXPIRETIME").arg(key).query_async(conn).await.unwrap();
-            assert_eq!(t, *exp, "EXPIRETIME of {key}");
-        }
     }
 
     /// Asserts that the dead-letter topic holds exactly the model's dead

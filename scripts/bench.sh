@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the benchmarks on a local stack: starts redis-server and tansu on free
+# ports in a temporary directory, builds rankflow in release mode, runs
+# `rankflow bench pipeline` (ceilings, store path, end to end, latency,
+# memory) and `rankflow bench read` (read API on a 1,000,000-member board),
+# and stops everything. Sizes: BENCH_EVENTS (default 1000000),
+# BENCH_MEMBERS (default 1000000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+scripts/setup.sh >/dev/null
+cargo build --release --quiet
+bin=$PWD/target/release/rankflow
+
+dir=$(mktemp -d /tmp/rankflow-bench-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 150); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+
+rport=$(free_port); kport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction --dir "$dir" >"$dir/redis.log" 2>&1 &
+pids+=($!)
+(cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
+  --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
+pids+=($!)
+wait_port "$rport"; wait_port "$kport"
+
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
+"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}"
+"$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}"

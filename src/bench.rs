@@ -1,0 +1,647 @@
+//! The benchmark harness (`rankflow bench ...`): rankflow measured side by
+//! side with the limits of the machine in one run, reported as ratios,
+//! because shared machines are noisy and only ratios compare across runs.
+//!
+//! `bench pipeline` produces N generated events, then measures, in order:
+//! the broker ceiling (a bare consumer that only reads the topic), the Redis
+//! ceiling (the same events' bare writes, pipelined, no scripts), rankflow's
+//! store path alone (pre-parsed events through `Store::apply`), rankflow end
+//! to end (the real binary, from start until the group's committed offsets
+//! reach the log end, with its peak resident memory), and latency at a
+//! steady produce rate. `bench read` fills a board of 1,000,000 members
+//! through the store and times the read API in-process (server-side)
+//! against the bare Redis commands each read needs.
+//!
+//! This module is never on the worker's path.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde_json::json;
+
+use crate::board::{Decision, Router};
+use crate::config::{self, Settings};
+use crate::event::{self, Event, Parsed};
+use crate::generator::Generator;
+use crate::keys;
+use crate::store::{ApplyItem, RedisConn, Store, TagBatch};
+
+/// The boards every pipeline benchmark uses: a match event fans out to six
+/// period keys on two boards, a lap to two keys of a split board.
+pub const BENCH_BOARDS: &str = r#"
+[[board]]
+id = "points"
+on = ["match_finished"]
+mode = "sum"
+periods = ["daily", "weekly", "all_time"]
+
+[[board]]
+id = "best"
+on = ["match_finished"]
+mode = "best"
+periods = ["daily", "weekly", "all_time"]
+
+[[board]]
+id = "laps"
+on = ["lap_time"]
+mode = "best"
+order = "asc"
+periods = ["daily", "all_time"]
+split_by = "track"
+"#;
+
+fn bench_config(brokers: &str, redis: &str, topic: &str, group: &str, listen: &str, extra_options: &str) -> String {
+    format!(
+        "[kafka]\nbrokers = \"{brokers}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{group}\"\ndead_letter_topic = \"{topic}.dlq\"\n\
+         [kafka.options]\n\"session.timeout.ms\" = 30000\n{extra_options}\n[redis]\nurl = \"{redis}\"\n[http]\nlisten = \"{listen}\"\n{BENCH_BOARDS}"
+    )
+}
+
+fn client(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    c
+}
+
+fn rate(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+/// One row of the result table.
+struct Row {
+    what: &'static str,
+    per_sec: f64,
+    note: String,
+}
+
+async fn flush(conn: &RedisConn) -> Result<(), String> {
+    let mut c = conn.clone();
+    redis::cmd("FLUSHALL").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHALL: {e}"))
+}
+
+async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec: u64) -> Result<Duration, String> {
+    let producer: FutureProducer = client(brokers)
+        .set("linger.ms", if rate_per_sec > 0 { "0" } else { "20" })
+        .set("message.timeout.ms", "60000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut g = Generator::new(seed, 100_000, now - 1000, 0);
+    let started = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..count {
+        if rate_per_sec > 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / rate_per_sec as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let s = g.next_sample();
+        let f = producer
+            .send_result(FutureRecord::to(topic).key(&s.key).payload(&s.value))
+            .map_err(|(e, _)| e.to_string())?;
+        pending.push(f);
+        if pending.len() >= 50_000 {
+            for f in pending.drain(..) {
+                f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
+            }
+        }
+    }
+    for f in pending {
+        f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
+    }
+    Ok(started.elapsed())
+}
+
+async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        client(brokers).create().map_err(|e| e.to_string())?;
+    let dlq = format!("{topic}.dlq");
+    let topics = vec![
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)),
+    ];
+    let names: Vec<String> = topics.iter().map(|t| t.name.to_string()).collect();
+    let res = admin.create_topics(&topics, &AdminOptions::new()).await.map_err(|e| e.to_string())?;
+    for (r, n) in res.into_iter().zip(names) {
+        r.map_err(|(_, e)| format!("create {n}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The broker ceiling: a bare consumer reading every record of the topic.
+fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Duration, String> {
+    let c: BaseConsumer = client(brokers)
+        .set("group.id", format!("bench-read-{}", uuid::Uuid::new_v4().simple()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut n = 0u64;
+    let mut bytes = 0usize;
+    while n < count {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(format!("bare read stalled at {n} of {count}"));
+        }
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.map_err(|e| e.to_string())?;
+            bytes += m.payload().map_or(0, |p| p.len());
+            n += 1;
+        }
+    }
+    let d = started.elapsed();
+    std::hint::black_box(bytes);
+    Ok(d)
+}
+
+/// Reads the topic back as parsed events with their coordinates, for the
+/// store-path and bare-write measurements (outside any timing).
+fn read_events(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    router: &Router,
+) -> Result<Vec<(i32, i64, i64, Event)>, String> {
+    let c: BaseConsumer = client(brokers)
+        .set("group.id", format!("bench-load-{}", uuid::Uuid::new_v4().simple()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(count as usize);
+    let mut n = 0;
+    let started = Instant::now();
+    while n < count && started.elapsed() < Duration::from_secs(600) {
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.map_err(|e| e.to_string())?;
+            n += 1;
+            if let Parsed::Event(e) = event::parse(m.payload().unwrap_or_default(), 65536, |t| router.listens(t)) {
+                out.push((m.partition(), m.offset(), m.timestamp().to_millis().unwrap_or(e.ts_ms), e));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The Redis ceiling: per event one `SET NX EX` marker, and per board
+/// period one `ZINCRBY`/`ZADD GT`/`ZADD LT`, pipelined 1000 events at a time.
+async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64, Event)]) -> Result<Duration, String> {
+    let plans: Vec<Vec<(usize, Decision)>> = events.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
+    let started = Instant::now();
+    for (chunk_e, chunk_p) in events.chunks(1000).zip(plans.chunks(1000)) {
+        let mut pipe = redis::pipe();
+        for ((_, _, _, e), plan) in chunk_e.iter().zip(chunk_p) {
+            pipe.cmd("SET").arg(format!("bare:{}", e.event_id)).arg(1).arg("NX").arg("EX").arg(604800).ignore();
+            for (_, d) in plan {
+                let Decision::Write(w) = d else { continue };
+                for p in &w.periods {
+                    match w.op {
+                        crate::board::WriteOp::Sum => {
+                            pipe.cmd("ZINCRBY").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
+                        }
+                        crate::board::WriteOp::Gt => {
+                            pipe.cmd("ZADD").arg(&p.key).arg("GT").arg(w.num).arg(&e.player_id).ignore()
+                        }
+                        crate::board::WriteOp::Lt => {
+                            pipe.cmd("ZADD").arg(&p.key).arg("LT").arg(w.num).arg(&e.player_id).ignore()
+                        }
+                    };
+                }
+            }
+        }
+        let mut c = conn.clone();
+        pipe.query_async::<()>(&mut c).await.map_err(|e| format!("bare writes: {e}"))?;
+    }
+    Ok(started.elapsed())
+}
+
+/// rankflow's store path: pre-parsed events, planned and applied through
+/// `Store::apply` in batches of `batch` records, as the worker does.
+async fn store_path(
+    store: &Store,
+    router: &Router,
+    events: &[(i32, i64, i64, Event)],
+    batch: usize,
+) -> Result<Duration, String> {
+    let fields: HashMap<i32, String> = (0..64).map(|p| (p, keys::offsets_field("bench", p))).collect();
+    let started = Instant::now();
+    for chunk in events.chunks(batch) {
+        let plans: Vec<Vec<(usize, Decision)>> = chunk.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
+        let mut tags: Vec<TagBatch<'_>> = Vec::new();
+        for ((p, off, _, e), plan) in chunk.iter().zip(&plans) {
+            for (_, d) in plan {
+                let Decision::Write(w) = d else { continue };
+                let t = match tags.iter().position(|t| t.base == w.base) {
+                    Some(t) => t,
+                    None => {
+                        tags.push(TagBatch {
+                            base: &w.base,
+                            op: w.op,
+                            shift: w.shift,
+                            max_value: w.max_value,
+                            items: Vec::new(),
+                        });
+                        tags.len() - 1
+                    }
+                };
+                tags[t].items.push(ApplyItem {
+                    field: &fields[p],
+                    offset: *off,
+                    member: &e.player_id,
+                    num: w.num,
+                    tie: w.tie,
+                    event_id: &e.event_id,
+                    periods: &w.periods,
+                });
+            }
+        }
+        store.apply(&tags).await.map_err(|e| e.to_string())?;
+    }
+    Ok(started.elapsed())
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    let Ok(c) = client(brokers).set("group.id", group).create::<BaseConsumer>() else { return -1 };
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    match c.committed_offsets(tpl, Duration::from_secs(10)) {
+        Ok(t) => t.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum(),
+        Err(_) => -1,
+    }
+}
+
+/// A consumer group's position on a topic.
+#[derive(Clone, Copy)]
+struct GroupTopic<'a> {
+    brokers: &'a str,
+    group: &'a str,
+    topic: &'a str,
+    partitions: i32,
+}
+
+/// Runs the real binary until its group has committed `count` records.
+/// Returns the elapsed time and peak resident memory (KiB).
+fn run_to_end(exe: &Path, dir: &Path, cfg: &str, at: &GroupTopic<'_>, count: u64) -> Result<(Duration, u64), String> {
+    let GroupTopic { brokers, group, topic, partitions } = *at;
+    let path = dir.join(format!("{group}.toml"));
+    std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join(format!("{group}.log"))).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut child = std::process::Command::new(exe)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stderr(log)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let mut peak = 0;
+    let result = loop {
+        peak = peak.max(proc_status_kib(pid, "VmHWM:"));
+        if committed(brokers, group, topic, partitions) >= count as i64 {
+            break Ok((started.elapsed(), peak));
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            break Err("end-to-end run did not finish in 15 minutes".to_string());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    peak = peak.max(proc_status_kib(pid, "VmHWM:"));
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = child.wait();
+    result.map(|(d, _)| (d, peak))
+}
+
+/// Quantile from Prometheus histogram buckets (upper bounds, cumulative counts).
+fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let target = q * total;
+    let mut prev = (0.0, 0.0);
+    for &(le, cum) in buckets {
+        if cum >= target {
+            let span = cum - prev.1;
+            let frac = if span > 0.0 { (target - prev.1) / span } else { 1.0 };
+            return prev.0 + (le - prev.0) * frac;
+        }
+        prev = (le, cum);
+    }
+    prev.0
+}
+
+async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(listen).await.map_err(|e| e.to_string())?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("rankflow_event_latency_seconds_bucket{") {
+            if !rest.contains("source=\"record\"") {
+                continue;
+            }
+            let le = rest.split("le=\"").nth(1).and_then(|x| x.split('"').next()).unwrap_or("");
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(0.0) };
+            let v: f64 = l.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            out.push((le, v));
+        }
+    }
+    Ok(out)
+}
+
+/// `rankflow bench pipeline`.
+pub async fn pipeline(
+    brokers: &str,
+    redis_url: &str,
+    count: u64,
+    partitions: i32,
+    latency_rate: u64,
+    latency_secs: u64,
+) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = tempfile_dir()?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let topic = format!("bench-{run}");
+    let cfg_text = bench_config(brokers, redis_url, &topic, "unused", "127.0.0.1:0", "");
+    let settings = config::load_str(&cfg_text, Vec::new()).map_err(|e| e.to_string())?;
+    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    store.load_script().await.map_err(|e| e.to_string())?;
+
+    create_topic(brokers, &topic, partitions).await?;
+    eprintln!("bench: producing {count} events to {topic} ({partitions} partitions)");
+    let produced = produce(brokers, &topic, count, 7, 0).await?;
+    let mut rows = vec![Row { what: "produce (bench producer)", per_sec: rate(count, produced), note: String::new() }];
+
+    eprintln!("bench: broker ceiling (bare consumer)");
+    let broker = rate(count, bare_read(brokers, &topic, partitions, count)?);
+    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note: "1.00x".into() });
+
+    let events = read_events(brokers, &topic, partitions, count, &router)?;
+    eprintln!("bench: Redis ceiling (bare pipelined writes of {} events)", events.len());
+    flush(&conn).await?;
+    let redis_ceiling = rate(events.len() as u64, bare_writes(&conn, &router, &events).await?);
+    rows.push(Row { what: "Redis ceiling: bare pipelined writes", per_sec: redis_ceiling, note: "1.00x".into() });
+
+    eprintln!("bench: store path");
+    flush(&conn).await?;
+    let store_rate = rate(events.len() as u64, store_path(&store, &router, &events, settings.worker.batch_size).await?);
+    rows.push(Row {
+        what: "rankflow store path",
+        per_sec: store_rate,
+        note: format!("{:.2}x Redis ceiling", store_rate / redis_ceiling),
+    });
+
+    eprintln!("bench: end to end (the rankflow binary until committed = log end)");
+    flush(&conn).await?;
+    let group = format!("bench-e2e-{run}");
+    let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
+    let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+    let (e2e, peak_kib) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+    let e2e_rate = rate(count, e2e);
+    let limit = broker.min(redis_ceiling);
+    rows.push(Row {
+        what: "rankflow end to end",
+        per_sec: e2e_rate,
+        note: format!(
+            "{:.2}x broker, {:.2}x Redis ceiling; peak RSS {} MiB",
+            e2e_rate / broker,
+            e2e_rate / redis_ceiling,
+            peak_kib / 1024
+        ),
+    });
+    let _ = limit;
+
+    eprintln!("bench: latency at {latency_rate} events/s for {latency_secs}s");
+    flush(&conn).await?;
+    let lat_topic = format!("{topic}-latency");
+    create_topic(brokers, &lat_topic, partitions).await?;
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let lat_group = format!("bench-lat-{run}");
+    let lat_cfg = bench_config(brokers, redis_url, &lat_topic, &lat_group, &listen, "\"fetch.wait.max.ms\" = 5\n")
+        .replace("[http]", "[worker]\nbatch_linger = \"2ms\"\n[http]");
+    let lat_path = dir.join("latency.toml");
+    std::fs::write(&lat_path, &lat_cfg).map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(&exe)
+        .args(["run", "--config"])
+        .arg(&lat_path)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let n = latency_rate * latency_secs;
+    produce(brokers, &lat_topic, n, 9, latency_rate).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed(brokers, &lat_group, &lat_topic, partitions) < n as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let buckets = scrape_latency(&listen).await?;
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    let p50 = bucket_quantile(&buckets, 0.50) * 1000.0;
+    let p99 = bucket_quantile(&buckets, 0.99) * 1000.0;
+    let max = buckets.iter().find(|(_, c)| *c >= buckets.last().map_or(0.0, |b| b.1)).map_or(0.0, |b| b.0) * 1000.0;
+
+    println!("\n| measurement | events/s | ratio |");
+    println!("|---|---:|---|");
+    for r in &rows {
+        println!("| {} | {:.0} | {} |", r.what, r.per_sec, r.note);
+    }
+    println!(
+        "\nlatency at {latency_rate} events/s for {latency_secs}s (record timestamp to applied, from rankflow_event_latency_seconds buckets): \
+         p50 {p50:.1} ms, p99 {p99:.1} ms, max <= {max:.0} ms"
+    );
+    println!(
+        "{}",
+        json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate, "e2e": e2e_rate,
+        "peak_rss_mib": peak_kib / 1024, "p50_ms": p50, "p99_ms": p99, "max_ms": max})
+    );
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf, String> {
+    let d = std::env::temp_dir().join(format!("rankflow-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+    Ok(d)
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+/// `rankflow bench read`: a 1,000,000-member board, the read API timed
+/// in-process against the bare Redis commands.
+pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), String> {
+    use tower::ServiceExt;
+    let cfg = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{redis_url}\"\n\
+         [[board]]\nid = \"big\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\n"
+    );
+    let settings: Settings = config::load_str(&cfg, Vec::new()).map_err(|e| e.to_string())?;
+    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
+    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    flush(&conn).await?;
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    store.load_script().await.map_err(|e| e.to_string())?;
+    eprintln!("bench: filling a board of {members} members through the store");
+    let mut g = rand_seed(5);
+    let now = chrono::Utc::now().timestamp_millis();
+    let events: Vec<(i32, i64, i64, Event)> = (0..members)
+        .map(|i| {
+            let e = Event {
+                event_id: uuid::Builder::from_random_bytes(rand::Rng::random(&mut g)).into_uuid(),
+                kind: "m".into(),
+                player_id: format!("player-{i:07}"),
+                score: rand::Rng::random_range(&mut g, 0..200_000),
+                ts_ms: now,
+                attrs: Default::default(),
+            };
+            (0, i as i64, now, e)
+        })
+        .collect();
+    let fill = store_path(&store, &router, &events, 2000).await?;
+    eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
+
+    let health = Arc::new(crate::worker::Health::default());
+    let app = crate::http::app(crate::http::AppState::new(router.clone(), conn.clone(), health, 1000));
+    let key = "lb:{big}:all";
+    let dense_key = "lb:{big}:_dense:all";
+    let mut rng = rand_seed(6);
+    let mut results: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
+    for what in ["top 10", "player rank", "around me (radius 2)", "dense rank (top page)"] {
+        let (mut api, mut bare) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+        for _ in 0..samples {
+            let player = format!("player-{:07}", rand::Rng::random_range(&mut rng, 0..members));
+            let uri = match what {
+                "top 10" => "/v1/boards/big/top?limit=10".to_string(),
+                "player rank" => format!("/v1/boards/big/players/{player}"),
+                "around me (radius 2)" => format!("/v1/boards/big/players/{player}/around?radius=2"),
+                _ => format!(
+                    "/v1/boards/big/top?limit=10&rank=dense&offset={}",
+                    rand::Rng::random_range(&mut rng, 0..members - 10)
+                ),
+            };
+            let req = axum::http::Request::get(uri).body(axum::body::Body::empty()).map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            let resp = app.clone().oneshot(req).await.map_err(|e| e.to_string())?;
+            let _ = axum::body::to_bytes(resp.into_body(), 1 << 20).await;
+            api.push(t.elapsed().as_secs_f64() * 1000.0);
+
+            let mut c = conn.clone();
+            let t = Instant::now();
+            match what {
+                "top 10" => {
+                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(9)
+                        .arg("REV")
+                        .arg("WITHSCORES")
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                "player rank" => {
+                    let _: (Option<f64>, Option<i64>) = redis::pipe()
+                        .zscore(key, &player)
+                        .zrevrank(key, &player)
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                "around me (radius 2)" => {
+                    let r: Option<i64> = redis::cmd("ZREVRANK")
+                        .arg(key)
+                        .arg(&player)
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let r = r.unwrap_or(0);
+                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg((r - 2).max(0))
+                        .arg(r + 2)
+                        .arg("REV")
+                        .arg("WITHSCORES")
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                _ => {
+                    let s: Option<f64> = redis::cmd("ZSCORE")
+                        .arg(key)
+                        .arg(&player)
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _: i64 = redis::cmd("ZCOUNT")
+                        .arg(dense_key)
+                        .arg(format!("({}", s.unwrap_or(0.0)))
+                        .arg("+inf")
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            bare.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        results.push((what, api, bare));
+    }
+    println!("\nboard of {members} members, {samples} samples each (ms):\n");
+    println!("| read | API p50 | API p99 | bare Redis p50 | bare Redis p99 | bare commands |");
+    println!("|---|---:|---:|---:|---:|---|");
+    for (what, mut api, mut bare) in results {
+        api.sort_by(f64::total_cmp);
+        bare.sort_by(f64::total_cmp);
+        let cmds = match what {
+            "top 10" => "ZRANGE 0 9 REV WITHSCORES",
+            "player rank" => "ZSCORE + ZREVRANK (pipelined)",
+            "around me (radius 2)" => "ZREVRANK, then ZRANGE",
+            _ => "ZSCORE, then ZCOUNT on the dense index",
+        };
+        println!(
+            "| {what} | {:.3} | {:.3} | {:.3} | {:.3} | {cmds} |",
+            percentile(&api, 0.5),
+            percentile(&api, 0.99),
+            percentile(&bare, 0.5),
+            percentile(&bare, 0.99)
+        );
+    }
+    Ok(())
+}
+
+fn rand_seed(seed: u64) -> rand::rngs::StdRng {
+    rand::SeedableRng::seed_from_u64(seed)
+}
