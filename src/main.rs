@@ -59,6 +59,13 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         dup_ratio: f64,
     },
+    /// Forget the offsets recorded for a topic (after deleting and recreating it).
+    ForgetOffsets {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        topic: String,
+    },
     /// Benchmarks, with the machine's ceilings measured in the same run (see README).
     Bench {
         #[command(subcommand)]
@@ -144,6 +151,12 @@ fn main() -> ExitCode {
             },
             Command::Produce { config, count, rate, seed, bad_ratio, dup_ratio } => match load(&config) {
                 Ok(s) => report(admin::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
+                Err(code) => code,
+            },
+            Command::ForgetOffsets { config, topic } => match load(&config) {
+                Ok(s) => report(admin::forget_offsets(&s, &topic).await.map(|n| {
+                    println!("forgot {n} recorded partition offsets of topic {topic}");
+                })),
                 Err(code) => code,
             },
             Command::Bench { which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds } } => {

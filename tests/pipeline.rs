@@ -33,6 +33,26 @@ async fn a_stream_with_duplicates_and_bad_records_matches_the_model_exactly() {
 
     let status = worker.sigterm(Duration::from_secs(25)).expect("rankflow exits after SIGTERM");
     assert!(status.success(), "exit status {status:?}\n{}", worker.log());
+
+    // The operator's command for a recreated topic forgets its recorded offsets.
+    assert!(offsets_fields(&mut conn, &topic).await >= PARTITIONS as usize);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["forget-offsets", "--config", worker.config_path.to_str().unwrap(), "--topic", &topic])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(offsets_fields(&mut conn, &topic).await, 0, "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// How many `_offsets` hash fields name `topic`.
+async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> usize {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
+    let mut n = 0;
+    for k in keys {
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&k).query_async(conn).await.unwrap();
+        n += fields.iter().filter(|f| f.starts_with(&format!("{topic}:"))).count();
+    }
+    n
 }
 
 #[tokio::test(flavor = "multi_thread")]
