@@ -210,7 +210,7 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
             for (_, d) in plan {
                 let Decision::Write(w) = d else { continue };
                 for p in &w.periods {
-                    match w.op {
+                    match w.params.op {
                         crate::board::WriteOp::Sum => {
                             pipe.cmd("ZINCRBY").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
                         }
@@ -219,6 +219,9 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
                         }
                         crate::board::WriteOp::Lt => {
                             pipe.cmd("ZADD").arg(&p.key).arg("LT").arg(w.num).arg(&e.player_id).ignore()
+                        }
+                        crate::board::WriteOp::Latest => {
+                            pipe.cmd("ZADD").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
                         }
                     };
                 }
@@ -249,13 +252,7 @@ async fn store_path(
                 let t = match tags.iter().position(|t| t.base == w.base) {
                     Some(t) => t,
                     None => {
-                        tags.push(TagBatch {
-                            base: &w.base,
-                            op: w.op,
-                            shift: w.shift,
-                            max_value: w.max_value,
-                            items: Vec::new(),
-                        });
+                        tags.push(TagBatch { base: &w.base, params: w.params, items: Vec::new() });
                         tags.len() - 1
                     }
                 };
@@ -265,6 +262,7 @@ async fn store_path(
                     member: &e.player_id,
                     num: w.num,
                     tie: w.tie,
+                    ts: w.ts,
                     event_id: &e.event_id,
                     periods: &w.periods,
                 });

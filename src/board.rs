@@ -24,6 +24,8 @@ pub enum Mode {
     Sum,
     /// `ZADD GT` (desc) or `ZADD LT` (asc): a personal best.
     Best,
+    /// The value of the member's newest event (by event time).
+    Latest,
 }
 
 impl Mode {
@@ -31,6 +33,7 @@ impl Mode {
         match self {
             Mode::Sum => "sum",
             Mode::Best => "best",
+            Mode::Latest => "latest",
         }
     }
 }
@@ -76,6 +79,10 @@ pub struct Board {
     pub split_by: Option<String>,
     /// How values and tie-break times become stored scores.
     pub packing: Packing,
+    /// Top-K: members kept per period key (`best` and `latest` boards only).
+    pub max_members: Option<u64>,
+    /// Per-player sliding window on event time: (events, window ms).
+    pub rate_limit: Option<(u64, i64)>,
     /// Retentions the config set; others take the period's default.
     retention: BTreeMap<PeriodKind, Duration>,
 }
@@ -94,7 +101,20 @@ impl Board {
         packing: Packing,
         retention: BTreeMap<PeriodKind, Duration>,
     ) -> Board {
-        Board { id, on, mode, order, periods, timezone, tie_break, split_by, packing, retention }
+        Board {
+            id,
+            on,
+            mode,
+            order,
+            periods,
+            timezone,
+            tie_break,
+            split_by,
+            packing,
+            max_members: None,
+            rate_limit: None,
+            retention,
+        }
     }
 
     /// How long a period's key outlives the period; `None` never expires.
@@ -105,14 +125,44 @@ impl Board {
         self.retention.get(&kind).copied().or_else(|| kind.default_retention())
     }
 
-    /// The script mode string: `sum`, `gt` or `lt`.
+    /// The write the apply script makes for this board.
     pub fn write_op(&self) -> WriteOp {
         match (self.mode, self.order) {
             (Mode::Sum, _) => WriteOp::Sum,
             (Mode::Best, Order::Desc) => WriteOp::Gt,
             (Mode::Best, Order::Asc) => WriteOp::Lt,
+            (Mode::Latest, _) => WriteOp::Latest,
         }
     }
+
+    /// Everything the apply script needs to know about the board.
+    pub fn write_params(&self) -> WriteParams {
+        WriteParams {
+            op: self.write_op(),
+            shift: self.packing.shift(),
+            max_value: self.packing.max_value(),
+            desc: self.order == Order::Desc,
+            top_k: self.max_members.unwrap_or(0),
+            rate_events: self.rate_limit.map_or(0, |r| r.0),
+            rate_window_ms: self.rate_limit.map_or(0, |r| r.1),
+        }
+    }
+}
+
+/// A board's constants as the apply script takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteParams {
+    pub op: WriteOp,
+    /// Packing multiplier (2^tie bits) and value limit (see `score::Packing`).
+    pub shift: i64,
+    pub max_value: i64,
+    /// Whether higher is better (which end top-K trimming drops).
+    pub desc: bool,
+    /// Members kept per period key; 0: no limit.
+    pub top_k: u64,
+    /// Rate limit per member; 0 events: none.
+    pub rate_events: u64,
+    pub rate_window_ms: i64,
 }
 
 /// The Redis write a board makes, as the apply script names it.
@@ -121,6 +171,7 @@ pub enum WriteOp {
     Sum,
     Gt,
     Lt,
+    Latest,
 }
 
 impl WriteOp {
@@ -129,6 +180,7 @@ impl WriteOp {
             WriteOp::Sum => "sum",
             WriteOp::Gt => "gt",
             WriteOp::Lt => "lt",
+            WriteOp::Latest => "latest",
         }
     }
 }
@@ -140,6 +192,8 @@ pub struct PeriodWrite {
     pub key: String,
     /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
     pub dense_key: String,
+    /// `latest` boards: each member's event time, `lb:{points}:_ts:d:2026-08-14`.
+    pub times_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
 }
@@ -149,15 +203,14 @@ pub struct PeriodWrite {
 pub struct BoardWrite {
     /// Key base of the board (or split): every key below shares its hash tag.
     pub base: String,
-    pub op: WriteOp,
+    pub params: WriteParams,
     pub periods: Vec<PeriodWrite>,
-    /// `sum`: the delta; `best`: the packed stored score.
+    /// `sum`: the delta; `best` and `latest`: the packed stored score.
     pub num: i64,
-    /// `sum`: the tie component to pack with the new total; `best`: 0.
+    /// `sum`: the tie component to pack with the new total; otherwise 0.
     pub tie: i64,
-    /// The board's packing multiplier (2^bits) and value limit.
-    pub shift: i64,
-    pub max_value: i64,
+    /// The event time, epoch ms (for `latest` and the rate limit).
+    pub ts: i64,
 }
 
 /// One board's decision for one event, before Redis.
@@ -227,7 +280,7 @@ impl Router {
                 Some(tie) if event.score.abs() <= board.packing.max_value() => (event.score, tie),
                 _ => return Decision::Refused(Reason::ScoreOutOfRange),
             },
-            Mode::Best => match board.packing.encode(event.score, event.ts_ms) {
+            Mode::Best | Mode::Latest => match board.packing.encode(event.score, event.ts_ms) {
                 Some(stored) => (stored, 0),
                 None => return Decision::Refused(Reason::ScoreOutOfRange),
             },
@@ -247,21 +300,14 @@ impl Router {
             out.push(PeriodWrite {
                 key: keys::period_key(&base, &period.id),
                 dense_key: keys::dense_key(&base, &period.id),
+                times_key: keys::times_key(&base, &period.id),
                 expire_at,
             });
         }
         if out.is_empty() {
             return Decision::Refused(Reason::ExpiredPeriod);
         }
-        Decision::Write(BoardWrite {
-            base,
-            op: board.write_op(),
-            periods: out,
-            num,
-            tie,
-            shift: board.packing.shift(),
-            max_value: board.packing.max_value(),
-        })
+        Decision::Write(BoardWrite { base, params: board.write_params(), periods: out, num, tie, ts: event.ts_ms })
     }
 }
 
@@ -310,14 +356,14 @@ mod tests {
         let plan = r.plan(&e, e.ts_ms);
         assert_eq!(plan.len(), 2);
         let Decision::Write(w) = &plan[0].1 else { panic!() };
-        assert_eq!(w.op, WriteOp::Sum);
+        assert_eq!(w.params.op, WriteOp::Sum);
         let keys: Vec<&str> = w.periods.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["lb:{points}:d:2026-08-14", "lb:{points}:w:2026-W33", "lb:{points}:all"]);
         assert_eq!(w.periods[2].expire_at, None);
         assert_eq!(w.periods[0].dense_key, "lb:{points}:_dense:d:2026-08-14");
-        assert_eq!((w.num, w.tie, w.shift), (10, 0, 1));
+        assert_eq!((w.num, w.tie, w.params.shift), (10, 0, 1));
         let Decision::Write(w) = &plan[1].1 else { panic!() };
-        assert_eq!(w.op, WriteOp::Lt);
+        assert_eq!(w.params.op, WriteOp::Lt);
         assert_eq!(w.periods[0].key, "lb:{laps:monza}:all");
     }
 

@@ -206,12 +206,24 @@ struct RawBoard {
     // so that a config never silently means less than it says.
     #[serde(default)]
     close_after: Option<toml::Value>,
+    /// Top-K: keep only the best `max_members` of each period key after
+    /// every write (`best` and `latest` boards).
     #[serde(default)]
-    max_members: Option<toml::Value>,
+    max_members: Option<u64>,
+    /// Per-player limit on event time: `{ events = 30, window = "60s" }`.
     #[serde(default)]
-    rate_limit: Option<toml::Value>,
+    rate_limit: Option<RawRateLimit>,
     #[serde(default)]
     rolling: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    /// Events admitted per window per player.
+    events: u64,
+    /// The sliding window `(ts - window, ts]`, on event time.
+    window: String,
 }
 
 fn default_group_id() -> String {
@@ -601,10 +613,7 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         let mode = match b.mode.as_str() {
             "sum" => Some(Mode::Sum),
             "best" => Some(Mode::Best),
-            "latest" => {
-                e.push(f("mode"), "'latest' is not supported yet (issue 6); use sum or best");
-                None
-            }
+            "latest" => Some(Mode::Latest),
             other => {
                 e.push(f("mode"), format!("'{other}' is not one of sum, best, latest"));
                 None
@@ -664,12 +673,27 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
                 None => e.push(format!("board[{i}].retention.{name}"), "is not a period name"),
             }
         }
-        for (name, present) in [
-            ("close_after", b.close_after.is_some()),
-            ("max_members", b.max_members.is_some()),
-            ("rate_limit", b.rate_limit.is_some()),
-            ("rolling", b.rolling.is_some()),
-        ] {
+        match (b.max_members, mode) {
+            (Some(_), Some(Mode::Sum)) => e.push(
+                f("max_members"),
+                "top-K trimming is refused on sum boards: a trimmed member's total cannot be rebuilt, so its later points would count from zero",
+            ),
+            (Some(0), _) | (Some(1_000_000_001..), _) => e.push(f("max_members"), "must be between 1 and 1000000000"),
+            _ => {}
+        }
+        let rate_limit = b.rate_limit.as_ref().and_then(|r| {
+            let window = e.duration(&f("rate_limit.window"), &r.window);
+            if r.events == 0 {
+                e.push(f("rate_limit.events"), "must be at least 1");
+                None
+            } else if window < Duration::from_millis(1) {
+                e.push(f("rate_limit.window"), "must be at least 1ms");
+                None
+            } else {
+                Some((r.events, window.as_millis().min(i64::MAX as u128 / 4) as i64))
+            }
+        });
+        for (name, present) in [("close_after", b.close_after.is_some()), ("rolling", b.rolling.is_some())] {
             if present {
                 e.push(f(name), "is not supported yet (issue 6); remove it");
             }
@@ -714,9 +738,11 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
             }
         };
         if let (Some(mode), Some(packing)) = (mode, packing) {
-            boards.push(Board::new(
-                b.id, b.on, mode, order, periods, timezone, tie_break, b.split_by, packing, retention,
-            ));
+            let mut board =
+                Board::new(b.id, b.on, mode, order, periods, timezone, tie_break, b.split_by, packing, retention);
+            board.max_members = b.max_members;
+            board.rate_limit = rate_limit;
+            boards.push(board);
         }
     }
 
@@ -854,10 +880,10 @@ retention = { daily = "30d" }
 
     #[test]
     fn reserved_and_unsupported_settings_are_refused_with_a_reason() {
-        let text = GOOD.replace("on = [\"lap\"]", "on = [\"player_erased\"]\nmax_members = 10");
+        let text = GOOD.replace("on = [\"lap\"]", "on = [\"player_erased\"]\nrolling = []");
         let errs = errors(&text, none());
         assert!(errs.iter().any(|e| e.field == "board[1].on[0]" && e.reason.contains("reserved")));
-        assert!(errs.iter().any(|e| e.field == "board[1].max_members"));
+        assert!(errs.iter().any(|e| e.field == "board[1].rolling"));
     }
 
     #[test]
@@ -875,6 +901,25 @@ retention = { daily = "30d" }
         );
         let s = load_str(&ok, none()).unwrap();
         assert_eq!(s.boards[0].packing.max_value(), (1 << 23) - 1);
+    }
+
+    #[test]
+    fn top_k_on_a_sum_board_is_refused_with_the_reason_and_rate_limits_parse() {
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"sum\"\nmax_members = 10");
+        let errs = errors(&text, none());
+        assert_eq!(errs[0].field, "board[0].max_members");
+        assert!(errs[0].reason.contains("cannot be rebuilt"), "{}", errs[0].reason);
+        let text = GOOD.replace(
+            "mode = \"best\"",
+            "mode = \"latest\"\nmax_members = 3\nrate_limit = { events = 2, window = \"60s\" }",
+        );
+        let s = load_str(&text, none()).unwrap();
+        assert_eq!(s.boards[1].mode, Mode::Latest);
+        assert_eq!(s.boards[1].max_members, Some(3));
+        assert_eq!(s.boards[1].rate_limit, Some((2, 60_000)));
+        let text = GOOD.replace("mode = \"best\"", "mode = \"best\"\nrate_limit = { events = 0, window = \"soon\" }");
+        let fields: Vec<String> = errors(&text, none()).into_iter().map(|e| e.field).collect();
+        assert!(fields.contains(&"board[1].rate_limit.window".to_string()), "{fields:?}");
     }
 
     #[test]

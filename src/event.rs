@@ -34,10 +34,11 @@ pub enum Reason {
     ExpiredPeriod,
     MissingSplit,
     InvalidSplit,
+    RateLimited,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -52,6 +53,7 @@ impl Reason {
         Reason::ExpiredPeriod,
         Reason::MissingSplit,
         Reason::InvalidSplit,
+        Reason::RateLimited,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -71,6 +73,7 @@ impl Reason {
             Reason::ExpiredPeriod => "expired_period",
             Reason::MissingSplit => "missing_split",
             Reason::InvalidSplit => "invalid_split",
+            Reason::RateLimited => "rate_limited",
         }
     }
 
@@ -78,6 +81,7 @@ impl Reason {
     pub fn script_code(self) -> Option<i64> {
         match self {
             Reason::ScoreOutOfRange => Some(4),
+            Reason::RateLimited => Some(5),
             _ => None,
         }
     }
@@ -85,6 +89,7 @@ impl Reason {
     pub fn from_script_code(code: i64) -> Option<Reason> {
         match code {
             4 => Some(Reason::ScoreOutOfRange),
+            5 => Some(Reason::RateLimited),
             _ => None,
         }
     }

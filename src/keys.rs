@@ -12,6 +12,8 @@
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
+//! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
+//! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
@@ -29,6 +31,16 @@ pub fn period_key(base: &str, period_id: &str) -> String {
 /// The dense-rank index of a period board: one member per distinct value.
 pub fn dense_key(base: &str, period_id: &str) -> String {
     format!("{base}:_dense:{period_id}")
+}
+
+/// `latest` boards: the event time of each member's value in a period board.
+pub fn times_key(base: &str, period_id: &str) -> String {
+    format!("{base}:_ts:{period_id}")
+}
+
+/// Prefix the apply script completes with a member for its rate-limit window.
+pub fn rate_prefix(base: &str) -> String {
+    format!("{base}:_rl:")
 }
 
 pub fn dedupe_key(base: &str, event_id: &uuid::Uuid) -> String {

@@ -17,7 +17,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
-use crate::board::{PeriodWrite, WriteOp};
+use crate::board::{PeriodWrite, WriteOp, WriteParams};
 use crate::config::RedisSettings;
 use crate::keys;
 
@@ -131,6 +131,8 @@ pub struct ApplyItem<'a> {
     pub num: i64,
     /// `sum`: the tie component packed with the new total.
     pub tie: i64,
+    /// Event time, epoch ms.
+    pub ts: i64,
     pub event_id: &'a uuid::Uuid,
     pub periods: &'a [PeriodWrite],
 }
@@ -139,10 +141,7 @@ pub struct ApplyItem<'a> {
 #[derive(Debug)]
 pub struct TagBatch<'a> {
     pub base: &'a str,
-    pub op: WriteOp,
-    /// The board's packing multiplier and value limit (see `score::Packing`).
-    pub shift: i64,
-    pub max_value: i64,
+    pub params: WriteParams,
     pub items: Vec<ApplyItem<'a>>,
 }
 
@@ -165,18 +164,28 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
             }
         }
     }
-    let mut keys = Vec::with_capacity(1 + 2 * periods.len() + batch.items.len());
+    let p = &batch.params;
+    let latest = p.op == WriteOp::Latest;
+    let mut keys = Vec::with_capacity(1 + 3 * periods.len() + batch.items.len());
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
+    if latest {
+        keys.extend(periods.iter().map(|p| p.times_key.clone()));
+    }
     keys.extend(batch.items.iter().map(|i| keys::dedupe_key(batch.base, i.event_id)));
 
-    let mut args = Vec::with_capacity(6 + periods.len() + batch.items.len() * 9);
-    args.push(batch.op.as_str().to_string());
+    let mut args = Vec::with_capacity(11 + periods.len() + batch.items.len() * 10);
+    args.push(p.op.as_str().to_string());
     args.push(dedupe_ttl_secs.to_string());
     args.push(keys::refused_prefix(batch.base));
-    args.push(batch.shift.to_string());
-    args.push(batch.max_value.to_string());
+    args.push(p.shift.to_string());
+    args.push(p.max_value.to_string());
+    args.push(if p.desc { "desc" } else { "asc" }.to_string());
+    args.push(p.top_k.to_string());
+    args.push(p.rate_events.to_string());
+    args.push(p.rate_window_ms.to_string());
+    args.push(keys::rate_prefix(batch.base));
     args.push(periods.len().to_string());
     args.extend(periods.iter().map(|p| p.expire_at.unwrap_or(0).to_string()));
     for item in &batch.items {
@@ -185,6 +194,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         args.push(item.member.to_string());
         args.push(item.num.to_string());
         args.push(item.tie.to_string());
+        args.push(item.ts.to_string());
         args.push(item.periods.len().to_string());
         args.extend(item.periods.iter().map(|p| period_index[p.key.as_str()].to_string()));
     }
@@ -263,7 +273,12 @@ mod tests {
     use super::*;
 
     fn pw(period: &str, expire_at: Option<i64>) -> PeriodWrite {
-        PeriodWrite { key: format!("lb:{{p}}:{period}"), dense_key: format!("lb:{{p}}:_dense:{period}"), expire_at }
+        PeriodWrite {
+            key: format!("lb:{{p}}:{period}"),
+            dense_key: format!("lb:{{p}}:_dense:{period}"),
+            times_key: format!("lb:{{p}}:_ts:{period}"),
+            expire_at,
+        }
     }
 
     #[test]
@@ -274,12 +289,36 @@ mod tests {
         let k2 = vec![pw("all", None)];
         let batch = TagBatch {
             base: "lb:{p}",
-            op: WriteOp::Sum,
-            shift: 1,
-            max_value: 1000,
+            params: WriteParams {
+                op: WriteOp::Sum,
+                shift: 1,
+                max_value: 1000,
+                desc: true,
+                top_k: 0,
+                rate_events: 0,
+                rate_window_ms: 0,
+            },
             items: vec![
-                ApplyItem { field: "t:0", offset: 7, member: "alice", num: 5, tie: 0, event_id: &id1, periods: &k1 },
-                ApplyItem { field: "t:1", offset: 9, member: "bob", num: -3, tie: 0, event_id: &id2, periods: &k2 },
+                ApplyItem {
+                    field: "t:0",
+                    offset: 7,
+                    member: "alice",
+                    num: 5,
+                    tie: 0,
+                    ts: 1,
+                    event_id: &id1,
+                    periods: &k1,
+                },
+                ApplyItem {
+                    field: "t:1",
+                    offset: 9,
+                    member: "bob",
+                    num: -3,
+                    tie: 0,
+                    ts: 2,
+                    event_id: &id2,
+                    periods: &k2,
+                },
             ],
         };
         let inv = build_invocation(&batch, 60);
@@ -303,6 +342,11 @@ mod tests {
                 "lb:{p}:_refused:",
                 "1",
                 "1000",
+                "desc",
+                "0",
+                "0",
+                "0",
+                "lb:{p}:_rl:",
                 "2",
                 "100",
                 "0",
@@ -311,6 +355,7 @@ mod tests {
                 "alice",
                 "5",
                 "0",
+                "1",
                 "2",
                 "1",
                 "2",
@@ -319,6 +364,7 @@ mod tests {
                 "bob",
                 "-3",
                 "0",
+                "2",
                 "1",
                 "2"
             ]

@@ -332,13 +332,7 @@ impl Worker<'_> {
                 let t = match tags.iter().position(|t| t.base == w.base) {
                     Some(t) => t,
                     None => {
-                        tags.push(TagBatch {
-                            base: &w.base,
-                            op: w.op,
-                            shift: w.shift,
-                            max_value: w.max_value,
-                            items: Vec::new(),
-                        });
+                        tags.push(TagBatch { base: &w.base, params: w.params, items: Vec::new() });
                         back.push(Vec::new());
                         tags.len() - 1
                     }
@@ -349,6 +343,7 @@ impl Worker<'_> {
                     member: &event.player_id,
                     num: w.num,
                     tie: w.tie,
+                    ts: w.ts,
                     event_id: &event.event_id,
                     periods: &w.periods,
                 });

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use rankflow::board::{PeriodWrite, WriteOp};
+use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
 use rankflow::score::Packing;
 use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
@@ -23,17 +23,26 @@ async fn store(redis: &Redis) -> Store {
 }
 
 fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [PeriodWrite]) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, event_id: id, periods }
+    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods }
 }
 
 fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> PeriodWrite {
-    PeriodWrite { key: format!("lb:{{{tag}}}:{period}"), dense_key: format!("lb:{{{tag}}}:_dense:{period}"), expire_at }
+    PeriodWrite {
+        key: format!("lb:{{{tag}}}:{period}"),
+        dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
+        times_key: format!("lb:{{{tag}}}:_ts:{period}"),
+        expire_at,
+    }
 }
 
 const MAX: i64 = (1 << 53) - 1;
 
+fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
+    WriteParams { op, shift, max_value, desc: op != WriteOp::Lt, top_k: 0, rate_events: 0, rate_window_ms: 0 }
+}
+
 fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
-    TagBatch { base, op, shift: 1, max_value: MAX, items }
+    TagBatch { base, params: params(op, 1, MAX), items }
 }
 
 async fn dense(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
@@ -111,9 +120,7 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     let batches = vec![
         TagBatch {
             base: "lb:{hi}",
-            op: WriteOp::Gt,
-            shift: 1,
-            max_value: MAX,
+            params: params(WriteOp::Gt, 1, MAX),
             items: vec![
                 item(0, "bob", 100, &ids[0], &hi),
                 item(1, "bob", 90, &ids[1], &hi),
@@ -122,9 +129,7 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
         },
         TagBatch {
             base: "lb:{lo}",
-            op: WriteOp::Lt,
-            shift: 1,
-            max_value: MAX,
+            params: params(WriteOp::Lt, 1, MAX),
             items: vec![
                 item(3, "bob", 100, &ids[3], &lo),
                 item(4, "bob", 90, &ids[4], &lo),
@@ -173,9 +178,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     let ids: &'static [Uuid] = Box::leak(ids.into_boxed_slice());
     let batch = TagBatch {
         base: "lb:{e}",
-        op: WriteOp::Sum,
-        shift: p.shift(),
-        max_value: p.max_value(),
+        params: params(WriteOp::Sum, p.shift(), p.max_value()),
         // bob reaches 100 at t=5s, carol at t=9s (in two steps), alice 90 at t=1s.
         items: vec![
             it(0, "bob", 100, 5_000, &ids[0]),
@@ -197,9 +200,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     // A total past max_score is refused.
     let big = TagBatch {
         base: "lb:{e}",
-        op: WriteOp::Sum,
-        shift: p.shift(),
-        max_value: p.max_value(),
+        params: params(WriteOp::Sum, p.shift(), p.max_value()),
         items: vec![it(4, "bob", 999_901, 10_000, &ids[0])],
     };
     let fresh = Uuid::from_u128(77);

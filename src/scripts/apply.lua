@@ -3,8 +3,10 @@
 -- For each event, in order: a record at or below the tag's recorded offset for
 -- its topic-partition is a redelivery and changes nothing; otherwise the
 -- offset advances, the dedupe marker is set with SET NX EX, and only when the
--- marker is new are the period writes made. A marker is never set without its
--- writes, nor writes made without the marker, because the script is atomic.
+-- marker is new (and the rate limit and value range allow) are the period
+-- writes made. A marker is never set without its writes, nor writes made
+-- without the marker, because the script is atomic and checks everything
+-- that can refuse an event before its first write.
 --
 -- Stored scores are packed: stored = value * SHIFT + tie (see src/score.rs),
 -- SHIFT = 1 without a tie-break. Each period key has a dense index (a zset of
@@ -14,21 +16,29 @@
 -- KEYS[1]             the tag's offsets hash (field "<topic>:<partition>" -> last applied offset)
 -- KEYS[1 + j]         period key j, j = 1..P
 -- KEYS[1 + P + j]     dense index of period key j
--- KEYS[1 + 2P + i]    the dedupe marker of event i
+-- KEYS[1 + 2P + j]    op "latest" only: hash member -> event time of its value in period key j
+-- KEYS[1 + AP + i]    the dedupe marker of event i (AP = 3P for "latest", 2P otherwise)
 --
--- ARGV[1]             op: "sum" (add to the total), "gt" (keep the highest), "lt" (keep the lowest)
+-- ARGV[1]             op: "sum" (add to the total), "gt" / "lt" (keep the best), "latest" (newest event wins)
 -- ARGV[2]             dedupe ttl, seconds
 -- ARGV[3]             refusal key prefix ("<prefix>:{tag}:_refused:")
 -- ARGV[4]             SHIFT (2^tie bits)
 -- ARGV[5]             largest |value| allowed
--- ARGV[6]             P
--- ARGV[6 + j]         EXPIREAT seconds of period key j (and its index), "0" for none
--- then, per event:    field, offset, member, num, tie, W, then W period-key indexes (1-based)
---                     num: the delta for "sum", the packed stored score for "gt"/"lt"
+-- ARGV[6]             "desc" or "asc": which end of a board is best
+-- ARGV[7]             top-K: members kept per period key, 0 for no limit
+-- ARGV[8]             rate limit: events per window per member, 0 for none
+-- ARGV[9]             rate limit: window, ms
+-- ARGV[10]            rate limit key prefix ("<prefix>:{tag}:_rl:")
+-- ARGV[11]            P
+-- ARGV[11 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- then, per event:    field, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
+--                     num: the delta for "sum", the packed stored score otherwise;
+--                     ts: the event time, epoch ms
 --
 -- Returns one integer per event:
 --   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
---   4 refused: score_out_of_range (a total would pass the allowed value).
+--   4 refused: score_out_of_range (a total would pass the allowed value),
+--   5 refused: rate_limited.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
 -- redelivery of the record reports the same refusal, not a duplicate.
 
@@ -37,8 +47,15 @@ local ttl = ARGV[2]
 local refused_prefix = ARGV[3]
 local shift = tonumber(ARGV[4])
 local maxv = tonumber(ARGV[5])
-local np = tonumber(ARGV[6])
+local desc = ARGV[6] == 'desc'
+local top_k = tonumber(ARGV[7])
+local rate_events = tonumber(ARGV[8])
+local rate_window = tonumber(ARGV[9])
+local rl_prefix = ARGV[10]
+local np = tonumber(ARGV[11])
 local offsets_key = KEYS[1]
+local marker_base = 1 + 2 * np
+if op == 'latest' then marker_base = 1 + 3 * np end
 
 local function value_of(stored)
   return math.floor(stored / shift)
@@ -48,29 +65,64 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
+-- Drops value v from period key j's dense index if no member holds it any more.
+local function release(j, v)
+  local lo = v * shift
+  if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
+    redis.call('ZREM', KEYS[1 + np + j], fmt(v))
+  end
+end
+
 -- Keeps the dense index of period key j exact after a member moved from
 -- value old_v (false: absent) to new_v. Runs after the board write.
 local function reindex(j, old_v, new_v)
   if old_v == new_v then return end
-  local dense = KEYS[1 + np + j]
-  if old_v then
-    local lo = old_v * shift
-    if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
-      redis.call('ZREM', dense, fmt(old_v))
-    end
+  if old_v then release(j, old_v) end
+  redis.call('ZADD', KEYS[1 + np + j], new_v, fmt(new_v))
+end
+
+-- Top-K: keeps the best top_k members of period key j.
+local function trim(j)
+  local k = KEYS[1 + j]
+  local card = redis.call('ZCARD', k)
+  if card <= top_k then return end
+  local victims
+  if desc then
+    victims = redis.call('ZRANGE', k, 0, card - top_k - 1, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', k, 0, card - top_k - 1)
+  else
+    victims = redis.call('ZRANGE', k, top_k, -1, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', k, top_k, -1)
   end
-  redis.call('ZADD', dense, new_v, fmt(new_v))
+  for v = 2, #victims, 2 do
+    release(j, value_of(tonumber(victims[v])))
+  end
+end
+
+-- The sliding window (ts - window, ts] of admitted events: true if one more fits.
+local function admit(member, ts, id)
+  local rl = rl_prefix .. member
+  if redis.call('ZCOUNT', rl, '(' .. (ts - rate_window), ts) >= rate_events then
+    return false
+  end
+  redis.call('ZADD', rl, ts, id)
+  -- Entries older than two windows can no longer matter, unless events
+  -- arrive more than a window out of order; this bounds the set's size.
+  redis.call('ZREMRANGEBYSCORE', rl, '-inf', '(' .. (ts - 2 * rate_window))
+  redis.call('PEXPIRE', rl, 2 * rate_window + 86400000)
+  return true
 end
 
 local last_num, last_str, dirty, touched, out = {}, {}, {}, {}, {}
-local a = 7 + np
+local a = 12 + np
 local nargs = #ARGV
 local i = 0
 while a <= nargs do
   i = i + 1
-  local field, off_s, member, num, tie = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local first = a + 6
-  a = first + tonumber(ARGV[a + 5])
+  local field, off_s, member = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local num, tie, ts = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local first = a + 7
+  a = first + tonumber(ARGV[a + 6])
   local off = tonumber(off_s)
   local last = last_num[field]
   if last == nil then
@@ -84,54 +136,66 @@ while a <= nargs do
   else
     last_num[field], last_str[field], dirty[field] = off, off_s, true
     local code = 1
-    local marker = KEYS[1 + 2 * np + i]
+    local marker = KEYS[marker_base + i]
+    local olds = {}
     if not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
       code = 2
-    elseif op == 'sum' then
-      local olds = {}
-      for w = first, a - 1 do
-        local j = tonumber(ARGV[w])
-        local cur = redis.call('ZSCORE', KEYS[1 + j], member)
-        local old_v = false
-        if cur then old_v = value_of(tonumber(cur)) end
-        local total = (old_v or 0) + num
-        if total > maxv or total < -maxv then code = 4; break end
-        olds[w] = old_v
-      end
-      if code == 4 then
-        redis.call('DEL', marker)
-      else
+    else
+      if op == 'sum' then
         for w = first, a - 1 do
           local j = tonumber(ARGV[w])
-          local total = (olds[w] or 0) + num
-          redis.call('ZADD', KEYS[1 + j], total * shift + tie, member)
-          reindex(j, olds[w], total)
-          touched[j] = true
+          local cur = redis.call('ZSCORE', KEYS[1 + j], member)
+          local old_v = false
+          if cur then old_v = value_of(tonumber(cur)) end
+          local total = (old_v or 0) + num
+          if total > maxv or total < -maxv then code = 4; break end
+          olds[w] = old_v
         end
       end
-    else
+      if code == 1 and rate_events > 0 and not admit(member, ts, field .. ':' .. off_s) then
+        code = 5
+      end
+      if code ~= 1 then redis.call('DEL', marker) end
+    end
+    if code == 1 then
       for w = first, a - 1 do
         local j = tonumber(ARGV[w])
         local k = KEYS[1 + j]
-        local cur = redis.call('ZSCORE', k, member)
-        local better
-        if not cur then
-          better = true
-        elseif op == 'gt' then
-          better = num > tonumber(cur)
+        if op == 'sum' then
+          local total = (olds[w] or 0) + num
+          redis.call('ZADD', k, total * shift + tie, member)
+          reindex(j, olds[w], total)
+        elseif op == 'latest' then
+          local times = KEYS[1 + 2 * np + j]
+          local seen = redis.call('HGET', times, member)
+          if not seen or ts > tonumber(seen) then
+            local cur = redis.call('ZSCORE', k, member)
+            redis.call('ZADD', k, num, member)
+            redis.call('HSET', times, member, ts)
+            local old_v = false
+            if cur then old_v = value_of(tonumber(cur)) end
+            reindex(j, old_v, value_of(num))
+          end
         else
-          better = num < tonumber(cur)
-        end
-        if better then
-          redis.call('ZADD', k, num, member)
-          local old_v = false
-          if cur then old_v = value_of(tonumber(cur)) end
-          reindex(j, old_v, value_of(num))
+          local cur = redis.call('ZSCORE', k, member)
+          local better
+          if not cur then
+            better = true
+          elseif op == 'gt' then
+            better = num > tonumber(cur)
+          else
+            better = num < tonumber(cur)
+          end
+          if better then
+            redis.call('ZADD', k, num, member)
+            local old_v = false
+            if cur then old_v = value_of(tonumber(cur)) end
+            reindex(j, old_v, value_of(num))
+          end
         end
         touched[j] = true
       end
-    end
-    if code >= 4 then
+    elseif code >= 4 then
       redis.call('SET', refused_prefix .. field .. ':' .. off_s, code, 'EX', ttl)
     end
     out[i] = code
@@ -141,10 +205,12 @@ for field in pairs(dirty) do
   redis.call('HSET', offsets_key, field, last_str[field])
 end
 for j in pairs(touched) do
-  local at = ARGV[6 + j]
+  if top_k > 0 then trim(j) end
+  local at = ARGV[11 + j]
   if at ~= '0' then
     redis.call('EXPIREAT', KEYS[1 + j], at)
     redis.call('EXPIREAT', KEYS[1 + np + j], at)
+    if op == 'latest' then redis.call('EXPIREAT', KEYS[1 + 2 * np + j], at) end
   end
 end
 return out
