@@ -28,5 +28,5 @@ pids+=($!)
 wait_port "$rport"; wait_port "$kport"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
-"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}"
-"$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}"
+"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"
+"$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"

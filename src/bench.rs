@@ -86,7 +86,7 @@ async fn flush(conn: &RedisConn) -> Result<(), String> {
 
 async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec: u64) -> Result<Duration, String> {
     let producer: FutureProducer = client(brokers)
-        .set("linger.ms", if rate_per_sec > 0 { "0" } else { "20" })
+        .set("linger.ms", if rate_per_sec > 0 { "5" } else { "20" })
         .set("message.timeout.ms", "60000")
         .set("queue.buffering.max.messages", "1000000")
         .create()
@@ -416,6 +416,21 @@ pub async fn pipeline(
         what: "rankflow store path",
         per_sec: store_rate,
         note: format!("{:.2}x Redis ceiling", store_rate / redis_ceiling),
+    });
+
+    eprintln!("bench: store path without dense-rank indexes");
+    flush(&conn).await?;
+    let mut lean = settings.boards.clone();
+    for b in &mut lean {
+        b.dense_rank = false;
+    }
+    let lean_router = Router::new(lean, &settings.redis.key_prefix);
+    let lean_rate =
+        rate(events.len() as u64, store_path(&store, &lean_router, &events, settings.worker.batch_size).await?);
+    rows.push(Row {
+        what: "rankflow store path, dense_rank = false",
+        per_sec: lean_rate,
+        note: format!("{:.2}x Redis ceiling", lean_rate / redis_ceiling),
     });
 
     eprintln!("bench: end to end (the rankflow binary until committed = log end)");

@@ -83,6 +83,8 @@ pub struct Board {
     pub max_members: Option<u64>,
     /// Per-player sliding window on event time: (events, window ms).
     pub rate_limit: Option<(u64, i64)>,
+    /// Whether the dense-rank index is kept (reads with `rank=dense` need it).
+    pub dense_rank: bool,
     /// Retentions the config set; others take the period's default.
     retention: BTreeMap<PeriodKind, Duration>,
 }
@@ -113,6 +115,7 @@ impl Board {
             packing,
             max_members: None,
             rate_limit: None,
+            dense_rank: true,
             retention,
         }
     }
@@ -145,6 +148,7 @@ impl Board {
             top_k: self.max_members.unwrap_or(0),
             rate_events: self.rate_limit.map_or(0, |r| r.0),
             rate_window_ms: self.rate_limit.map_or(0, |r| r.1),
+            dense: self.dense_rank,
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct WriteParams {
     /// Rate limit per member; 0 events: none.
     pub rate_events: u64,
     pub rate_window_ms: i64,
+    /// Whether the dense-rank index is kept.
+    pub dense: bool,
 }
 
 /// The Redis write a board makes, as the apply script names it.

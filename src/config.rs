@@ -213,6 +213,10 @@ struct RawBoard {
     /// Per-player limit on event time: `{ events = 30, window = "60s" }`.
     #[serde(default)]
     rate_limit: Option<RawRateLimit>,
+    /// Keep the dense-rank index (default true). Off, writes are cheaper and
+    /// reads with `rank=dense` answer 400.
+    #[serde(default = "default_true")]
+    dense_rank: bool,
     #[serde(default)]
     rolling: Option<toml::Value>,
 }
@@ -224,6 +228,10 @@ struct RawRateLimit {
     events: u64,
     /// The sliding window `(ts - window, ts]`, on event time.
     window: String,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_group_id() -> String {
@@ -742,6 +750,7 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
                 Board::new(b.id, b.on, mode, order, periods, timezone, tie_break, b.split_by, packing, retention);
             board.max_members = b.max_members;
             board.rate_limit = rate_limit;
+            board.dense_rank = b.dense_rank;
             boards.push(board);
         }
     }

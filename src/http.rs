@@ -322,6 +322,12 @@ async fn top(
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q)?;
+    if policy == RankPolicy::Dense && !t.board.dense_rank {
+        return Err(ApiError::bad(
+            "rank",
+            format!("board '{}' keeps no dense-rank index (dense_rank = false)", t.board.id),
+        ));
+    }
     let mut conn = s.redis.clone();
     let reply: Vec<redis::Value> = s
         .script
@@ -372,7 +378,7 @@ async fn player(
         "period": t.period.id,
         "player_id": player_id,
         "score": score,
-        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": r.dense },
+        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank.then_some(r.dense) },
         "percentile": (percentile * 100.0).round() / 100.0,
         "total": total,
     })))
@@ -386,6 +392,12 @@ async fn around(
     let t = resolve(&s, &board_id, &q)?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let policy = rank_policy(&q)?;
+    if policy == RankPolicy::Dense && !t.board.dense_rank {
+        return Err(ApiError::bad(
+            "rank",
+            format!("board '{}' keeps no dense-rank index (dense_rank = false)", t.board.id),
+        ));
+    }
     let mut conn = s.redis.clone();
     let reply: Option<Vec<redis::Value>> = s
         .script

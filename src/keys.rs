@@ -14,6 +14,7 @@
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
+//! | `{prefix}:{tag}:_big` | string | set once a `sum` value passes half the allowed range (see `apply.lua`) |
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {

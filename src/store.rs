@@ -186,6 +186,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     args.push(p.rate_events.to_string());
     args.push(p.rate_window_ms.to_string());
     args.push(keys::rate_prefix(batch.base));
+    args.push(if p.dense { "1" } else { "0" }.to_string());
     args.push(periods.len().to_string());
     args.extend(periods.iter().map(|p| p.expire_at.unwrap_or(0).to_string()));
     for item in &batch.items {
@@ -297,6 +298,7 @@ mod tests {
                 top_k: 0,
                 rate_events: 0,
                 rate_window_ms: 0,
+                dense: true,
             },
             items: vec![
                 ApplyItem {
@@ -347,6 +349,7 @@ mod tests {
                 "0",
                 "0",
                 "lb:{p}:_rl:",
+                "1",
                 "2",
                 "100",
                 "0",

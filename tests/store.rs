@@ -38,7 +38,16 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> PeriodWrite {
 const MAX: i64 = (1 << 53) - 1;
 
 fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
-    WriteParams { op, shift, max_value, desc: op != WriteOp::Lt, top_k: 0, rate_events: 0, rate_window_ms: 0 }
+    WriteParams {
+        op,
+        shift,
+        max_value,
+        desc: op != WriteOp::Lt,
+        top_k: 0,
+        rate_events: 0,
+        rate_window_ms: 0,
+        dense: true,
+    }
 }
 
 fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
@@ -220,4 +229,33 @@ async fn a_lost_script_cache_is_reloaded() {
     let r = s.apply(&[tag("lb:{p}", WriteOp::Sum, vec![item(0, "carol", 7, &id, &keys)])]).await.unwrap();
     assert_eq!(r[0], vec![ApplyResult::Applied]);
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, Some(7.0));
+}
+
+#[tokio::test]
+async fn the_unchecked_sum_path_hands_over_to_the_checked_one_before_any_total_can_leave_the_range() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("g", "d:2026-08-14", None), pw("g", "all", None)];
+    let half = MAX / 2;
+    let ids: Vec<Uuid> = (0..5).map(Uuid::from_u128).collect();
+    let steps = [
+        (half - 5, ApplyResult::Applied),
+        (10, ApplyResult::Applied),
+        (half, ApplyResult::Refused(4)),
+        (-3, ApplyResult::Applied),
+    ];
+    for (n, (delta, expected)) in steps.iter().enumerate() {
+        let r = s
+            .apply(&[tag("lb:{g}", WriteOp::Sum, vec![item(n as i64, "whale", *delta, &ids[n], &keys)])])
+            .await
+            .unwrap();
+        assert_eq!(r[0], vec![*expected], "step {n}");
+    }
+    for key in ["lb:{g}:d:2026-08-14", "lb:{g}:all"] {
+        assert_eq!(zscore(&mut conn, key, "whale").await, Some((half + 2) as f64), "{key}");
+    }
+    assert_eq!(dense(&mut conn, "lb:{g}:_dense:all").await, [(half + 2).to_string()]);
+    let guard: Option<String> = redis::cmd("GET").arg("lb:{g}:_big").query_async(&mut conn).await.unwrap();
+    assert_eq!(guard.as_deref(), Some("1"), "the guard is set once a value passes half the range");
 }

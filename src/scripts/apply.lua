@@ -29,8 +29,9 @@
 -- ARGV[8]             rate limit: events per window per member, 0 for none
 -- ARGV[9]             rate limit: window, ms
 -- ARGV[10]            rate limit key prefix ("<prefix>:{tag}:_rl:")
--- ARGV[11]            P
--- ARGV[11 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- ARGV[11]            "1" to keep the dense indexes, "0" for a board without dense ranks
+-- ARGV[12]            P
+-- ARGV[12 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
 -- then, per event:    field, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
 --                     num: the delta for "sum", the packed stored score otherwise;
 --                     ts: the event time, epoch ms
@@ -41,6 +42,14 @@
 --   5 refused: rate_limited.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
 -- redelivery of the record reports the same refusal, not a duplicate.
+--
+-- Fast path for "sum" without a tie-break (SHIFT = 1): while no value on the
+-- tag has passed half the allowed range, no sum of a value and a delta within
+-- half the range can leave it, so ZINCRBY is used without reading first, and
+-- the old value is the result minus the delta (exact in that range). The
+-- first value past half the range sets the tag's guard key
+-- ("<refusal prefix minus _refused:>_big"), and from then on the tag reads
+-- each score before writing, as the exact range check needs.
 
 local op = ARGV[1]
 local ttl = ARGV[2]
@@ -52,8 +61,12 @@ local top_k = tonumber(ARGV[7])
 local rate_events = tonumber(ARGV[8])
 local rate_window = tonumber(ARGV[9])
 local rl_prefix = ARGV[10]
-local np = tonumber(ARGV[11])
+local dense_on = ARGV[11] == '1'
+local np = tonumber(ARGV[12])
 local offsets_key = KEYS[1]
+local half = math.floor(maxv / 2)
+local guard_key = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_big'
+local fast_sum = op == 'sum' and shift == 1 and not redis.call('GET', guard_key)
 local marker_base = 1 + 2 * np
 if op == 'latest' then marker_base = 1 + 3 * np end
 
@@ -67,6 +80,7 @@ end
 
 -- Drops value v from period key j's dense index if no member holds it any more.
 local function release(j, v)
+  if not dense_on then return end
   local lo = v * shift
   if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
     redis.call('ZREM', KEYS[1 + np + j], fmt(v))
@@ -76,7 +90,7 @@ end
 -- Keeps the dense index of period key j exact after a member moved from
 -- value old_v (false: absent) to new_v. Runs after the board write.
 local function reindex(j, old_v, new_v)
-  if old_v == new_v then return end
+  if old_v == new_v or not dense_on then return end
   if old_v then release(j, old_v) end
   redis.call('ZADD', KEYS[1 + np + j], new_v, fmt(new_v))
 end
@@ -114,7 +128,7 @@ local function admit(member, ts, id)
 end
 
 local last_num, last_str, dirty, touched, out = {}, {}, {}, {}, {}
-local a = 12 + np
+local a = 13 + np
 local nargs = #ARGV
 local i = 0
 while a <= nargs do
@@ -138,10 +152,12 @@ while a <= nargs do
     local code = 1
     local marker = KEYS[marker_base + i]
     local olds = {}
+    -- Decided once per event: every period of the event takes the same path.
+    local fast = fast_sum and num <= half and num >= -half
     if not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
       code = 2
     else
-      if op == 'sum' then
+      if op == 'sum' and not fast then
         for w = first, a - 1 do
           local j = tonumber(ARGV[w])
           local cur = redis.call('ZSCORE', KEYS[1 + j], member)
@@ -161,9 +177,26 @@ while a <= nargs do
       for w = first, a - 1 do
         local j = tonumber(ARGV[w])
         local k = KEYS[1 + j]
-        if op == 'sum' then
+        if op == 'sum' and fast then
+          local total = tonumber(redis.call('ZINCRBY', k, num, member))
+          if total > half or total < -half then
+            redis.call('SET', guard_key, '1')
+            fast_sum = false
+          end
+          if num == 0 then
+            -- The member may be new: its value must be in the index.
+            if dense_on then redis.call('ZADD', KEYS[1 + np + j], total, fmt(total)) end
+          else
+            -- A new member's old value reads as 0: releasing 0 is harmless.
+            reindex(j, total - num, total)
+          end
+        elseif op == 'sum' then
           local total = (olds[w] or 0) + num
           redis.call('ZADD', k, total * shift + tie, member)
+          if total > half or total < -half then
+            redis.call('SET', guard_key, '1')
+            fast_sum = false
+          end
           reindex(j, olds[w], total)
         elseif op == 'latest' then
           local times = KEYS[1 + 2 * np + j]
@@ -175,6 +208,12 @@ while a <= nargs do
             local old_v = false
             if cur then old_v = value_of(tonumber(cur)) end
             reindex(j, old_v, value_of(num))
+          end
+        elseif not dense_on then
+          if op == 'gt' then
+            redis.call('ZADD', k, 'GT', num, member)
+          else
+            redis.call('ZADD', k, 'LT', num, member)
           end
         else
           local cur = redis.call('ZSCORE', k, member)
@@ -206,10 +245,10 @@ for field in pairs(dirty) do
 end
 for j in pairs(touched) do
   if top_k > 0 then trim(j) end
-  local at = ARGV[11 + j]
+  local at = ARGV[12 + j]
   if at ~= '0' then
     redis.call('EXPIREAT', KEYS[1 + j], at)
-    redis.call('EXPIREAT', KEYS[1 + np + j], at)
+    if dense_on then redis.call('EXPIREAT', KEYS[1 + np + j], at) end
     if op == 'latest' then redis.call('EXPIREAT', KEYS[1 + 2 * np + j], at) end
   end
 end
