@@ -134,18 +134,33 @@ async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(),
     Ok(())
 }
 
-/// The broker ceiling: a bare consumer reading every record of the topic.
-fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Duration, String> {
-    let c: BaseConsumer = client(brokers)
-        .set("group.id", format!("bench-read-{}", uuid::Uuid::new_v4().simple()))
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|e| e.to_string())?;
+/// A consumer of its own group, assigned every partition of `topic` from the beginning.
+fn assigned_consumer(
+    brokers: &str,
+    group_prefix: &str,
+    topic: &str,
+    partitions: i32,
+    extra: &[(&str, &str)],
+) -> Result<BaseConsumer, String> {
+    let mut config = client(brokers);
+    config
+        .set("group.id", format!("{group_prefix}-{}", uuid::Uuid::new_v4().simple()))
+        .set("enable.auto.commit", "false");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    let c: BaseConsumer = config.create().map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
     }
     c.assign(&tpl).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// The broker ceiling: a bare consumer reading every record of the topic.
+fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Duration, String> {
+    let c = assigned_consumer(brokers, "bench-read", topic, partitions, &[])?;
     let started = Instant::now();
     let mut n = 0u64;
     let mut bytes = 0usize;
@@ -166,17 +181,7 @@ fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<
 
 /// Record timestamp to read, in ms, for `count` records read as they arrive.
 fn bare_read_latency(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Vec<f64>, String> {
-    let c: BaseConsumer = client(brokers)
-        .set("group.id", format!("bench-lat-read-{}", uuid::Uuid::new_v4().simple()))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .map_err(|e| e.to_string())?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
-    }
-    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let c = assigned_consumer(brokers, "bench-lat-read", topic, partitions, &[("fetch.wait.max.ms", "5")])?;
     let mut out = Vec::with_capacity(count as usize);
     let started = Instant::now();
     while (out.len() as u64) < count && started.elapsed() < Duration::from_secs(600) {
@@ -198,16 +203,7 @@ fn read_events(
     count: u64,
     router: &Router,
 ) -> Result<Vec<(i32, i64, i64, Event)>, String> {
-    let c: BaseConsumer = client(brokers)
-        .set("group.id", format!("bench-load-{}", uuid::Uuid::new_v4().simple()))
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|e| e.to_string())?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
-    }
-    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let c = assigned_consumer(brokers, "bench-load", topic, partitions, &[])?;
     let mut out = Vec::with_capacity(count as usize);
     let mut n = 0;
     let started = Instant::now();

@@ -230,13 +230,37 @@ enum RankPolicy {
     Dense,
 }
 
-fn rank_policy(q: &HashMap<String, String>) -> Result<RankPolicy, ApiError> {
+fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy, ApiError> {
     match q.get("rank").map(String::as_str) {
         None | Some("ordinal") => Ok(RankPolicy::Ordinal),
         Some("competition") => Ok(RankPolicy::Competition),
-        Some("dense") => Ok(RankPolicy::Dense),
+        Some("dense") if board.dense_rank => Ok(RankPolicy::Dense),
+        Some("dense") => {
+            Err(ApiError::bad("rank", format!("board '{}' keeps no dense-rank index (dense_rank = false)", board.id)))
+        }
         Some(_) => Err(ApiError::bad("rank", "rank must be ordinal, competition or dense")),
     }
+}
+
+/// The 404 of a player absent from a board: unranked, never rank 0 or last.
+fn unranked(player_id: &str, t: &Target<'_>) -> ApiError {
+    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id))
+}
+
+/// Runs one query of `read.lua` on the target's keys.
+async fn read_script<T: redis::FromRedisValue>(
+    s: &AppState,
+    t: &Target<'_>,
+    op: &str,
+    args: &[String],
+) -> Result<T, ApiError> {
+    let mut conn = s.redis.clone();
+    let mut inv = s.script.key(&t.key);
+    inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing.shift());
+    for a in args {
+        inv.arg(a);
+    }
+    inv.invoke_async(&mut conn).await.map_err(ApiError::unavailable)
 }
 
 fn order_arg(board: &Board) -> &'static str {
@@ -321,26 +345,8 @@ async fn top(
     let t = resolve(&s, &board_id, &q)?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
-    let policy = rank_policy(&q)?;
-    if policy == RankPolicy::Dense && !t.board.dense_rank {
-        return Err(ApiError::bad(
-            "rank",
-            format!("board '{}' keeps no dense-rank index (dense_rank = false)", t.board.id),
-        ));
-    }
-    let mut conn = s.redis.clone();
-    let reply: Vec<redis::Value> = s
-        .script
-        .key(&t.key)
-        .key(&t.dense_key)
-        .arg("top")
-        .arg(order_arg(t.board))
-        .arg(t.board.packing.shift())
-        .arg(offset)
-        .arg(limit)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(ApiError::unavailable)?;
+    let policy = rank_policy(&q, t.board)?;
+    let reply: Vec<redis::Value> = read_script(&s, &t, "top", &[offset.to_string(), limit.to_string()]).await?;
     let (total, mut entries) = listing(&t, &reply, policy);
     if limit == 0 {
         entries.clear();
@@ -354,20 +360,9 @@ async fn player(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
-    let mut conn = s.redis.clone();
-    let reply: Option<Vec<redis::Value>> = s
-        .script
-        .key(&t.key)
-        .key(&t.dense_key)
-        .arg("player")
-        .arg(order_arg(t.board))
-        .arg(t.board.packing.shift())
-        .arg(&player_id)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(ApiError::unavailable)?;
+    let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "player", std::slice::from_ref(&player_id)).await?;
     let Some(reply) = reply else {
-        return Err(ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id)));
+        return Err(unranked(&player_id, &t));
     };
     let total = int(reply.first());
     let r = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &[0])[0];
@@ -391,28 +386,11 @@ async fn around(
 ) -> Result<Json<Value>, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
-    let policy = rank_policy(&q)?;
-    if policy == RankPolicy::Dense && !t.board.dense_rank {
-        return Err(ApiError::bad(
-            "rank",
-            format!("board '{}' keeps no dense-rank index (dense_rank = false)", t.board.id),
-        ));
-    }
-    let mut conn = s.redis.clone();
-    let reply: Option<Vec<redis::Value>> = s
-        .script
-        .key(&t.key)
-        .key(&t.dense_key)
-        .arg("around")
-        .arg(order_arg(t.board))
-        .arg(t.board.packing.shift())
-        .arg(&player_id)
-        .arg(radius)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(ApiError::unavailable)?;
+    let policy = rank_policy(&q, t.board)?;
+    let reply: Option<Vec<redis::Value>> =
+        read_script(&s, &t, "around", &[player_id.clone(), radius.to_string()]).await?;
     let Some(reply) = reply else {
-        return Err(ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id)));
+        return Err(unranked(&player_id, &t));
     };
     let (total, entries) = listing(&t, &reply, policy);
     Ok(Json(json!({

@@ -32,11 +32,7 @@ async fn setup(records: usize, seed: u64, redis: Redis) -> Setup {
 }
 
 async fn setup_stream(stream: Stream, redis: Redis) -> Setup {
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(redis, PARTITIONS).await;
     broker.produce(&topic, &stream.records).await;
     Setup { redis, broker, topic, dlq, stream }
 }

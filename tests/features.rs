@@ -56,12 +56,7 @@ fn map(pairs: &[(&str, i64)]) -> HashMap<String, i64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_top_k_and_latest_boards_hold_their_exact_expectations() {
-    let redis = Redis::start();
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, 1).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
     let now = chrono::Utc::now().timestamp_millis();
     let t = now - 600_000;
     let mut records = vec![

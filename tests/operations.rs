@@ -62,12 +62,7 @@ fn names_used(text: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_what_the_model_expects_and_cover_every_dashboard_and_alert_name() {
-    let redis = Redis::start();
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, 2).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
     let s = stream::generate(5_000, 11);
     broker.produce(&topic, &s.records).await;
     let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);

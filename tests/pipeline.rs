@@ -13,12 +13,7 @@ const PARTITIONS: i32 = 4;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_with_duplicates_and_bad_records_matches_the_model_exactly() {
-    let redis = Redis::start();
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("scores-dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(20_000, 42);
     assert!(s.dead.len() >= 150, "the stream carries about 1% bad records");
     broker.produce(&topic, &s.records).await;
@@ -57,12 +52,7 @@ async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic: &st
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
-    let redis = Redis::start();
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("scores-dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(20_000, 7);
     broker.produce(&topic, &s.records).await;
 

@@ -69,12 +69,7 @@ fn pairs(v: &[(&str, i64)]) -> Vec<(String, i64)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_read_api_ranks_the_seed_fixture_three_ways_and_breaks_ties_by_time() {
-    let redis = Redis::start();
-    let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, 1).await;
-    broker.create_topic(&dlq, 1).await;
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
     let now = chrono::Utc::now().timestamp_millis();
     // bob reaches 100 before carol; one partition keeps the order.
     let records = vec![

@@ -325,6 +325,30 @@ impl Drop for Broker {
     }
 }
 
+/// What most tests start with: a Redis, a broker, a source topic with
+/// `partitions` partitions and a one-partition dead-letter topic.
+pub struct Stack {
+    pub redis: Redis,
+    pub broker: Broker,
+    pub topic: String,
+    pub dlq: String,
+}
+
+impl Stack {
+    pub async fn start(partitions: i32) -> Stack {
+        Stack::start_with(Redis::start(), partitions).await
+    }
+
+    pub async fn start_with(redis: Redis, partitions: i32) -> Stack {
+        let broker = Broker::start();
+        let topic = random_name("scores");
+        let dlq = random_name("dlq");
+        broker.create_topic(&topic, partitions).await;
+        broker.create_topic(&dlq, 1).await;
+        Stack { redis, broker, topic, dlq }
+    }
+}
+
 /// The settings a test worker runs with.
 #[derive(Clone)]
 pub struct WorkerConfig {
