@@ -12,6 +12,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::config::Settings;
 use crate::generator::Generator;
+use crate::store::{scan_keys, RedisConn, Store};
 
 fn client_config(settings: &Settings) -> ClientConfig {
     let mut c = ClientConfig::new();
@@ -92,92 +93,29 @@ pub async fn produce_samples(
     Ok(())
 }
 
-/// The Redis nodes to scan: the one server, or every primary of a cluster.
-async fn scan_targets(settings: &Settings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
-    let client = redis::Client::open(settings.redis.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
-    let mut seed = client.get_multiplexed_async_connection().await.map_err(|e| format!("connect to Redis: {e}"))?;
-    if !settings.redis.cluster {
-        return Ok(vec![seed]);
-    }
-    let nodes: String =
-        redis::cmd("CLUSTER").arg("NODES").query_async(&mut seed).await.map_err(|e| format!("CLUSTER NODES: {e}"))?;
-    let mut out = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 3 || !fields[2].contains("master") || fields[2].contains("fail") {
-            continue;
-        }
-        let addr = fields[1].split('@').next().unwrap_or_default();
-        let mut info = client.get_connection_info().clone();
-        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("bad node address {addr}"))?;
-        let port: u16 = port.parse().map_err(|_| format!("bad node address {addr}"))?;
-        info = info.set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
-        let c = redis::Client::open(info).map_err(|e| e.to_string())?;
-        out.push(c.get_multiplexed_async_connection().await.map_err(|e| format!("connect to {addr}: {e}"))?);
-    }
-    Ok(out)
-}
-
 /// Deletes every board tag's recorded offsets (and remembered refusals) of
 /// `topic`, so that a topic deleted and recreated under the same name is
 /// consumed afresh instead of being taken for redeliveries. Returns how many
 /// partition entries were removed.
 pub async fn forget_offsets(settings: &Settings, topic: &str) -> Result<u64, String> {
     let prefix = &settings.redis.key_prefix;
+    let store =
+        Store::new(RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?, settings.redis.dedupe_ttl);
+    let mut conn = store.conn();
     let mut removed = 0u64;
-    for mut conn in scan_targets(settings).await? {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{prefix}:{{*}}:_offsets"))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| format!("SCAN: {e}"))?;
-            for key in keys {
-                let fields: Vec<String> =
-                    redis::cmd("HKEYS").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
-                let ours: Vec<&String> =
-                    fields.iter().filter(|f| f.rsplit_once(':').is_some_and(|(t, _)| t == topic)).collect();
-                if !ours.is_empty() {
-                    let n: u64 = redis::cmd("HDEL")
-                        .arg(&key)
-                        .arg(&ours)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    removed += n;
-                }
-                let base = key.trim_end_matches(":_offsets");
-                let mut rc: u64 = 0;
-                loop {
-                    let (next, refused): (u64, Vec<String>) = redis::cmd("SCAN")
-                        .arg(rc)
-                        .arg("MATCH")
-                        .arg(format!("{base}:_refused:{topic}:*"))
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| format!("SCAN: {e}"))?;
-                    for k in refused {
-                        let _: i64 =
-                            redis::cmd("DEL").arg(&k).query_async(&mut conn).await.map_err(|e| e.to_string())?;
-                    }
-                    if next == 0 {
-                        break;
-                    }
-                    rc = next;
-                }
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+    for key in scan_keys(&settings.redis, &format!("{prefix}:{{*}}:_offsets")).await? {
+        let fields: Vec<String> =
+            redis::cmd("HKEYS").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+        let ours: Vec<&String> =
+            fields.iter().filter(|f| f.rsplit_once(':').is_some_and(|(t, _)| t == topic)).collect();
+        if !ours.is_empty() {
+            let n: u64 =
+                redis::cmd("HDEL").arg(&key).arg(&ours).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            removed += n;
         }
+    }
+    for key in scan_keys(&settings.redis, &format!("{prefix}:{{*}}:_refused:{topic}:*")).await? {
+        let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
     }
     Ok(removed)
 }

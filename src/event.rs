@@ -127,10 +127,18 @@ pub struct Event {
     pub attrs: BTreeMap<String, String>,
 }
 
+/// The event type that erases a player from every board.
+pub const ERASE_TYPE: &str = "player_erased";
+
 /// What parsing made of a record value.
 #[derive(Debug)]
 pub enum Parsed {
     Event(Event),
+    /// `player_erased`: remove this player from every key of every board.
+    Erase {
+        event_id: Uuid,
+        player_id: String,
+    },
     /// No board listens to this type; carries the type for the metric.
     Skipped(String),
     Rejected(Rejection),
@@ -168,7 +176,7 @@ fn parse_inner(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -
         Some(Value::String(s)) if !s.is_empty() => s,
         Some(_) => return Err(Rejection::new(InvalidType, "field 'type' must be a non-empty string")),
     };
-    if !listens(&kind) {
+    if !listens(&kind) && kind != ERASE_TYPE {
         return Ok(Parsed::Skipped(kind));
     }
     let event_id = match raw.event_id {
@@ -194,6 +202,9 @@ fn parse_inner(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -
         }
         Some(_) => return Err(Rejection::new(InvalidPlayerId, "field 'player_id' must be a string")),
     };
+    if kind == ERASE_TYPE {
+        return Ok(Parsed::Erase { event_id, player_id });
+    }
     let score = match raw.score {
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'score' is missing")),
         Some(Value::Number(n)) => parse_score(&n)?,
@@ -327,6 +338,18 @@ mod tests {
         assert_eq!(reason(&OK.replace(r#""2026-08-14T13:00:00+02:00""#, "1.5")), InvalidTs);
         assert_eq!(reason(&OK.replace(r#"{"region":"eu"}"#, r#"{"region":1}"#)), InvalidAttrs);
         assert_eq!(parse(OK.as_bytes(), 10, |_| true).rejection().unwrap().reason, TooLarge);
+    }
+
+    #[test]
+    fn an_erasure_needs_only_its_id_and_player() {
+        let json = r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased","player_id":"alice"}"#;
+        assert!(
+            matches!(parse(json.as_bytes(), 65536, |_| false), Parsed::Erase { player_id, .. } if player_id == "alice")
+        );
+        assert_eq!(
+            reason(r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased"}"#),
+            Reason::MissingField
+        );
     }
 
     #[test]

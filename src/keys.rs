@@ -14,6 +14,7 @@
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
+//! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:_big` | string | set once a `sum` value passes half the allowed range (see `apply.lua`) |
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
@@ -49,6 +50,17 @@ pub fn dedupe_key(base: &str, event_id: &uuid::Uuid) -> String {
     format!("{base}:_seen:{}", event_id.hyphenated().encode_lower(&mut buf))
 }
 
+/// The set of period keys a tag has written (walked by an erasure).
+pub fn registry_key(base: &str) -> String {
+    format!("{base}:_keys")
+}
+
+/// The board id of a key base `prefix:{board}` or `prefix:{board:split}`.
+pub fn board_of_base(base: &str) -> Option<&str> {
+    let tag = base.split_once('{')?.1.strip_suffix('}')?;
+    Some(tag.split(':').next().unwrap_or(tag))
+}
+
 pub fn offsets_key(base: &str) -> String {
     format!("{base}:_offsets")
 }
@@ -80,5 +92,8 @@ mod tests {
         assert_eq!(offsets_key(&b), "lb:{points}:_offsets");
         assert_eq!(dense_key(&b, "w:2026-W33"), "lb:{points}:_dense:w:2026-W33");
         assert_eq!(offsets_field("scores", 3), "scores:3");
+        assert_eq!(board_of_base("lb:{points}"), Some("points"));
+        assert_eq!(board_of_base("lb:{laps:monza}"), Some("laps"));
+        assert_eq!(registry_key(&b), "lb:{points}:_keys");
     }
 }

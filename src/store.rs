@@ -22,6 +22,7 @@ use crate::config::RedisSettings;
 use crate::keys;
 
 const APPLY_LUA: &str = include_str!("scripts/apply.lua");
+const ERASE_LUA: &str = include_str!("scripts/erase.lua");
 
 /// Errors of the Redis store, each naming the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +31,12 @@ pub enum StoreError {
     Connect(#[source] RedisError),
     #[error("applying a batch to board tag {base} failed: {source}")]
     Apply { base: String, source: RedisError },
-    #[error("loading the apply script failed: {0}")]
+    #[error("loading a script failed: {0}")]
     LoadScript(#[source] RedisError),
+    #[error("erasing a player on board tag {base} failed: {source}")]
+    Erase { base: String, source: RedisError },
+    #[error("listing board tags failed: {0}")]
+    Scan(String),
     #[error("the apply script for {base} returned {got} results for {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
 }
@@ -207,12 +212,18 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
 pub struct Store {
     conn: RedisConn,
     script: redis::Script,
+    erase_script: redis::Script,
     dedupe_ttl_secs: u64,
 }
 
 impl Store {
     pub fn new(conn: RedisConn, dedupe_ttl: Duration) -> Store {
-        Store { conn, script: redis::Script::new(APPLY_LUA), dedupe_ttl_secs: dedupe_ttl.as_secs().max(1) }
+        Store {
+            conn,
+            script: redis::Script::new(APPLY_LUA),
+            erase_script: redis::Script::new(ERASE_LUA),
+            dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
+        }
     }
 
     pub fn conn(&self) -> RedisConn {
@@ -227,18 +238,34 @@ impl Store {
         futures::future::try_join_all(calls).await
     }
 
-    async fn apply_one(&self, batch: &TagBatch<'_>) -> Result<Vec<ApplyResult>, StoreError> {
-        let inv = build_invocation(batch, self.dedupe_ttl_secs);
+    /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        source: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Result<T, RedisError>, StoreError> {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(inv.keys.len()).arg(&inv.keys).arg(&inv.args);
+        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
         let mut conn = self.conn.clone();
-        let reply: Result<Vec<i64>, RedisError> = match cmd.query_async(&mut conn).await {
+        Ok(match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load_script().await?;
+                let _: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(StoreError::LoadScript)?;
                 cmd.query_async(&mut conn).await
             }
             other => other,
-        };
+        })
+    }
+
+    async fn apply_one(&self, batch: &TagBatch<'_>) -> Result<Vec<ApplyResult>, StoreError> {
+        let inv = build_invocation(batch, self.dedupe_ttl_secs);
+        let reply: Result<Vec<i64>, RedisError> = self.eval(&self.script, APPLY_LUA, &inv.keys, &inv.args).await?;
         let codes = reply.map_err(|source| StoreError::Apply { base: batch.base.to_string(), source })?;
         if codes.len() != batch.items.len() {
             return Err(StoreError::BadReply {
@@ -262,11 +289,80 @@ impl Store {
         Ok(())
     }
 
+    /// Removes `member` from every key of every tag in `tags` (key base and
+    /// packing shift), at most once per record (see `scripts/erase.lua`).
+    pub async fn erase(
+        &self,
+        tags: &[(String, i64)],
+        field: &str,
+        offset: i64,
+        member: &str,
+    ) -> Result<(), StoreError> {
+        let calls = tags.iter().map(|(base, shift)| async move {
+            let keys = [keys::offsets_key(base), keys::registry_key(base)];
+            let args = [field.to_string(), offset.to_string(), member.to_string(), shift.to_string(), base.clone()];
+            let reply: Result<i64, RedisError> = self.eval(&self.erase_script, ERASE_LUA, &keys, &args).await?;
+            reply.map(|_| ()).map_err(|source| StoreError::Erase { base: base.clone(), source })
+        });
+        futures::future::try_join_all(calls).await.map(|_| ())
+    }
+
     /// `PING`, for readiness.
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();
         redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
     }
+}
+
+/// One connection to each Redis node that holds data: the server, or every
+/// primary of a cluster (for scans, which a cluster answers per node).
+pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
+    let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
+    let mut seed = client.get_multiplexed_async_connection().await.map_err(|e| format!("connect to Redis: {e}"))?;
+    if !settings.cluster {
+        return Ok(vec![seed]);
+    }
+    let nodes: String =
+        redis::cmd("CLUSTER").arg("NODES").query_async(&mut seed).await.map_err(|e| format!("CLUSTER NODES: {e}"))?;
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 3 || !fields[2].contains("master") || fields[2].contains("fail") {
+            continue;
+        }
+        let addr = fields[1].split('@').next().unwrap_or_default();
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("bad node address {addr}"))?;
+        let port: u16 = port.parse().map_err(|_| format!("bad node address {addr}"))?;
+        let info = client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
+        let c = redis::Client::open(info).map_err(|e| e.to_string())?;
+        out.push(c.get_multiplexed_async_connection().await.map_err(|e| format!("connect to {addr}: {e}"))?);
+    }
+    Ok(out)
+}
+
+/// Every key matching `pattern` on every node.
+pub async fn scan_keys(settings: &RedisSettings, pattern: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for mut conn in node_connections(settings).await? {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("SCAN: {e}"))?;
+            out.extend(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

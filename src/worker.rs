@@ -41,7 +41,7 @@ use crate::event::{self, Event, Parsed, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
-use crate::store::{ApplyItem, ApplyResult, Store, TagBatch};
+use crate::store::{ApplyItem, ApplyResult, Store, StoreError, TagBatch};
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
 #[derive(Debug, Default)]
@@ -208,25 +208,48 @@ pub async fn run(
         cancel: &cancel,
     };
     let mut batch_no: u64 = 0;
+    // An erasure is a batch of its own, so it stays ordered with the
+    // player's other events: one read while a batch is open waits here.
+    let mut carry: Option<(BorrowedMessage<'_>, Item)> = None;
     loop {
-        let first = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            m = consumer.recv() => m,
-        };
         let mut msgs = Vec::with_capacity(settings.worker.batch_size);
-        match first {
-            Ok(m) => msgs.push(m),
-            Err(e) => {
-                warn!(error = %e, "Reading from Kafka failed; retrying.");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+        let mut items = Vec::with_capacity(settings.worker.batch_size);
+        match carry.take() {
+            Some((m, item)) => {
+                msgs.push(m);
+                items.push(item);
+            }
+            None => {
+                let first = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    m = consumer.recv() => m,
+                };
+                match first {
+                    Ok(m) => {
+                        items.push(w.parse(&m));
+                        msgs.push(m);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "Reading from Kafka failed; retrying.");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
             }
         }
         let deadline = tokio::time::Instant::now() + settings.worker.batch_linger;
-        while msgs.len() < settings.worker.batch_size {
+        while msgs.len() < settings.worker.batch_size && !matches!(items[0], Item::Erase { .. }) {
             match tokio::time::timeout_at(deadline, consumer.recv()).await {
-                Ok(Ok(m)) => msgs.push(m),
+                Ok(Ok(m)) => {
+                    let item = w.parse(&m);
+                    if matches!(item, Item::Erase { .. }) {
+                        carry = Some((m, item));
+                        break;
+                    }
+                    msgs.push(m);
+                    items.push(item);
+                }
                 Ok(Err(e)) => {
                     warn!(error = %e, "Reading from Kafka failed; the batch closes early.");
                     break;
@@ -236,7 +259,7 @@ pub async fn run(
         }
         batch_no += 1;
         let span = info_span!("batch", n = batch_no, records = msgs.len());
-        let Some(offsets) = w.process(&msgs).instrument(span).await else {
+        let Some(offsets) = w.process(&msgs, items).instrument(span).await else {
             info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
             break;
         };
@@ -285,6 +308,10 @@ struct Worker<'a> {
 /// One record of a batch as parsing left it.
 enum Item {
     Skipped,
+    /// `player_erased`: always alone in its batch.
+    Erase {
+        player_id: String,
+    },
     Rejected(Rejection),
     Event {
         event: Event,
@@ -304,13 +331,12 @@ enum Final {
 
 impl Worker<'_> {
     /// Processes one batch to final outcomes. `None`: abandoned on shutdown.
-    async fn process(&self, msgs: &[BorrowedMessage<'_>]) -> Option<BatchOffsets> {
+    async fn process(&self, msgs: &[BorrowedMessage<'_>], mut items: Vec<Item>) -> Option<BatchOffsets> {
         let m = metrics::get();
         m.batch_size.observe(msgs.len() as f64);
         let mut offsets = BatchOffsets::default();
         let mut fields: Vec<String> = Vec::new();
         let mut tp_of = Vec::with_capacity(msgs.len());
-        let mut items = Vec::with_capacity(msgs.len());
         for msg in msgs {
             let tp = offsets.note(msg.topic(), msg.partition(), msg.offset());
             if tp == fields.len() {
@@ -319,7 +345,10 @@ impl Worker<'_> {
             }
             m.records_consumed.with_label_values(&[msg.topic()]).inc();
             tp_of.push(tp);
-            items.push(self.parse(msg));
+        }
+        if let [Item::Erase { player_id }] = items.as_slice() {
+            self.erase(&fields[tp_of[0]], msgs[0].offset(), player_id).await?;
+            return Some(offsets);
         }
 
         // Group every write of the batch by board tag, in record order.
@@ -429,6 +458,7 @@ impl Worker<'_> {
                 m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
                 return Item::Rejected(r);
             }
+            Parsed::Erase { player_id, .. } => return Item::Erase { player_id },
             Parsed::Event(e) => e,
         };
         // Decisions use the record's timestamp, so a replay decides alike;
@@ -454,7 +484,7 @@ impl Worker<'_> {
     fn finalize(&self, item: &Item) -> Final {
         let m = metrics::get();
         let (decisions, results) = match item {
-            Item::Skipped => return Final::Skipped,
+            Item::Skipped | Item::Erase { .. } => return Final::Skipped,
             Item::Rejected(r) => return Final::DeadLetter(vec![r.clone()]),
             Item::Event { decisions, results, .. } => (decisions, results),
         };
@@ -494,6 +524,30 @@ impl Worker<'_> {
         } else {
             Final::DeadLetter(refusals)
         }
+    }
+
+    /// Removes a player from every key of every board tag, retrying until
+    /// Redis has done it. `None`: abandoned on shutdown.
+    async fn erase(&self, field: &str, offset: i64, player_id: &str) -> Option<()> {
+        let pattern = format!("{}:{{*}}:_offsets", self.settings.redis.key_prefix);
+        retry("erase a player", self.cancel, self.settings.worker.max_backoff, || async {
+            let offsets_keys =
+                crate::store::scan_keys(&self.settings.redis, &pattern).await.map_err(StoreError::Scan)?;
+            let tags: Vec<(String, i64)> = offsets_keys
+                .iter()
+                .map(|k| {
+                    let base = k.trim_end_matches(":_offsets").to_string();
+                    let shift = keys::board_of_base(&base)
+                        .and_then(|id| self.router.board(id))
+                        .map_or(1, |b| b.packing.shift());
+                    (base, shift)
+                })
+                .collect();
+            self.store.erase(&tags, field, offset, player_id).await
+        })
+        .await?;
+        info!("Erased a player from every board.");
+        Some(())
     }
 
     /// Produces the dead records and waits for every acknowledgement.

@@ -117,3 +117,104 @@ async fn rate_limits_top_k_and_latest_boards_hold_their_exact_expectations() {
     // Latest: an older event that arrives later changes nothing.
     assert_eq!(zset(&mut conn, "lb:{current}:all").await, map(&[("alice", 50), ("bob", 5)]));
 }
+
+const ERASURE_BOARDS: &str = r#"
+[[board]]
+id = "points"
+on = ["match", "bonus"]
+mode = "sum"
+periods = ["daily", "weekly", "all_time"]
+
+[[board]]
+id = "best"
+on = ["match"]
+mode = "best"
+periods = ["all_time"]
+tie_break = "earliest"
+rate_limit = { events = 100, window = "60s" }
+
+[[board]]
+id = "laps"
+on = ["lap"]
+mode = "best"
+order = "asc"
+periods = ["daily", "all_time"]
+split_by = "track"
+
+[[board]]
+id = "current"
+on = ["rating"]
+mode = "latest"
+periods = ["all_time"]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let lap = |player: &str, ms: i64, track: &str| {
+        let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "lap", "player_id": player, "score": ms, "ts": now, "attrs": {"track": track}});
+        (player.to_string(), v.to_string().into_bytes(), Some(now))
+    };
+    let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
+    let records = vec![
+        rec("match", "alice", 31, now - 1000, now),
+        rec("match", "bob", 20, now - 1000, now),
+        rec("match", "alice", 33, now - 86_400_000 * 2, now),
+        rec("rating", "alice", 1700, now, now),
+        rec("rating", "bob", 1500, now, now),
+        lap("alice", 71_111, "monza"),
+        lap("bob", 70_000, "monza"),
+        lap("alice", 80_111, "spa"),
+        ("alice".to_string(), erase.to_string().into_bytes(), Some(now)),
+        rec("bonus", "alice", 7, now, now),
+    ];
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    assert!(w.log().contains("Erased a player"), "{}", w.log());
+    let mut conn = redis.conn().await;
+
+    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*").query_async(&mut conn).await.unwrap();
+    let today = chrono::DateTime::from_timestamp_millis(now).unwrap();
+    let after: Vec<String> = vec!["lb:{points}:all".into(), format!("lb:{{points}}:{}", today.format("d:%Y-%m-%d")), {
+        let iso = chrono::Datelike::iso_week(&today.date_naive());
+        format!("lb:{{points}}:w:{:04}-W{:02}", iso.year(), iso.week())
+    }];
+    let mut traces = Vec::new();
+    for k in &keys {
+        let kind: String = redis::cmd("TYPE").arg(k).query_async(&mut conn).await.unwrap();
+        let found = k.contains("alice")
+            || match kind.as_str() {
+                "zset" => {
+                    let s: Option<f64> = redis::cmd("ZSCORE").arg(k).arg("alice").query_async(&mut conn).await.unwrap();
+                    match s {
+                        Some(7.0) if after.contains(k) => false,
+                        Some(_) => true,
+                        None => false,
+                    }
+                }
+                "hash" => redis::cmd("HEXISTS").arg(k).arg("alice").query_async::<bool>(&mut conn).await.unwrap(),
+                _ => false,
+            };
+        if found {
+            traces.push(k.clone());
+        }
+    }
+    assert!(traces.is_empty(), "alice is still in {traces:?}");
+    // Her values leave the dense indexes; bob's stay; the event after the erasure counts.
+    for (key, expected) in [
+        ("lb:{points}:_dense:all", vec!["20", "7"]),
+        ("lb:{laps:monza}:_dense:all", vec!["70000"]),
+        ("lb:{current}:_dense:all", vec!["1500"]),
+    ] {
+        let mut d: Vec<String> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+        d.sort();
+        assert_eq!(d, expected, "{key}");
+    }
+    let spa: i64 = redis::cmd("EXISTS").arg("lb:{laps:spa}:all").query_async(&mut conn).await.unwrap();
+    assert_eq!(spa, 0, "a board left empty by the erasure is gone");
+    assert_eq!(zset(&mut conn, "lb:{points}:all").await, map(&[("alice", 7), ("bob", 20)]));
+    assert_eq!(zset(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
+}

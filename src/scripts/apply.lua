@@ -40,6 +40,8 @@
 --   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
 --   5 refused: rate_limited.
+-- Every period key written is added to the tag's registry set
+-- ("<prefix>:{tag}:_keys"), which erase.lua walks.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
 -- redelivery of the record reports the same refusal, not a duplicate.
 --
@@ -243,7 +245,10 @@ end
 for field in pairs(dirty) do
   redis.call('HSET', offsets_key, field, last_str[field])
 end
+local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_keys'
 for j in pairs(touched) do
+  -- The registry lets an erasure find every period key of the tag.
+  redis.call('SADD', registry, KEYS[1 + j])
   if top_k > 0 then trim(j) end
   local at = ARGV[12 + j]
   if at ~= '0' then

@@ -1,0 +1,39 @@
+-- erase.lua: removes one player from every key of ONE board tag, atomically,
+-- at most once per record (the same offset check as apply.lua, so a replayed
+-- erasure cannot erase scores the player earned after it).
+--
+-- KEYS[1]   the tag's offsets hash
+-- KEYS[2]   the tag's registry of period keys (a set, filled by apply.lua)
+-- ARGV[1]   field "<topic>:<partition>", ARGV[2] offset
+-- ARGV[3]   the member (player id)
+-- ARGV[4]   SHIFT of the board's packing (for the dense index)
+-- ARGV[5]   the tag's key base ("<prefix>:{tag}")
+--
+-- Returns 1 erased (or nothing to erase), 3 redelivered offset.
+
+local field, off_s, member = ARGV[1], ARGV[2], ARGV[3]
+local shift, base = tonumber(ARGV[4]), ARGV[5]
+local last = redis.call('HGET', KEYS[1], field)
+if last and tonumber(off_s) <= tonumber(last) then return 3 end
+redis.call('HSET', KEYS[1], field, off_s)
+
+local prefix_len = #base + 2
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('SREM', KEYS[2], key)
+  else
+    local period = string.sub(key, prefix_len)
+    local cur = redis.call('ZSCORE', key, member)
+    if cur then
+      redis.call('ZREM', key, member)
+      local v = math.floor(tonumber(cur) / shift)
+      local lo = v * shift
+      if redis.call('ZCOUNT', key, lo, lo + shift - 1) == 0 then
+        redis.call('ZREM', base .. ':_dense:' .. period, string.format('%d', v))
+      end
+    end
+    redis.call('HDEL', base .. ':_ts:' .. period, member)
+  end
+end
+redis.call('DEL', base .. ':_rl:' .. member)
+return 1
