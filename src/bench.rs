@@ -461,7 +461,6 @@ pub async fn pipeline(
     let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
     let (e2e, peak_kib) = run_to_end(&exe, &dir, &cfg, &at, count)?;
     let e2e_rate = rate(count, e2e);
-    let limit = broker.min(redis_ceiling);
     rows.push(Row {
         what: "rankflow end to end",
         per_sec: e2e_rate,
@@ -472,7 +471,6 @@ pub async fn pipeline(
             peak_kib / 1024
         ),
     });
-    let _ = limit;
 
     eprintln!("bench: latency at {latency_rate} events/s for {latency_secs}s");
     flush(&conn).await?;

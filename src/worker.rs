@@ -341,7 +341,6 @@ impl Worker<'_> {
             let tp = offsets.note(msg.topic(), msg.partition(), msg.offset());
             if tp == fields.len() {
                 fields.push(keys::offsets_field(msg.topic(), msg.partition()));
-                m.records_consumed.with_label_values(&[msg.topic()]);
             }
             m.records_consumed.with_label_values(&[msg.topic()]).inc();
             tp_of.push(tp);
