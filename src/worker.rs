@@ -10,16 +10,22 @@
 //!    batch with capped exponential backoff (safe: the script recognises
 //!    records it already applied by their offset);
 //! 3. produce the records that no board applied (and that were no duplicate)
-//!    to the dead-letter topic, retrying until the broker acknowledges;
-//! 4. only then store, per partition, the batch's last offset + 1;
+//!    to the dead-letter topic; a partition whose dead letters the broker has
+//!    not acknowledged is paused and its records held (see `Held`), while
+//!    every other partition goes on;
+//! 4. only then store, per partition, the batch's last offset + 1 (for a held
+//!    partition: the offset of its first held record);
 //!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
 //!    revocation and on shutdown.
 //!
 //! The worker must never store an offset past a record whose outcome is not
-//! final: a batch that is abandoned (shutdown during a retry) stores nothing.
-//! While a batch waits, the loop does not read further, so memory stays
-//! bounded by the batch and librdkafka's `queued.max.messages.kbytes`.
+//! final: a batch that is abandoned (shutdown during a Redis retry) stores
+//! nothing, and a held dead letter stops its partition's offset. While Redis
+//! is retried the loop reads nothing further, and a held partition is paused,
+//! so memory stays bounded by the batch and librdkafka's
+//! `queued.max.messages.kbytes`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,7 +217,21 @@ pub async fn run(
     // An erasure is a batch of its own, so it stays ordered with the
     // player's other events: one read while a batch is open waits here.
     let mut carry: Option<(BorrowedMessage<'_>, Item)> = None;
+    let mut held = Held::default();
     loop {
+        if !held.is_empty() {
+            // A revoked partition's held records are dropped, never stored:
+            // its next owner reads them again from the committed offset.
+            if let Ok(assigned) = consumer.assignment() {
+                held.partitions.retain(|(t, p), _| assigned.find_partition(t, *p).is_some());
+            }
+            if held.next_try.is_some_and(|due| tokio::time::Instant::now() >= due) {
+                w.retry_held(&consumer, &mut held).await;
+            }
+            if held.is_empty() {
+                held.next_try = None;
+            }
+        }
         let mut msgs = Vec::with_capacity(settings.worker.batch_size);
         let mut items = Vec::with_capacity(settings.worker.batch_size);
         match carry.take() {
@@ -220,10 +240,12 @@ pub async fn run(
                 items.push(item);
             }
             None => {
+                let retry_at = held.next_try;
                 let first = tokio::select! {
                     biased;
                     _ = cancel.cancelled() => break,
                     m = consumer.recv() => m,
+                    _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
                 };
                 match first {
                     Ok(m) => {
@@ -259,12 +281,25 @@ pub async fn run(
         }
         batch_no += 1;
         let span = info_span!("batch", n = batch_no, records = msgs.len());
-        let Some(offsets) = w.process(&msgs, items).instrument(span).await else {
+        let Some((offsets, dead)) = w.process(&msgs, items).instrument(span).await else {
             info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
             break;
         };
         drop(msgs);
-        store_offsets(&consumer, &offsets);
+        // While the dead-letter topic is known to fail, new dead records wait
+        // with the others instead of blocking the loop on another attempt.
+        let failed = if dead.is_empty() {
+            dead
+        } else if held.is_empty() {
+            w.send_dead(dead, Some(Duration::from_secs(5))).await
+        } else {
+            dead
+        };
+        held.hold(&consumer, failed, settings.worker.max_backoff);
+        for (topic, partition, next) in offsets.to_store() {
+            held.note_processed(topic, partition, next - 1);
+        }
+        store_offsets(&consumer, &offsets, &held);
     }
 
     info!("Worker stopping: committing final offsets and leaving the group.");
@@ -281,17 +316,24 @@ pub async fn run(
 
 /// Stores each partition's offset separately: a partition revoked while its
 /// batch was in flight fails alone, and its result is dropped, not stored.
-fn store_offsets(consumer: &StreamConsumer<WorkerContext>, offsets: &BatchOffsets) {
+/// A partition waiting for the dead-letter topic stops at its first held record.
+fn store_offsets(consumer: &StreamConsumer<WorkerContext>, offsets: &BatchOffsets, held: &Held) {
     for (topic, partition, next) in offsets.to_store() {
-        let _span = debug_span!("partition", topic, partition).entered();
-        let mut tpl = TopicPartitionList::new();
-        if tpl.add_partition_offset(topic, partition, Offset::Offset(next)).is_err() {
-            continue;
-        }
-        match consumer.store_offsets(&tpl) {
-            Ok(()) => debug!(next_offset = next, "Stored the partition's offset."),
-            Err(e) => debug!(error = %e, "Partition no longer assigned; its result is dropped, not stored."),
-        }
+        let next = held.stop_at(topic, partition).map_or(next, |stop| stop.min(next));
+        store_offset(consumer, topic, partition, next);
+    }
+}
+
+/// Stores `next` (the last final offset + 1) for one partition.
+fn store_offset(consumer: &StreamConsumer<WorkerContext>, topic: &str, partition: i32, next: i64) {
+    let _span = debug_span!("partition", topic, partition).entered();
+    let mut tpl = TopicPartitionList::new();
+    if tpl.add_partition_offset(topic, partition, Offset::Offset(next)).is_err() {
+        return;
+    }
+    match consumer.store_offsets(&tpl) {
+        Ok(()) => debug!(next_offset = next, "Stored the partition's offset."),
+        Err(e) => debug!(error = %e, "Partition no longer assigned; its result is dropped, not stored."),
     }
 }
 
@@ -331,7 +373,13 @@ enum Final {
 
 impl Worker<'_> {
     /// Processes one batch to final outcomes. `None`: abandoned on shutdown.
-    async fn process(&self, msgs: &[BorrowedMessage<'_>], mut items: Vec<Item>) -> Option<BatchOffsets> {
+    /// Returns the batch's offsets and the records to dead-letter, which
+    /// the run loop produces (see [`Held`]).
+    async fn process(
+        &self,
+        msgs: &[BorrowedMessage<'_>],
+        mut items: Vec<Item>,
+    ) -> Option<(BatchOffsets, Vec<DeadRecord>)> {
         let m = metrics::get();
         m.batch_size.observe(msgs.len() as f64);
         let mut offsets = BatchOffsets::default();
@@ -347,7 +395,7 @@ impl Worker<'_> {
         }
         if let [Item::Erase { player_id }] = items.as_slice() {
             self.erase(&fields[tp_of[0]], msgs[0].offset(), player_id).await?;
-            return Some(offsets);
+            return Some((offsets, Vec::new()));
         }
 
         // Group every write of the batch by board tag, in record order.
@@ -428,20 +476,8 @@ impl Worker<'_> {
                 Final::DeadLetter(reasons) => dead.push((i, reasons)),
             }
         }
-        if !dead.is_empty() {
-            retry("produce to the dead-letter topic", self.cancel, self.settings.worker.max_backoff, || async {
-                let r = self.dead_letter(msgs, &dead).await;
-                if r.is_err() {
-                    m.dead_letter_errors.inc();
-                }
-                r
-            })
-            .await?;
-            for (_, reasons) in &dead {
-                m.dead_letters.with_label_values(&[reasons[0].reason.as_str()]).inc();
-            }
-        }
-        Some(offsets)
+        let dead = dead.iter().map(|(i, reasons)| DeadRecord::new(&msgs[*i], reasons)).collect();
+        Some((offsets, dead))
     }
 
     fn parse(&self, msg: &BorrowedMessage<'_>) -> Item {
@@ -549,50 +585,195 @@ impl Worker<'_> {
         Some(())
     }
 
-    /// Produces the dead records and waits for every acknowledgement.
-    async fn dead_letter(
-        &self,
-        msgs: &[BorrowedMessage<'_>],
-        dead: &[(usize, Vec<Rejection>)],
-    ) -> Result<(), KafkaError> {
+    /// Tries the held dead records again; a partition whose records are all
+    /// acknowledged stores its offset and resumes.
+    async fn retry_held(&self, consumer: &StreamConsumer<WorkerContext>, held: &mut Held) {
+        let records: Vec<DeadRecord> = held.partitions.values_mut().flat_map(|(r, _)| r.drain(..)).collect();
+        let n = records.len();
+        for r in self.send_dead(records, Some(Duration::from_secs(2))).await {
+            if let Some((pending, _)) = held.partitions.get_mut(&(r.topic.clone(), r.partition)) {
+                pending.push(r);
+            }
+        }
+        let drained: Vec<((String, i32), i64)> = held
+            .partitions
+            .iter()
+            .filter(|(_, (r, _))| r.is_empty())
+            .map(|(k, (_, processed))| (k.clone(), *processed))
+            .collect();
+        for ((topic, partition), processed) in drained {
+            store_offset(consumer, &topic, partition, processed + 1);
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&topic, partition);
+            if let Err(e) = consumer.resume(&tpl) {
+                warn!(error = %e, "Could not resume a partition after its dead letters were written.");
+            }
+            held.partitions.remove(&(topic.clone(), partition));
+            info!(topic = %topic, partition, "The dead-letter topic took the held records; the partition goes on.");
+        }
+        if held.is_empty() {
+            held.next_try = None;
+        } else {
+            held.backoff = (held.backoff * 2).min(self.settings.worker.max_backoff);
+            held.next_try = Some(tokio::time::Instant::now() + held.backoff);
+            debug!(records = n, "Dead-letter retry failed; trying again later.");
+        }
+    }
+
+    /// Produces dead records (each at most once while its delivery is in
+    /// flight) and waits for their acknowledgements until `wait` has passed
+    /// (`None`: until each resolves). Returns those not acknowledged yet.
+    async fn send_dead(&self, mut records: Vec<DeadRecord>, wait: Option<Duration>) -> Vec<DeadRecord> {
+        let m = metrics::get();
         let topic = &self.settings.kafka.dead_letter_topic;
-        let sends = dead.iter().map(|(i, reasons)| {
-            let msg = &msgs[*i];
-            let mut reason_list: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
-            reason_list.dedup();
-            let reason = reason_list.join(",");
-            let detail = reasons.iter().map(|r| r.detail.as_str()).collect::<Vec<_>>().join("; ");
-            let partition = msg.partition().to_string();
-            let offset = msg.offset().to_string();
-            let mut headers = OwnedHeaders::new();
-            if let Some(h) = msg.headers() {
-                for header in h.iter() {
-                    headers = headers.insert(Header { key: header.key, value: header.value });
-                }
+        for r in &mut records {
+            if r.inflight.is_some() {
+                continue;
             }
-            let headers = headers
-                .insert(Header { key: "rankflow.reason", value: Some(reason.as_str()) })
-                .insert(Header { key: "rankflow.detail", value: Some(detail.as_str()) })
-                .insert(Header { key: "rankflow.source.topic", value: Some(msg.topic()) })
-                .insert(Header { key: "rankflow.source.partition", value: Some(partition.as_str()) })
-                .insert(Header { key: "rankflow.source.offset", value: Some(offset.as_str()) });
-            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
-            if let Some(k) = msg.key() {
-                record = record.key(k);
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(r.headers.clone());
+            if let Some(k) = &r.key {
+                record = record.key(k.as_slice());
             }
-            if let Some(p) = msg.payload() {
-                record = record.payload(p);
+            if let Some(p) = &r.payload {
+                record = record.payload(p.as_slice());
             }
-            if let Some(ts) = msg.timestamp().to_millis() {
+            if let Some(ts) = r.timestamp {
                 record = record.timestamp(ts);
             }
-            self.producer.send(record, Duration::from_secs(30))
-        });
-        let results = futures::future::join_all(sends).await;
-        for r in results {
-            r.map_err(|(e, _)| e)?;
+            match self.producer.send_result(record) {
+                Ok(f) => r.inflight = Some(f),
+                Err((e, _)) => warn!(error = %e, "Could not queue a record for the dead-letter topic."),
+            }
         }
-        Ok(())
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let mut waiting = Vec::new();
+        for mut r in records {
+            let Some(f) = r.inflight.as_mut() else {
+                waiting.push(r);
+                continue;
+            };
+            let outcome = match deadline {
+                None => Some(f.await),
+                Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+            };
+            match outcome {
+                None => waiting.push(r), // still in flight: checked again next time, never sent twice
+                Some(Ok(Ok(_))) => m.dead_letters.with_label_values(&[r.reason.as_str()]).inc(),
+                Some(Ok(Err((e, _)))) => {
+                    m.dead_letter_errors.inc();
+                    warn!(error = %e, topic = %r.topic, partition = r.partition, offset = r.offset,
+                        "Could not produce to the dead-letter topic; the record's partition waits.");
+                    r.inflight = None;
+                    waiting.push(r);
+                }
+                Some(Err(_)) => {
+                    r.inflight = None;
+                    waiting.push(r);
+                }
+            }
+        }
+        waiting
+    }
+}
+
+/// A record on its way to the dead-letter topic: an owned copy, so that it
+/// can wait for the topic while its partition is paused.
+pub struct DeadRecord {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+    timestamp: Option<i64>,
+    headers: OwnedHeaders,
+    /// The first reason, for the metric.
+    reason: Reason,
+    /// The delivery of the copy already handed to the producer, if any.
+    inflight: Option<rdkafka::producer::DeliveryFuture>,
+}
+
+impl DeadRecord {
+    fn new(msg: &BorrowedMessage<'_>, reasons: &[Rejection]) -> DeadRecord {
+        let mut reason_list: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
+        reason_list.dedup();
+        let reason = reason_list.join(",");
+        let detail = reasons.iter().map(|r| r.detail.as_str()).collect::<Vec<_>>().join("; ");
+        let partition = msg.partition().to_string();
+        let offset = msg.offset().to_string();
+        let mut headers = OwnedHeaders::new();
+        if let Some(h) = msg.headers() {
+            for header in h.iter() {
+                headers = headers.insert(Header { key: header.key, value: header.value });
+            }
+        }
+        let headers = headers
+            .insert(Header { key: "rankflow.reason", value: Some(reason.as_str()) })
+            .insert(Header { key: "rankflow.detail", value: Some(detail.as_str()) })
+            .insert(Header { key: "rankflow.source.topic", value: Some(msg.topic()) })
+            .insert(Header { key: "rankflow.source.partition", value: Some(partition.as_str()) })
+            .insert(Header { key: "rankflow.source.offset", value: Some(offset.as_str()) });
+        DeadRecord {
+            topic: msg.topic().to_string(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            key: msg.key().map(<[u8]>::to_vec),
+            payload: msg.payload().map(<[u8]>::to_vec),
+            timestamp: msg.timestamp().to_millis(),
+            headers,
+            reason: reasons.first().map_or(Reason::InvalidJson, |r| r.reason),
+            inflight: None,
+        }
+    }
+}
+
+/// Partitions waiting for the dead-letter topic. Such a partition is paused;
+/// its stored offset stops at its first held record, so nothing after it is
+/// committed, while every other partition goes on.
+#[derive(Default)]
+struct Held {
+    /// (topic, partition) -> (held records, highest offset processed).
+    partitions: BTreeMap<(String, i32), (Vec<DeadRecord>, i64)>,
+    next_try: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    /// The offset to store for a held partition: its first held record.
+    fn stop_at(&self, topic: &str, partition: i32) -> Option<i64> {
+        let (records, _) = self.partitions.get(&(topic.to_string(), partition))?;
+        records.iter().map(|r| r.offset).min()
+    }
+
+    fn note_processed(&mut self, topic: &str, partition: i32, last: i64) {
+        if let Some((_, processed)) = self.partitions.get_mut(&(topic.to_string(), partition)) {
+            *processed = (*processed).max(last);
+        }
+    }
+
+    fn hold(&mut self, consumer: &StreamConsumer<WorkerContext>, records: Vec<DeadRecord>, max_backoff: Duration) {
+        for r in records {
+            let key = (r.topic.clone(), r.partition);
+            if !self.partitions.contains_key(&key) {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&r.topic, r.partition);
+                if let Err(e) = consumer.pause(&tpl) {
+                    warn!(error = %e, "Could not pause a partition waiting for the dead-letter topic.");
+                }
+                self.partitions.insert(key.clone(), (Vec::new(), r.offset));
+            }
+            if let Some((held, processed)) = self.partitions.get_mut(&key) {
+                *processed = (*processed).max(r.offset);
+                held.push(r);
+            }
+        }
+        if self.next_try.is_none() {
+            self.backoff = Duration::from_millis(500).min(max_backoff);
+            self.next_try = Some(tokio::time::Instant::now() + self.backoff);
+        }
     }
 }
 

@@ -262,6 +262,60 @@ async fn a_poison_record_is_dead_lettered_and_an_unavailable_dead_letter_topic_h
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it() {
+    let redis = Redis::start();
+    let broker = Broker::start();
+    let topic = random_name("scores");
+    let dlq = random_name("dlq-later");
+    broker.create_topic(&topic, 2).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let good = |player: &str| {
+        let v = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": player, "score": 1, "ts": now});
+        (player.to_string(), v.to_string().into_bytes(), Some(now))
+    };
+    let mut p0: Vec<_> = (0..1000).map(|_| good("zero")).collect();
+    p0[500] = ("zero".to_string(), b"{ poison".to_vec(), Some(now));
+    let p1: Vec<_> = (0..1000).map(|_| good("one")).collect();
+    broker.produce_to(&topic, 0, &p0).await;
+    broker.produce_to(&topic, 1, &p1).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    cfg.worker_section = "batch_size = 100\nmax_backoff = \"1s\"\n".into();
+    let w = Worker::spawn(&cfg);
+    // Partition 1 needs no dead letter: it reaches its end while partition 0 waits at the poison.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let c = broker.committed(&cfg.group, &topic, 2);
+        assert!(c[0] <= 500, "partition 0 committed {} past its poison record at 500", c[0]);
+        if c[1] == 1000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "partition 1 did not go on while partition 0 waited: {c:?}\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !w.log().contains("dead-letter topic") {
+        assert!(Instant::now() < deadline, "the worker never reported the dead-letter topic:\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(broker.committed(&cfg.group, &topic, 2)[0] <= 500);
+    broker.create_topic(&dlq, 1).await;
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(90));
+    let mut conn = redis.conn().await;
+    let all: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg("lb:{points}:all")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let all: std::collections::HashMap<String, f64> = all.into_iter().collect();
+    assert_eq!(all.get("zero"), Some(&999.0));
+    assert_eq!(all.get("one"), Some(&1000.0));
+    assert_eq!(broker.read_all(&dlq, 1).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn two_workers_on_a_three_master_redis_cluster_are_exact() {
     let cluster = RedisCluster::start(3);
     let broker = Broker::start();

@@ -230,6 +230,22 @@ impl Broker {
         }
     }
 
+    /// Produces `records` to one partition, in order.
+    pub async fn produce_to(&self, topic: &str, partition: i32, records: &[(String, Vec<u8>, Option<i64>)]) {
+        let producer = self.producer();
+        let mut pending = Vec::with_capacity(records.len());
+        for (k, v, ts) in records {
+            let mut r = FutureRecord::to(topic).partition(partition).key(k.as_str()).payload(v.as_slice());
+            if let Some(ts) = ts {
+                r = r.timestamp(*ts);
+            }
+            pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+        }
+        for p in pending {
+            p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+        }
+    }
+
     pub fn consumer(&self, group: &str) -> BaseConsumer {
         self.client()
             .set("group.id", group)
