@@ -115,6 +115,11 @@ impl ConsumerContext for WorkerContext {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let m = metrics::get();
         if let Rebalance::Assign(tpl) = rebalance {
+            // A partition paused while held for the dead-letter topic, then
+            // revoked, must not come back paused: nothing tracks it any more.
+            if let Err(e) = consumer.resume(tpl) {
+                debug!(error = %e, "Resuming newly assigned partitions failed.");
+            }
             m.rebalances.with_label_values(&["assign"]).inc_by(tpl.count() as u64);
             info!(partitions = tpl.count(), "Partitions assigned.");
         }
