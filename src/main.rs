@@ -142,7 +142,10 @@ fn main() -> ExitCode {
                 Err(code) => code,
             },
             Command::Run { config } => match load(&config) {
-                Ok(s) => run(s).await,
+                // Exit right here rather than dropping the runtime: a Kafka
+                // client whose brokers are gone can block its teardown for
+                // good, and SIGTERM must end the process within shutdown_timeout.
+                Ok(s) => std::process::exit(run(s).await),
                 Err(code) => code,
             },
             Command::CreateTopics { config, partitions } => match load(&config) {
@@ -179,7 +182,8 @@ fn report(r: Result<(), String>) -> ExitCode {
     }
 }
 
-async fn run(settings: Settings) -> ExitCode {
+/// Runs the worker and the HTTP server until SIGTERM; returns the exit status.
+async fn run(settings: Settings) -> i32 {
     let settings = Arc::new(settings);
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone());
@@ -188,13 +192,13 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(l) => l,
         Err(e) => {
             eprintln!("rankflow: cannot listen on {}: {e}", settings.http.listen);
-            return ExitCode::from(2);
+            return 2;
         }
     };
     info!(redis = ?settings.redis, "Connecting to Redis.");
     let connect = || RedisConn::connect(&settings.redis);
     let Some(conn) = worker::retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
-        return ExitCode::SUCCESS;
+        return 0;
     };
     let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
     if let Err(e) = store.load_script().await {
@@ -220,21 +224,21 @@ async fn run(settings: Settings) -> ExitCode {
             Ok(r) => r,
             Err(_) => {
                 warn!(timeout = ?settings.worker.shutdown_timeout, "Shutdown timed out; exiting with in-flight work abandoned (it is replayed safely).");
-                return ExitCode::SUCCESS;
+                return 0;
             }
         },
     };
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
     match result {
-        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             error!(error = %e, "The worker could not start.");
-            ExitCode::from(2)
+            2
         }
         Err(e) => {
             error!(error = %e, "The worker task failed.");
-            ExitCode::FAILURE
+            1
         }
     }
 }

@@ -344,3 +344,19 @@ async fn two_workers_on_a_three_master_redis_cluster_are_exact() {
         "both workers took partitions"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_the_broker_gone_still_exits_zero_within_the_shutdown_timeout() {
+    let s = setup(2_000, 109, Redis::start()).await;
+    let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
+    cfg.worker_section = "shutdown_timeout = \"5s\"\n".into();
+    let mut w = Worker::spawn(&cfg);
+    s.broker.wait_committed_to_end(&cfg.group, &s.topic, PARTITIONS, Duration::from_secs(60));
+    let mut s = s;
+    s.broker.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let status = w.sigterm(Duration::from_secs(30)).expect("rankflow exits after SIGTERM even without a broker");
+    assert!(status.success(), "exit status {status:?}\n{}", w.log());
+    assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?} (shutdown_timeout 5s)", started.elapsed());
+}
