@@ -18,7 +18,7 @@ fn client_config(settings: &Settings) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &settings.kafka.brokers);
     for (k, v) in &settings.kafka.options {
-        if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
+        if crate::worker::is_producer_option(k) {
             c.set(k, v);
         }
     }

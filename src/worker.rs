@@ -171,8 +171,9 @@ fn producer_config(settings: &Settings) -> ClientConfig {
     c
 }
 
-/// Options meaningful to the dead-letter producer: connection and security.
-fn is_producer_option(key: &str) -> bool {
+/// Options meaningful to a client that is not the consumer (the dead-letter
+/// producer, the admin and sample-producing commands): connection and security.
+pub(crate) fn is_producer_option(key: &str) -> bool {
     [
         "security.",
         "sasl.",
@@ -389,14 +390,20 @@ impl Worker<'_> {
         m.batch_size.observe(msgs.len() as f64);
         let mut offsets = BatchOffsets::default();
         let mut fields: Vec<String> = Vec::new();
+        let mut consumed: Vec<u64> = Vec::new();
         let mut tp_of = Vec::with_capacity(msgs.len());
         for msg in msgs {
             let tp = offsets.note(msg.topic(), msg.partition(), msg.offset());
             if tp == fields.len() {
                 fields.push(keys::offsets_field(msg.topic(), msg.partition()));
+                consumed.push(0);
             }
-            m.records_consumed.with_label_values(&[msg.topic()]).inc();
+            consumed[tp] += 1;
             tp_of.push(tp);
+        }
+        // Counted per partition, not per record: one label lookup each.
+        for (tp, n) in consumed.iter().enumerate() {
+            m.records_consumed.with_label_values(&[offsets.topic_partition(tp).0]).inc_by(*n);
         }
         if let [Item::Erase { player_id }] = items.as_slice() {
             self.erase(&fields[tp_of[0]], msgs[0].offset(), player_id).await?;
@@ -464,17 +471,17 @@ impl Worker<'_> {
 
         // Outcomes, metrics, and the records to dead-letter.
         let now_ms = chrono::Utc::now().timestamp_millis();
+        let (from_event, from_record) =
+            (m.event_latency.with_label_values(&["event"]), m.event_latency.with_label_values(&["record"]));
         let mut dead = Vec::new();
         for (i, item) in items.iter().enumerate() {
             match self.finalize(item) {
                 Final::Applied => {
                     if let Item::Event { event, .. } = item {
-                        m.event_latency
-                            .with_label_values(&["event"])
-                            .observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
+                        from_event.observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
                     }
                     if let Some(ts) = msgs[i].timestamp().to_millis() {
-                        m.event_latency.with_label_values(&["record"]).observe((now_ms - ts).max(0) as f64 / 1000.0);
+                        from_record.observe((now_ms - ts).max(0) as f64 / 1000.0);
                     }
                 }
                 Final::Duplicate | Final::Skipped => {}

@@ -54,6 +54,12 @@ fn wait_committed_past(s: &Setup, group: &str, at_least: i64, worker: &Worker) -
     }
 }
 
+/// A `bonus` event worth 1 point, keyed `key`, at event and record time `ts`.
+fn bonus(key: &str, player: &str, ts: i64) -> (String, Vec<u8>, Option<i64>) {
+    let v = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": player, "score": 1, "ts": ts});
+    (key.to_string(), v.to_string().into_bytes(), Some(ts))
+}
+
 fn total(s: &Setup) -> i64 {
     s.stream.records.len() as i64
 }
@@ -216,11 +222,7 @@ async fn a_poison_record_is_dead_lettered_and_an_unavailable_dead_letter_topic_h
     let dlq = random_name("dlq-later");
     broker.create_topic(&topic, 1).await;
     let now = chrono::Utc::now().timestamp_millis();
-    let good = |i: usize| {
-        let v = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": format!("p{}", i % 7), "score": 1, "ts": now});
-        ("k".to_string(), v.to_string().into_bytes(), Some(now))
-    };
-    let mut records: Vec<_> = (0..2000).map(good).collect();
+    let mut records: Vec<_> = (0..2000).map(|i| bonus("k", &format!("p{}", i % 7), now)).collect();
     records[1000] = ("k".to_string(), b"{ poison".to_vec(), Some(now));
     broker.produce(&topic, &records).await;
     // The dead-letter topic does not exist yet: the poison cannot be dead-lettered.
@@ -269,13 +271,9 @@ async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it(
     let dlq = random_name("dlq-later");
     broker.create_topic(&topic, 2).await;
     let now = chrono::Utc::now().timestamp_millis();
-    let good = |player: &str| {
-        let v = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": player, "score": 1, "ts": now});
-        (player.to_string(), v.to_string().into_bytes(), Some(now))
-    };
-    let mut p0: Vec<_> = (0..1000).map(|_| good("zero")).collect();
+    let mut p0: Vec<_> = (0..1000).map(|_| bonus("zero", "zero", now)).collect();
     p0[500] = ("zero".to_string(), b"{ poison".to_vec(), Some(now));
-    let p1: Vec<_> = (0..1000).map(|_| good("one")).collect();
+    let p1: Vec<_> = (0..1000).map(|_| bonus("one", "one", now)).collect();
     broker.produce_to(&topic, 0, &p0).await;
     broker.produce_to(&topic, 1, &p1).await;
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
