@@ -238,6 +238,9 @@ pub async fn run(
                 held.next_try = None;
             }
         }
+        if held.is_empty() {
+            held.next_try = None;
+        }
         let mut msgs = Vec::with_capacity(settings.worker.batch_size);
         let mut items = Vec::with_capacity(settings.worker.batch_size);
         match carry.take() {
@@ -767,6 +770,11 @@ impl Held {
     }
 
     fn hold(&mut self, consumer: &StreamConsumer<WorkerContext>, records: Vec<DeadRecord>, max_backoff: Duration) {
+        // Nothing to hold: no retry is due (a due time with nothing held
+        // would wake the run loop at once, over and over).
+        if records.is_empty() {
+            return;
+        }
         for r in records {
             let key = (r.topic.clone(), r.partition);
             if !self.partitions.contains_key(&key) {
