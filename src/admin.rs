@@ -25,13 +25,16 @@ fn client_config(settings: &Settings) -> ClientConfig {
     c
 }
 
-/// Creates the source topics (with `partitions` each) and the dead-letter
-/// topic; a topic that already exists is left as it is.
+/// Creates the source topics (with `partitions` each), the dead-letter
+/// topic and, when a board seals its periods, the sealed topic; a topic that already exists is left as it is.
 pub async fn create_topics(settings: &Settings, partitions: i32) -> Result<(), String> {
     let admin: AdminClient<DefaultClientContext> =
         client_config(settings).create().map_err(|e| format!("cannot create admin client: {e}"))?;
     let mut names: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     names.push(&settings.kafka.dead_letter_topic);
+    if settings.seals() {
+        names.push(&settings.sealing.topic);
+    }
     let topics: Vec<NewTopic<'_>> =
         names.iter().map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1))).collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));

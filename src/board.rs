@@ -85,6 +85,10 @@ pub struct Board {
     pub rate_limit: Option<(u64, i64)>,
     /// Whether the dense-rank index is kept (reads with `rank=dense` need it).
     pub dense_rank: bool,
+    /// Periods are sealed this long after they end; `None`: never.
+    pub close_after: Option<Duration>,
+    /// Rolling unions of the daily keys.
+    pub rolling: Vec<Rolling>,
     /// Retentions the config set; others take the period's default.
     retention: BTreeMap<PeriodKind, Duration>,
 }
@@ -116,6 +120,8 @@ impl Board {
             max_members: None,
             rate_limit: None,
             dense_rank: true,
+            close_after: None,
+            rolling: Vec::new(),
             retention,
         }
     }
@@ -126,6 +132,14 @@ impl Board {
             return None;
         }
         self.retention.get(&kind).copied().or_else(|| kind.default_retention())
+    }
+
+    /// When a period of this board closes (epoch ms): its end plus
+    /// `close_after`. `None` for boards that never close and for all_time.
+    pub fn close_at(&self, period: &Period) -> Option<i64> {
+        let after = self.close_after?;
+        let end = period.end_ms?;
+        Some(end.saturating_add(after.as_millis().min(i64::MAX as u128) as i64))
     }
 
     /// The write the apply script makes for this board.
@@ -149,8 +163,17 @@ impl Board {
             rate_events: self.rate_limit.map_or(0, |r| r.0),
             rate_window_ms: self.rate_limit.map_or(0, |r| r.1),
             dense: self.dense_rank,
+            sealed: self.close_after.is_some(),
         }
     }
+}
+
+/// A rolling board: the union of the last `days` daily keys, today included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rolling {
+    pub name: String,
+    pub days: u32,
+    pub refresh: Duration,
 }
 
 /// A board's constants as the apply script takes them.
@@ -169,6 +192,8 @@ pub struct WriteParams {
     pub rate_window_ms: i64,
     /// Whether the dense-rank index is kept.
     pub dense: bool,
+    /// Whether periods are sealed: writes to a sealed period are refused.
+    pub sealed: bool,
 }
 
 /// The Redis write a board makes, as the apply script names it.
@@ -194,6 +219,8 @@ impl WriteOp {
 /// One period key an event writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeriodWrite {
+    /// The period id, e.g. `d:2026-08-14`.
+    pub id: String,
     /// The board key, e.g. `lb:{points}:d:2026-08-14`.
     pub key: String,
     /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
@@ -202,6 +229,8 @@ pub struct PeriodWrite {
     pub times_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
+    /// Boards with `close_after`: when the period closes, epoch ms.
+    pub close_at: Option<i64>,
 }
 
 /// The writes one event makes on one board.
@@ -293,6 +322,7 @@ impl Router {
         };
         let base = keys::base(&self.prefix, &board.id, split);
         let mut out = Vec::with_capacity(board.periods.len());
+        let mut closed = false;
         for &kind in &board.periods {
             let Ok(period) = Period::containing(kind, board.timezone, event.ts_ms) else {
                 continue;
@@ -303,15 +333,23 @@ impl Router {
                     continue;
                 }
             }
+            // Produced at or after the close: the period no longer takes it.
+            let close_at = board.close_at(&period);
+            if close_at.is_some_and(|c| record_ts_ms >= c) {
+                closed = true;
+                continue;
+            }
             out.push(PeriodWrite {
+                id: period.id.clone(),
                 key: keys::period_key(&base, &period.id),
                 dense_key: keys::dense_key(&base, &period.id),
                 times_key: keys::times_key(&base, &period.id),
                 expire_at,
+                close_at,
             });
         }
         if out.is_empty() {
-            return Decision::Refused(Reason::ExpiredPeriod);
+            return Decision::Refused(if closed { Reason::PeriodClosed } else { Reason::ExpiredPeriod });
         }
         Decision::Write(BoardWrite { base, params: board.write_params(), periods: out, num, tie, ts: event.ts_ms })
     }
@@ -390,6 +428,28 @@ mod tests {
         let Decision::Write(w) = &r.plan(&e, day_expiry - 1)[0].1 else { panic!() };
         assert_eq!(w.periods.len(), 2);
         assert_eq!(r.plan(&e, e.ts_ms + 100 * 86_400_000)[0].1, Decision::Refused(Reason::ExpiredPeriod));
+    }
+
+    #[test]
+    fn a_period_refuses_events_produced_at_or_after_its_close() {
+        use PeriodKind::*;
+        let mut b = board("points", Mode::Sum, Order::Desc, &[Hourly, Daily, AllTime], None);
+        b.close_after = Some(Duration::from_secs(3600));
+        let r = Router::new(vec![b], "lb");
+        let e = event("2026-08-14T13:30:00Z", &[]);
+        let close_hour = chrono::DateTime::parse_from_rfc3339("2026-08-14T15:00:00Z").unwrap().timestamp_millis();
+        let Decision::Write(w) = &r.plan(&e, close_hour - 1)[0].1 else { panic!() };
+        assert_eq!(w.periods.len(), 3);
+        assert_eq!(w.periods[0].close_at, Some(close_hour));
+        assert_eq!(w.periods[2].close_at, None);
+        // From the close on, the hour is closed; the day and all_time still take it.
+        let Decision::Write(w) = &r.plan(&e, close_hour)[0].1 else { panic!() };
+        let ids: Vec<&str> = w.periods.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["d:2026-08-14", "all"]);
+        let mut only_hour = board("h", Mode::Sum, Order::Desc, &[Hourly], None);
+        only_hour.close_after = Some(Duration::from_secs(3600));
+        let r = Router::new(vec![only_hour], "lb");
+        assert_eq!(r.plan(&e, close_hour)[0].1, Decision::Refused(Reason::PeriodClosed));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use serde::Deserialize;
 
-use crate::board::{Board, Mode, Order, TieBreak};
+use crate::board::{Board, Mode, Order, Rolling, TieBreak};
 use crate::period::PeriodKind;
 use crate::score::Packing;
 
@@ -47,8 +47,59 @@ struct RawConfig {
     events: RawEvents,
     #[serde(default)]
     worker: RawWorker,
+    #[serde(default)]
+    sealing: RawSealing,
     #[serde(default, rename = "board")]
     boards: Vec<RawBoard>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSealing {
+    /// Where the top of every sealed period is published (one record per
+    /// board, split and period, keyed `<board>[:<split>]|<period>`).
+    #[serde(default = "default_sealed_topic")]
+    topic: String,
+    /// How many entries of a sealed period are published.
+    #[serde(default = "default_sealed_top")]
+    top: u64,
+    /// A partition whose records are all applied counts as having reached
+    /// the wall clock minus this (records produced earlier may still be on
+    /// their way to the broker).
+    #[serde(default = "default_idle_grace")]
+    idle_grace: String,
+    /// How often a worker looks for due jobs, and how soon a seal that is
+    /// not complete yet is tried again.
+    #[serde(default = "default_check_interval")]
+    check_interval: String,
+    /// How long a claimed job is its worker's; after that (a worker that
+    /// died mid-job) another worker takes it.
+    #[serde(default = "default_lease")]
+    lease: String,
+}
+
+impl Default for RawSealing {
+    fn default() -> Self {
+        RawSealing {
+            topic: default_sealed_topic(),
+            top: default_sealed_top(),
+            idle_grace: default_idle_grace(),
+            check_interval: default_check_interval(),
+            lease: default_lease(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRolling {
+    /// `[a-z0-9_]{1,32}`; the board is read as `period=<name>`, stored at `...:r:<name>`.
+    name: String,
+    /// How many days, today included, the union covers.
+    days: u64,
+    /// How often it is recomputed (`ZUNIONSTORE` over the daily keys).
+    #[serde(default = "default_refresh")]
+    refresh: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -202,10 +253,11 @@ struct RawBoard {
     /// Per-period retention after the period ends, e.g. `{ daily = "30d" }`.
     #[serde(default)]
     retention: BTreeMap<String, String>,
-    // Section 7 features, accepted in the file but refused until implemented,
-    // so that a config never silently means less than it says.
+    /// Seal every period (but all_time) this long after it ends: freeze it
+    /// into `...:final`, publish its top to `[sealing] topic`, and refuse
+    /// events produced later (`period_closed`). Unset: periods never close.
     #[serde(default)]
-    close_after: Option<toml::Value>,
+    close_after: Option<String>,
     /// Top-K: keep only the best `max_members` of each period key after
     /// every write (`best` and `latest` boards).
     #[serde(default)]
@@ -217,8 +269,9 @@ struct RawBoard {
     /// reads with `rank=dense` answer 400.
     #[serde(default = "default_true")]
     dense_rank: bool,
+    /// Rolling boards over the daily keys: `[{ name = "last7d", days = 7, refresh = "1m" }]`.
     #[serde(default)]
-    rolling: Option<toml::Value>,
+    rolling: Vec<RawRolling>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +281,25 @@ struct RawRateLimit {
     events: u64,
     /// The sliding window `(ts - window, ts]`, on event time.
     window: String,
+}
+
+fn default_sealed_topic() -> String {
+    "leaderboards.sealed".into()
+}
+fn default_sealed_top() -> u64 {
+    100
+}
+fn default_idle_grace() -> String {
+    "5s".into()
+}
+fn default_check_interval() -> String {
+    "1s".into()
+}
+fn default_lease() -> String {
+    "60s".into()
+}
+fn default_refresh() -> String {
+    "1m".into()
 }
 
 fn default_true() -> bool {
@@ -292,7 +364,30 @@ pub struct Settings {
     pub http: HttpSettings,
     pub events: EventSettings,
     pub worker: WorkerSettings,
+    pub sealing: SealingSettings,
     pub boards: Vec<Board>,
+}
+
+/// `[sealing]`: the scheduler of sealed periods and rolling boards.
+#[derive(Debug, Clone)]
+pub struct SealingSettings {
+    pub topic: String,
+    pub top: usize,
+    pub idle_grace: Duration,
+    pub check_interval: Duration,
+    pub lease: Duration,
+}
+
+impl Settings {
+    /// Whether any board closes its periods (and so needs watermarks).
+    pub fn seals(&self) -> bool {
+        self.boards.iter().any(|b| b.close_after.is_some())
+    }
+
+    /// Whether the scheduler has anything to do.
+    pub fn schedules(&self) -> bool {
+        self.boards.iter().any(|b| b.close_after.is_some() || !b.rolling.is_empty())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -595,6 +690,24 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         e.push("worker.max_backoff", "must be at least 10ms");
     }
 
+    // [sealing]
+    let sealing = raw.sealing;
+    if sealing.topic.is_empty() || sealing.topic.len() > 249 {
+        e.push("sealing.topic", "must be a Kafka topic name (1 to 249 characters)");
+    }
+    if sealing.top == 0 || sealing.top > 10_000 {
+        e.push("sealing.top", "must be between 1 and 10000");
+    }
+    let idle_grace = e.duration("sealing.idle_grace", &sealing.idle_grace);
+    let check_interval = e.duration("sealing.check_interval", &sealing.check_interval);
+    if check_interval < Duration::from_millis(10) && parse_duration(&sealing.check_interval).is_ok() {
+        e.push("sealing.check_interval", "must be at least 10ms");
+    }
+    let lease = e.duration("sealing.lease", &sealing.lease);
+    if lease < Duration::from_secs(1) && parse_duration(&sealing.lease).is_ok() {
+        e.push("sealing.lease", "must be at least 1s");
+    }
+
     // [[board]]
     if raw.boards.is_empty() {
         e.push("board", "at least one [[board]] is required");
@@ -701,10 +814,53 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
                 Some((r.events, window.as_millis().min(i64::MAX as u128 / 4) as i64))
             }
         });
-        for (name, present) in [("close_after", b.close_after.is_some()), ("rolling", b.rolling.is_some())] {
-            if present {
-                e.push(f(name), "is not supported yet (issue 6); remove it");
+        let close_after = b.close_after.as_ref().map(|text| e.duration(&f("close_after"), text));
+        if close_after.is_some() {
+            if periods.iter().all(|&k| k == PeriodKind::AllTime) && !periods.is_empty() {
+                e.push(f("close_after"), "all_time never ends, so there is no period to close");
             }
+            for &kind in &periods {
+                let keep = retention.get(&kind).copied().or_else(|| kind.default_retention());
+                if let (Some(keep), Some(after)) = (keep, close_after) {
+                    if keep <= after {
+                        e.push(
+                            f("close_after"),
+                            format!("must be shorter than the {kind} retention ({keep:?}): the period would expire before it is sealed"),
+                        );
+                    }
+                }
+            }
+        }
+        let mut rolling = Vec::new();
+        for (j, r) in b.rolling.iter().enumerate() {
+            let g = |name: &str| format!("board[{i}].rolling[{j}].{name}");
+            let refresh = e.duration(&g("refresh"), &r.refresh);
+            if !is_rolling_name(&r.name) {
+                e.push(g("name"), format!("'{}' must match [a-z0-9_]{{1,32}} and not be a period name", r.name));
+            } else if rolling.iter().any(|x: &Rolling| x.name == r.name) {
+                e.push(g("name"), format!("'{}' is used by another rolling board", r.name));
+            }
+            if r.days == 0 || r.days > 366 {
+                e.push(g("days"), "must be between 1 and 366");
+            }
+            if refresh < Duration::from_secs(1) && parse_duration(&r.refresh).is_ok() {
+                e.push(g("refresh"), "must be at least 1s");
+            }
+            if !periods.contains(&PeriodKind::Daily) {
+                e.push(g("name"), "a rolling board is a union of daily keys: add \"daily\" to periods");
+            }
+            match mode {
+                Some(Mode::Latest) => e.push(
+                    g("name"),
+                    "refused on latest boards: a union of daily values cannot tell which day's value is the newest",
+                ),
+                Some(Mode::Sum) if tie_break == TieBreak::Earliest => e.push(
+                    g("name"),
+                    "refused on sum boards with tie_break = \"earliest\": adding the days would add their packed tie-break times too",
+                ),
+                _ => {}
+            }
+            rolling.push(Rolling { name: r.name.clone(), days: r.days as u32, refresh });
         }
         let packing = match tie_break {
             TieBreak::Member => {
@@ -751,6 +907,8 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
             board.max_members = b.max_members;
             board.rate_limit = rate_limit;
             board.dense_rank = b.dense_rank;
+            board.close_after = close_after;
+            board.rolling = rolling;
             boards.push(board);
         }
     }
@@ -775,8 +933,17 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
             shutdown_timeout,
             max_backoff,
         },
+        sealing: SealingSettings { topic: sealing.topic, top: sealing.top as usize, idle_grace, check_interval, lease },
         boards,
     })
+}
+
+/// A rolling board's name: a key segment that cannot be mistaken for a period.
+fn is_rolling_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        && PeriodKind::parse(name).is_none()
+        && name != "all"
 }
 
 #[cfg(test)]
@@ -888,11 +1055,57 @@ retention = { daily = "30d" }
     }
 
     #[test]
-    fn reserved_and_unsupported_settings_are_refused_with_a_reason() {
-        let text = GOOD.replace("on = [\"lap\"]", "on = [\"player_erased\"]\nrolling = []");
+    fn reserved_event_types_are_refused_with_a_reason() {
+        let text = GOOD.replace("on = [\"lap\"]", "on = [\"player_erased\"]");
         let errs = errors(&text, none());
         assert!(errs.iter().any(|e| e.field == "board[1].on[0]" && e.reason.contains("reserved")));
-        assert!(errs.iter().any(|e| e.field == "board[1].rolling"));
+    }
+
+    #[test]
+    fn sealing_and_rolling_boards_parse_and_inexact_combinations_are_refused() {
+        let text = GOOD.replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"daily\", \"weekly\", \"all_time\"]\nclose_after = \"1h\"\nrolling = [{ name = \"last7d\", days = 7, refresh = \"30s\" }]",
+        ) + "[sealing]\ntopic = \"prizes\"\ntop = 10\n";
+        let s = load_str(&text, none()).unwrap();
+        assert_eq!(s.boards[0].close_after, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            s.boards[0].rolling[0],
+            Rolling { name: "last7d".into(), days: 7, refresh: Duration::from_secs(30) }
+        );
+        assert_eq!((s.sealing.topic.as_str(), s.sealing.top), ("prizes", 10));
+        assert!(s.seals() && s.schedules());
+
+        // A rolling union needs daily keys; latest boards and summed packed ties cannot be unioned.
+        let text = GOOD.replace("split_by = \"track\"", "rolling = [{ name = \"week\", days = 7 }]");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[1].rolling[0].name" && e.reason.contains("daily")), "{errs:?}");
+        let text = GOOD.replace(
+            "mode = \"sum\"",
+            "mode = \"sum\"\ntie_break = \"earliest\"\nrolling = [{ name = \"daily\", days = 0 }, { name = \"last3d\", days = 3 }]",
+        );
+        let errs = errors(&text, none());
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"board[0].rolling[0].name"), "{errs:?}");
+        assert!(fields.contains(&"board[0].rolling[0].days"), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.field == "board[0].rolling[1].name" && e.reason.contains("earliest")),
+            "{errs:?}"
+        );
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"latest\"\nrolling = [{ name = \"last3d\", days = 3 }]");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[0].rolling[0].name" && e.reason.contains("latest")), "{errs:?}");
+
+        // Sealing: all_time never closes, and a period must outlive its close.
+        let text = GOOD.replace("split_by = \"track\"", "close_after = \"1h\"");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[1].close_after" && e.reason.contains("all_time")), "{errs:?}");
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"sum\"\nclose_after = \"9d\"");
+        let errs = errors(&text, none());
+        assert!(
+            errs.iter().any(|e| e.field == "board[0].close_after" && e.reason.contains("daily retention")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -35,10 +35,11 @@ pub enum Reason {
     MissingSplit,
     InvalidSplit,
     RateLimited,
+    PeriodClosed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -54,6 +55,7 @@ impl Reason {
         Reason::MissingSplit,
         Reason::InvalidSplit,
         Reason::RateLimited,
+        Reason::PeriodClosed,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -74,6 +76,7 @@ impl Reason {
             Reason::MissingSplit => "missing_split",
             Reason::InvalidSplit => "invalid_split",
             Reason::RateLimited => "rate_limited",
+            Reason::PeriodClosed => "period_closed",
         }
     }
 
@@ -82,6 +85,7 @@ impl Reason {
         match self {
             Reason::ScoreOutOfRange => Some(4),
             Reason::RateLimited => Some(5),
+            Reason::PeriodClosed => Some(6),
             _ => None,
         }
     }
@@ -90,6 +94,7 @@ impl Reason {
         match code {
             4 => Some(Reason::ScoreOutOfRange),
             5 => Some(Reason::RateLimited),
+            6 => Some(Reason::PeriodClosed),
             _ => None,
         }
     }

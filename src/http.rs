@@ -142,6 +142,13 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 "split_by": b.split_by,
                 "on": b.on,
                 "periods": periods,
+                "rolling": b.rolling.iter().map(|r| json!({
+                    "name": r.name,
+                    "period": keys::rolling_id(&r.name),
+                    "days": r.days,
+                    "refresh_seconds": r.refresh.as_secs(),
+                })).collect::<Vec<_>>(),
+                "close_after_seconds": b.close_after.map(|d| d.as_secs()),
             })
         })
         .collect();
@@ -151,7 +158,8 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
 /// The board, period and keys a read names.
 struct Target<'a> {
     board: &'a Board,
-    period: Period,
+    /// The period id (`d:2026-08-14`), sealed (`d:2026-08-14:final`) or rolling (`r:last7d`).
+    period: String,
     key: String,
     dense_key: String,
 }
@@ -174,7 +182,30 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
     };
     let default_kind =
         if board.periods.contains(&PeriodKind::AllTime) { PeriodKind::AllTime } else { board.periods[0] };
-    let period = match q.get("period").map(String::as_str) {
+    let base = keys::base(s.router.prefix(), &board.id, split);
+    let raw = q.get("period").map(String::as_str).unwrap_or("");
+    let (text, sealed) = match raw.strip_suffix(":final") {
+        Some(t) => (t, true),
+        None => (raw, false),
+    };
+    // A rolling board, by name (`last7d`) or id (`r:last7d`).
+    let rolling_name = text.strip_prefix("r:").unwrap_or(text);
+    if board.rolling.iter().any(|r| r.name == rolling_name) {
+        if sealed {
+            return Err(ApiError::bad("period", "rolling boards are never sealed"));
+        }
+        let id = keys::rolling_id(rolling_name);
+        return Ok(Target {
+            board,
+            key: keys::period_key(&base, &id),
+            dense_key: keys::dense_key(&base, &id),
+            period: id,
+        });
+    }
+    if text.starts_with("r:") {
+        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id)));
+    }
+    let period = match Some(text) {
         None | Some("") => {
             Period::containing(default_kind, board.timezone, at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
         }
@@ -194,10 +225,21 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
             Period::containing(kind, board.timezone, at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
         }
     };
-    let base = keys::base(s.router.prefix(), &board.id, split);
-    let key = keys::period_key(&base, &period.id);
-    let dense_key = keys::dense_key(&base, &period.id);
-    Ok(Target { board, period, key, dense_key })
+    let id = if sealed {
+        if board.close_after.is_none() {
+            return Err(ApiError::bad(
+                "period",
+                format!("board '{}' does not seal its periods (no close_after)", board.id),
+            ));
+        }
+        if period.kind == PeriodKind::AllTime {
+            return Err(ApiError::bad("period", "all_time is never sealed"));
+        }
+        keys::final_id(&period.id)
+    } else {
+        period.id
+    };
+    Ok(Target { board, key: keys::period_key(&base, &id), dense_key: keys::dense_key(&base, &id), period: id })
 }
 
 /// `at` as a date (noon of that day in the board's zone) or an RFC 3339 time.
@@ -244,7 +286,7 @@ fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy,
 
 /// The 404 of a player absent from a board: unranked, never rank 0 or last.
 fn unranked(player_id: &str, t: &Target<'_>) -> ApiError {
-    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period.id))
+    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period))
 }
 
 /// Runs one query of `read.lua` on the target's keys.
@@ -351,7 +393,7 @@ async fn top(
     if limit == 0 {
         entries.clear();
     }
-    Ok(Json(json!({ "board": t.board.id, "period": t.period.id, "total": total, "entries": entries })))
+    Ok(Json(json!({ "board": t.board.id, "period": t.period, "total": total, "entries": entries })))
 }
 
 async fn player(
@@ -370,7 +412,7 @@ async fn player(
     let percentile = 100.0 * (total - (r.competition - 1)) as f64 / total.max(1) as f64;
     Ok(Json(json!({
         "board": t.board.id,
-        "period": t.period.id,
+        "period": t.period,
         "player_id": player_id,
         "score": score,
         "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank.then_some(r.dense) },
@@ -395,7 +437,7 @@ async fn around(
     let (total, entries) = listing(&t, &reply, policy);
     Ok(Json(json!({
         "board": t.board.id,
-        "period": t.period.id,
+        "period": t.period,
         "player_id": player_id,
         "total": total,
         "entries": entries,

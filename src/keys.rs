@@ -16,6 +16,15 @@
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:_big` | string | set once a `sum` value passes half the allowed range (see `apply.lua`) |
+//! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
+//! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic |
+//! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
+//! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
+//! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
+//! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
+//!
+//! `.sched` cannot be a board id (ids are `[a-z0-9_-]`), so the scheduler's
+//! hash tag never meets a board's.
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
@@ -61,6 +70,26 @@ pub fn board_of_base(base: &str) -> Option<&str> {
     Some(tag.split(':').next().unwrap_or(tag))
 }
 
+/// The sealed snapshot of a period board: `lb:{points}:d:2026-08-14:final`.
+pub fn final_id(period_id: &str) -> String {
+    format!("{period_id}:final")
+}
+
+/// The view id of a rolling board, `r:last7d`; its key is `period_key(base, id)`.
+pub fn rolling_id(name: &str) -> String {
+    format!("r:{name}")
+}
+
+/// Which periods of the tag are sealed (see the table above).
+pub fn sealed_key(base: &str) -> String {
+    format!("{base}:_sealed")
+}
+
+/// The scheduler's keys, all under one hash tag: `(due, lease, watermarks)`.
+pub fn sched_keys(prefix: &str) -> (String, String, String) {
+    (format!("{prefix}:{{.sched}}:due"), format!("{prefix}:{{.sched}}:lease"), format!("{prefix}:{{.sched}}:wm"))
+}
+
 pub fn offsets_key(base: &str) -> String {
     format!("{base}:_offsets")
 }
@@ -95,5 +124,8 @@ mod tests {
         assert_eq!(board_of_base("lb:{points}"), Some("points"));
         assert_eq!(board_of_base("lb:{laps:monza}"), Some("laps"));
         assert_eq!(registry_key(&b), "lb:{points}:_keys");
+        assert_eq!(period_key(&b, &final_id("d:2026-08-14")), "lb:{points}:d:2026-08-14:final");
+        assert_eq!(period_key(&b, &rolling_id("last7d")), "lb:{points}:r:last7d");
+        assert_eq!(sched_keys("lb").0, "lb:{.sched}:due");
     }
 }

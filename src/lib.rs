@@ -43,6 +43,7 @@ pub mod keys;
 pub mod metrics;
 pub mod offsets;
 pub mod period;
+pub mod schedule;
 pub mod score;
 pub mod store;
 pub mod worker;

@@ -212,6 +212,9 @@ async fn run(settings: Settings) -> i32 {
     info!(listen = %settings.http.listen, "HTTP server listening.");
     let http_task = tokio::spawn(http::serve(listener, state, cancel.clone()));
 
+    if settings.schedules() {
+        tokio::spawn(rankflow::schedule::run(settings.clone(), router.clone(), store.clone(), cancel.clone()));
+    }
     let worker_task = tokio::spawn(worker::run(settings.clone(), router, store, health, cancel.clone()));
     let mut worker_task = std::pin::pin!(worker_task);
     let result = tokio::select! {

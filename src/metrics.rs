@@ -32,6 +32,8 @@ pub struct Metrics {
     pub kafka_up: IntGauge,
     pub assigned_partitions: IntGauge,
     pub build_info: IntGaugeVec,
+    pub jobs: IntCounterVec,
+    pub periods_sealed: IntCounterVec,
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -54,6 +56,8 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_kafka_up",
     "rankflow_assigned_partitions",
     "rankflow_build_info",
+    "rankflow_jobs_total",
+    "rankflow_periods_sealed_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -166,6 +170,18 @@ impl Metrics {
             kafka_up: gauge(&r, "rankflow_kafka_up", "1 when at least one broker connection is up."),
             assigned_partitions: gauge(&r, "rankflow_assigned_partitions", "Partitions this worker holds."),
             build_info,
+            jobs: counter_vec(
+                &r,
+                "rankflow_jobs_total",
+                "Scheduled job runs by kind (seal, roll) and outcome (done, waiting, failed, inexact).",
+                &["kind", "outcome"],
+            ),
+            periods_sealed: counter_vec(
+                &r,
+                "rankflow_periods_sealed_total",
+                "Periods this worker sealed into ...:final (each period is sealed once across all workers).",
+                &["board"],
+            ),
             registry: r,
         }
     }
@@ -174,6 +190,11 @@ impl Metrics {
     /// so dashboards and alerts see every family before its first event.
     fn init_known_series(&self) {
         self.redis_errors.with_label_values(&["apply"]);
+        for k in ["seal", "roll"] {
+            for o in ["done", "waiting", "failed"] {
+                self.jobs.with_label_values(&[k, o]);
+            }
+        }
         for r in ["ok", "error"] {
             self.commits.with_label_values(&[r]);
         }
@@ -192,6 +213,7 @@ impl Metrics {
     pub fn init_boards<'a>(&self, boards: impl IntoIterator<Item = &'a str>) {
         for b in boards {
             self.events_applied.with_label_values(&[b]);
+            self.periods_sealed.with_label_values(&[b]);
             for kind in ["event_id", "offset"] {
                 self.events_duplicate.with_label_values(&[b, kind]);
             }
@@ -225,6 +247,7 @@ mod tests {
         let m = get();
         m.records_consumed.with_label_values(&["t"]).inc();
         m.events_applied.with_label_values(&["b"]).inc();
+        m.periods_sealed.with_label_values(&["b"]).inc();
         m.events_duplicate.with_label_values(&["b", "offset"]).inc();
         m.events_rejected.with_label_values(&["b", "r"]).inc();
         m.dead_letters.with_label_values(&["r"]).inc();

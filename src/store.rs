@@ -179,6 +179,9 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
     keys.extend(batch.items.iter().map(|i| keys::dedupe_key(batch.base, i.event_id)));
+    if p.sealed {
+        keys.push(keys::sealed_key(batch.base));
+    }
 
     let mut args = Vec::with_capacity(11 + periods.len() + batch.items.len() * 10);
     args.push(p.op.as_str().to_string());
@@ -192,6 +195,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     args.push(p.rate_window_ms.to_string());
     args.push(keys::rate_prefix(batch.base));
     args.push(if p.dense { "1" } else { "0" }.to_string());
+    args.push(if p.sealed { "1" } else { "0" }.to_string());
     args.push(periods.len().to_string());
     args.extend(periods.iter().map(|p| p.expire_at.unwrap_or(0).to_string()));
     for item in &batch.items {
@@ -239,7 +243,7 @@ impl Store {
     }
 
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
-    async fn eval<T: redis::FromRedisValue>(
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         script: &redis::Script,
         source: &str,
@@ -371,10 +375,12 @@ mod tests {
 
     fn pw(period: &str, expire_at: Option<i64>) -> PeriodWrite {
         PeriodWrite {
+            id: period.to_string(),
             key: format!("lb:{{p}}:{period}"),
             dense_key: format!("lb:{{p}}:_dense:{period}"),
             times_key: format!("lb:{{p}}:_ts:{period}"),
             expire_at,
+            close_at: None,
         }
     }
 
@@ -395,6 +401,7 @@ mod tests {
                 rate_events: 0,
                 rate_window_ms: 0,
                 dense: true,
+                sealed: false,
             },
             items: vec![
                 ApplyItem {
@@ -446,6 +453,7 @@ mod tests {
                 "0",
                 "lb:{p}:_rl:",
                 "1",
+                "0",
                 "2",
                 "100",
                 "0",

@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -47,6 +47,7 @@ use crate::event::{self, Event, Parsed, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
+use crate::schedule::{self, JobCache, Watermarks};
 use crate::store::{ApplyItem, ApplyResult, Store, StoreError, TagBatch};
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
@@ -70,6 +71,9 @@ pub enum WorkerError {
 /// librdkafka callbacks: rebalances, commits, statistics and errors.
 pub struct WorkerContext {
     health: Arc<Health>,
+    /// Boards that seal periods: where caught-up partitions raise their
+    /// watermark, and by how much less than the wall clock.
+    idle: Option<(Arc<Watermarks>, i64)>,
 }
 
 impl ClientContext for WorkerContext {
@@ -78,10 +82,22 @@ impl ClientContext for WorkerContext {
         let up = stats.brokers.values().any(|b| b.nodeid >= 0 && b.state == "UP");
         self.health.kafka_up.store(up, Ordering::Relaxed);
         m.kafka_up.set(i64::from(up));
+        let now = chrono::Utc::now().timestamp_millis();
         for (topic, t) in &stats.topics {
             for p in t.partitions.values() {
                 if p.partition >= 0 && p.consumer_lag >= 0 {
                     m.consumer_lag.with_label_values(&[topic.as_str(), &p.partition.to_string()]).set(p.consumer_lag);
+                }
+                // Every record of an assigned partition is applied (its stored
+                // or committed offset is at the log end, or it is empty): it
+                // has reached the wall clock, less the grace for records
+                // produced but not yet appended.
+                if let Some((marks, grace_ms)) = &self.idle {
+                    let done = p.stored_offset.max(p.committed_offset);
+                    let caught_up = p.hi_offset >= 0 && (done >= p.hi_offset || p.hi_offset == p.lo_offset);
+                    if p.partition >= 0 && p.fetch_state == "active" && caught_up {
+                        marks.raise(&keys::offsets_field(topic, p.partition), now - grace_ms);
+                    }
                 }
             }
         }
@@ -150,7 +166,7 @@ fn consumer_config(settings: &Settings) -> ClientConfig {
         .set("auto.commit.interval.ms", "1000")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("statistics.interval.ms", "5000")
+        .set("statistics.interval.ms", if settings.seals() { "1000" } else { "5000" })
         .set("queued.max.messages.kbytes", "16384");
     for (k, v) in &settings.kafka.options {
         c.set(k, v);
@@ -160,7 +176,7 @@ fn consumer_config(settings: &Settings) -> ClientConfig {
     c
 }
 
-fn producer_config(settings: &Settings) -> ClientConfig {
+pub(crate) fn producer_config(settings: &Settings) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &settings.kafka.brokers).set("message.timeout.ms", "10000").set("acks", "all");
     for (k, v) in &settings.kafka.options {
@@ -200,8 +216,10 @@ pub async fn run(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), WorkerError> {
+    let marks = Arc::new(Watermarks::default());
+    let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
     let consumer: StreamConsumer<WorkerContext> = consumer_config(&settings)
-        .create_with_context(WorkerContext { health: health.clone() })
+        .create_with_context(WorkerContext { health: health.clone(), idle })
         .map_err(WorkerError::Consumer)?;
     let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     consumer
@@ -218,7 +236,9 @@ pub async fn run(
         health: &health,
         producer: &producer,
         cancel: &cancel,
+        jobs: Mutex::new(JobCache::default()),
     };
+    let seals = settings.seals();
     let mut batch_no: u64 = 0;
     // An erasure is a batch of its own, so it stays ordered with the
     // player's other events: one read while a batch is open waits here.
@@ -255,6 +275,11 @@ pub async fn run(
                     _ = cancel.cancelled() => break,
                     m = consumer.recv() => m,
                     _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
+                    // Idle partitions raise watermarks too (see WorkerContext::stats).
+                    _ = tokio::time::sleep(settings.sealing.check_interval), if seals => {
+                        w.flush_watermarks(&marks).await;
+                        continue;
+                    }
                 };
                 match first {
                     Ok(m) => {
@@ -294,6 +319,16 @@ pub async fn run(
             info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
             break;
         };
+        if seals {
+            // Applied (or final as dead letters): the partitions have reached
+            // these record times.
+            for m in &msgs {
+                if let Some(ts) = m.timestamp().to_millis() {
+                    marks.raise(&keys::offsets_field(m.topic(), m.partition()), ts);
+                }
+            }
+            w.flush_watermarks(&marks).await;
+        }
         drop(msgs);
         // While the dead-letter topic is known to fail, new dead records wait
         // with the others instead of blocking the loop on another attempt.
@@ -354,6 +389,8 @@ struct Worker<'a> {
     health: &'a Health,
     producer: &'a FutureProducer,
     cancel: &'a CancellationToken,
+    /// Scheduler jobs sent lately (see `schedule::JobCache`).
+    jobs: Mutex<JobCache>,
 }
 
 /// One record of a batch as parsing left it.
@@ -442,6 +479,39 @@ impl Worker<'_> {
             }
         }
 
+        // Jobs first: a period or rolling board with data always has its job.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut jobs = Vec::new();
+        {
+            let mut cache = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            for item in &items {
+                let Item::Event { decisions, .. } = item else { continue };
+                for (b, decision) in decisions {
+                    let Decision::Write(w) = decision else { continue };
+                    let board = &self.router.boards()[*b];
+                    if board.close_after.is_none() && board.rolling.is_empty() {
+                        continue;
+                    }
+                    for (job, due) in schedule::jobs_for(board, &w.base, &w.periods, now_ms) {
+                        if let Some(job) = cache.fresh(job) {
+                            jobs.push((job, due));
+                        }
+                    }
+                }
+            }
+        }
+        if !jobs.is_empty() {
+            let prefix = self.router.prefix();
+            let sent = retry("enqueue scheduled jobs", self.cancel, self.settings.worker.max_backoff, || {
+                schedule::enqueue(self.store, prefix, &jobs)
+            })
+            .await;
+            if sent.is_none() {
+                self.jobs.lock().unwrap_or_else(|e| e.into_inner()).forget(&jobs);
+                return None;
+            }
+        }
+
         let mut results = Vec::new();
         if !tags.is_empty() {
             results = retry("apply a batch to Redis", self.cancel, self.settings.worker.max_backoff, || async {
@@ -493,6 +563,19 @@ impl Worker<'_> {
         }
         let dead = dead.iter().map(|(i, reasons)| DeadRecord::new(&msgs[*i], reasons)).collect();
         Some((offsets, dead))
+    }
+
+    /// Writes the pending watermarks; on failure they wait for the next flush.
+    async fn flush_watermarks(&self, marks: &Watermarks) {
+        let pending = marks.take();
+        if pending.is_empty() {
+            return;
+        }
+        if let Err(e) = schedule::write_watermarks(self.store, self.router.prefix(), &pending).await {
+            metrics::get().redis_errors.with_label_values(&["watermark"]).inc();
+            debug!(error = %e, "Writing watermarks failed; they are written with the next batch.");
+            marks.restore(pending);
+        }
     }
 
     fn parse(&self, msg: &BorrowedMessage<'_>) -> Item {

@@ -28,10 +28,12 @@ fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [
 
 fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> PeriodWrite {
     PeriodWrite {
+        id: period.to_string(),
         key: format!("lb:{{{tag}}}:{period}"),
         dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
         expire_at,
+        close_at: None,
     }
 }
 
@@ -47,6 +49,7 @@ fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         rate_events: 0,
         rate_window_ms: 0,
         dense: true,
+        sealed: false,
     }
 }
 

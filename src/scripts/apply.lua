@@ -18,6 +18,8 @@
 -- KEYS[1 + P + j]     dense index of period key j
 -- KEYS[1 + 2P + j]    op "latest" only: hash member -> event time of its value in period key j
 -- KEYS[1 + AP + i]    the dedupe marker of event i (AP = 3P for "latest", 2P otherwise)
+-- KEYS[#KEYS]         boards that seal periods only: the tag's sealed hash
+--                     (period key -> close time); a sealed period takes no write
 --
 -- ARGV[1]             op: "sum" (add to the total), "gt" / "lt" (keep the best), "latest" (newest event wins)
 -- ARGV[2]             dedupe ttl, seconds
@@ -30,8 +32,9 @@
 -- ARGV[9]             rate limit: window, ms
 -- ARGV[10]            rate limit key prefix ("<prefix>:{tag}:_rl:")
 -- ARGV[11]            "1" to keep the dense indexes, "0" for a board without dense ranks
--- ARGV[12]            P
--- ARGV[12 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- ARGV[12]            "1" if the board seals its periods (the last key is the sealed hash)
+-- ARGV[13]            P
+-- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
 -- then, per event:    field, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
 --                     num: the delta for "sum", the packed stored score otherwise;
 --                     ts: the event time, epoch ms
@@ -39,7 +42,8 @@
 -- Returns one integer per event:
 --   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
---   5 refused: rate_limited.
+--   5 refused: rate_limited,
+--   6 refused: period_closed (every period of the event is sealed already).
 -- Every period key written is added to the tag's registry set
 -- ("<prefix>:{tag}:_keys"), which erase.lua walks.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
@@ -64,7 +68,8 @@ local rate_events = tonumber(ARGV[8])
 local rate_window = tonumber(ARGV[9])
 local rl_prefix = ARGV[10]
 local dense_on = ARGV[11] == '1'
-local np = tonumber(ARGV[12])
+local seal_on = ARGV[12] == '1'
+local np = tonumber(ARGV[13])
 local offsets_key = KEYS[1]
 local half = math.floor(maxv / 2)
 local guard_key = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_big'
@@ -129,8 +134,16 @@ local function admit(member, ts, id)
   return true
 end
 
+-- A sealed period is frozen: its final snapshot was taken from it.
+local sealed = {}
+if seal_on then
+  for j = 1, np do
+    sealed[j] = redis.call('HEXISTS', KEYS[#KEYS], KEYS[1 + j]) == 1
+  end
+end
+
 local last_num, last_str, dirty, touched, out = {}, {}, {}, {}, {}
-local a = 13 + np
+local a = 14 + np
 local nargs = #ARGV
 local i = 0
 while a <= nargs do
@@ -170,6 +183,13 @@ while a <= nargs do
           olds[w] = old_v
         end
       end
+      if code == 1 and seal_on then
+        local open = false
+        for w = first, a - 1 do
+          if not sealed[tonumber(ARGV[w])] then open = true end
+        end
+        if not open then code = 6 end
+      end
       if code == 1 and rate_events > 0 and not admit(member, ts, field .. ':' .. off_s) then
         code = 5
       end
@@ -179,7 +199,9 @@ while a <= nargs do
       for w = first, a - 1 do
         local j = tonumber(ARGV[w])
         local k = KEYS[1 + j]
-        if op == 'sum' and fast then
+        if sealed[j] then
+          -- skipped: the event still counts on the board's open periods
+        elseif op == 'sum' and fast then
           local total = tonumber(redis.call('ZINCRBY', k, num, member))
           if total > half or total < -half then
             redis.call('SET', guard_key, '1')
@@ -234,7 +256,7 @@ while a <= nargs do
             reindex(j, old_v, value_of(num))
           end
         end
-        touched[j] = true
+        if not sealed[j] then touched[j] = true end
       end
     elseif code >= 4 then
       redis.call('SET', refused_prefix .. field .. ':' .. off_s, code, 'EX', ttl)
@@ -250,7 +272,7 @@ for j in pairs(touched) do
   -- The registry lets an erasure find every period key of the tag.
   redis.call('SADD', registry, KEYS[1 + j])
   if top_k > 0 then trim(j) end
-  local at = ARGV[12 + j]
+  local at = ARGV[13 + j]
   if at ~= '0' then
     redis.call('EXPIREAT', KEYS[1 + j], at)
     if dense_on then redis.call('EXPIREAT', KEYS[1 + np + j], at) end

@@ -301,7 +301,8 @@ impl Broker {
         let deadline = Instant::now() + timeout;
         loop {
             let committed = self.committed(group, topic, partitions);
-            if committed == end {
+            // An empty partition has nothing to commit: none counts as its end.
+            if committed.iter().zip(&end).all(|(c, e)| c == e || (*e == 0 && *c < 0)) {
                 return;
             }
             assert!(

@@ -1,0 +1,568 @@
+//! The scheduler: sealed periods (`close_after`) and rolling boards
+//! (`rolling`), as due work in a Redis sorted set (SPEC section 7).
+//!
+//! Jobs are strings, `seal|<key base>|<period id>` and
+//! `roll|<key base>|<rolling name>`, in the zset `{prefix}:{.sched}:due`
+//! scored by when they are due (ms). Every worker runs [`run`]: it claims due
+//! jobs atomically (`scripts/sched.lua` moves each into the lease zset with a
+//! lapse time), runs them, and finishes them with the claim's token. A worker
+//! that dies mid-job leaves its claim to lapse, and the next claim takes the
+//! job over, so a job is never lost; with several workers each claim goes to
+//! one of them.
+//!
+//! **Sealing** waits for completeness, decided from what has been applied:
+//! every worker raises, per topic-partition, a watermark in
+//! `{prefix}:{.sched}:wm` to the largest record timestamp it has applied,
+//! and, for a partition whose records are all applied (librdkafka's stored
+//! or committed offset at the high watermark), to the wall clock minus
+//! `[sealing] idle_grace`. A period is sealed once every partition of every
+//! topic has a watermark at or past the period's close time; until then the
+//! job is tried again every `check_interval`. `scripts/seal.lua` seals at most
+//! once (the tag's `_sealed` hash), so the final board is computed once
+//! whatever the claims did; its top is then published to `[sealing] topic`
+//! and the publication recorded, so a job taken over after a publication
+//! that Redis recorded does not publish again.
+//!
+//! **Rolling boards** are recomputed by `scripts/roll.lua` every `refresh`
+//! with `ZUNIONSTORE` over the last `days` daily keys (today, in the board's
+//! time zone, by the wall clock).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use redis::RedisError;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::board::{Board, Mode, Order, Router};
+use crate::config::Settings;
+use crate::keys;
+use crate::metrics;
+use crate::period::{Period, PeriodKind};
+use crate::store::Store;
+
+const SCHED_LUA: &str = include_str!("scripts/sched.lua");
+const SEAL_LUA: &str = include_str!("scripts/seal.lua");
+const ROLL_LUA: &str = include_str!("scripts/roll.lua");
+static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
+static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
+static ROLL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ROLL_LUA));
+
+/// A scheduled job, as its string in the due zset names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Job {
+    Seal { base: String, period: String },
+    Roll { base: String, name: String },
+}
+
+impl Job {
+    pub fn encode(&self) -> String {
+        match self {
+            Job::Seal { base, period } => format!("seal|{base}|{period}"),
+            Job::Roll { base, name } => format!("roll|{base}|{name}"),
+        }
+    }
+
+    pub fn decode(text: &str) -> Option<Job> {
+        let (kind, rest) = text.split_once('|')?;
+        // The base may hold '|' (a key prefix can); ids and names cannot.
+        let (base, last) = rest.rsplit_once('|')?;
+        match kind {
+            "seal" => Some(Job::Seal { base: base.into(), period: last.into() }),
+            "roll" => Some(Job::Roll { base: base.into(), name: last.into() }),
+            _ => None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Job::Seal { .. } => "seal",
+            Job::Roll { .. } => "roll",
+        }
+    }
+}
+
+/// Watermarks waiting to be written to Redis: `<topic>:<partition>` -> ms.
+#[derive(Debug, Default)]
+pub struct Watermarks {
+    pending: Mutex<HashMap<String, i64>>,
+}
+
+impl Watermarks {
+    /// Raises the pending watermark of a partition.
+    pub fn raise(&self, field: &str, ms: i64) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match p.get_mut(field) {
+            Some(cur) if *cur >= ms => {}
+            Some(cur) => *cur = ms,
+            None => {
+                p.insert(field.to_string(), ms);
+            }
+        }
+    }
+
+    pub fn take(&self) -> HashMap<String, i64> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts back what could not be written.
+    pub fn restore(&self, marks: HashMap<String, i64>) {
+        for (f, ms) in marks {
+            self.raise(&f, ms);
+        }
+    }
+}
+
+/// Writes watermarks (raising only) in one call.
+pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), RedisError> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let (due, lease, wm) = keys::sched_keys(prefix);
+    let mut args = vec!["watermark".to_string()];
+    for (f, ms) in marks {
+        args.push(f.clone());
+        args.push(ms.to_string());
+    }
+    store.eval::<i64>(&SCHED, SCHED_LUA, &[due, lease, wm], &args).await.map_err(as_redis)?.map(|_| ())
+}
+
+/// Adds jobs that are neither due nor claimed already.
+pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), RedisError> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let (due, lease, wm) = keys::sched_keys(prefix);
+    let mut args = vec!["enqueue".to_string()];
+    for (job, at) in jobs {
+        args.push(job.clone());
+        args.push(at.to_string());
+    }
+    store.eval::<i64>(&SCHED, SCHED_LUA, &[due, lease, wm], &args).await.map_err(as_redis)?.map(|_| ())
+}
+
+fn as_redis(e: crate::store::StoreError) -> RedisError {
+    RedisError::from((redis::ErrorKind::Io, "script load failed", e.to_string()))
+}
+
+/// The jobs a batch's writes need, remembered so that each is sent once a
+/// minute at most (Redis ignores a job that is due or claimed already).
+#[derive(Debug)]
+pub struct JobCache {
+    sent: HashSet<String>,
+    since: Instant,
+}
+
+impl Default for JobCache {
+    fn default() -> Self {
+        JobCache { sent: HashSet::new(), since: Instant::now() }
+    }
+}
+
+impl JobCache {
+    /// Returns the job if it has not been sent lately.
+    pub fn fresh(&mut self, job: String) -> Option<String> {
+        if self.since.elapsed() > Duration::from_secs(60) || self.sent.len() > 100_000 {
+            self.sent.clear();
+            self.since = Instant::now();
+        }
+        if self.sent.contains(&job) {
+            return None;
+        }
+        self.sent.insert(job.clone());
+        Some(job)
+    }
+
+    /// Forgets jobs whose enqueue failed, so the retry sends them again.
+    pub fn forget(&mut self, jobs: &[(String, i64)]) {
+        for (j, _) in jobs {
+            self.sent.remove(j);
+        }
+    }
+}
+
+/// Runs the scheduler until `cancel` fires.
+pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, cancel: CancellationToken) {
+    let producer: FutureProducer = match crate::worker::producer_config(&settings).create() {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "Cannot create the sealed-topic producer; the scheduler does not run.");
+            return;
+        }
+    };
+    let s = Scheduler { settings: &settings, router: &router, store: &store, producer, partitions: None };
+    s.run(&cancel).await;
+}
+
+struct Scheduler<'a> {
+    settings: &'a Settings,
+    router: &'a Router,
+    store: &'a Store,
+    producer: FutureProducer,
+    /// Partition counts of the consumed topics, and when they were read.
+    partitions: Option<(Instant, HashMap<String, i32>)>,
+}
+
+/// What one run of a job decided.
+enum Outcome {
+    /// Done for good.
+    Done,
+    /// Run again at this time (ms).
+    Again(i64, &'static str),
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Scheduler<'_> {
+    async fn run(mut self, cancel: &CancellationToken) {
+        let interval = self.settings.sealing.check_interval;
+        info!(interval = ?interval, "Scheduler started.");
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let claimed = match self.claim().await {
+                Ok(c) => c,
+                Err(e) => {
+                    metrics::get().redis_errors.with_label_values(&["schedule"]).inc();
+                    debug!(error = %e, "Claiming due jobs failed; trying again.");
+                    continue;
+                }
+            };
+            for (text, token) in claimed {
+                if cancel.is_cancelled() {
+                    // The claim lapses and another worker (or this one, restarted) takes it.
+                    break;
+                }
+                let next = match Job::decode(&text) {
+                    None => {
+                        warn!(job = %text, "Dropping a job this version cannot read.");
+                        Outcome::Done
+                    }
+                    Some(job) => {
+                        let r = match &job {
+                            Job::Seal { base, period } => self.seal(base, period).await,
+                            Job::Roll { base, name } => self.roll(base, name).await,
+                        };
+                        match r {
+                            Ok(o) => o,
+                            Err(e) => {
+                                warn!(job = %text, error = %e, "A scheduled job failed; it is tried again.");
+                                Outcome::Again(now_ms() + interval.as_millis() as i64 * 5, "failed")
+                            }
+                        }
+                    }
+                };
+                let (next_due, outcome) = match next {
+                    Outcome::Done => (0, "done"),
+                    Outcome::Again(at, why) => (at, why),
+                };
+                if let Some(job) = Job::decode(&text) {
+                    metrics::get().jobs.with_label_values(&[job.kind(), outcome]).inc();
+                }
+                match self.finish(&text, &token, next_due).await {
+                    Ok(true) => {}
+                    Ok(false) => info!(job = %text, "The job's claim lapsed and another worker took it over."),
+                    Err(e) => {
+                        warn!(job = %text, error = %e, "Finishing a job failed; its claim lapses and it runs again.")
+                    }
+                }
+            }
+        }
+        info!("Scheduler stopped.");
+    }
+
+    async fn sched(&self, args: Vec<String>) -> Result<redis::Value, String> {
+        let (due, lease, wm) = keys::sched_keys(self.router.prefix());
+        self.store
+            .eval::<redis::Value>(&SCHED, SCHED_LUA, &[due, lease, wm], &args)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    async fn claim(&self) -> Result<Vec<(String, String)>, String> {
+        let lease = self.settings.sealing.lease.as_millis().to_string();
+        let v = self.sched(vec!["claim".into(), lease, "16".into()]).await?;
+        let flat: Vec<String> = redis::from_redis_value(v).map_err(|e| e.to_string())?;
+        Ok(flat.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect())
+    }
+
+    async fn finish(&self, job: &str, token: &str, next_due: i64) -> Result<bool, String> {
+        let v = self.sched(vec!["finish".into(), job.into(), token.into(), next_due.to_string()]).await?;
+        let n: i64 = redis::from_redis_value(v).map_err(|e| e.to_string())?;
+        Ok(n == 1)
+    }
+
+    fn board_of(&self, base: &str) -> Result<&Board, String> {
+        let id = keys::board_of_base(base).ok_or_else(|| format!("'{base}' is not a board key base"))?;
+        self.router.board(id).ok_or_else(|| format!("board '{id}' is no longer configured"))
+    }
+
+    /// Partition counts of every consumed topic, read from the broker's
+    /// metadata and kept for 30 s.
+    async fn partition_counts(&mut self) -> Result<HashMap<String, i32>, String> {
+        if let Some((at, counts)) = &self.partitions {
+            if at.elapsed() < Duration::from_secs(30) {
+                return Ok(counts.clone());
+            }
+        }
+        let producer = self.producer.clone();
+        let topics = self.settings.kafka.topics.clone();
+        let counts = tokio::task::spawn_blocking(move || {
+            let mut counts = HashMap::new();
+            for t in topics {
+                let md = producer
+                    .client()
+                    .fetch_metadata(Some(&t), Duration::from_secs(5))
+                    .map_err(|e| format!("metadata of {t}: {e}"))?;
+                let n = md.topics().iter().find(|x| x.name() == t).map_or(0, |x| x.partitions().len() as i32);
+                if n == 0 {
+                    return Err(format!("topic {t} has no partitions"));
+                }
+                counts.insert(t, n);
+            }
+            Ok::<_, String>(counts)
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        self.partitions = Some((Instant::now(), counts.clone()));
+        Ok(counts)
+    }
+
+    /// Whether every partition of every topic has been applied up to `close_at`.
+    async fn complete(&mut self, close_at: i64) -> Result<bool, String> {
+        let counts = self.partition_counts().await?;
+        let (_, _, wm) = keys::sched_keys(self.router.prefix());
+        let mut conn = self.store.conn();
+        let marks: HashMap<String, i64> =
+            redis::cmd("HGETALL").arg(&wm).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+        Ok(counts.iter().all(|(topic, &n)| {
+            (0..n).all(|p| marks.get(&keys::offsets_field(topic, p)).is_some_and(|&ms| ms >= close_at))
+        }))
+    }
+
+    async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
+        let board = self.board_of(base)?.clone();
+        let period = Period::from_id(period_id, board.timezone).map_err(|e| e.to_string())?;
+        let Some(close_at) = board.close_at(&period) else {
+            return Ok(Outcome::Done);
+        };
+        let check = self.settings.sealing.check_interval.as_millis() as i64;
+        if now_ms() < close_at {
+            return Ok(Outcome::Again(close_at, "waiting"));
+        }
+        if !self.complete(close_at).await? {
+            return Ok(Outcome::Again(now_ms() + check, "waiting"));
+        }
+        let expire_at = period.expire_at_secs(board.retention(period.kind)).unwrap_or(0);
+        let final_id = keys::final_id(period_id);
+        let live = keys::period_key(base, period_id);
+        let keys_ = [
+            live.clone(),
+            keys::period_key(base, &final_id),
+            keys::dense_key(base, period_id),
+            keys::dense_key(base, &final_id),
+            keys::sealed_key(base),
+            keys::registry_key(base),
+        ];
+        let args = [
+            close_at.to_string(),
+            expire_at.to_string(),
+            self.settings.sealing.top.to_string(),
+            board.order.as_str().to_string(),
+        ];
+        let reply: Vec<redis::Value> = self
+            .store
+            .eval(&SEAL, SEAL_LUA, &keys_, &args)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
+        let (newly, published, total) = (int(0) == 1, int(1) == 1, int(2));
+        if newly {
+            metrics::get().periods_sealed.with_label_values(&[&board.id]).inc();
+            info!(board = %board.id, key = %live, members = total, "Period sealed.");
+        }
+        if published {
+            return Ok(Outcome::Done);
+        }
+        let mut entries = Vec::new();
+        for (i, pair) in reply[3..].chunks(2).enumerate() {
+            let member: String = redis::from_redis_value(pair[0].clone()).map_err(|e| e.to_string())?;
+            let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| e.to_string())?;
+            entries.push(json!({ "rank": i + 1, "player_id": member, "score": board.packing.decode(stored as i64) }));
+        }
+        let split = base.split_once('{').and_then(|(_, t)| t.strip_suffix('}')).and_then(|t| t.split_once(':'));
+        let payload = json!({
+            "board": board.id,
+            "split": split.map(|(_, s)| s),
+            "period": period_id,
+            "key": keys::period_key(base, &final_id),
+            "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
+            "total": total,
+            "entries": entries,
+        })
+        .to_string();
+        let record_key = match split {
+            Some((b, s)) => format!("{b}:{s}|{period_id}"),
+            None => format!("{}|{period_id}", board.id),
+        };
+        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
+        self.producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
+        let mut conn = self.store.conn();
+        let _: i64 = redis::cmd("HSET")
+            .arg(keys::sealed_key(base))
+            .arg(format!("{live}:published"))
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        info!(board = %board.id, key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
+        Ok(Outcome::Done)
+    }
+
+    async fn roll(&mut self, base: &str, name: &str) -> Result<Outcome, String> {
+        let board = self.board_of(base)?.clone();
+        let Some(rolling) = board.rolling.iter().find(|r| r.name == name) else {
+            return Ok(Outcome::Done);
+        };
+        let now = now_ms();
+        let keys_ = rolling_keys(&board, base, name, rolling.days, now).map_err(|e| e.to_string())?;
+        let today = Period::containing(PeriodKind::Daily, board.timezone, now).map_err(|e| e.to_string())?;
+        // Kept a day past today, so a scheduler that stops leaves no stale board for long.
+        let expire_at = today.end_ms.unwrap_or(now).div_euclid(1000) + 86_400;
+        let agg = match (board.mode, board.order) {
+            (Mode::Sum, _) => "SUM",
+            (_, Order::Desc) => "MAX",
+            (_, Order::Asc) => "MIN",
+        };
+        let args = [
+            agg.to_string(),
+            board.packing.shift().to_string(),
+            if board.dense_rank { "1" } else { "0" }.to_string(),
+            expire_at.to_string(),
+            board.max_members.unwrap_or(0).to_string(),
+            board.order.as_str().to_string(),
+        ];
+        let card: i64 = self
+            .store
+            .eval(&ROLL, ROLL_LUA, &keys_, &args)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let next = now + rolling.refresh.as_millis() as i64;
+        match card {
+            -1 => {
+                warn!(board = %board.id, rolling = name, "A rolling sum could pass 2^53 and lose exactness; it was not recomputed.");
+                Ok(Outcome::Again(next, "inexact"))
+            }
+            // Nothing in the window: the job ends; the tag's next event enqueues it again.
+            0 => Ok(Outcome::Done),
+            _ => Ok(Outcome::Again(next, "done")),
+        }
+    }
+}
+
+/// KEYS of `roll.lua`: the rolling key, its dense index, the registry, then
+/// the daily keys of the `days` days ending with the day containing `now_ms`.
+pub fn rolling_keys(
+    board: &Board,
+    base: &str,
+    name: &str,
+    days: u32,
+    now_ms: i64,
+) -> Result<Vec<String>, crate::period::PeriodError> {
+    let id = keys::rolling_id(name);
+    let mut out = vec![keys::period_key(base, &id), keys::dense_key(base, &id), keys::registry_key(base)];
+    let mut day = Period::containing(PeriodKind::Daily, board.timezone, now_ms)?;
+    for _ in 0..days {
+        out.push(keys::period_key(base, &day.id));
+        let start = day.start_ms.unwrap_or(now_ms);
+        day = Period::containing(PeriodKind::Daily, board.timezone, start - 1)?;
+    }
+    Ok(out)
+}
+
+/// The jobs one planned write needs: a seal per closing period, a rolling
+/// refresh per rolling board of the tag. Each with when it is due.
+pub fn jobs_for(board: &Board, base: &str, periods: &[crate::board::PeriodWrite], now_ms: i64) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for p in periods {
+        if let Some(close_at) = p.close_at {
+            out.push((Job::Seal { base: base.into(), period: p.id.clone() }.encode(), close_at));
+        }
+    }
+    for r in &board.rolling {
+        out.push((Job::Roll { base: base.into(), name: r.name.clone() }.encode(), now_ms));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn jobs_round_trip_even_when_the_prefix_holds_a_bar() {
+        for job in [
+            Job::Seal { base: "lb:{points}".into(), period: "d:2026-08-14".into() },
+            Job::Roll { base: "a|b:{laps:monza}".into(), name: "last7d".into() },
+        ] {
+            assert_eq!(Job::decode(&job.encode()), Some(job.clone()));
+        }
+        assert_eq!(Job::decode("nap|x|y"), None);
+    }
+
+    #[test]
+    fn rolling_keys_walk_back_over_days_in_the_board_zone() {
+        let board = Board::new(
+            "p".into(),
+            vec!["m".into()],
+            Mode::Sum,
+            Order::Desc,
+            vec![PeriodKind::Daily],
+            "America/New_York".parse().unwrap(),
+            crate::board::TieBreak::Member,
+            None,
+            crate::score::Packing::member(None).unwrap(),
+            BTreeMap::new(),
+        );
+        // 2026-11-02 03:00 UTC is still Nov 1 in New York (the DST change is that day).
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-02T03:00:00Z").unwrap().timestamp_millis();
+        let k = rolling_keys(&board, "lb:{p}", "last3d", 3, now).unwrap();
+        assert_eq!(
+            k,
+            [
+                "lb:{p}:r:last3d",
+                "lb:{p}:_dense:r:last3d",
+                "lb:{p}:_keys",
+                "lb:{p}:d:2026-11-01",
+                "lb:{p}:d:2026-10-31",
+                "lb:{p}:d:2026-10-30"
+            ]
+        );
+    }
+
+    #[test]
+    fn watermarks_only_rise() {
+        let w = Watermarks::default();
+        w.raise("t:0", 10);
+        w.raise("t:0", 5);
+        w.raise("t:1", 7);
+        let m = w.take();
+        assert_eq!(m["t:0"], 10);
+        assert_eq!(m["t:1"], 7);
+        assert!(w.take().is_empty());
+    }
+}

@@ -1,0 +1,45 @@
+-- seal.lua: seals one period of ONE board tag, at most once, and reads its top.
+--
+-- Sealing marks the period in the tag's sealed hash (from then on apply.lua
+-- refuses writes to it, so the live key is frozen too) and copies the live
+-- board and its dense index into "...:final" and "_dense:...:final", expiring
+-- with the period. The final key joins the tag's registry, so an erasure
+-- reaches it. A second call changes nothing and answers the same top.
+--
+-- KEYS[1] live period key     KEYS[2] its final key
+-- KEYS[3] live dense index    KEYS[4] final dense index
+-- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
+-- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
+-- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
+--
+-- Returns {sealed now (1/0), already published (1/0), total, member, score, ...}
+
+local live, final = KEYS[1], KEYS[2]
+local newly = 0
+if redis.call('HEXISTS', KEYS[5], live) == 0 then
+  newly = 1
+  redis.call('HSET', KEYS[5], live, ARGV[1])
+  redis.call('DEL', final, KEYS[4])
+  if redis.call('EXISTS', live) == 1 then
+    redis.call('ZUNIONSTORE', final, 1, live)
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      redis.call('ZUNIONSTORE', KEYS[4], 1, KEYS[3])
+    end
+    if ARGV[2] ~= '0' then
+      redis.call('EXPIREAT', final, ARGV[2])
+      redis.call('EXPIREAT', KEYS[4], ARGV[2])
+    end
+    redis.call('SADD', KEYS[6], final)
+  end
+end
+local published = redis.call('HEXISTS', KEYS[5], live .. ':published')
+local n = tonumber(ARGV[3])
+local top
+if ARGV[4] == 'desc' then
+  top = redis.call('ZRANGE', final, 0, n - 1, 'REV', 'WITHSCORES')
+else
+  top = redis.call('ZRANGE', final, 0, n - 1, 'WITHSCORES')
+end
+local out = {newly, published, redis.call('ZCARD', final)}
+for _, v in ipairs(top) do out[#out + 1] = v end
+return out

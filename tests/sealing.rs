@@ -1,0 +1,422 @@
+//! Sealed periods and rolling boards through real workers, tansu and Redis:
+//! the seal waits for every partition (a lagging one and an idle one), holds
+//! exactly the events produced before the close, happens once with two
+//! workers, survives a claim left by a dead worker, and refuses late events;
+//! rolling boards equal the union of their days; an erasure reaches sealed
+//! and rolling keys.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Headers, Message};
+use serde_json::{json, Value};
+use support::*;
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 86_400_000;
+
+fn record(
+    kind: &str,
+    player: &str,
+    score: i64,
+    ts: i64,
+    record_ts: i64,
+    attrs: Value,
+) -> (String, Vec<u8>, Option<i64>) {
+    let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
+                   "score": score, "ts": ts, "attrs": attrs});
+    (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
+}
+
+fn hour_id(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap().format("h:%Y-%m-%dT%H").to_string()
+}
+
+async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {
+    let v: Vec<(String, f64)> =
+        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
+    v.into_iter().map(|(m, s)| (m, s as i64)).collect()
+}
+
+fn header(m: &rdkafka::message::OwnedMessage, name: &str) -> Option<String> {
+    m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The scheduler's keys, for failure messages: due and claimed jobs, watermarks.
+fn sched_state(url: &str) -> String {
+    let mut out = String::new();
+    for args in [
+        ["ZRANGE", "lb:{.sched}:due", "0", "-1", "WITHSCORES"],
+        ["ZRANGE", "lb:{.sched}:lease", "0", "-1", "WITHSCORES"],
+        ["HGETALL", "lb:{.sched}:wm", "", "", ""],
+    ] {
+        let o = std::process::Command::new("redis-cli")
+            .arg("-u")
+            .arg(url)
+            .args(args.iter().filter(|a| !a.is_empty()))
+            .output()
+            .unwrap();
+        out.push_str(&format!("{}: {}\n", args[..2].join(" "), String::from_utf8_lossy(&o.stdout).replace('\n', " ")));
+    }
+    out
+}
+
+/// A tiny deterministic generator, so a failure can be replayed.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Waits until a topic holds `n` records (or fails naming what it saw).
+fn wait_records(broker: &Broker, topic: &str, n: i64, timeout: Duration, logs: &dyn Fn() -> String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got: i64 = broker.log_end(topic, 1).iter().sum();
+        if got >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{topic} holds {got} of {n} records after {timeout:?}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seal_waits_for_every_partition_holds_exactly_the_events_before_the_close_and_happens_once() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(3).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    // Two closed hours: h1 closed about three hours ago, h2 about two.
+    let h1 = now - now.rem_euclid(HOUR) - 4 * HOUR;
+    let h2 = h1 + HOUR;
+    let close = |h: i64| h + HOUR + 600_000;
+    let boards = format!(
+        r#"
+[sealing]
+topic = "{sealed}"
+top = 5
+idle_grace = "1s"
+check_interval = "100ms"
+lease = "3s"
+
+[[board]]
+id = "hr"
+on = ["match"]
+mode = "sum"
+periods = ["hourly"]
+close_after = "10m"
+
+[[board]]
+id = "fast"
+on = ["lap"]
+mode = "best"
+order = "asc"
+periods = ["hourly"]
+close_after = "10m"
+split_by = "track"
+"#
+    );
+
+    // model: (tag, hour id) -> member -> value
+    let mut model: HashMap<(String, String), BTreeMap<String, i64>> = HashMap::new();
+    let mut rng = Lcg(7);
+    // Partition 1: a long backlog of events produced before the close.
+    let mut p1 = Vec::new();
+    for i in 0..12_000 {
+        let h = if i % 2 == 0 { h1 } else { h2 };
+        let ts = h + rng.next(HOUR as u64) as i64;
+        let player = format!("p{}", rng.next(40));
+        let score = 1 + rng.next(100) as i64;
+        *model.entry(("hr".into(), hour_id(h))).or_default().entry(player.clone()).or_default() += score;
+        // Produced up to a minute after the event, always before the close.
+        p1.push(record("match", &player, score, ts, ts + rng.next(60_000) as i64, json!({})));
+    }
+    // Partition 0: a few events of both boards, then events produced after the close.
+    let mut p0 = Vec::new();
+    for _ in 0..300 {
+        let h = if rng.next(2) == 0 { h1 } else { h2 };
+        let ts = h + rng.next(HOUR as u64) as i64;
+        let player = format!("p{}", rng.next(40));
+        if rng.next(2) == 0 {
+            let score = 1 + rng.next(100) as i64;
+            *model.entry(("hr".into(), hour_id(h))).or_default().entry(player.clone()).or_default() += score;
+            p0.push(record("match", &player, score, ts, ts + 1000, json!({})));
+        } else {
+            let track = if rng.next(2) == 0 { "monza" } else { "spa" };
+            let ms = 60_000 + rng.next(30_000) as i64;
+            let best = model.entry((format!("fast:{track}"), hour_id(h))).or_default();
+            let e = best.entry(player.clone()).or_insert(ms);
+            *e = (*e).min(ms);
+            p0.push(record("lap", &player, ms, ts, ts + 1000, json!({ "track": track })));
+        }
+    }
+    p0.push(record("match", "late", 1000, h2 + 10, close(h2), json!({})));
+    p0.push(record("lap", "late", 1, h1 + 10, close(h1) + 5, json!({ "track": "monza" })));
+    // A producer's clock moves forward: each partition is in record-time order.
+    p0.sort_by_key(|r| r.2);
+    p1.sort_by_key(|r| r.2);
+    broker.produce_to(&topic, 0, &p0).await;
+    broker.produce_to(&topic, 1, &p1).await;
+    // Partition 2 stays empty: idle.
+
+    // A claim left by a worker that died mid-job: it lapses, and the job runs.
+    let mut conn = redis.conn().await;
+    let dead_claim = format!("seal|lb:{{hr}}|{}", hour_id(h1));
+    let _: i64 = redis::cmd("ZADD")
+        .arg("lb:{.sched}:lease")
+        .arg(now + 4000)
+        .arg(&dead_claim)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.worker_section = "batch_size = 50\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into();
+    let w1 = Worker::spawn(&cfg);
+    let w2 = Worker::spawn_with_port(&cfg, free_port());
+    let url = redis.url();
+    let logs = || format!("worker 1:\n{}\nworker 2:\n{}\n{}", w1.log(), w2.log(), sched_state(&url));
+    let periods = model.len() as i64;
+    assert_eq!(periods, 6, "hr and two tracks of fast, in two hours each");
+    wait_records(&broker, &sealed, periods, Duration::from_secs(120), &logs);
+    broker.wait_committed_to_end(&cfg.group, &topic, 3, Duration::from_secs(60));
+
+    // Every sealed board holds exactly the events produced before its close.
+    let dead_count: i64 = broker.log_end(&dlq, 1).iter().sum();
+    for ((tag, hour), expected) in &model {
+        let live = format!("lb:{{{tag}}}:{hour}");
+        assert_eq!(
+            &zset(&mut conn, &format!("{live}:final")).await,
+            expected,
+            "{live}:final ({dead_count} dead letters)\n{}",
+            logs()
+        );
+        assert_eq!(&zset(&mut conn, &live).await, expected, "{live} is frozen with its seal");
+        let marked: bool =
+            redis::cmd("HEXISTS").arg(format!("lb:{{{tag}}}:_sealed")).arg(&live).query_async(&mut conn).await.unwrap();
+        assert!(marked, "{live} is recorded as sealed");
+    }
+    // Published once each, with the top 5 in board order.
+    std::thread::sleep(Duration::from_secs(2));
+    let published = broker.read_all(&sealed, 1);
+    assert_eq!(published.len() as i64, periods, "one record per sealed period, even with two workers");
+    for m in &published {
+        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        let tag = match v["split"].as_str() {
+            Some(s) => format!("{}:{s}", v["board"].as_str().unwrap()),
+            None => v["board"].as_str().unwrap().to_string(),
+        };
+        let expected = &model[&(tag.clone(), v["period"].as_str().unwrap().to_string())];
+        let mut order: Vec<(&String, &i64)> = expected.iter().collect();
+        if tag == "hr" {
+            // Redis's order for desc boards: score descending, then member descending.
+            order.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
+        } else {
+            order.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)));
+        }
+        let top: Vec<Value> = order
+            .iter()
+            .take(5)
+            .enumerate()
+            .map(|(i, (p, s))| json!({"rank": i + 1, "player_id": p, "score": s}))
+            .collect();
+        assert_eq!(v["entries"], Value::Array(top), "{v}");
+        assert_eq!(v["total"], json!(expected.len()));
+        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+        assert_eq!(key, format!("{tag}|{}", v["period"].as_str().unwrap()));
+    }
+    let mut keys: Vec<&[u8]> = published.iter().map(|m| m.key().unwrap()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len() as i64, periods, "no period published twice");
+    // The workers' seal counters add up to one seal per period.
+    let mut seals = 0.0;
+    for port in [w1.http_port, w2.http_port] {
+        let (_, body) = http_get(port, "/metrics").await;
+        seals += body
+            .lines()
+            .filter(|l| l.starts_with("rankflow_periods_sealed_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum::<f64>();
+    }
+    assert_eq!(seals as i64, periods, "each period sealed once across both workers");
+    let (status, body) =
+        http_get(w1.http_port, &format!("/v1/boards/hr/top?period={}:final&limit=3", hour_id(h2))).await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["period"], json!(format!("{}:final", hour_id(h2))));
+    assert_eq!(body["total"], json!(model[&("hr".to_string(), hour_id(h2))].len()));
+
+    // Produced after the close: rejected. Produced before it but arriving
+    // after the seal: rejected too, and the sealed board does not move.
+    broker.produce_to(&topic, 2, &[record("match", "straggler", 5, h1 + 20, close(h1) - 1, json!({}))]).await;
+    broker.wait_committed_to_end(&cfg.group, &topic, 3, Duration::from_secs(60));
+    let dead = broker.read_all(&dlq, 1);
+    let reasons: Vec<(String, Option<String>)> = dead
+        .iter()
+        .map(|m| {
+            let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+            (v["player_id"].as_str().unwrap().to_string(), header(m, "rankflow.reason"))
+        })
+        .collect();
+    let want = |p: &str| (p.to_string(), Some("period_closed".to_string()));
+    assert_eq!(reasons, vec![want("late"), want("late"), want("straggler")]);
+    let live = format!("lb:{{hr}}:{}", hour_id(h1));
+    assert_eq!(&zset(&mut conn, &live).await, &model[&("hr".to_string(), hour_id(h1))]);
+    // Nothing is left to do: no due job, no claim.
+    let due: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:due").query_async(&mut conn).await.unwrap();
+    let leased: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:lease").query_async(&mut conn).await.unwrap();
+    assert_eq!((due, leased), (0, 0), "{}", logs());
+}
+
+/// An IANA zone where it is about noon now, so no day boundary falls inside the test.
+fn noon_zone(now: i64) -> (String, i64) {
+    let utc_hour = now.rem_euclid(DAY) / HOUR;
+    let mut k = 12 - utc_hour;
+    if k < -12 {
+        k += 24;
+    }
+    // Etc/GMT-k is UTC+k.
+    let name = if k >= 0 { format!("Etc/GMT-{k}") } else { format!("Etc/GMT+{}", -k) };
+    (name, k * HOUR)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rolling_boards_equal_the_union_of_their_days_and_an_erasure_reaches_rolling_and_sealed_keys() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (zone, offset) = noon_zone(now);
+    let h = now - now.rem_euclid(HOUR) - 3 * HOUR;
+    let boards = format!(
+        r#"
+[sealing]
+topic = "{sealed}"
+idle_grace = "1s"
+check_interval = "100ms"
+
+[[board]]
+id = "pts"
+on = ["match"]
+mode = "sum"
+periods = ["daily"]
+timezone = "{zone}"
+rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
+
+[[board]]
+id = "hi"
+on = ["match"]
+mode = "best"
+periods = ["daily"]
+timezone = "{zone}"
+max_members = 3
+rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
+
+[[board]]
+id = "sess"
+on = ["session"]
+mode = "sum"
+periods = ["hourly"]
+close_after = "10m"
+"#
+    );
+    // Events on today, the two days before, and the day before those (outside the window).
+    let mut rng = Lcg(11);
+    let mut sum3: BTreeMap<String, i64> = BTreeMap::new();
+    let mut max3: BTreeMap<String, i64> = BTreeMap::new();
+    let mut records = Vec::new();
+    for d in 0..4 {
+        let day_start = {
+            let local = now + offset;
+            local - local.rem_euclid(DAY) - offset - d * DAY
+        };
+        for _ in 0..200 {
+            let player = format!("p{}", rng.next(12));
+            let score = 1 + rng.next(1000) as i64;
+            let ts =
+                if d == 0 { now - 1000 - rng.next(3_600_000) as i64 } else { day_start + rng.next(DAY as u64) as i64 };
+            if d < 3 {
+                *sum3.entry(player.clone()).or_default() += score;
+                let m = max3.entry(player.clone()).or_insert(score);
+                *m = (*m).max(score);
+            }
+            records.push(record("match", &player, score, ts, now, json!({})));
+        }
+    }
+    // alice: on the rolling boards, and in an hour that gets sealed.
+    records.push(record("match", "alice", 5000, h + 1, now, json!({})));
+    records.push(record("session", "alice", 5000, h + 1, h + 2, json!({})));
+    sum3.insert("alice".into(), 5000);
+    max3.insert("alice".into(), 5000);
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
+    let mut conn = redis.conn().await;
+
+    // The union of the days, recomputed on the scheduler.
+    let mut top3: Vec<(&String, &i64)> = max3.iter().collect();
+    top3.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
+    let top3: BTreeMap<String, i64> = top3.into_iter().take(3).map(|(p, s)| (p.clone(), *s)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (a, b) = (zset(&mut conn, "lb:{pts}:r:last3d").await, zset(&mut conn, "lb:{hi}:r:last3d").await);
+        if a == sum3 && b == top3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rolling boards\n{a:?}\n{b:?}\nexpected\n{sum3:?}\n{top3:?}\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Readable like a period, with dense ranks from its own index.
+    let (status, body) = w.http_get("/v1/boards/pts/players/alice?period=last3d").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["score"], json!(5000));
+    let better = sum3.values().filter(|&&v| v > 5000).count();
+    assert_eq!(body["rank"]["competition"], json!(better + 1));
+    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last3d&rank=dense").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["total"], json!(3));
+    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last9d").await;
+    assert_eq!((status, body.contains("period")), (400, true), "{body}");
+
+    // The hour alice played in is sealed.
+    wait_records(&broker, &sealed, 1, Duration::from_secs(60), &|| w.log());
+    let final_key = format!("lb:{{sess}}:{}:final", hour_id(h));
+    assert_eq!(zset(&mut conn, &final_key).await, BTreeMap::from([("alice".to_string(), 5000)]));
+
+    // Erased: gone from every key, sealed and rolling ones included.
+    let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
+    broker.produce(&topic, &[("alice".to_string(), erase.to_string().into_bytes(), Some(now))]).await;
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
+    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*").query_async(&mut conn).await.unwrap();
+    let mut traces = Vec::new();
+    for k in &keys {
+        let kind: String = redis::cmd("TYPE").arg(k).query_async(&mut conn).await.unwrap();
+        let found = match kind.as_str() {
+            "zset" => {
+                redis::cmd("ZSCORE").arg(k).arg("alice").query_async::<Option<f64>>(&mut conn).await.unwrap().is_some()
+            }
+            "hash" => redis::cmd("HEXISTS").arg(k).arg("alice").query_async::<bool>(&mut conn).await.unwrap(),
+            _ => false,
+        };
+        if found {
+            traces.push(k.clone());
+        }
+    }
+    assert!(traces.is_empty(), "alice is still in {traces:?}");
+    // She was the sealed hour's only player: the final board and its dense index are gone.
+    assert!(!keys.contains(&final_key), "{keys:?}");
+    assert!(!keys.iter().any(|k| k.contains(":_dense:h:")), "{keys:?}");
+    // And the next refresh, from the erased days, still has no alice.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    sum3.remove("alice");
+    assert_eq!(zset(&mut conn, "lb:{pts}:r:last3d").await, sum3);
+}
