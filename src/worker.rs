@@ -18,10 +18,15 @@
 //!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
 //!    revocation and on shutdown.
 //!
+//! While step 2 waits for Redis, the loop reads and parses the next batch
+//! (up to `batch_size` records, stopping as soon as step 2 is done), so
+//! parsing overlaps Redis. The next batch's writes are sent only after this
+//! batch's are acknowledged: Redis still sees each partition in log order.
+//!
 //! The worker must never store an offset past a record whose outcome is not
 //! final: a batch that is abandoned (shutdown during a Redis retry) stores
 //! nothing, and a held dead letter stops its partition's offset. While Redis
-//! is retried the loop reads nothing further, and a held partition is paused,
+//! is retried the loop reads at most one batch ahead, and a held partition is paused,
 //! so memory stays bounded by the batch and librdkafka's
 //! `queued.max.messages.kbytes`.
 
@@ -243,6 +248,9 @@ pub async fn run(
     // An erasure is a batch of its own, so it stays ordered with the
     // player's other events: one read while a batch is open waits here.
     let mut carry: Option<(BorrowedMessage<'_>, Item)> = None;
+    // Records read (and parsed) while the previous batch was in Redis: the
+    // start of the next batch.
+    let mut ahead: (Vec<BorrowedMessage<'_>>, Vec<Item>) = (Vec::new(), Vec::new());
     let mut held = Held::default();
     loop {
         if !held.is_empty() {
@@ -263,39 +271,39 @@ pub async fn run(
         }
         let mut msgs = Vec::with_capacity(settings.worker.batch_size);
         let mut items = Vec::with_capacity(settings.worker.batch_size);
-        match carry.take() {
-            Some((m, item)) => {
-                msgs.push(m);
-                items.push(item);
-            }
-            None => {
-                let retry_at = held.next_try;
-                let first = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    m = consumer.recv() => m,
-                    _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
-                    // Idle partitions raise watermarks too (see WorkerContext::stats).
-                    _ = tokio::time::sleep(settings.sealing.check_interval), if seals => {
-                        w.flush_watermarks(&marks).await;
-                        continue;
-                    }
-                };
-                match first {
-                    Ok(m) => {
-                        items.push(w.parse(&m));
-                        msgs.push(m);
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "Reading from Kafka failed; retrying.");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
+        if !ahead.0.is_empty() {
+            // Read before any carried erasure, so applied before it.
+            (msgs, items) = std::mem::take(&mut ahead);
+        } else if let Some((m, item)) = carry.take() {
+            msgs.push(m);
+            items.push(item);
+        } else {
+            let retry_at = held.next_try;
+            let first = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                m = consumer.recv() => m,
+                _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
+                // Idle partitions raise watermarks too (see WorkerContext::stats).
+                _ = tokio::time::sleep(settings.sealing.check_interval), if seals => {
+                    w.flush_watermarks(&marks).await;
+                    continue;
+                }
+            };
+            match first {
+                Ok(m) => {
+                    items.push(w.parse(&m));
+                    msgs.push(m);
+                }
+                Err(e) => {
+                    warn!(error = %e, "Reading from Kafka failed; retrying.");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
             }
         }
         let deadline = tokio::time::Instant::now() + settings.worker.batch_linger;
-        while msgs.len() < settings.worker.batch_size && !matches!(items[0], Item::Erase { .. }) {
+        while msgs.len() < settings.worker.batch_size && carry.is_none() && !matches!(items[0], Item::Erase { .. }) {
             match tokio::time::timeout_at(deadline, consumer.recv()).await {
                 Ok(Ok(m)) => {
                     let item = w.parse(&m);
@@ -315,7 +323,42 @@ pub async fn run(
         }
         batch_no += 1;
         let span = info_span!("batch", n = batch_no, records = msgs.len());
-        let Some((offsets, dead)) = w.process(&msgs, items).instrument(span).await else {
+        // While Redis applies this batch, read and parse the next one (its
+        // writes are sent only after this batch's are acknowledged, so the
+        // per-partition order Redis sees is the log's). Not past an erasure:
+        // one that is carried must come next.
+        let done = tokio::sync::Notify::new();
+        let process = async {
+            let r = w.process(&msgs, items).instrument(span).await;
+            done.notify_one();
+            r
+        };
+        let read_ahead = async {
+            if carry.is_some() {
+                return;
+            }
+            while ahead.0.len() < settings.worker.batch_size {
+                tokio::select! {
+                    biased;
+                    _ = done.notified() => break,
+                    _ = cancel.cancelled() => break,
+                    m = consumer.recv() => match m {
+                        Ok(m) => {
+                            let item = w.parse(&m);
+                            if matches!(item, Item::Erase { .. }) {
+                                carry = Some((m, item));
+                                break;
+                            }
+                            ahead.0.push(m);
+                            ahead.1.push(item);
+                        }
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let (result, ()) = tokio::join!(process, read_ahead);
+        let Some((offsets, dead)) = result else {
             info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
             break;
         };
