@@ -10,8 +10,9 @@
 --
 -- Stored scores are packed: stored = value * SHIFT + tie (see src/score.rs),
 -- SHIFT = 1 without a tie-break. Each period key has a dense index (a zset of
--- its distinct values), updated here whenever a member's value changes, so
--- dense ranks are read without scanning the board.
+-- its distinct values), kept exact here so dense ranks are read without
+-- scanning the board: the values members move to and leave are collected
+-- during the call and settled once per period key at its end.
 --
 -- KEYS[1]             the tag's offsets hash (field "<topic>:<partition>" -> last applied offset)
 -- KEYS[1 + j]         period key j, j = 1..P
@@ -94,12 +95,51 @@ local function release(j, v)
   end
 end
 
--- Keeps the dense index of period key j exact after a member moved from
--- value old_v (false: absent) to new_v. Runs after the board write.
+-- Dense-index changes are collected per period key during the batch and
+-- applied once at the end (see settle): gained[j][v] for values members
+-- moved to, vacated[j][v] for values they left.
+local gained, vacated = {}, {}
+
+-- Records that a member of period key j moved from value old_v (false:
+-- absent) to new_v.
 local function reindex(j, old_v, new_v)
   if old_v == new_v or not dense_on then return end
-  if old_v then release(j, old_v) end
-  redis.call('ZADD', KEYS[1 + np + j], new_v, fmt(new_v))
+  if old_v then
+    vacated[j] = vacated[j] or {}
+    vacated[j][old_v] = true
+  end
+  gained[j] = gained[j] or {}
+  gained[j][new_v] = true
+end
+
+-- Makes period key j's dense index exact again: a value some member moved
+-- to and none left is held for sure; a value someone left is held if the
+-- board still counts a member with it. Adds and removals are variadic.
+local function settle(j)
+  local add, rem = {}, {}
+  local function flush()
+    if #add > 0 then redis.call('ZADD', KEYS[1 + np + j], unpack(add)); add = {} end
+    if #rem > 0 then redis.call('ZREM', KEYS[1 + np + j], unpack(rem)); rem = {} end
+  end
+  local left = vacated[j] or {}
+  for v in pairs(gained[j] or {}) do
+    if not left[v] then
+      add[#add + 1] = v
+      add[#add + 1] = fmt(v)
+      if #add >= 1000 then flush() end
+    end
+  end
+  for v in pairs(left) do
+    local lo = v * shift
+    if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
+      rem[#rem + 1] = fmt(v)
+    elseif gained[j] and gained[j][v] then
+      add[#add + 1] = v
+      add[#add + 1] = fmt(v)
+    end
+    if #add >= 1000 or #rem >= 1000 then flush() end
+  end
+  flush()
 end
 
 -- Top-K: keeps the best top_k members of period key j.
@@ -209,7 +249,7 @@ while a <= nargs do
           end
           if num == 0 then
             -- The member may be new: its value must be in the index.
-            if dense_on then redis.call('ZADD', KEYS[1 + np + j], total, fmt(total)) end
+            reindex(j, false, total)
           else
             -- A new member's old value reads as 0: releasing 0 is harmless.
             reindex(j, total - num, total)
@@ -271,6 +311,7 @@ local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .
 for j in pairs(touched) do
   -- The registry lets an erasure find every period key of the tag.
   redis.call('SADD', registry, KEYS[1 + j])
+  if dense_on then settle(j) end
   if top_k > 0 then trim(j) end
   local at = ARGV[13 + j]
   if at ~= '0' then

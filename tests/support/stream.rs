@@ -346,6 +346,19 @@ impl Stream {
             let t: i64 = redis::cmd("EXPIRETIME").arg(key).query_async(conn).await.unwrap();
             assert_eq!(t, *exp, "EXPIRETIME of {key}");
         }
+        // Every board's dense-rank index holds exactly its distinct values
+        // (these boards break ties by member, so a value is the score).
+        for (key, entries) in &actual {
+            let (tag, period) = key.split_once("}:").expect("a board key");
+            let dense_key = format!("{tag}}}:_dense:{period}");
+            let mut got: Vec<String> =
+                redis::cmd("ZRANGE").arg(&dense_key).arg(0).arg(-1).query_async(conn).await.unwrap();
+            got.sort();
+            let mut want: Vec<String> = entries.values().map(|v| format!("{}", *v as i64)).collect();
+            want.sort();
+            want.dedup();
+            assert_eq!(got, want, "dense index {dense_key}");
+        }
     }
 
     /// Asserts that `actual` (key -> member -> score) is exactly the model's boards.
