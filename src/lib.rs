@@ -15,6 +15,7 @@
 //! - [`store`]: Redis connections and the atomic apply script (`src/scripts/apply.lua`).
 //! - [`offsets`]: per-partition offset bookkeeping (the +1 lives there).
 //! - [`worker`]: the Kafka consumer loop, dead-lettering and offset storing.
+//! - [`schedule`]: sealed periods and rolling boards, as due jobs in a Redis sorted set.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
 //! - [`metrics`]: every Prometheus family.
 //! - [`generator`], [`admin`]: sample events, topic creation (demo and benchmarks).
