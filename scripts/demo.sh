@@ -63,6 +63,8 @@ show() { echo; echo "== GET $1"; curl -s "localhost:9898$1" | python3 -m json.to
 show "/v1/boards/points/top?period=weekly&limit=5"
 show "/v1/boards/points/top?period=all_time&limit=5&rank=competition"
 show "/v1/boards/laps/top?period=daily&split=monza&limit=3"
+sleep 3 # the scheduler's first refresh of the rolling board
+show "/v1/boards/points/top?period=last7d&limit=3"
 echo
 echo "== metrics (excerpt)"
 curl -s localhost:9898/metrics | grep -E '^rankflow_(events_applied|events_duplicate|dead_letters|records_consumed)_total' | sort
