@@ -186,7 +186,7 @@ fn report(r: Result<(), String>) -> ExitCode {
 async fn run(settings: Settings) -> i32 {
     let settings = Arc::new(settings);
     let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
+    spawn_signal_handler(cancel.clone(), settings.worker.shutdown_timeout + Duration::from_millis(500));
 
     let listener = match tokio::net::TcpListener::bind(settings.http.listen).await {
         Ok(l) => l,
@@ -246,8 +246,22 @@ async fn run(settings: Settings) -> i32 {
     }
 }
 
-/// SIGTERM or SIGINT cancels the token once.
-fn spawn_signal_handler(cancel: CancellationToken) {
+/// SIGTERM or SIGINT cancels the token once, and starts a watchdog: a
+/// plain thread that ends the process with status 0 if shutdown has not
+/// finished `deadline` later. The runtime's own timeout normally comes
+/// first; the watchdog holds even if every runtime thread is stuck in a
+/// blocking librdkafka call. Whatever is abandoned is uncommitted, so it is
+/// replayed and recognised by its recorded offset.
+fn spawn_signal_handler(cancel: CancellationToken, deadline: Duration) {
+    let fire = cancel.clone();
+    std::thread::spawn(move || {
+        while !fire.is_cancelled() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(deadline);
+        eprintln!("rankflow: shutdown still running after {deadline:?}; exiting, in-flight work abandoned (it is replayed safely)");
+        std::process::exit(0);
+    });
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,

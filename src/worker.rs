@@ -390,13 +390,19 @@ pub async fn run(
     }
 
     info!("Worker stopping: committing final offsets and leaving the group.");
-    match consumer.commit_consumer_state(CommitMode::Sync) {
-        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-        Err(e) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),
-    }
-    consumer.unsubscribe();
-    drop(consumer);
-    let _ = rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5));
+    // These librdkafka calls block (for long when the brokers are gone):
+    // block_in_place hands this thread's other work, and the runtime's
+    // timers, to another thread meanwhile, so the shutdown deadline in main
+    // still fires.
+    tokio::task::block_in_place(|| {
+        match consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),
+        }
+        consumer.unsubscribe();
+        drop(consumer);
+        let _ = rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5));
+    });
     info!("Worker stopped.");
     Ok(())
 }

@@ -354,7 +354,9 @@ async fn sigterm_with_the_broker_gone_still_exits_zero_within_the_shutdown_timeo
     s.broker.stop();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
-    let status = w.sigterm(Duration::from_secs(30)).expect("rankflow exits after SIGTERM even without a broker");
+    let Some(status) = w.sigterm(Duration::from_secs(30)) else {
+        panic!("rankflow did not exit within 30 s of SIGTERM with the broker gone\n{}", w.log())
+    };
     assert!(status.success(), "exit status {status:?}\n{}", w.log());
     assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?} (shutdown_timeout 5s)", started.elapsed());
 }
