@@ -32,7 +32,6 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use redis::RedisError;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -116,36 +115,47 @@ impl Watermarks {
     }
 }
 
+/// One call of `sched.lua`: `op`, then its arguments (see the script's header).
+async fn sched_call(store: &Store, prefix: &str, args: Vec<String>) -> Result<redis::Value, String> {
+    let (due, lease, wm) = keys::sched_keys(prefix);
+    eval(store, &SCHED, SCHED_LUA, &[due, lease, wm], &args).await
+}
+
+/// `Store::eval` with either failure (loading the script, or running it) as text.
+async fn eval<T: redis::FromRedisValue>(
+    store: &Store,
+    script: &redis::Script,
+    source: &str,
+    keys: &[String],
+    args: &[String],
+) -> Result<T, String> {
+    store.eval(script, source, keys, args).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+}
+
+/// `op` followed by `name, number` pairs.
+fn pairs_args<'a>(op: &str, pairs: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Vec<String> {
+    let mut args = vec![op.to_string()];
+    for (name, n) in pairs {
+        args.push(name.clone());
+        args.push(n.to_string());
+    }
+    args
+}
+
 /// Writes watermarks (raising only) in one call.
-pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), RedisError> {
+pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), String> {
     if marks.is_empty() {
         return Ok(());
     }
-    let (due, lease, wm) = keys::sched_keys(prefix);
-    let mut args = vec!["watermark".to_string()];
-    for (f, ms) in marks {
-        args.push(f.clone());
-        args.push(ms.to_string());
-    }
-    store.eval::<i64>(&SCHED, SCHED_LUA, &[due, lease, wm], &args).await.map_err(as_redis)?.map(|_| ())
+    sched_call(store, prefix, pairs_args("watermark", marks)).await.map(|_| ())
 }
 
 /// Adds jobs that are neither due nor claimed already.
-pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), RedisError> {
+pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), String> {
     if jobs.is_empty() {
         return Ok(());
     }
-    let (due, lease, wm) = keys::sched_keys(prefix);
-    let mut args = vec!["enqueue".to_string()];
-    for (job, at) in jobs {
-        args.push(job.clone());
-        args.push(at.to_string());
-    }
-    store.eval::<i64>(&SCHED, SCHED_LUA, &[due, lease, wm], &args).await.map_err(as_redis)?.map(|_| ())
-}
-
-fn as_redis(e: crate::store::StoreError) -> RedisError {
-    RedisError::from((redis::ErrorKind::Io, "script load failed", e.to_string()))
+    sched_call(store, prefix, pairs_args("enqueue", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
 }
 
 /// The jobs a batch's writes need, remembered so that each is sent once a
@@ -278,24 +288,20 @@ impl Scheduler<'_> {
         info!("Scheduler stopped.");
     }
 
-    async fn sched(&self, args: Vec<String>) -> Result<redis::Value, String> {
-        let (due, lease, wm) = keys::sched_keys(self.router.prefix());
-        self.store
-            .eval::<redis::Value>(&SCHED, SCHED_LUA, &[due, lease, wm], &args)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
-    }
-
     async fn claim(&self) -> Result<Vec<(String, String)>, String> {
         let lease = self.settings.sealing.lease.as_millis().to_string();
-        let v = self.sched(vec!["claim".into(), lease, "16".into()]).await?;
+        let v = sched_call(self.store, self.router.prefix(), vec!["claim".into(), lease, "16".into()]).await?;
         let flat: Vec<String> = redis::from_redis_value(v).map_err(|e| e.to_string())?;
         Ok(flat.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect())
     }
 
     async fn finish(&self, job: &str, token: &str, next_due: i64) -> Result<bool, String> {
-        let v = self.sched(vec!["finish".into(), job.into(), token.into(), next_due.to_string()]).await?;
+        let v = sched_call(
+            self.store,
+            self.router.prefix(),
+            vec!["finish".into(), job.into(), token.into(), next_due.to_string()],
+        )
+        .await?;
         let n: i64 = redis::from_redis_value(v).map_err(|e| e.to_string())?;
         Ok(n == 1)
     }
@@ -378,12 +384,7 @@ impl Scheduler<'_> {
             self.settings.sealing.top.to_string(),
             board.order.as_str().to_string(),
         ];
-        let reply: Vec<redis::Value> = self
-            .store
-            .eval(&SEAL, SEAL_LUA, &keys_, &args)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
         let (newly, published, total) = (int(0) == 1, int(1) == 1, int(2));
         if newly {
@@ -454,12 +455,7 @@ impl Scheduler<'_> {
             board.max_members.unwrap_or(0).to_string(),
             board.order.as_str().to_string(),
         ];
-        let card: i64 = self
-            .store
-            .eval(&ROLL, ROLL_LUA, &keys_, &args)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        let card: i64 = eval(self.store, &ROLL, ROLL_LUA, &keys_, &args).await?;
         let next = now + rolling.refresh.as_millis() as i64;
         match card {
             -1 => {
@@ -493,17 +489,29 @@ pub fn rolling_keys(
     Ok(out)
 }
 
-/// The jobs one planned write needs: a seal per closing period, a rolling
-/// refresh per rolling board of the tag. Each with when it is due.
-pub fn jobs_for(board: &Board, base: &str, periods: &[crate::board::PeriodWrite], now_ms: i64) -> Vec<(String, i64)> {
+/// The jobs one planned write needs that `seen` (one batch's) does not hold
+/// yet: a seal per closing period, a rolling refresh per rolling board of the
+/// tag. Each with when it is due. Job strings are only built for new ones.
+pub fn jobs_for<'a>(
+    board: &'a Board,
+    base: &'a str,
+    periods: &'a [crate::board::PeriodWrite],
+    now_ms: i64,
+    seen: &mut HashSet<(&'a str, &'a str)>,
+) -> Vec<(String, i64)> {
     let mut out = Vec::new();
     for p in periods {
         if let Some(close_at) = p.close_at {
-            out.push((Job::Seal { base: base.into(), period: p.id.clone() }.encode(), close_at));
+            // Period ids hold a ':' (or are "all"); rolling names cannot.
+            if seen.insert((base, p.id.as_str())) {
+                out.push((Job::Seal { base: base.into(), period: p.id.clone() }.encode(), close_at));
+            }
         }
     }
     for r in &board.rolling {
-        out.push((Job::Roll { base: base.into(), name: r.name.clone() }.encode(), now_ms));
+        if seen.insert((base, r.name.as_str())) {
+            out.push((Job::Roll { base: base.into(), name: r.name.clone() }.encode(), now_ms));
+        }
     }
     out
 }

@@ -365,10 +365,16 @@ pub async fn run(
         if seals {
             // Applied (or final as dead letters): the partitions have reached
             // these record times.
+            let mut latest: Vec<(&str, i32, i64)> = Vec::new();
             for m in &msgs {
-                if let Some(ts) = m.timestamp().to_millis() {
-                    marks.raise(&keys::offsets_field(m.topic(), m.partition()), ts);
+                let Some(ts) = m.timestamp().to_millis() else { continue };
+                match latest.iter_mut().find(|(t, p, _)| *p == m.partition() && *t == m.topic()) {
+                    Some(l) => l.2 = l.2.max(ts),
+                    None => latest.push((m.topic(), m.partition(), ts)),
                 }
+            }
+            for (topic, partition, ts) in latest {
+                marks.raise(&keys::offsets_field(topic, partition), ts);
             }
             w.flush_watermarks(&marks).await;
         }
@@ -533,6 +539,7 @@ impl Worker<'_> {
         let mut jobs = Vec::new();
         {
             let mut cache = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = std::collections::HashSet::new();
             for item in &items {
                 let Item::Event { decisions, .. } = item else { continue };
                 for (b, decision) in decisions {
@@ -541,7 +548,7 @@ impl Worker<'_> {
                     if board.close_after.is_none() && board.rolling.is_empty() {
                         continue;
                     }
-                    for (job, due) in schedule::jobs_for(board, &w.base, &w.periods, now_ms) {
+                    for (job, due) in schedule::jobs_for(board, &w.base, &w.periods, now_ms, &mut seen) {
                         if let Some(job) = cache.fresh(job) {
                             jobs.push((job, due));
                         }
