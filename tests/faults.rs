@@ -254,10 +254,8 @@ async fn a_poison_record_is_dead_lettered_and_an_unavailable_dead_letter_topic_h
     assert_eq!(all.iter().map(|(_, s)| s).sum::<f64>(), 1999.0, "every record but the poison counted once");
     let dead = broker.read_all(&dlq, 1);
     assert_eq!(dead.len(), 1);
-    use rdkafka::message::{Headers, Message};
-    let h = dead[0].headers().unwrap();
-    let get =
-        |k: &str| h.iter().find(|x| x.key == k).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).to_string());
+    use rdkafka::message::Message;
+    let get = |k: &str| header(&dead[0], k);
     assert_eq!(get("rankflow.reason").as_deref(), Some("invalid_json"));
     assert_eq!(get("rankflow.source.offset").as_deref(), Some("1000"));
     assert_eq!(dead[0].payload(), Some(&b"{ poison"[..]));

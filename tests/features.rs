@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -40,17 +40,10 @@ periods = ["all_time"]
 "#;
 
 fn rec(kind: &str, player: &str, score: i64, ts: i64, record_ts: i64) -> (String, Vec<u8>, Option<i64>) {
-    let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player, "score": score, "ts": ts});
-    (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
+    event_record(kind, player, score, ts, record_ts, None)
 }
 
-async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, i64> {
-    let v: Vec<(String, f64)> =
-        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
-    v.into_iter().map(|(m, s)| (m, s as i64)).collect()
-}
-
-fn map(pairs: &[(&str, i64)]) -> HashMap<String, i64> {
+fn map(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
     pairs.iter().map(|(m, s)| (m.to_string(), *s)).collect()
 }
 
@@ -86,7 +79,7 @@ async fn rate_limits_top_k_and_latest_boards_hold_their_exact_expectations() {
     let mut conn = redis.conn().await;
 
     // First, second, third and fifth admitted; the fourth rejected.
-    assert_eq!(zset(&mut conn, "lb:{limited}:all").await, map(&[("spammer", 1 + 2 + 4 + 16), ("calm", 100)]));
+    assert_eq!(zset_values(&mut conn, "lb:{limited}:all").await, map(&[("spammer", 1 + 2 + 4 + 16), ("calm", 100)]));
     let dead = broker.read_all(&dlq, 1);
     assert_eq!(dead.len(), 1, "only the fourth spammer event is dead-lettered");
     {
@@ -102,10 +95,13 @@ async fn rate_limits_top_k_and_latest_boards_hold_their_exact_expectations() {
     assert!(window <= 4, "{window}");
 
     // Top-K keeps exactly the best K, in each direction and each period.
-    assert_eq!(zset(&mut conn, "lb:{top3}:all").await, map(&[("r9", 100), ("r0", 95), ("r2", 90)]));
+    assert_eq!(zset_values(&mut conn, "lb:{top3}:all").await, map(&[("r9", 100), ("r0", 95), ("r2", 90)]));
     let today = chrono::DateTime::from_timestamp_millis(t).unwrap().format("d:%Y-%m-%d").to_string();
-    assert_eq!(zset(&mut conn, &format!("lb:{{top3}}:{today}")).await, map(&[("r9", 100), ("r0", 95), ("r2", 90)]));
-    assert_eq!(zset(&mut conn, "lb:{top3asc}:all").await, map(&[("r1", 10), ("r5", 20), ("r3", 30)]));
+    assert_eq!(
+        zset_values(&mut conn, &format!("lb:{{top3}}:{today}")).await,
+        map(&[("r9", 100), ("r0", 95), ("r2", 90)])
+    );
+    assert_eq!(zset_values(&mut conn, "lb:{top3asc}:all").await, map(&[("r1", 10), ("r5", 20), ("r3", 30)]));
     let mut dense: Vec<String> =
         redis::cmd("ZRANGE").arg("lb:{top3}:_dense:all").arg(0).arg(-1).query_async(&mut conn).await.unwrap();
     dense.sort();
@@ -115,7 +111,7 @@ async fn rate_limits_top_k_and_latest_boards_hold_their_exact_expectations() {
     assert_eq!(body["total"], 3);
 
     // Latest: an older event that arrives later changes nothing.
-    assert_eq!(zset(&mut conn, "lb:{current}:all").await, map(&[("alice", 50), ("bob", 5)]));
+    assert_eq!(zset_values(&mut conn, "lb:{current}:all").await, map(&[("alice", 50), ("bob", 5)]));
 }
 
 const ERASURE_BOARDS: &str = r#"
@@ -215,6 +211,6 @@ async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again()
     }
     let spa: i64 = redis::cmd("EXISTS").arg("lb:{laps:spa}:all").query_async(&mut conn).await.unwrap();
     assert_eq!(spa, 0, "a board left empty by the erasure is gone");
-    assert_eq!(zset(&mut conn, "lb:{points}:all").await, map(&[("alice", 7), ("bob", 20)]));
-    assert_eq!(zset(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
+    assert_eq!(zset_values(&mut conn, "lb:{points}:all").await, map(&[("alice", 7), ("bob", 20)]));
+    assert_eq!(zset_values(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
 }

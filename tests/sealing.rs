@@ -10,7 +10,7 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use serde_json::{json, Value};
 use support::*;
 
@@ -25,23 +25,11 @@ fn record(
     record_ts: i64,
     attrs: Value,
 ) -> (String, Vec<u8>, Option<i64>) {
-    let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
-                   "score": score, "ts": ts, "attrs": attrs});
-    (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
+    event_record(kind, player, score, ts, record_ts, Some(attrs))
 }
 
 fn hour_id(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap().format("h:%Y-%m-%dT%H").to_string()
-}
-
-async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {
-    let v: Vec<(String, f64)> =
-        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
-    v.into_iter().map(|(m, s)| (m, s as i64)).collect()
-}
-
-fn header(m: &rdkafka::message::OwnedMessage, name: &str) -> Option<String> {
-    m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// The scheduler's keys, for failure messages: due and claimed jobs, watermarks.
@@ -191,12 +179,12 @@ split_by = "track"
     for ((tag, hour), expected) in &model {
         let live = format!("lb:{{{tag}}}:{hour}");
         assert_eq!(
-            &zset(&mut conn, &format!("{live}:final")).await,
+            &zset_values(&mut conn, &format!("{live}:final")).await,
             expected,
             "{live}:final ({dead_count} dead letters)\n{}",
             logs()
         );
-        assert_eq!(&zset(&mut conn, &live).await, expected, "{live} is frozen with its seal");
+        assert_eq!(&zset_values(&mut conn, &live).await, expected, "{live} is frozen with its seal");
         let marked: bool =
             redis::cmd("HEXISTS").arg(format!("lb:{{{tag}}}:_sealed")).arg(&live).query_async(&mut conn).await.unwrap();
         assert!(marked, "{live} is recorded as sealed");
@@ -267,7 +255,7 @@ split_by = "track"
     let want = |p: &str| (p.to_string(), Some("period_closed".to_string()));
     assert_eq!(reasons, vec![want("late"), want("late"), want("straggler")]);
     let live = format!("lb:{{hr}}:{}", hour_id(h1));
-    assert_eq!(&zset(&mut conn, &live).await, &model[&("hr".to_string(), hour_id(h1))]);
+    assert_eq!(&zset_values(&mut conn, &live).await, &model[&("hr".to_string(), hour_id(h1))]);
     // Nothing is left to do: no due job, no claim.
     let due: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:due").query_async(&mut conn).await.unwrap();
     let leased: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:lease").query_async(&mut conn).await.unwrap();
@@ -366,7 +354,8 @@ close_after = "10m"
     let top3: BTreeMap<String, i64> = top3.into_iter().take(3).map(|(p, s)| (p.clone(), *s)).collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (a, b) = (zset(&mut conn, "lb:{pts}:r:last3d").await, zset(&mut conn, "lb:{hi}:r:last3d").await);
+        let (a, b) =
+            (zset_values(&mut conn, "lb:{pts}:r:last3d").await, zset_values(&mut conn, "lb:{hi}:r:last3d").await);
         if a == sum3 && b == top3 {
             break;
         }
@@ -390,7 +379,7 @@ close_after = "10m"
     // The hour alice played in is sealed.
     wait_records(&broker, &sealed, 1, Duration::from_secs(60), &|| w.log());
     let final_key = format!("lb:{{sess}}:{}:final", hour_id(h));
-    assert_eq!(zset(&mut conn, &final_key).await, BTreeMap::from([("alice".to_string(), 5000)]));
+    assert_eq!(zset_values(&mut conn, &final_key).await, BTreeMap::from([("alice".to_string(), 5000)]));
 
     // Erased: gone from every key, sealed and rolling ones included.
     let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
@@ -418,5 +407,5 @@ close_after = "10m"
     // And the next refresh, from the erased days, still has no alice.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     sum3.remove("alice");
-    assert_eq!(zset(&mut conn, "lb:{pts}:r:last3d").await, sum3);
+    assert_eq!(zset_values(&mut conn, "lb:{pts}:r:last3d").await, sum3);
 }

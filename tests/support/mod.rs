@@ -9,7 +9,7 @@
 
 pub mod stream;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -555,6 +555,37 @@ pub async fn wait_http(port: u16, timeout: Duration) {
         assert!(Instant::now() < deadline, "rankflow http did not come up on {port}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A scoring event as a record to produce: key (the player), JSON value and
+/// record timestamp; `attrs` is left out of the value when `None`.
+pub fn event_record(
+    kind: &str,
+    player: &str,
+    score: i64,
+    ts: i64,
+    record_ts: i64,
+    attrs: Option<serde_json::Value>,
+) -> (String, Vec<u8>, Option<i64>) {
+    let mut v = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
+                                   "score": score, "ts": ts});
+    if let Some(a) = attrs {
+        v["attrs"] = a;
+    }
+    (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
+}
+
+/// A sorted set's members and integer scores.
+pub async fn zset_values(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {
+    let v: Vec<(String, f64)> =
+        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(conn).await.unwrap();
+    v.into_iter().map(|(m, s)| (m, s as i64)).collect()
+}
+
+/// A record header's value as text.
+pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
+    use rdkafka::message::{Headers, Message};
+    m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Every key under `prefix:` with its members and scores, for comparing

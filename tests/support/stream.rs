@@ -394,15 +394,8 @@ impl Stream {
     /// Asserts that the dead-letter topic holds exactly the model's dead
     /// records, each with its reason and its source coordinates.
     pub fn assert_dead_letters(&self, dlq: &[rdkafka::message::OwnedMessage], source_topic: &str) {
-        use rdkafka::message::Headers;
+        use super::header;
         use rdkafka::Message;
-        let header = |m: &rdkafka::message::OwnedMessage, name: &str| -> Option<String> {
-            m.headers()?
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).to_string())
-        };
         let mut expected: Vec<(Vec<u8>, String)> = self.dead.clone();
         let mut actual: Vec<(Vec<u8>, String)> = Vec::new();
         let mut coords = HashSet::new();
