@@ -250,30 +250,28 @@ impl Scheduler<'_> {
                     // The claim lapses and another worker (or this one, restarted) takes it.
                     break;
                 }
-                let next = match Job::decode(&text) {
+                let job = Job::decode(&text);
+                let next = match &job {
                     None => {
                         warn!(job = %text, "Dropping a job this version cannot read.");
                         Outcome::Done
                     }
                     Some(job) => {
-                        let r = match &job {
+                        let r = match job {
                             Job::Seal { base, period } => self.seal(base, period).await,
                             Job::Roll { base, name } => self.roll(base, name).await,
                         };
-                        match r {
-                            Ok(o) => o,
-                            Err(e) => {
-                                warn!(job = %text, error = %e, "A scheduled job failed; it is tried again.");
-                                Outcome::Again(now_ms() + interval.as_millis() as i64 * 5, "failed")
-                            }
-                        }
+                        r.unwrap_or_else(|e| {
+                            warn!(job = %text, error = %e, "A scheduled job failed; it is tried again.");
+                            Outcome::Again(now_ms() + interval.as_millis() as i64 * 5, "failed")
+                        })
                     }
                 };
                 let (next_due, outcome) = match next {
                     Outcome::Done => (0, "done"),
                     Outcome::Again(at, why) => (at, why),
                 };
-                if let Some(job) = Job::decode(&text) {
+                if let Some(job) = &job {
                     metrics::get().jobs.with_label_values(&[job.kind(), outcome]).inc();
                 }
                 match self.finish(&text, &token, next_due).await {
