@@ -425,34 +425,9 @@ pub async fn pipeline(
     rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note: "1.00x".into() });
 
     let events = read_events(brokers, &topic, partitions, count, &router)?;
-    eprintln!("bench: Redis ceiling (bare pipelined writes of {} events)", events.len());
-    flush(&conn).await?;
-    let redis_ceiling = rate(events.len() as u64, bare_writes(&conn, &router, &events).await?);
-    rows.push(Row { what: "Redis ceiling: bare pipelined writes", per_sec: redis_ceiling, note: "1.00x".into() });
-
-    eprintln!("bench: store path");
-    flush(&conn).await?;
-    let store_rate = rate(events.len() as u64, store_path(&store, &router, &events, settings.worker.batch_size).await?);
-    rows.push(Row {
-        what: "rankflow store path",
-        per_sec: store_rate,
-        note: format!("{:.2}x Redis ceiling", store_rate / redis_ceiling),
-    });
-
-    eprintln!("bench: store path without dense-rank indexes");
-    flush(&conn).await?;
-    let mut lean = settings.boards.clone();
-    for b in &mut lean {
-        b.dense_rank = false;
-    }
-    let lean_router = Router::new(lean, &settings.redis.key_prefix);
-    let lean_rate =
-        rate(events.len() as u64, store_path(&store, &lean_router, &events, settings.worker.batch_size).await?);
-    rows.push(Row {
-        what: "rankflow store path, dense_rank = false",
-        per_sec: lean_rate,
-        note: format!("{:.2}x Redis ceiling", lean_rate / redis_ceiling),
-    });
+    let store_rows = store_rows(&conn, &store, &settings, &events).await?;
+    let (redis_ceiling, store_rate, lean_rate) = (store_rows[0].per_sec, store_rows[1].per_sec, store_rows[2].per_sec);
+    rows.extend(store_rows);
 
     eprintln!("bench: end to end (the rankflow binary until committed = log end)");
     flush(&conn).await?;
@@ -515,11 +490,7 @@ pub async fn pipeline(
         (percentile(&floor, 0.5), percentile(&floor, 0.99), floor[floor.len() - 1])
     };
 
-    println!("\n| measurement | events/s | ratio |");
-    println!("|---|---:|---|");
-    for r in &rows {
-        println!("| {} | {:.0} | {} |", r.what, r.per_sec, r.note);
-    }
+    print_rows(&rows);
     println!(
         "\nlatency at {latency_rate} events/s for {latency_secs}s (record timestamp to applied, from rankflow_event_latency_seconds buckets): \
          p50 {p50:.1} ms, p99 {p99:.1} ms, max <= {max:.0} ms\n\
@@ -532,6 +503,92 @@ pub async fn pipeline(
         "max_ms": max, "broker_p50_ms": f50, "broker_p99_ms": f99})
     );
     Ok(())
+}
+
+/// Redis's own CPU seconds (user + sys) so far, from `INFO cpu`.
+async fn redis_cpu(conn: &RedisConn) -> Result<f64, String> {
+    let mut c = conn.clone();
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await.map_err(|e| format!("INFO: {e}"))?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum())
+}
+
+/// The store-path rows of a run: the Redis ceiling, the store path and the
+/// store path without dense indexes, each on a flushed Redis, each with the
+/// share of its wall time Redis's thread was busy (where the time goes).
+async fn store_rows(
+    conn: &RedisConn,
+    store: &Store,
+    settings: &Settings,
+    events: &[(i32, i64, i64, Event)],
+) -> Result<Vec<Row>, String> {
+    let n = events.len() as u64;
+    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+    let mut lean = settings.boards.clone();
+    for b in &mut lean {
+        b.dense_rank = false;
+    }
+    let lean_router = Router::new(lean, &settings.redis.key_prefix);
+    let mut rows = Vec::new();
+    let mut ceiling = 0.0;
+    for what in
+        ["Redis ceiling: bare pipelined writes", "rankflow store path", "rankflow store path, dense_rank = false"]
+    {
+        eprintln!("bench: {what} ({n} events)");
+        flush(conn).await?;
+        let cpu0 = redis_cpu(conn).await?;
+        let took = match what {
+            "Redis ceiling: bare pipelined writes" => bare_writes(conn, &router, events).await?,
+            "rankflow store path" => store_path(store, &router, events, settings.worker.batch_size).await?,
+            _ => store_path(store, &lean_router, events, settings.worker.batch_size).await?,
+        };
+        let busy = (redis_cpu(conn).await? - cpu0) / took.as_secs_f64();
+        let per_sec = rate(n, took);
+        if ceiling == 0.0 {
+            ceiling = per_sec;
+        }
+        let ratio =
+            if rows.is_empty() { "1.00x".to_string() } else { format!("{:.2}x Redis ceiling", per_sec / ceiling) };
+        rows.push(Row { what, per_sec, note: format!("{ratio}; Redis busy {:.0}%", busy * 100.0) });
+    }
+    Ok(rows)
+}
+
+/// `rankflow bench store`: the store path against the Redis ceiling alone,
+/// on events generated in-process (no broker), for quick comparisons.
+pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), String> {
+    let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "unused", "127.0.0.1:0", "");
+    let settings = config::load_str(&cfg_text, Vec::new()).map_err(|e| e.to_string())?;
+    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    store.load_script().await.map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut g = Generator::new(7, 100_000, now - 1000, 0);
+    let mut offsets = vec![0i64; partitions.max(1) as usize];
+    let mut events = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let s = g.next_sample();
+        let p = (i % offsets.len() as u64) as usize;
+        if let Parsed::Event(e) = event::parse(&s.value, 65536, |t| router.listens(t)) {
+            events.push((p as i32, offsets[p], now, e));
+        }
+        offsets[p] += 1;
+    }
+    let rows = store_rows(&conn, &store, &settings, &events).await?;
+    print_rows(&rows);
+    Ok(())
+}
+
+fn print_rows(rows: &[Row]) {
+    println!("\n| measurement | events/s | ratio |");
+    println!("|---|---:|---|");
+    for r in rows {
+        println!("| {} | {:.0} | {} |", r.what, r.per_sec, r.note);
+    }
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf, String> {

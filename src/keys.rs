@@ -12,10 +12,10 @@
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
+//! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it (keeps the dense index exact), same expiry |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
-//! | `{prefix}:{tag}:_big` | string | set once a `sum` value passes half the allowed range (see `apply.lua`) |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
@@ -42,6 +42,12 @@ pub fn period_key(base: &str, period_id: &str) -> String {
 /// The dense-rank index of a period board: one member per distinct value.
 pub fn dense_key(base: &str, period_id: &str) -> String {
     format!("{base}:_dense:{period_id}")
+}
+
+/// How many members of a period board hold each value: a value joins the
+/// dense index when its count leaves 0 and leaves it when the count returns to 0.
+pub fn dense_count_key(base: &str, period_id: &str) -> String {
+    format!("{base}:_dcount:{period_id}")
 }
 
 /// `latest` boards: the event time of each member's value in a period board.
@@ -120,6 +126,7 @@ mod tests {
         assert_eq!(dedupe_key(&b, &id), "lb:{points}:_seen:6f9619ff-8b86-d011-b42d-00c04fc964ff");
         assert_eq!(offsets_key(&b), "lb:{points}:_offsets");
         assert_eq!(dense_key(&b, "w:2026-W33"), "lb:{points}:_dense:w:2026-W33");
+        assert_eq!(dense_count_key(&b, "w:2026-W33"), "lb:{points}:_dcount:w:2026-W33");
         assert_eq!(offsets_field("scores", 3), "scores:3");
         assert_eq!(board_of_base("lb:{points}"), Some("points"));
         assert_eq!(board_of_base("lb:{laps:monza}"), Some("laps"));

@@ -92,6 +92,15 @@ enum BenchCommand {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
+    /// The store path against the Redis ceiling alone, on generated events (no broker).
+    Store {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 300_000)]
+        events: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
         #[arg(long)]
@@ -164,6 +173,9 @@ fn main() -> ExitCode {
             },
             Command::Bench { which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds } } => {
                 report(bench::pipeline(&brokers, &redis, events, partitions, rate, seconds).await)
+            }
+            Command::Bench { which: BenchCommand::Store { redis, events, partitions } } => {
+                report(bench::store(&redis, events, partitions).await)
             }
             Command::Bench { which: BenchCommand::Read { redis, members, samples } } => {
                 report(bench::read(&redis, members, samples).await)

@@ -154,7 +154,8 @@ pub struct TagBatch<'a> {
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
-    pub args: Vec<String>,
+    /// Strings, then the events as one MessagePack array (see apply.lua).
+    pub args: Vec<Vec<u8>>,
 }
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
@@ -171,10 +172,11 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     }
     let p = &batch.params;
     let latest = p.op == WriteOp::Latest;
-    let mut keys = Vec::with_capacity(1 + 3 * periods.len() + batch.items.len());
+    let mut keys = Vec::with_capacity(1 + 4 * periods.len() + batch.items.len());
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
+    keys.extend(periods.iter().map(|p| keys::dense_count_key(batch.base, &p.id)));
     if latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
@@ -183,35 +185,59 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         keys.push(keys::sealed_key(batch.base));
     }
 
-    let mut args = Vec::with_capacity(11 + periods.len() + batch.items.len() * 10);
-    args.push(p.op.as_str().to_string());
-    args.push(dedupe_ttl_secs.to_string());
-    args.push(keys::refused_prefix(batch.base));
-    args.push(p.shift.to_string());
-    args.push(p.max_value.to_string());
-    args.push(if p.desc { "desc" } else { "asc" }.to_string());
-    args.push(p.top_k.to_string());
-    args.push(p.rate_events.to_string());
-    args.push(p.rate_window_ms.to_string());
-    args.push(keys::rate_prefix(batch.base));
-    args.push(if p.dense { "1" } else { "0" }.to_string());
-    args.push(if p.sealed { "1" } else { "0" }.to_string());
-    args.push(periods.len().to_string());
-    args.extend(periods.iter().map(|p| p.expire_at.unwrap_or(0).to_string()));
-    for item in &batch.items {
-        args.push(item.field.to_string());
-        args.push(item.offset.to_string());
-        args.push(item.member.to_string());
-        args.push(item.num.to_string());
-        args.push(item.tie.to_string());
-        args.push(item.ts.to_string());
-        args.push(item.periods.len().to_string());
-        args.extend(item.periods.iter().map(|p| period_index[p.key.as_str()].to_string()));
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(16 + 2 * periods.len());
+    let mut push = |a: String| args.push(a.into_bytes());
+    push(p.op.as_str().to_string());
+    push(dedupe_ttl_secs.to_string());
+    push(keys::refused_prefix(batch.base));
+    push(p.shift.to_string());
+    push(p.max_value.to_string());
+    push(if p.desc { "desc" } else { "asc" }.to_string());
+    push(p.top_k.to_string());
+    push(p.rate_events.to_string());
+    push(p.rate_window_ms.to_string());
+    push(keys::rate_prefix(batch.base));
+    push(if p.dense { "1" } else { "0" }.to_string());
+    push(if p.sealed { "1" } else { "0" }.to_string());
+    push(periods.len().to_string());
+    for period in &periods {
+        push(period.expire_at.unwrap_or(0).to_string());
     }
+    let mut fields: Vec<&str> = Vec::new();
+    let mut events = Vec::with_capacity(batch.items.len() * 48);
+    let len: usize = batch.items.iter().map(|i| 7 + i.periods.len()).sum();
+    rmp::encode::write_array_len(&mut events, len as u32).expect("writing to a Vec cannot fail");
+    for item in &batch.items {
+        let f = match fields.iter().position(|f| *f == item.field) {
+            Some(f) => f,
+            None => {
+                fields.push(item.field);
+                fields.len() - 1
+            }
+        };
+        mp_int(&mut events, f as i64 + 1);
+        mp_int(&mut events, item.offset);
+        rmp::encode::write_str(&mut events, item.member).expect("writing to a Vec cannot fail");
+        for n in [item.num, item.tie, item.ts, item.periods.len() as i64] {
+            mp_int(&mut events, n);
+        }
+        for period in item.periods {
+            mp_int(&mut events, period_index[period.key.as_str()] as i64);
+        }
+    }
+    push(fields.len().to_string());
+    for f in &fields {
+        push(f.to_string());
+    }
+    args.push(events);
     Invocation { keys, args }
 }
 
 /// The write side of Redis.
+fn mp_int(buf: &mut Vec<u8>, n: i64) {
+    rmp::encode::write_sint(buf, n).expect("writing to a Vec cannot fail");
+}
+
 #[derive(Clone)]
 pub struct Store {
     conn: RedisConn,
@@ -243,12 +269,12 @@ impl Store {
     }
 
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
-    pub(crate) async fn eval<T: redis::FromRedisValue>(
+    pub(crate) async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         script: &redis::Script,
         source: &str,
         keys: &[String],
-        args: &[String],
+        args: &[A],
     ) -> Result<Result<T, RedisError>, StoreError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
@@ -435,12 +461,16 @@ mod tests {
                 "lb:{p}:all",
                 "lb:{p}:_dense:d:2026-08-14",
                 "lb:{p}:_dense:all",
+                "lb:{p}:_dcount:d:2026-08-14",
+                "lb:{p}:_dcount:all",
                 "lb:{p}:_seen:00000000-0000-0000-0000-000000000001",
                 "lb:{p}:_seen:00000000-0000-0000-0000-000000000002"
             ]
         );
+        let (events, head) = inv.args.split_last().unwrap();
+        let head: Vec<&str> = head.iter().map(|a| std::str::from_utf8(a).unwrap()).collect();
         assert_eq!(
-            inv.args,
+            head,
             [
                 "sum",
                 "60",
@@ -457,24 +487,27 @@ mod tests {
                 "2",
                 "100",
                 "0",
+                "2",
                 "t:0",
-                "7",
-                "alice",
-                "5",
-                "0",
-                "1",
-                "2",
-                "1",
-                "2",
-                "t:1",
-                "9",
-                "bob",
-                "-3",
-                "0",
-                "2",
-                "1",
-                "2"
+                "t:1"
             ]
         );
+        // The events: field index, offset, member, num, tie, ts, W, period indexes.
+        let mut rd = events.as_slice();
+        let len = rmp::decode::read_array_len(&mut rd).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..len {
+            let mut buf = [0u8; 64];
+            let mut peek = rd;
+            match rmp::decode::read_int::<i64, _>(&mut peek) {
+                Ok(n) => {
+                    rd = peek;
+                    got.push(n.to_string());
+                }
+                Err(_) => got.push(rmp::decode::read_str(&mut rd, &mut buf).unwrap().to_string()),
+            }
+        }
+        assert!(rd.is_empty());
+        assert_eq!(got, ["1", "7", "alice", "5", "0", "1", "2", "1", "2", "2", "9", "bob", "-3", "0", "2", "1", "2"]);
     }
 }

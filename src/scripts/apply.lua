@@ -3,22 +3,34 @@
 -- For each event, in order: a record at or below the tag's recorded offset for
 -- its topic-partition is a redelivery and changes nothing; otherwise the
 -- offset advances, the dedupe marker is set with SET NX EX, and only when the
--- marker is new (and the rate limit and value range allow) are the period
--- writes made. A marker is never set without its writes, nor writes made
--- without the marker, because the script is atomic and checks everything
+-- marker is new (and the rate limit, value range and sealing allow) are the
+-- period writes made. A marker is never set without its writes, nor writes
+-- made without the marker, because the script is atomic and checks everything
 -- that can refuse an event before its first write.
+--
+-- The call works in three phases, so that its cost in commands does not grow
+-- with one command per event and period:
+--   1. read: one ZMSCORE per period key (and one HMGET of event times for
+--      "latest") for every member of the batch;
+--   2. decide: the events, in order, against those values held in the
+--      script (a member that appears twice sees its own earlier write); only
+--      the markers, refusals and rate-limit windows are written here;
+--   3. write: per period key, one variadic ZADD of the members whose value
+--      moved, then top-K trimming, the dense index and the expiry.
 --
 -- Stored scores are packed: stored = value * SHIFT + tie (see src/score.rs),
 -- SHIFT = 1 without a tie-break. Each period key has a dense index (a zset of
--- its distinct values), kept exact here so dense ranks are read without
--- scanning the board: the values members move to and leave are collected
--- during the call and settled once per period key at its end.
+-- its distinct values) and a count of the members holding each value (a hash
+-- value -> members), kept exact here so dense ranks are read without
+-- scanning the board: a value joins the index when its count leaves 0 and
+-- leaves it when its count returns to 0.
 --
 -- KEYS[1]             the tag's offsets hash (field "<topic>:<partition>" -> last applied offset)
 -- KEYS[1 + j]         period key j, j = 1..P
 -- KEYS[1 + P + j]     dense index of period key j
--- KEYS[1 + 2P + j]    op "latest" only: hash member -> event time of its value in period key j
--- KEYS[1 + AP + i]    the dedupe marker of event i (AP = 3P for "latest", 2P otherwise)
+-- KEYS[1 + 2P + j]    value counts of period key j's dense index
+-- KEYS[1 + 3P + j]    op "latest" only: hash member -> event time of its value in period key j
+-- KEYS[1 + AP + i]    the dedupe marker of event i (AP = 4P for "latest", 3P otherwise)
 -- KEYS[#KEYS]         boards that seal periods only: the tag's sealed hash
 --                     (period key -> close time); a sealed period takes no write
 --
@@ -36,9 +48,13 @@
 -- ARGV[12]            "1" if the board seals its periods (the last key is the sealed hash)
 -- ARGV[13]            P
 -- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
--- then, per event:    field, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
---                     num: the delta for "sum", the packed stored score otherwise;
---                     ts: the event time, epoch ms
+-- ARGV[14 + P]        F: how many topic-partition fields follow
+-- ARGV[14 + P + f]    field f, "<topic>:<partition>"
+-- ARGV[15 + P + F]    the events, one MessagePack array (decoded in C by cmsgpack, so
+--                     numbers arrive as numbers), per event:
+--                     f, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
+--                     f: index of the event's field; num: the delta for "sum", the
+--                     packed stored score otherwise; ts: the event time, epoch ms
 --
 -- Returns one integer per event:
 --   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
@@ -49,14 +65,6 @@
 -- ("<prefix>:{tag}:_keys"), which erase.lua walks.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
 -- redelivery of the record reports the same refusal, not a duplicate.
---
--- Fast path for "sum" without a tie-break (SHIFT = 1): while no value on the
--- tag has passed half the allowed range, no sum of a value and a delta within
--- half the range can leave it, so ZINCRBY is used without reading first, and
--- the old value is the result minus the delta (exact in that range). The
--- first value past half the range sets the tag's guard key
--- ("<refusal prefix minus _refused:>_big"), and from then on the tag reads
--- each score before writing, as the exact range check needs.
 
 local op = ARGV[1]
 local ttl = ARGV[2]
@@ -72,11 +80,10 @@ local dense_on = ARGV[11] == '1'
 local seal_on = ARGV[12] == '1'
 local np = tonumber(ARGV[13])
 local offsets_key = KEYS[1]
-local half = math.floor(maxv / 2)
-local guard_key = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_big'
-local fast_sum = op == 'sum' and shift == 1 and not redis.call('GET', guard_key)
-local marker_base = 1 + 2 * np
-if op == 'latest' then marker_base = 1 + 3 * np end
+local latest = op == 'latest'
+local marker_base = 1 + 3 * np
+if latest then marker_base = 1 + 4 * np end
+local CHUNK = 1000
 
 local function value_of(stored)
   return math.floor(stored / shift)
@@ -86,77 +93,14 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
--- Drops value v from period key j's dense index if no member holds it any more.
-local function release(j, v)
-  if not dense_on then return end
-  local lo = v * shift
-  if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
-    redis.call('ZREM', KEYS[1 + np + j], fmt(v))
-  end
-end
-
--- Dense-index changes are collected per period key during the batch and
--- applied once at the end (see settle): gained[j][v] for values members
--- moved to, vacated[j][v] for values they left.
-local gained, vacated = {}, {}
-
--- Records that a member of period key j moved from value old_v (false:
--- absent) to new_v.
-local function reindex(j, old_v, new_v)
-  if old_v == new_v or not dense_on then return end
-  if old_v then
-    vacated[j] = vacated[j] or {}
-    vacated[j][old_v] = true
-  end
-  gained[j] = gained[j] or {}
-  gained[j][new_v] = true
-end
-
--- Makes period key j's dense index exact again: a value some member moved
--- to and none left is held for sure; a value someone left is held if the
--- board still counts a member with it. Adds and removals are variadic.
-local function settle(j)
-  local add, rem = {}, {}
-  local function flush()
-    if #add > 0 then redis.call('ZADD', KEYS[1 + np + j], unpack(add)); add = {} end
-    if #rem > 0 then redis.call('ZREM', KEYS[1 + np + j], unpack(rem)); rem = {} end
-  end
-  local left = vacated[j] or {}
-  for v in pairs(gained[j] or {}) do
-    if not left[v] then
-      add[#add + 1] = v
-      add[#add + 1] = fmt(v)
-      if #add >= 1000 then flush() end
-    end
-  end
-  for v in pairs(left) do
-    local lo = v * shift
-    if redis.call('ZCOUNT', KEYS[1 + j], lo, lo + shift - 1) == 0 then
-      rem[#rem + 1] = fmt(v)
-    elseif gained[j] and gained[j][v] then
-      add[#add + 1] = v
-      add[#add + 1] = fmt(v)
-    end
-    if #add >= 1000 or #rem >= 1000 then flush() end
-  end
-  flush()
-end
-
--- Top-K: keeps the best top_k members of period key j.
-local function trim(j)
-  local k = KEYS[1 + j]
-  local card = redis.call('ZCARD', k)
-  if card <= top_k then return end
-  local victims
-  if desc then
-    victims = redis.call('ZRANGE', k, 0, card - top_k - 1, 'WITHSCORES')
-    redis.call('ZREMRANGEBYRANK', k, 0, card - top_k - 1)
-  else
-    victims = redis.call('ZRANGE', k, top_k, -1, 'WITHSCORES')
-    redis.call('ZREMRANGEBYRANK', k, top_k, -1)
-  end
-  for v = 2, #victims, 2 do
-    release(j, value_of(tonumber(victims[v])))
+-- Runs a variadic command over list (already flat), CHUNK arguments at a
+-- time (Lua's unpack has a stack limit), prefixed by head.
+local function variadic(head, list, step)
+  for c = 1, #list, CHUNK * step do
+    local args = {}
+    for x = 1, #head do args[x] = head[x] end
+    for x = c, math.min(c + CHUNK * step - 1, #list) do args[#args + 1] = list[x] end
+    redis.call(unpack(args))
   end
 end
 
@@ -182,142 +126,243 @@ if seal_on then
   end
 end
 
-local last_num, last_str, dirty, touched, out = {}, {}, {}, {}, {}
-local a = 14 + np
-local nargs = #ARGV
-local i = 0
-while a <= nargs do
-  i = i + 1
-  local field, off_s, member = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local num, tie, ts = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+-- Phase 1: the events, and every member's current value in each open period key.
+local nf = tonumber(ARGV[14 + np])
+local fields = {}
+for f = 1, nf do fields[f] = ARGV[14 + np + f] end
+local flat = cmsgpack.unpack(ARGV[15 + np + nf])
+local starts = {}   -- starts[i]: where event i begins in flat
+local wanted = {}   -- wanted[j]: list of distinct members of period key j
+local seen_m = {}   -- seen_m[j][member] = true
+local a = 1
+local nflat = #flat
+while a <= nflat do
+  starts[#starts + 1] = a
+  local member = flat[a + 2]
   local first = a + 7
-  a = first + tonumber(ARGV[a + 6])
-  local off = tonumber(off_s)
-  local last = last_num[field]
+  a = first + flat[a + 6]
+  for w = first, a - 1 do
+    local j = flat[w]
+    if not sealed[j] then
+      local s = seen_m[j]
+      if not s then s = {}; seen_m[j] = s; wanted[j] = {} end
+      if not s[member] then
+        s[member] = true
+        local list = wanted[j]
+        list[#list + 1] = member
+      end
+    end
+  end
+end
+
+-- cur[j][member]: the stored score (false: absent), as the events see it;
+-- base[j][member]: the stored score before this call; times[j][member]: the
+-- event time of a "latest" value.
+local cur, base, times = {}, {}, {}
+for j, list in pairs(wanted) do
+  local c, b, t = {}, {}, {}
+  for s = 1, #list, CHUNK do
+    local chunk = {}
+    for x = s, math.min(s + CHUNK - 1, #list) do chunk[#chunk + 1] = list[x] end
+    local scores = redis.call('ZMSCORE', KEYS[1 + j], unpack(chunk))
+    local ts
+    if latest then ts = redis.call('HMGET', KEYS[1 + 3 * np + j], unpack(chunk)) end
+    for x = 1, #chunk do
+      local v = false
+      if scores[x] then v = tonumber(scores[x]) end
+      c[chunk[x]], b[chunk[x]] = v, v
+      if latest and ts[x] then t[chunk[x]] = tonumber(ts[x]) end
+    end
+  end
+  cur[j], base[j], times[j] = c, b, t
+end
+
+-- Phase 2: decide each event in order against the values held above.
+local last_off, dirty, touched, out = {}, {}, {}, {}
+local moved = {}    -- moved[j]: list of members whose value changed, in order
+local is_moved = {} -- is_moved[j][member] = true
+local function move(j, member, stored)
+  cur[j][member] = stored
+  local m = is_moved[j]
+  if not m then m = {}; is_moved[j] = m; moved[j] = {} end
+  if not m[member] then
+    m[member] = true
+    local list = moved[j]
+    list[#list + 1] = member
+  end
+end
+
+for i = 1, #starts do
+  local a = starts[i]
+  local f, off, member, num = flat[a], flat[a + 1], flat[a + 2], flat[a + 3]
+  local first, stop = a + 7, a + 6 + flat[a + 6]
+  local field = fields[f]
+  local last = last_off[f]
   if last == nil then
     local v = redis.call('HGET', offsets_key, field)
     if v then last = tonumber(v) else last = -1 end
-    last_num[field] = last
+    last_off[f] = last
   end
   if off <= last then
-    local r = redis.call('GET', refused_prefix .. field .. ':' .. off_s)
+    local r = redis.call('GET', refused_prefix .. field .. ':' .. fmt(off))
     if r then out[i] = tonumber(r) else out[i] = 3 end
   else
-    last_num[field], last_str[field], dirty[field] = off, off_s, true
+    last_off[f], dirty[f] = off, true
     local code = 1
     local marker = KEYS[marker_base + i]
-    local olds = {}
-    -- Decided once per event: every period of the event takes the same path.
-    local fast = fast_sum and num <= half and num >= -half
     if not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
       code = 2
     else
-      if op == 'sum' and not fast then
-        for w = first, a - 1 do
-          local j = tonumber(ARGV[w])
-          local cur = redis.call('ZSCORE', KEYS[1 + j], member)
-          local old_v = false
-          if cur then old_v = value_of(tonumber(cur)) end
-          local total = (old_v or 0) + num
-          if total > maxv or total < -maxv then code = 4; break end
-          olds[w] = old_v
+      local open = not seal_on
+      for w = first, stop do
+        local j = flat[w]
+        if not sealed[j] then
+          open = true
+          if op == 'sum' then
+            local old = cur[j][member]
+            local total = num
+            if old then total = value_of(old) + num end
+            if total > maxv or total < -maxv then code = 4 end
+          end
         end
       end
-      if code == 1 and seal_on then
-        local open = false
-        for w = first, a - 1 do
-          if not sealed[tonumber(ARGV[w])] then open = true end
-        end
-        if not open then code = 6 end
-      end
-      if code == 1 and rate_events > 0 and not admit(member, ts, field .. ':' .. off_s) then
+      if code == 1 and not open then code = 6 end
+      if code == 1 and rate_events > 0 and not admit(member, flat[a + 5], field .. ':' .. fmt(off)) then
         code = 5
       end
       if code ~= 1 then redis.call('DEL', marker) end
     end
     if code == 1 then
-      for w = first, a - 1 do
-        local j = tonumber(ARGV[w])
-        local k = KEYS[1 + j]
-        if sealed[j] then
-          -- skipped: the event still counts on the board's open periods
-        elseif op == 'sum' and fast then
-          local total = tonumber(redis.call('ZINCRBY', k, num, member))
-          if total > half or total < -half then
-            redis.call('SET', guard_key, '1')
-            fast_sum = false
+      for w = first, stop do
+        local j = flat[w]
+        -- A sealed period is skipped: the event still counts on the board's open periods.
+        if not sealed[j] then
+          local old = cur[j][member]
+          if op == 'sum' then
+            local total = num
+            if old then total = value_of(old) + num end
+            move(j, member, total * shift + flat[a + 4])
+          elseif latest then
+            local ts = flat[a + 5]
+            local seen = times[j][member]
+            if not seen or ts > seen then
+              times[j][member] = ts
+              move(j, member, num)
+            end
+          elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
+            move(j, member, num)
           end
-          if num == 0 then
-            -- The member may be new: its value must be in the index.
-            reindex(j, false, total)
-          else
-            -- A new member's old value reads as 0: releasing 0 is harmless.
-            reindex(j, total - num, total)
-          end
-        elseif op == 'sum' then
-          local total = (olds[w] or 0) + num
-          redis.call('ZADD', k, total * shift + tie, member)
-          if total > half or total < -half then
-            redis.call('SET', guard_key, '1')
-            fast_sum = false
-          end
-          reindex(j, olds[w], total)
-        elseif op == 'latest' then
-          local times = KEYS[1 + 2 * np + j]
-          local seen = redis.call('HGET', times, member)
-          if not seen or ts > tonumber(seen) then
-            local cur = redis.call('ZSCORE', k, member)
-            redis.call('ZADD', k, num, member)
-            redis.call('HSET', times, member, ts)
-            local old_v = false
-            if cur then old_v = value_of(tonumber(cur)) end
-            reindex(j, old_v, value_of(num))
-          end
-        elseif not dense_on then
-          if op == 'gt' then
-            redis.call('ZADD', k, 'GT', num, member)
-          else
-            redis.call('ZADD', k, 'LT', num, member)
-          end
-        else
-          local cur = redis.call('ZSCORE', k, member)
-          local better
-          if not cur then
-            better = true
-          elseif op == 'gt' then
-            better = num > tonumber(cur)
-          else
-            better = num < tonumber(cur)
-          end
-          if better then
-            redis.call('ZADD', k, num, member)
-            local old_v = false
-            if cur then old_v = value_of(tonumber(cur)) end
-            reindex(j, old_v, value_of(num))
-          end
+          touched[j] = true
         end
-        if not sealed[j] then touched[j] = true end
       end
     elseif code >= 4 then
-      redis.call('SET', refused_prefix .. field .. ':' .. off_s, code, 'EX', ttl)
+      redis.call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
     end
     out[i] = code
   end
 end
-for field in pairs(dirty) do
-  redis.call('HSET', offsets_key, field, last_str[field])
+
+-- Phase 3: the writes.
+for f in pairs(dirty) do
+  redis.call('HSET', offsets_key, fields[f], fmt(last_off[f]))
 end
+
+-- Net change of the member count of each value of period key j.
+local function count(delta, v, d)
+  delta[v] = (delta[v] or 0) + d
+end
+
+-- Makes period key j's dense index and value counts exact again: one HMGET
+-- of the counts of the values that changed, then variadic writes.
+local function settle(j, delta)
+  local vals = {}
+  for v, d in pairs(delta) do
+    if d ~= 0 then vals[#vals + 1] = v end
+  end
+  local index, counts = KEYS[1 + np + j], KEYS[1 + 2 * np + j]
+  local set, del, add, rem = {}, {}, {}, {}
+  for s = 1, #vals, CHUNK do
+    local names = {}
+    for x = s, math.min(s + CHUNK - 1, #vals) do names[#names + 1] = fmt(vals[x]) end
+    local olds = redis.call('HMGET', counts, unpack(names))
+    for x = 1, #names do
+      local v = vals[s + x - 1]
+      local old = tonumber(olds[x]) or 0
+      local new = old + delta[v]
+      if new > 0 then
+        set[#set + 1] = names[x]
+        set[#set + 1] = new
+        if old <= 0 then
+          add[#add + 1] = v
+          add[#add + 1] = names[x]
+        end
+      elseif old > 0 then
+        del[#del + 1] = names[x]
+        rem[#rem + 1] = names[x]
+      end
+    end
+  end
+  if #set > 0 then variadic({ 'HSET', counts }, set, 2) end
+  if #del > 0 then variadic({ 'HDEL', counts }, del, 1) end
+  if #add > 0 then variadic({ 'ZADD', index }, add, 2) end
+  if #rem > 0 then variadic({ 'ZREM', index }, rem, 1) end
+end
+
 local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_keys'
 for j in pairs(touched) do
+  local k = KEYS[1 + j]
   -- The registry lets an erasure find every period key of the tag.
-  redis.call('SADD', registry, KEYS[1 + j])
-  if dense_on then settle(j) end
-  if top_k > 0 then trim(j) end
+  redis.call('SADD', registry, k)
+  local delta = {}
+  local list = moved[j]
+  if list then
+    local pairs_ = {}
+    local stamps = {}
+    for _, member in ipairs(list) do
+      local old, new = base[j][member], cur[j][member]
+      if old ~= new then
+        -- Numbers reach Redis as "%.17g", exact for every stored score.
+        pairs_[#pairs_ + 1] = new
+        pairs_[#pairs_ + 1] = member
+        if dense_on then
+          if old then count(delta, value_of(old), -1) end
+          count(delta, value_of(new), 1)
+        end
+      end
+      if latest then
+        stamps[#stamps + 1] = member
+        stamps[#stamps + 1] = times[j][member]
+      end
+    end
+    if #pairs_ > 0 then variadic({ 'ZADD', k }, pairs_, 2) end
+    if #stamps > 0 then variadic({ 'HSET', KEYS[1 + 3 * np + j] }, stamps, 2) end
+  end
+  if top_k > 0 then
+    -- Top-K: keeps the best top_k members.
+    local card = redis.call('ZCARD', k)
+    if card > top_k then
+      local victims
+      if desc then
+        victims = redis.call('ZRANGE', k, 0, card - top_k - 1, 'WITHSCORES')
+        redis.call('ZREMRANGEBYRANK', k, 0, card - top_k - 1)
+      else
+        victims = redis.call('ZRANGE', k, top_k, -1, 'WITHSCORES')
+        redis.call('ZREMRANGEBYRANK', k, top_k, -1)
+      end
+      for v = 2, #victims, 2 do
+        count(delta, value_of(tonumber(victims[v])), -1)
+      end
+    end
+  end
+  if dense_on then settle(j, delta) end
   local at = ARGV[13 + j]
   if at ~= '0' then
-    redis.call('EXPIREAT', KEYS[1 + j], at)
-    if dense_on then redis.call('EXPIREAT', KEYS[1 + np + j], at) end
-    if op == 'latest' then redis.call('EXPIREAT', KEYS[1 + 2 * np + j], at) end
+    redis.call('EXPIREAT', k, at)
+    if dense_on then
+      redis.call('EXPIREAT', KEYS[1 + np + j], at)
+      redis.call('EXPIREAT', KEYS[1 + 2 * np + j], at)
+    end
+    if latest then redis.call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
   end
 end
 return out

@@ -6,7 +6,7 @@
 -- KEYS[2]   the tag's registry of period keys (a set, filled by apply.lua)
 -- ARGV[1]   field "<topic>:<partition>", ARGV[2] offset
 -- ARGV[3]   the member (player id)
--- ARGV[4]   SHIFT of the board's packing (for the dense index)
+-- ARGV[4]   SHIFT of the board's packing (for the dense index and its value counts)
 -- ARGV[5]   the tag's key base ("<prefix>:{tag}")
 --
 -- Returns 1 erased (or nothing to erase), 3 redelivered offset.
@@ -27,9 +27,14 @@ for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     if cur then
       redis.call('ZREM', key, member)
       local v = math.floor(tonumber(cur) / shift)
+      local vs = string.format('%d', v)
+      local counts = base .. ':_dcount:' .. period
+      if redis.call('HEXISTS', counts, vs) == 1 and redis.call('HINCRBY', counts, vs, -1) <= 0 then
+        redis.call('HDEL', counts, vs)
+      end
       local lo = v * shift
       if redis.call('ZCOUNT', key, lo, lo + shift - 1) == 0 then
-        redis.call('ZREM', base .. ':_dense:' .. period, string.format('%d', v))
+        redis.call('ZREM', base .. ':_dense:' .. period, vs)
       end
     end
     redis.call('HDEL', base .. ':_ts:' .. period, member)
