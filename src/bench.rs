@@ -220,11 +220,11 @@ fn read_events(
 }
 
 /// The Redis ceiling: per event one `SET NX EX` marker, and per board
-/// period one `ZINCRBY`/`ZADD GT`/`ZADD LT`, pipelined 1000 events at a time.
+/// period one `ZINCRBY`/`ZADD GT`/`ZADD LT`, pipelined 1000 events at a time;
+/// each pipeline is built while the one before it is in Redis.
 async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64, Event)]) -> Result<Duration, String> {
     let plans: Vec<Vec<(usize, Decision)>> = events.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
-    let started = Instant::now();
-    for (chunk_e, chunk_p) in events.chunks(1000).zip(plans.chunks(1000)) {
+    let build = |chunk_e: &[(i32, i64, i64, Event)], chunk_p: &[Vec<(usize, Decision)>]| {
         let mut pipe = redis::pipe();
         for ((_, _, _, e), plan) in chunk_e.iter().zip(chunk_p) {
             pipe.cmd("SET").arg(format!("bare:{}", e.event_id)).arg(1).arg("NX").arg("EX").arg(604800).ignore();
@@ -248,14 +248,24 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
                 }
             }
         }
+        pipe
+    };
+    let started = Instant::now();
+    let mut chunks = events.chunks(1000).zip(plans.chunks(1000));
+    let mut next = chunks.next().map(|(e, p)| build(e, p));
+    while let Some(pipe) = next.take() {
         let mut c = conn.clone();
-        pipe.query_async::<()>(&mut c).await.map_err(|e| format!("bare writes: {e}"))?;
+        let (sent, built) =
+            tokio::join!(pipe.query_async::<()>(&mut c), async { chunks.next().map(|(e, p)| build(e, p)) });
+        sent.map_err(|e| format!("bare writes: {e}"))?;
+        next = built;
     }
     Ok(started.elapsed())
 }
 
-/// rankflow's store path: pre-parsed events, planned and applied through
-/// `Store::apply` in batches of `batch` records, as the worker does.
+/// rankflow's store path: pre-parsed events, planned, grouped by board tag
+/// and encoded in batches of `batch` records, each batch prepared while the
+/// one before it is in Redis, as the worker does.
 async fn store_path(
     store: &Store,
     router: &Router,
@@ -263,8 +273,7 @@ async fn store_path(
     batch: usize,
 ) -> Result<Duration, String> {
     let fields: HashMap<i32, String> = (0..64).map(|p| (p, keys::offsets_field("bench", p))).collect();
-    let started = Instant::now();
-    for chunk in events.chunks(batch) {
+    let prepare = |chunk: &[(i32, i64, i64, Event)]| {
         let plans: Vec<Vec<(usize, Decision)>> = chunk.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
         let mut tags: Vec<TagBatch<'_>> = Vec::new();
         for ((p, off, _, e), plan) in chunk.iter().zip(&plans) {
@@ -289,7 +298,15 @@ async fn store_path(
                 });
             }
         }
-        store.apply(&tags).await.map_err(|e| e.to_string())?;
+        store.prepare(&tags)
+    };
+    let started = Instant::now();
+    let mut chunks = events.chunks(batch);
+    let mut next = chunks.next().map(prepare);
+    while let Some(calls) = next.take() {
+        let (applied, prepared) = tokio::join!(store.apply_prepared(&calls), async { chunks.next().map(prepare) });
+        applied.map_err(|e| e.to_string())?;
+        next = prepared;
     }
     Ok(started.elapsed())
 }
@@ -434,15 +451,18 @@ pub async fn pipeline(
     let group = format!("bench-e2e-{run}");
     let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
     let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+    let cpu0 = redis_cpu(&conn).await?;
     let (e2e, peak_kib) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+    let busy = (redis_cpu(&conn).await? - cpu0) / e2e.as_secs_f64();
     let e2e_rate = rate(count, e2e);
     rows.push(Row {
         what: "rankflow end to end",
         per_sec: e2e_rate,
         note: format!(
-            "{:.2}x broker, {:.2}x Redis ceiling; peak RSS {} MiB",
+            "{:.2}x broker, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB",
             e2e_rate / broker,
             e2e_rate / redis_ceiling,
+            busy * 100.0,
             peak_kib / 1024
         ),
     });

@@ -151,6 +151,17 @@ pub struct TagBatch<'a> {
 }
 
 /// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
+/// A batch's encoded script calls: (board tag, call, number of events).
+pub struct Prepared {
+    calls: Vec<(String, Invocation, usize)>,
+}
+
+impl Prepared {
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+}
+
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
@@ -264,7 +275,24 @@ impl Store {
     /// batch, one [`ApplyResult`] per item in order. Any failure fails the
     /// whole call: the caller retries the batch, which the script makes safe.
     pub async fn apply(&self, batches: &[TagBatch<'_>]) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
-        let calls = batches.iter().map(|b| self.apply_one(b));
+        self.apply_prepared(&self.prepare(batches)).await
+    }
+
+    /// Encodes a batch's script calls, one per board tag. The result owns
+    /// everything, so a batch can be sent while the caller gets on with the
+    /// next one.
+    pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
+        Prepared {
+            calls: batches
+                .iter()
+                .map(|b| (b.base.to_string(), build_invocation(b, self.dedupe_ttl_secs), b.items.len()))
+                .collect(),
+        }
+    }
+
+    /// Sends prepared calls, all at once (pipelined on the connection).
+    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
+        let calls = prepared.calls.iter().map(|(base, inv, n)| self.apply_one(base, inv, *n));
         futures::future::try_join_all(calls).await
     }
 
@@ -293,16 +321,11 @@ impl Store {
         })
     }
 
-    async fn apply_one(&self, batch: &TagBatch<'_>) -> Result<Vec<ApplyResult>, StoreError> {
-        let inv = build_invocation(batch, self.dedupe_ttl_secs);
+    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
         let reply: Result<Vec<i64>, RedisError> = self.eval(&self.script, APPLY_LUA, &inv.keys, &inv.args).await?;
-        let codes = reply.map_err(|source| StoreError::Apply { base: batch.base.to_string(), source })?;
-        if codes.len() != batch.items.len() {
-            return Err(StoreError::BadReply {
-                base: batch.base.to_string(),
-                got: codes.len(),
-                expected: batch.items.len(),
-            });
+        let codes = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
+        if codes.len() != n {
+            return Err(StoreError::BadReply { base: base.to_string(), got: codes.len(), expected: n });
         }
         Ok(codes.into_iter().map(ApplyResult::from_code).collect())
     }

@@ -6,7 +6,7 @@
 //! 1. collect up to `batch_size` records (waiting at most `batch_linger` once
 //!    the first is in) and parse each one (`event::parse`, `Router::plan`);
 //! 2. send every board write of the batch to Redis, one script call per board
-//!    tag, all at once (`store::Store::apply`); on failure retry the whole
+//!    tag, all at once (`store::Store::prepare`, `apply_prepared`); on failure retry the whole
 //!    batch with capped exponential backoff (safe: the script recognises
 //!    records it already applied by their offset);
 //! 3. produce the records that no board applied (and that were no duplicate)
@@ -18,16 +18,18 @@
 //!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
 //!    revocation and on shutdown.
 //!
-//! While step 2 waits for Redis, the loop reads and parses the next batch
-//! (up to `batch_size` records, stopping as soon as step 2 is done), so
-//! parsing overlaps Redis. The next batch's writes are sent only after this
-//! batch's are acknowledged: Redis still sees each partition in log order.
+//! Batches overlap Redis: while a batch's writes are in Redis (on a task of
+//! their own), the loop reads, parses and encodes the next batch, and as
+//! soon as Redis answers, sends it and only then settles the earlier batch's
+//! outcomes (steps 3 and 4). A batch is sent only after the one before it
+//! has been applied, so Redis still sees each partition in log order, and a
+//! failed batch is never overtaken.
 //!
 //! The worker must never store an offset past a record whose outcome is not
 //! final: a batch that is abandoned (shutdown during a Redis retry) stores
 //! nothing, and a held dead letter stops its partition's offset. While Redis
-//! is retried the loop reads at most one batch ahead, and a held partition is paused,
-//! so memory stays bounded by the batch and librdkafka's
+//! is retried the loop holds at most one more batch, and a held partition is
+//! paused, so memory stays bounded by two batches and librdkafka's
 //! `queued.max.messages.kbytes`.
 
 use std::collections::BTreeMap;
@@ -53,7 +55,7 @@ use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
 use crate::schedule::{self, JobCache, Watermarks};
-use crate::store::{ApplyItem, ApplyResult, Store, StoreError, TagBatch};
+use crate::store::{ApplyItem, ApplyResult, Prepared, Store, StoreError, TagBatch};
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
 #[derive(Debug, Default)]
@@ -248,9 +250,9 @@ pub async fn run(
     // An erasure is a batch of its own, so it stays ordered with the
     // player's other events: one read while a batch is open waits here.
     let mut carry: Option<(BorrowedMessage<'_>, Item)> = None;
-    // Records read (and parsed) while the previous batch was in Redis: the
-    // start of the next batch.
-    let mut ahead: (Vec<BorrowedMessage<'_>>, Vec<Item>) = (Vec::new(), Vec::new());
+    // The batch whose writes are in Redis while the loop reads and prepares
+    // the next one.
+    let mut inflight: Option<InFlight<'_>> = None;
     let mut held = Held::default();
     loop {
         if !held.is_empty() {
@@ -271,10 +273,7 @@ pub async fn run(
         }
         let mut msgs = Vec::with_capacity(settings.worker.batch_size);
         let mut items = Vec::with_capacity(settings.worker.batch_size);
-        if !ahead.0.is_empty() {
-            // Read before any carried erasure, so applied before it.
-            (msgs, items) = std::mem::take(&mut ahead);
-        } else if let Some((m, item)) = carry.take() {
+        if let Some((m, item)) = carry.take() {
             msgs.push(m);
             items.push(item);
         } else {
@@ -282,6 +281,14 @@ pub async fn run(
             let first = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
+                // Nothing new yet and the batch in Redis is done: settle it now.
+                r = async { (&mut inflight.as_mut().expect("guarded").applied).await }, if inflight.is_some() => {
+                    let f = inflight.take().expect("guarded");
+                    let Ok(Some(results)) = r else { break };
+                    let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
+                    settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
+                    continue;
+                }
                 m = consumer.recv() => m,
                 _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
                 // Idle partitions raise watermarks too (see WorkerContext::stats).
@@ -323,76 +330,53 @@ pub async fn run(
         }
         batch_no += 1;
         let span = info_span!("batch", n = batch_no, records = msgs.len());
-        // While Redis applies this batch, read and parse the next one (its
-        // writes are sent only after this batch's are acknowledged, so the
-        // per-partition order Redis sees is the log's). Not past an erasure:
-        // one that is carried must come next.
-        let done = tokio::sync::Notify::new();
-        let process = async {
-            let r = w.process(&msgs, items).instrument(span).await;
-            done.notify_one();
-            r
-        };
-        let read_ahead = async {
-            if carry.is_some() {
-                return;
+        if matches!(items.as_slice(), [Item::Erase { .. }]) {
+            // An erasure waits for the batch before it, and runs alone.
+            if let Some(f) = inflight.take() {
+                let Ok(Some(results)) = f.applied.await else { break };
+                let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
+                settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
             }
-            while ahead.0.len() < settings.worker.batch_size {
-                tokio::select! {
-                    biased;
-                    _ = done.notified() => break,
-                    _ = cancel.cancelled() => break,
-                    m = consumer.recv() => match m {
-                        Ok(m) => {
-                            let item = w.parse(&m);
-                            if matches!(item, Item::Erase { .. }) {
-                                carry = Some((m, item));
-                                break;
-                            }
-                            ahead.0.push(m);
-                            ahead.1.push(item);
-                        }
-                        Err(_) => break,
-                    },
-                }
-            }
-        };
-        let (result, ()) = tokio::join!(process, read_ahead);
-        let Some((offsets, dead)) = result else {
-            info!("Shutdown during a retry: the in-flight batch is abandoned and its offsets are not stored.");
+            let Some(offsets) = w.erase_batch(&msgs, items).instrument(span).await else {
+                info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
+                break;
+            };
+            settle(&w, &consumer, &mut held, &marks, &msgs, offsets, Vec::new()).await;
+            continue;
+        }
+        let Some((batch, calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
+            info!("Shutdown while sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
             break;
         };
-        if seals {
-            // Applied (or final as dead letters): the partitions have reached
-            // these record times.
-            let mut latest: Vec<(&str, i32, i64)> = Vec::new();
-            for m in &msgs {
-                let Some(ts) = m.timestamp().to_millis() else { continue };
-                match latest.iter_mut().find(|(t, p, _)| *p == m.partition() && *t == m.topic()) {
-                    Some(l) => l.2 = l.2.max(ts),
-                    None => latest.push((m.topic(), m.partition(), ts)),
+        // The batch before this one leaves Redis first and this one is sent
+        // at once, so Redis sees each partition in log order and is never
+        // idle while the loop settles the earlier batch's outcomes.
+        let before = match inflight.take() {
+            Some(f) => match f.applied.await {
+                Ok(Some(results)) => Some((f.msgs, f.batch, results)),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                _ => {
+                    info!("Shutdown during a retry: the batch in flight is abandoned and its offsets are not stored.");
+                    break;
                 }
-            }
-            for (topic, partition, ts) in latest {
-                marks.raise(&keys::offsets_field(topic, partition), ts);
-            }
-            w.flush_watermarks(&marks).await;
-        }
-        drop(msgs);
-        // While the dead-letter topic is known to fail, new dead records wait
-        // with the others instead of blocking the loop on another attempt.
-        let failed = if dead.is_empty() {
-            dead
-        } else if held.is_empty() {
-            w.send_dead(dead, Some(Duration::from_secs(5))).await
-        } else {
-            dead
+            },
+            None => None,
         };
-        held.hold(&consumer, failed, settings.worker.max_backoff);
-        for (topic, partition, next) in offsets.to_store() {
-            held.note_processed(topic, partition, next - 1);
+        inflight = Some(InFlight { msgs, batch, applied: w.spawn_apply(calls, span) });
+        if let Some((msgs, batch, results)) = before {
+            let (offsets, dead) = w.finish(&msgs, batch, results);
+            settle(&w, &consumer, &mut held, &marks, &msgs, offsets, dead).await;
         }
-        store_offsets(&consumer, &offsets, &held);
+    }
+    // A batch Redis has already answered is settled, unless that would wait
+    // for the dead-letter topic: then it is left to be read again.
+    if let Some(f) = inflight.take() {
+        if let Ok(Ok(Some(results))) = tokio::time::timeout(Duration::from_secs(1), f.applied).await {
+            let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
+            if dead.is_empty() {
+                settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
+            }
+        }
     }
 
     info!("Worker stopping: committing final offsets and leaving the group.");
@@ -411,6 +395,66 @@ pub async fn run(
     });
     info!("Worker stopped.");
     Ok(())
+}
+
+/// What follows a batch's outcomes: watermarks, dead letters, held
+/// partitions, and each partition's offset stored.
+async fn settle(
+    w: &Worker<'_>,
+    consumer: &StreamConsumer<WorkerContext>,
+    held: &mut Held,
+    marks: &Watermarks,
+    msgs: &[BorrowedMessage<'_>],
+    offsets: BatchOffsets,
+    dead: Vec<DeadRecord>,
+) {
+    if w.settings.seals() {
+        // Applied (or final as dead letters): the partitions have reached
+        // these record times.
+        let mut latest: Vec<(&str, i32, i64)> = Vec::new();
+        for m in msgs {
+            let Some(ts) = m.timestamp().to_millis() else { continue };
+            match latest.iter_mut().find(|(t, p, _)| *p == m.partition() && *t == m.topic()) {
+                Some(l) => l.2 = l.2.max(ts),
+                None => latest.push((m.topic(), m.partition(), ts)),
+            }
+        }
+        for (topic, partition, ts) in latest {
+            marks.raise(&keys::offsets_field(topic, partition), ts);
+        }
+        w.flush_watermarks(marks).await;
+    }
+    // While the dead-letter topic is known to fail, new dead records wait
+    // with the others instead of blocking the loop on another attempt.
+    let failed = if dead.is_empty() {
+        dead
+    } else if held.is_empty() {
+        w.send_dead(dead, Some(Duration::from_secs(5))).await
+    } else {
+        dead
+    };
+    held.hold(consumer, failed, w.settings.worker.max_backoff);
+    for (topic, partition, next) in offsets.to_store() {
+        held.note_processed(topic, partition, next - 1);
+    }
+    store_offsets(consumer, &offsets, held);
+}
+
+/// A batch whose writes are in Redis (or queued for it) while the loop
+/// reads and prepares the next one.
+struct InFlight<'m> {
+    msgs: Vec<BorrowedMessage<'m>>,
+    batch: Planned,
+    /// The script results, per board tag; `None`: abandoned on shutdown.
+    applied: tokio::task::JoinHandle<Option<Vec<Vec<ApplyResult>>>>,
+}
+
+/// A batch planned for Redis: its records' offsets, its items, and where
+/// each script result goes (per board tag: item, decision).
+struct Planned {
+    offsets: BatchOffsets,
+    items: Vec<Item>,
+    back: Vec<Vec<(usize, usize)>>,
 }
 
 /// Stores each partition's offset separately: a partition revoked while its
@@ -441,7 +485,7 @@ struct Worker<'a> {
     settings: &'a Settings,
     router: &'a Router,
     store: &'a Store,
-    health: &'a Health,
+    health: &'a Arc<Health>,
     producer: &'a FutureProducer,
     cancel: &'a CancellationToken,
     /// Scheduler jobs sent lately (see `schedule::JobCache`).
@@ -473,14 +517,9 @@ enum Final {
 }
 
 impl Worker<'_> {
-    /// Processes one batch to final outcomes. `None`: abandoned on shutdown.
-    /// Returns the batch's offsets and the records to dead-letter, which
-    /// the run loop produces (see [`Held`]).
-    async fn process(
-        &self,
-        msgs: &[BorrowedMessage<'_>],
-        mut items: Vec<Item>,
-    ) -> Option<(BatchOffsets, Vec<DeadRecord>)> {
+    /// Notes a batch's records: their offsets, per-partition counts, each
+    /// partition's offsets field and each record's partition index.
+    fn note(&self, msgs: &[BorrowedMessage<'_>]) -> (BatchOffsets, Vec<String>, Vec<usize>) {
         let m = metrics::get();
         m.batch_size.observe(msgs.len() as f64);
         let mut offsets = BatchOffsets::default();
@@ -500,11 +539,24 @@ impl Worker<'_> {
         for (tp, n) in consumed.iter().enumerate() {
             m.records_consumed.with_label_values(&[offsets.topic_partition(tp).0]).inc_by(*n);
         }
+        (offsets, fields, tp_of)
+    }
+
+    /// An erasure, always alone in its batch, retried until Redis has done
+    /// it. `None`: abandoned on shutdown.
+    async fn erase_batch(&self, msgs: &[BorrowedMessage<'_>], items: Vec<Item>) -> Option<BatchOffsets> {
+        let (offsets, fields, tp_of) = self.note(msgs);
         if let [Item::Erase { player_id }] = items.as_slice() {
             self.erase(&fields[tp_of[0]], msgs[0].offset(), player_id).await?;
-            return Some((offsets, Vec::new()));
         }
+        Some(offsets)
+    }
 
+    /// Plans a batch for Redis: every write grouped by board tag in record
+    /// order, the scheduler jobs its periods need sent, and the script calls
+    /// encoded. `None`: abandoned on shutdown while sending the jobs.
+    async fn prepare(&self, msgs: &[BorrowedMessage<'_>], items: Vec<Item>) -> Option<(Planned, Prepared)> {
+        let (offsets, fields, tp_of) = self.note(msgs);
         // Group every write of the batch by board tag, in record order.
         let mut tags: Vec<TagBatch<'_>> = Vec::new();
         let mut back: Vec<Vec<(usize, usize)>> = Vec::new();
@@ -568,28 +620,58 @@ impl Worker<'_> {
             }
         }
 
-        let mut results = Vec::new();
-        if !tags.is_empty() {
-            results = retry("apply a batch to Redis", self.cancel, self.settings.worker.max_backoff, || async {
+        let calls = self.store.prepare(&tags);
+        drop(tags);
+        Some((Planned { offsets, items, back }, calls))
+    }
+
+    /// Sends a prepared batch on a task of its own, retried with capped
+    /// backoff until Redis has applied it. `None`: abandoned on shutdown.
+    fn spawn_apply(
+        &self,
+        calls: Prepared,
+        span: tracing::Span,
+    ) -> tokio::task::JoinHandle<Option<Vec<Vec<ApplyResult>>>> {
+        let (store, cancel, health) = (self.store.clone(), self.cancel.clone(), Arc::clone(self.health));
+        let max_backoff = self.settings.worker.max_backoff;
+        let apply = async move {
+            if calls.is_empty() {
+                return Some(Vec::new());
+            }
+            let m = metrics::get();
+            retry("apply a batch to Redis", &cancel, max_backoff, || async {
                 let started = Instant::now();
-                let r = self.store.apply(&tags).await;
+                let r = store.apply_prepared(&calls).await;
                 match &r {
                     Ok(_) => {
                         m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
-                        self.health.redis_up.store(true, Ordering::Relaxed);
+                        health.redis_up.store(true, Ordering::Relaxed);
                         m.redis_up.set(1);
                     }
                     Err(_) => {
                         m.redis_errors.with_label_values(&["apply"]).inc();
-                        self.health.redis_up.store(false, Ordering::Relaxed);
+                        health.redis_up.store(false, Ordering::Relaxed);
                         m.redis_up.set(0);
                     }
                 }
                 r
             })
-            .await?;
-        }
-        drop(tags);
+            .await
+        };
+        tokio::spawn(apply.instrument(span))
+    }
+
+    /// Folds a batch's script results into each record's final outcome and
+    /// the metrics. Returns the batch's offsets and the records to
+    /// dead-letter, which the run loop produces (see [`Held`]).
+    fn finish(
+        &self,
+        msgs: &[BorrowedMessage<'_>],
+        batch: Planned,
+        results: Vec<Vec<ApplyResult>>,
+    ) -> (BatchOffsets, Vec<DeadRecord>) {
+        let m = metrics::get();
+        let Planned { offsets, mut items, back } = batch;
         for (t, codes) in results.into_iter().enumerate() {
             for (code, &(i, d)) in codes.into_iter().zip(&back[t]) {
                 if let Item::Event { results, .. } = &mut items[i] {
@@ -618,7 +700,7 @@ impl Worker<'_> {
             }
         }
         let dead = dead.iter().map(|(i, reasons)| DeadRecord::new(&msgs[*i], reasons)).collect();
-        Some((offsets, dead))
+        (offsets, dead)
     }
 
     /// Writes the pending watermarks; on failure they wait for the next flush.
