@@ -442,7 +442,7 @@ pub async fn pipeline(
     rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note: "1.00x".into() });
 
     let events = read_events(brokers, &topic, partitions, count, &router)?;
-    let store_rows = store_rows(&conn, &store, &settings, &events).await?;
+    let (store_rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
     let (redis_ceiling, store_rate, lean_rate) = (store_rows[0].per_sec, store_rows[1].per_sec, store_rows[2].per_sec);
     rows.extend(store_rows);
 
@@ -511,6 +511,7 @@ pub async fn pipeline(
     };
 
     print_rows(&rows);
+    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
     println!(
         "\nlatency at {latency_rate} events/s for {latency_secs}s (record timestamp to applied, from rankflow_event_latency_seconds buckets): \
          p50 {p50:.1} ms, p99 {p99:.1} ms, max <= {max:.0} ms\n\
@@ -536,6 +537,51 @@ async fn redis_cpu(conn: &RedisConn) -> Result<f64, String> {
         .sum())
 }
 
+/// Microseconds Redis has spent in each command so far, from `INFO commandstats`.
+async fn command_usec(conn: &RedisConn) -> Result<HashMap<String, f64>, String> {
+    let mut c = conn.clone();
+    let info: String =
+        redis::cmd("INFO").arg("commandstats").query_async(&mut c).await.map_err(|e| format!("INFO: {e}"))?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let usec = rest.split(',').find_map(|kv| kv.strip_prefix("usec="))?.parse().ok()?;
+            Some((name.to_uppercase(), usec))
+        })
+        .collect())
+}
+
+/// Where Redis's time went in one phase, per event: its CPU, and each
+/// command's share (for scripts: the commands inside them, and the rest,
+/// which is the interpreter and the calls' own cost).
+fn breakdown(what: &str, n: u64, cpu_secs: f64, before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> String {
+    let per = |usec: f64| usec / n as f64;
+    let mut used: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(k, d)| *d > 0.0 && !matches!(k.as_str(), "INFO" | "FLUSHALL" | "CONFIG|RESETSTAT" | "SCRIPT|LOAD"))
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let script: f64 = used.iter().filter(|(k, _)| k == "EVALSHA").map(|(_, d)| *d).sum();
+    let inner: f64 = used.iter().filter(|(k, _)| k != "EVALSHA").map(|(_, d)| *d).sum();
+    let parts: Vec<String> =
+        used.iter().filter(|(k, _)| k != "EVALSHA").map(|(k, d)| format!("{k} {:.1}", per(*d))).collect();
+    let mut line = format!("- {what}: Redis CPU {:.1} µs/event", cpu_secs * 1e6 / n as f64);
+    if script > 0.0 {
+        line += &format!(
+            "; in scripts {:.1}: commands {} (sum {:.1}), interpreter and calls {:.1}",
+            per(script),
+            parts.join(", "),
+            per(inner),
+            per(script - inner)
+        );
+    } else {
+        line += &format!("; in commands {:.1}: {}", per(inner), parts.join(", "));
+    }
+    line
+}
+
 /// The store-path rows of a run: the Redis ceiling, the store path and the
 /// store path without dense indexes, each on a flushed Redis, each with the
 /// share of its wall time Redis's thread was busy (where the time goes).
@@ -544,8 +590,9 @@ async fn store_rows(
     store: &Store,
     settings: &Settings,
     events: &[(i32, i64, i64, Event)],
-) -> Result<Vec<Row>, String> {
+) -> Result<(Vec<Row>, Vec<String>), String> {
     let n = events.len() as u64;
+    let mut notes = Vec::new();
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
     let mut lean = settings.boards.clone();
     for b in &mut lean {
@@ -560,12 +607,15 @@ async fn store_rows(
         eprintln!("bench: {what} ({n} events)");
         flush(conn).await?;
         let cpu0 = redis_cpu(conn).await?;
+        let stats0 = command_usec(conn).await?;
         let took = match what {
             "Redis ceiling: bare pipelined writes" => bare_writes(conn, &router, events).await?,
             "rankflow store path" => store_path(store, &router, events, settings.worker.batch_size).await?,
             _ => store_path(store, &lean_router, events, settings.worker.batch_size).await?,
         };
-        let busy = (redis_cpu(conn).await? - cpu0) / took.as_secs_f64();
+        let cpu = redis_cpu(conn).await? - cpu0;
+        notes.push(breakdown(what, n, cpu, &stats0, &command_usec(conn).await?));
+        let busy = cpu / took.as_secs_f64();
         let per_sec = rate(n, took);
         if ceiling == 0.0 {
             ceiling = per_sec;
@@ -574,7 +624,7 @@ async fn store_rows(
             if rows.is_empty() { "1.00x".to_string() } else { format!("{:.2}x Redis ceiling", per_sec / ceiling) };
         rows.push(Row { what, per_sec, note: format!("{ratio}; Redis busy {:.0}%", busy * 100.0) });
     }
-    Ok(rows)
+    Ok((rows, notes))
 }
 
 /// `rankflow bench store`: the store path against the Redis ceiling alone,
@@ -598,8 +648,9 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), S
         }
         offsets[p] += 1;
     }
-    let rows = store_rows(&conn, &store, &settings, &events).await?;
+    let (rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
     print_rows(&rows);
+    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
     Ok(())
 }
 

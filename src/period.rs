@@ -66,15 +66,18 @@ impl PeriodKind {
     /// yearly 3 years, all_time never. Months and years are humantime's
     /// (30.44 and 365.25 days), the same units a user writes in the config.
     pub fn default_retention(self) -> Option<Duration> {
-        let text = match self {
-            PeriodKind::Hourly => "2d",
-            PeriodKind::Daily => "8d",
-            PeriodKind::Weekly => "5w",
-            PeriodKind::Monthly => "13months",
-            PeriodKind::Yearly => "3years",
+        const DAY: u64 = 86_400;
+        const MONTH: u64 = 2_630_016; // humantime: 30.44 days
+        const YEAR: u64 = 31_557_600; // humantime: 365.25 days
+        let secs = match self {
+            PeriodKind::Hourly => 2 * DAY,
+            PeriodKind::Daily => 8 * DAY,
+            PeriodKind::Weekly => 35 * DAY,
+            PeriodKind::Monthly => 13 * MONTH,
+            PeriodKind::Yearly => 3 * YEAR,
             PeriodKind::AllTime => return None,
         };
-        Some(humantime::parse_duration(text).unwrap_or(Duration::ZERO))
+        Some(Duration::from_secs(secs))
     }
 }
 
@@ -328,5 +331,19 @@ mod tests {
         assert!(Period::from_id("w:2026-W54", tz).is_err());
         assert!(Period::from_id("d:2026-02-30", tz).is_err());
         assert!(Period::from_id("q:2026", tz).is_err());
+    }
+
+    #[test]
+    fn default_retentions_are_the_humantime_durations_a_user_would_write() {
+        for (kind, text) in [
+            (PeriodKind::Hourly, "2d"),
+            (PeriodKind::Daily, "8d"),
+            (PeriodKind::Weekly, "5w"),
+            (PeriodKind::Monthly, "13months"),
+            (PeriodKind::Yearly, "3years"),
+        ] {
+            assert_eq!(kind.default_retention(), Some(humantime::parse_duration(text).unwrap()), "{text}");
+        }
+        assert_eq!(PeriodKind::AllTime.default_retention(), None);
     }
 }
