@@ -284,7 +284,7 @@ pub async fn run(
                 // Nothing new yet and the batch in Redis is done: settle it now.
                 r = async { (&mut inflight.as_mut().expect("guarded").applied).await }, if inflight.is_some() => {
                     let f = inflight.take().expect("guarded");
-                    let Ok(Some(results)) = r else { break };
+                    let Some(results) = landed(r) else { break };
                     let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
                     settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
                     continue;
@@ -333,7 +333,7 @@ pub async fn run(
         if matches!(items.as_slice(), [Item::Erase { .. }]) {
             // An erasure waits for the batch before it, and runs alone.
             if let Some(f) = inflight.take() {
-                let Ok(Some(results)) = f.applied.await else { break };
+                let Some(results) = landed(f.applied.await) else { break };
                 let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
                 settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
             }
@@ -352,10 +352,9 @@ pub async fn run(
         // at once, so Redis sees each partition in log order and is never
         // idle while the loop settles the earlier batch's outcomes.
         let before = match inflight.take() {
-            Some(f) => match f.applied.await {
-                Ok(Some(results)) => Some((f.msgs, f.batch, results)),
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                _ => {
+            Some(f) => match landed(f.applied.await) {
+                Some(results) => Some((f.msgs, f.batch, results)),
+                None => {
                     info!("Shutdown during a retry: the batch in flight is abandoned and its offsets are not stored.");
                     break;
                 }
@@ -371,7 +370,7 @@ pub async fn run(
     // A batch Redis has already answered is settled, unless that would wait
     // for the dead-letter topic: then it is left to be read again.
     if let Some(f) = inflight.take() {
-        if let Ok(Ok(Some(results))) = tokio::time::timeout(Duration::from_secs(1), f.applied).await {
+        if let Ok(Some(results)) = tokio::time::timeout(Duration::from_secs(1), f.applied).await.map(landed) {
             let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
             if dead.is_empty() {
                 settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
@@ -438,6 +437,16 @@ async fn settle(
         held.note_processed(topic, partition, next - 1);
     }
     store_offsets(consumer, &offsets, held);
+}
+
+/// The results of a batch in flight; `None`: abandoned on shutdown. A panic
+/// of its apply task is raised again here.
+fn landed(joined: Result<Option<Vec<Vec<ApplyResult>>>, tokio::task::JoinError>) -> Option<Vec<Vec<ApplyResult>>> {
+    match joined {
+        Ok(results) => results,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
+    }
 }
 
 /// A batch whose writes are in Redis (or queued for it) while the loop
