@@ -321,15 +321,29 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> i64 {
-    let Ok(c) = client(brokers).set("group.id", group).create::<BaseConsumer>() else { return -1 };
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
+/// Reads a group's committed offsets, with one client for the whole run: a
+/// client made for every look would load the broker it measures.
+struct Committed {
+    consumer: BaseConsumer,
+    partitions: TopicPartitionList,
+}
+
+impl Committed {
+    fn new(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<Committed, String> {
+        let consumer = client(brokers).set("group.id", group).create::<BaseConsumer>().map_err(|e| e.to_string())?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        Ok(Committed { consumer, partitions: tpl })
     }
-    match c.committed_offsets(tpl, Duration::from_secs(10)) {
-        Ok(t) => t.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum(),
-        Err(_) => -1,
+
+    /// The sum of the committed offsets, -1 if the broker did not answer.
+    fn sum(&self) -> i64 {
+        match self.consumer.committed_offsets(self.partitions.clone(), Duration::from_secs(10)) {
+            Ok(t) => t.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum(),
+            Err(_) => -1,
+        }
     }
 }
 
@@ -349,6 +363,7 @@ fn run_to_end(exe: &Path, dir: &Path, cfg: &str, at: &GroupTopic<'_>, count: u64
     let path = dir.join(format!("{group}.toml"));
     std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join(format!("{group}.log"))).map_err(|e| e.to_string())?;
+    let commits = Committed::new(brokers, group, topic, partitions)?;
     let started = Instant::now();
     let mut child = std::process::Command::new(exe)
         .args(["run", "--config"])
@@ -361,7 +376,7 @@ fn run_to_end(exe: &Path, dir: &Path, cfg: &str, at: &GroupTopic<'_>, count: u64
     let mut peak = 0;
     let result = loop {
         peak = peak.max(proc_status_kib(pid, "VmHWM:"));
-        if committed(brokers, group, topic, partitions) >= count as i64 {
+        if commits.sum() >= count as i64 {
             break Ok((started.elapsed(), peak));
         }
         if started.elapsed() > Duration::from_secs(900) {
@@ -493,7 +508,8 @@ pub async fn pipeline(
     };
     produce(brokers, &lat_topic, n, 9, latency_rate).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while committed(brokers, &lat_group, &lat_topic, partitions) < n as i64 && Instant::now() < deadline {
+    let commits = Committed::new(brokers, &lat_group, &lat_topic, partitions)?;
+    while commits.sum() < n as i64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let buckets = scrape_latency(&listen).await?;
