@@ -5,7 +5,7 @@
 //! `bench pipeline` produces N generated events, then measures, in order:
 //! the broker ceiling (a bare consumer that only reads the topic), the Redis
 //! ceiling (the same events' bare writes, pipelined, no scripts), rankflow's
-//! store path alone (pre-parsed events through `Store::apply`), rankflow end
+//! store path alone (pre-parsed events through the store), rankflow end
 //! to end (the real binary, from start until the group's committed offsets
 //! reach the log end, with its peak resident memory), and latency at a
 //! steady produce rate. `bench read` fills a board of 1,000,000 members
@@ -29,7 +29,7 @@ use crate::config::{self, Settings};
 use crate::event::{self, Event, Parsed};
 use crate::generator::Generator;
 use crate::keys;
-use crate::store::{ApplyItem, RedisConn, Store, TagBatch};
+use crate::store::{push_write, Prepared, RedisConn, Store, TagBatch};
 
 /// The boards every pipeline benchmark uses: a match event fans out to six
 /// period keys on two boards, a lap to two keys of a split board.
@@ -219,6 +219,22 @@ fn read_events(
     Ok(out)
 }
 
+/// Sends each chunk's work while the next chunk's is built, so the client's
+/// side overlaps Redis's, as the worker's loop does.
+async fn overlapped<C, T>(
+    mut chunks: impl Iterator<Item = C>,
+    build: impl Fn(C) -> T,
+    send: impl AsyncFn(&T) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut next = chunks.next().map(&build);
+    while let Some(work) = next.take() {
+        let (sent, built) = tokio::join!(send(&work), async { chunks.next().map(&build) });
+        sent?;
+        next = built;
+    }
+    Ok(())
+}
+
 /// The Redis ceiling: per event one `SET NX EX` marker, and per board
 /// period one `ZINCRBY`/`ZADD GT`/`ZADD LT`, pipelined 1000 events at a time;
 /// each pipeline is built while the one before it is in Redis.
@@ -251,15 +267,16 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
         pipe
     };
     let started = Instant::now();
-    let mut chunks = events.chunks(1000).zip(plans.chunks(1000));
-    let mut next = chunks.next().map(|(e, p)| build(e, p));
-    while let Some(pipe) = next.take() {
-        let mut c = conn.clone();
-        let (sent, built) =
-            tokio::join!(pipe.query_async::<()>(&mut c), async { chunks.next().map(|(e, p)| build(e, p)) });
-        sent.map_err(|e| format!("bare writes: {e}"))?;
-        next = built;
-    }
+    let chunks = events.chunks(1000).zip(plans.chunks(1000));
+    overlapped(
+        chunks,
+        |(e, p)| build(e, p),
+        async |pipe: &redis::Pipeline| {
+            let mut c = conn.clone();
+            pipe.query_async::<()>(&mut c).await.map_err(|e| format!("bare writes: {e}"))
+        },
+    )
+    .await?;
     Ok(started.elapsed())
 }
 
@@ -278,36 +295,18 @@ async fn store_path(
         let mut tags: Vec<TagBatch<'_>> = Vec::new();
         for ((p, off, _, e), plan) in chunk.iter().zip(&plans) {
             for (_, d) in plan {
-                let Decision::Write(w) = d else { continue };
-                let t = match tags.iter().position(|t| t.base == w.base) {
-                    Some(t) => t,
-                    None => {
-                        tags.push(TagBatch { base: &w.base, params: w.params, items: Vec::new() });
-                        tags.len() - 1
-                    }
-                };
-                tags[t].items.push(ApplyItem {
-                    field: &fields[p],
-                    offset: *off,
-                    member: &e.player_id,
-                    num: w.num,
-                    tie: w.tie,
-                    ts: w.ts,
-                    event_id: &e.event_id,
-                    periods: &w.periods,
-                });
+                if let Decision::Write(w) = d {
+                    push_write(&mut tags, w, e, &fields[p], *off);
+                }
             }
         }
         store.prepare(&tags)
     };
     let started = Instant::now();
-    let mut chunks = events.chunks(batch);
-    let mut next = chunks.next().map(prepare);
-    while let Some(calls) = next.take() {
-        let (applied, prepared) = tokio::join!(store.apply_prepared(&calls), async { chunks.next().map(prepare) });
-        applied.map_err(|e| e.to_string())?;
-        next = prepared;
-    }
+    overlapped(events.chunks(batch), prepare, async |calls: &Prepared| {
+        store.apply_prepared(calls).await.map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await?;
     Ok(started.elapsed())
 }
 
@@ -441,11 +440,8 @@ pub async fn pipeline(
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let topic = format!("bench-{run}");
     let cfg_text = bench_config(brokers, redis_url, &topic, "unused", "127.0.0.1:0", "");
-    let settings = config::load_str(&cfg_text, Vec::new()).map_err(|e| e.to_string())?;
+    let (settings, conn, store) = open_store(&cfg_text).await?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
-    store.load_script().await.map_err(|e| e.to_string())?;
 
     create_topic(brokers, &topic, partitions).await?;
     eprintln!("bench: producing {count} events to {topic} ({partitions} partitions)");
@@ -466,9 +462,9 @@ pub async fn pipeline(
     let group = format!("bench-e2e-{run}");
     let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
     let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
-    let cpu0 = redis_cpu(&conn).await?;
+    let before = redis_stats(&conn).await?.cpu;
     let (e2e, peak_kib) = run_to_end(&exe, &dir, &cfg, &at, count)?;
-    let busy = (redis_cpu(&conn).await? - cpu0) / e2e.as_secs_f64();
+    let busy = (redis_stats(&conn).await?.cpu - before) / e2e.as_secs_f64();
     let e2e_rate = rate(count, e2e);
     rows.push(Row {
         what: "rankflow end to end",
@@ -542,40 +538,47 @@ pub async fn pipeline(
     Ok(())
 }
 
-/// Redis's own CPU seconds (user + sys) so far, from `INFO cpu`.
-async fn redis_cpu(conn: &RedisConn) -> Result<f64, String> {
+/// Redis's own CPU seconds so far (`INFO cpu`, user + sys) and the
+/// microseconds it has spent in each command (`INFO commandstats`), read
+/// with one `INFO`.
+struct RedisStats {
+    cpu: f64,
+    usec: HashMap<String, f64>,
+}
+
+async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> {
     let mut c = conn.clone();
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await.map_err(|e| format!("INFO: {e}"))?;
-    Ok(info
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .map_err(|e| format!("INFO: {e}"))?;
+    let cpu = info
         .lines()
         .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
         .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum())
-}
-
-/// Microseconds Redis has spent in each command so far, from `INFO commandstats`.
-async fn command_usec(conn: &RedisConn) -> Result<HashMap<String, f64>, String> {
-    let mut c = conn.clone();
-    let info: String =
-        redis::cmd("INFO").arg("commandstats").query_async(&mut c).await.map_err(|e| format!("INFO: {e}"))?;
-    Ok(info
+        .sum();
+    let usec = info
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
             let usec = rest.split(',').find_map(|kv| kv.strip_prefix("usec="))?.parse().ok()?;
             Some((name.to_uppercase(), usec))
         })
-        .collect())
+        .collect();
+    Ok(RedisStats { cpu, usec })
 }
 
 /// Where Redis's time went in one phase, per event: its CPU, and each
 /// command's share (for scripts: the commands inside them, and the rest,
 /// which is the interpreter and the calls' own cost).
-fn breakdown(what: &str, n: u64, cpu_secs: f64, before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> String {
+fn breakdown(what: &str, n: u64, before: &RedisStats, after: &RedisStats) -> String {
     let per = |usec: f64| usec / n as f64;
     let mut used: Vec<(String, f64)> = after
+        .usec
         .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .map(|(k, v)| (k.clone(), v - before.usec.get(k).copied().unwrap_or(0.0)))
         .filter(|(k, d)| *d > 0.0 && !matches!(k.as_str(), "INFO" | "FLUSHALL" | "CONFIG|RESETSTAT" | "SCRIPT|LOAD"))
         .collect();
     used.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -583,7 +586,7 @@ fn breakdown(what: &str, n: u64, cpu_secs: f64, before: &HashMap<String, f64>, a
     let inner: f64 = used.iter().filter(|(k, _)| k != "EVALSHA").map(|(_, d)| *d).sum();
     let parts: Vec<String> =
         used.iter().filter(|(k, _)| k != "EVALSHA").map(|(k, d)| format!("{k} {:.1}", per(*d))).collect();
-    let mut line = format!("- {what}: Redis CPU {:.1} µs/event", cpu_secs * 1e6 / n as f64);
+    let mut line = format!("- {what}: Redis CPU {:.1} µs/event", (after.cpu - before.cpu) * 1e6 / n as f64);
     if script > 0.0 {
         line += &format!(
             "; in scripts {:.1}: commands {} (sum {:.1}), interpreter and calls {:.1}",
@@ -617,20 +620,22 @@ async fn store_rows(
     let lean_router = Router::new(lean, &settings.redis.key_prefix);
     let mut rows = Vec::new();
     let mut ceiling = 0.0;
-    for what in
-        ["Redis ceiling: bare pipelined writes", "rankflow store path", "rankflow store path, dense_rank = false"]
-    {
+    let phases = [
+        ("Redis ceiling: bare pipelined writes", None),
+        ("rankflow store path", Some(&router)),
+        ("rankflow store path, dense_rank = false", Some(&lean_router)),
+    ];
+    for (what, through) in phases {
         eprintln!("bench: {what} ({n} events)");
         flush(conn).await?;
-        let cpu0 = redis_cpu(conn).await?;
-        let stats0 = command_usec(conn).await?;
-        let took = match what {
-            "Redis ceiling: bare pipelined writes" => bare_writes(conn, &router, events).await?,
-            "rankflow store path" => store_path(store, &router, events, settings.worker.batch_size).await?,
-            _ => store_path(store, &lean_router, events, settings.worker.batch_size).await?,
+        let before = redis_stats(conn).await?;
+        let took = match through {
+            None => bare_writes(conn, &router, events).await?,
+            Some(r) => store_path(store, r, events, settings.worker.batch_size).await?,
         };
-        let cpu = redis_cpu(conn).await? - cpu0;
-        notes.push(breakdown(what, n, cpu, &stats0, &command_usec(conn).await?));
+        let after = redis_stats(conn).await?;
+        notes.push(breakdown(what, n, &before, &after));
+        let cpu = after.cpu - before.cpu;
         let busy = cpu / took.as_secs_f64();
         let per_sec = rate(n, took);
         if ceiling == 0.0 {
@@ -643,15 +648,22 @@ async fn store_rows(
     Ok((rows, notes))
 }
 
+/// Settings from a config text, and a store on its Redis with the apply
+/// script loaded.
+async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, Store), String> {
+    let settings = config::load_str(cfg_text, Vec::new()).map_err(|e| e.to_string())?;
+    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    store.load_script().await.map_err(|e| e.to_string())?;
+    Ok((settings, conn, store))
+}
+
 /// `rankflow bench store`: the store path against the Redis ceiling alone,
 /// on events generated in-process (no broker), for quick comparisons.
 pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), String> {
     let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "unused", "127.0.0.1:0", "");
-    let settings = config::load_str(&cfg_text, Vec::new()).map_err(|e| e.to_string())?;
+    let (settings, conn, store) = open_store(&cfg_text).await?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
-    store.load_script().await.map_err(|e| e.to_string())?;
     let now = chrono::Utc::now().timestamp_millis();
     let mut g = Generator::new(7, 100_000, now - 1000, 0);
     let mut offsets = vec![0i64; partitions.max(1) as usize];
@@ -700,12 +712,9 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{redis_url}\"\n\
          [[board]]\nid = \"big\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\n"
     );
-    let settings: Settings = config::load_str(&cfg, Vec::new()).map_err(|e| e.to_string())?;
+    let (settings, conn, store) = open_store(&cfg).await?;
     let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     flush(&conn).await?;
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
-    store.load_script().await.map_err(|e| e.to_string())?;
     eprintln!("bench: filling a board of {members} members through the store");
     let mut g = rand_seed(5);
     let now = chrono::Utc::now().timestamp_millis();

@@ -17,8 +17,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
-use crate::board::{PeriodWrite, WriteOp, WriteParams};
+use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
 use crate::config::RedisSettings;
+use crate::event::Event;
 use crate::keys;
 
 const APPLY_LUA: &str = include_str!("scripts/apply.lua");
@@ -151,6 +152,36 @@ pub struct TagBatch<'a> {
 }
 
 /// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
+/// Adds one event's write on one board to the batch of its board tag,
+/// opening a batch for a tag not seen yet; returns the tag's index, so that
+/// `tags[t].items` keeps record order.
+pub fn push_write<'a>(
+    tags: &mut Vec<TagBatch<'a>>,
+    write: &'a BoardWrite,
+    event: &'a Event,
+    field: &'a str,
+    offset: i64,
+) -> usize {
+    let t = match tags.iter().position(|t| t.base == write.base) {
+        Some(t) => t,
+        None => {
+            tags.push(TagBatch { base: &write.base, params: write.params, items: Vec::new() });
+            tags.len() - 1
+        }
+    };
+    tags[t].items.push(ApplyItem {
+        field,
+        offset,
+        member: &event.player_id,
+        num: write.num,
+        tie: write.tie,
+        ts: write.ts,
+        event_id: &event.event_id,
+        periods: &write.periods,
+    });
+    t
+}
+
 /// A batch's encoded script calls: (board tag, call, number of events).
 pub struct Prepared {
     calls: Vec<(String, Invocation, usize)>,

@@ -55,7 +55,7 @@ use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
 use crate::schedule::{self, JobCache, Watermarks};
-use crate::store::{ApplyItem, ApplyResult, Prepared, Store, StoreError, TagBatch};
+use crate::store::{push_write, ApplyResult, Prepared, Store, StoreError, TagBatch};
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
 #[derive(Debug, Default)]
@@ -285,8 +285,7 @@ pub async fn run(
                 r = async { (&mut inflight.as_mut().expect("guarded").applied).await }, if inflight.is_some() => {
                     let f = inflight.take().expect("guarded");
                     let Some(results) = landed(r) else { break };
-                    let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
-                    settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
+                    settle_applied(&w, &consumer, &mut held, &marks, &f.msgs, f.batch, results).await;
                     continue;
                 }
                 m = consumer.recv() => m,
@@ -334,8 +333,7 @@ pub async fn run(
             // An erasure waits for the batch before it, and runs alone.
             if let Some(f) = inflight.take() {
                 let Some(results) = landed(f.applied.await) else { break };
-                let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
-                settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
+                settle_applied(&w, &consumer, &mut held, &marks, &f.msgs, f.batch, results).await;
             }
             let Some(offsets) = w.erase_batch(&msgs, items).instrument(span).await else {
                 info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
@@ -363,8 +361,7 @@ pub async fn run(
         };
         inflight = Some(InFlight { msgs, batch, applied: w.spawn_apply(calls, span) });
         if let Some((msgs, batch, results)) = before {
-            let (offsets, dead) = w.finish(&msgs, batch, results);
-            settle(&w, &consumer, &mut held, &marks, &msgs, offsets, dead).await;
+            settle_applied(&w, &consumer, &mut held, &marks, &msgs, batch, results).await;
         }
     }
     // A batch Redis has already answered is settled, unless that would wait
@@ -394,6 +391,21 @@ pub async fn run(
     });
     info!("Worker stopped.");
     Ok(())
+}
+
+/// Settles a batch Redis has applied: its records' outcomes
+/// (`Worker::finish`), then everything that follows them (`settle`).
+async fn settle_applied(
+    w: &Worker<'_>,
+    consumer: &StreamConsumer<WorkerContext>,
+    held: &mut Held,
+    marks: &Watermarks,
+    msgs: &[BorrowedMessage<'_>],
+    batch: Planned,
+    results: Vec<Vec<ApplyResult>>,
+) {
+    let (offsets, dead) = w.finish(msgs, batch, results);
+    settle(w, consumer, held, marks, msgs, offsets, dead).await;
 }
 
 /// What follows a batch's outcomes: watermarks, dead letters, held
@@ -573,24 +585,10 @@ impl Worker<'_> {
             let Item::Event { event, decisions, .. } = item else { continue };
             for (d, (_, decision)) in decisions.iter().enumerate() {
                 let Decision::Write(w) = decision else { continue };
-                let t = match tags.iter().position(|t| t.base == w.base) {
-                    Some(t) => t,
-                    None => {
-                        tags.push(TagBatch { base: &w.base, params: w.params, items: Vec::new() });
-                        back.push(Vec::new());
-                        tags.len() - 1
-                    }
-                };
-                tags[t].items.push(ApplyItem {
-                    field: &fields[tp_of[i]],
-                    offset: msgs[i].offset(),
-                    member: &event.player_id,
-                    num: w.num,
-                    tie: w.tie,
-                    ts: w.ts,
-                    event_id: &event.event_id,
-                    periods: &w.periods,
-                });
+                let t = push_write(&mut tags, w, event, &fields[tp_of[i]], msgs[i].offset());
+                if t == back.len() {
+                    back.push(Vec::new());
+                }
                 back[t].push((i, d));
             }
         }

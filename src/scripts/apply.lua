@@ -104,6 +104,25 @@ local function variadic(head, list, step)
   end
 end
 
+-- list[s .. s + CHUNK - 1], as a new table.
+local function chunk_of(list, s)
+  local chunk = {}
+  for x = s, math.min(s + CHUNK - 1, #list) do chunk[#chunk + 1] = list[x] end
+  return chunk
+end
+
+-- Appends member to lists[j] the first time it is added for period key j
+-- (sets[j] remembers which members lists[j] holds).
+local function add_once(sets, lists, j, member)
+  local set = sets[j]
+  if not set then set = {}; sets[j] = set; lists[j] = {} end
+  if not set[member] then
+    set[member] = true
+    local list = lists[j]
+    list[#list + 1] = member
+  end
+end
+
 -- The sliding window (ts - window, ts] of admitted events: true if one more fits.
 local function admit(member, ts, id)
   local rl = rl_prefix .. member
@@ -143,15 +162,7 @@ while a <= nflat do
   a = first + flat[a + 6]
   for w = first, a - 1 do
     local j = flat[w]
-    if not sealed[j] then
-      local s = seen_m[j]
-      if not s then s = {}; seen_m[j] = s; wanted[j] = {} end
-      if not s[member] then
-        s[member] = true
-        local list = wanted[j]
-        list[#list + 1] = member
-      end
-    end
+    if not sealed[j] then add_once(seen_m, wanted, j, member) end
   end
 end
 
@@ -162,8 +173,7 @@ local cur, base, times = {}, {}, {}
 for j, list in pairs(wanted) do
   local c, b, t = {}, {}, {}
   for s = 1, #list, CHUNK do
-    local chunk = {}
-    for x = s, math.min(s + CHUNK - 1, #list) do chunk[#chunk + 1] = list[x] end
+    local chunk = chunk_of(list, s)
     local scores = redis.call('ZMSCORE', KEYS[1 + j], unpack(chunk))
     local ts
     if latest then ts = redis.call('HMGET', KEYS[1 + 3 * np + j], unpack(chunk)) end
@@ -183,13 +193,7 @@ local moved = {}    -- moved[j]: list of members whose value changed, in order
 local is_moved = {} -- is_moved[j][member] = true
 local function move(j, member, stored)
   cur[j][member] = stored
-  local m = is_moved[j]
-  if not m then m = {}; is_moved[j] = m; moved[j] = {} end
-  if not m[member] then
-    m[member] = true
-    local list = moved[j]
-    list[#list + 1] = member
-  end
+  add_once(is_moved, moved, j, member)
 end
 
 for i = 1, #starts do
@@ -282,8 +286,8 @@ local function settle(j, delta)
   local index, counts = KEYS[1 + np + j], KEYS[1 + 2 * np + j]
   local set, del, add, rem = {}, {}, {}, {}
   for s = 1, #vals, CHUNK do
-    local names = {}
-    for x = s, math.min(s + CHUNK - 1, #vals) do names[#names + 1] = fmt(vals[x]) end
+    local names = chunk_of(vals, s)
+    for x = 1, #names do names[x] = fmt(names[x]) end
     local olds = redis.call('HMGET', counts, unpack(names))
     for x = 1, #names do
       local v = vals[s + x - 1]
