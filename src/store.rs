@@ -196,7 +196,7 @@ impl Prepared {
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
-    /// Strings, then the events as one MessagePack array (see apply.lua).
+    /// Strings, then the batch as one MessagePack array (see apply.lua).
     pub args: Vec<Vec<u8>>,
 }
 
@@ -245,10 +245,18 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     for period in &periods {
         push(period.expire_at.unwrap_or(0).to_string());
     }
+    // The batch's distinct members, and per period key the distinct members
+    // written to it, so that the script keys its state by number.
+    let mut member_index: HashMap<&str, usize> = HashMap::with_capacity(batch.items.len());
+    let mut members: Vec<&str> = Vec::with_capacity(batch.items.len());
+    let mut per_period: Vec<Vec<usize>> = vec![Vec::new(); periods.len()];
+    // listed[m - 1]: bit j - 1 set once member m is in period key j's list
+    // (a tag has a few period keys; past 64 a set takes over).
+    let mut listed: Vec<u64> = Vec::with_capacity(batch.items.len());
+    let mut listed_wide: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
     let mut fields: Vec<&str> = Vec::new();
-    let mut events = Vec::with_capacity(batch.items.len() * 48);
-    let len: usize = batch.items.iter().map(|i| 7 + i.periods.len()).sum();
-    rmp::encode::write_array_len(&mut events, len as u32).expect("writing to a Vec cannot fail");
+    let mut body = Vec::with_capacity(batch.items.len() * 24);
+    let mut len = 0usize;
     for item in &batch.items {
         let f = match fields.iter().position(|f| *f == item.field) {
             Some(f) => f,
@@ -257,16 +265,48 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
                 fields.len() - 1
             }
         };
-        mp_int(&mut events, f as i64 + 1);
-        mp_int(&mut events, item.offset);
-        rmp::encode::write_str(&mut events, item.member).expect("writing to a Vec cannot fail");
+        let m = *member_index.entry(item.member).or_insert_with(|| {
+            members.push(item.member);
+            listed.push(0);
+            members.len()
+        });
+        mp_int(&mut body, f as i64 + 1);
+        mp_int(&mut body, item.offset);
+        mp_int(&mut body, m as i64);
         for n in [item.num, item.tie, item.ts, item.periods.len() as i64] {
-            mp_int(&mut events, n);
+            mp_int(&mut body, n);
         }
         for period in item.periods {
-            mp_int(&mut events, period_index[period.key.as_str()] as i64);
+            let j = period_index[period.key.as_str()];
+            mp_int(&mut body, j as i64);
+            let new = if j <= 64 {
+                let bit = 1u64 << (j - 1);
+                let fresh = listed[m - 1] & bit == 0;
+                listed[m - 1] |= bit;
+                fresh
+            } else {
+                listed_wide.insert((j, m))
+            };
+            if new {
+                per_period[j - 1].push(m);
+            }
+        }
+        len += 7 + item.periods.len();
+    }
+    len += 1 + members.len() + per_period.iter().map(|l| 1 + l.len()).sum::<usize>();
+    let mut events = Vec::with_capacity(body.len() + 16 * members.len() + 16);
+    rmp::encode::write_array_len(&mut events, len as u32).expect("writing to a Vec cannot fail");
+    mp_int(&mut events, members.len() as i64);
+    for m in &members {
+        rmp::encode::write_str(&mut events, m).expect("writing to a Vec cannot fail");
+    }
+    for list in &per_period {
+        mp_int(&mut events, list.len() as i64);
+        for m in list {
+            mp_int(&mut events, *m as i64);
         }
     }
+    events.extend_from_slice(&body);
     push(fields.len().to_string());
     for f in &fields {
         push(f.to_string());
@@ -546,7 +586,8 @@ mod tests {
                 "t:1"
             ]
         );
-        // The events: field index, offset, member, num, tie, ts, W, period indexes.
+        // The members; per period key its members' indexes; then the events:
+        // field index, offset, member index, num, tie, ts, W, period indexes.
         let mut rd = events.as_slice();
         let len = rmp::decode::read_array_len(&mut rd).unwrap();
         let mut got = Vec::new();
@@ -562,6 +603,15 @@ mod tests {
             }
         }
         assert!(rd.is_empty());
-        assert_eq!(got, ["1", "7", "alice", "5", "0", "1", "2", "1", "2", "2", "9", "bob", "-3", "0", "2", "1", "2"]);
+        assert_eq!(
+            got,
+            [
+                "2", "alice", "bob", // members
+                "1", "1", // period key 1: alice
+                "2", "1", "2", // period key 2: alice, bob
+                "1", "7", "1", "5", "0", "1", "2", "1", "2", // alice's event, on both keys
+                "2", "9", "2", "-3", "0", "2", "1", "2" // bob's event, on key 2
+            ]
+        );
     }
 }

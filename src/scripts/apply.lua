@@ -50,11 +50,18 @@
 -- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
 -- ARGV[14 + P]        F: how many topic-partition fields follow
 -- ARGV[14 + P + f]    field f, "<topic>:<partition>"
--- ARGV[15 + P + F]    the events, one MessagePack array (decoded in C by cmsgpack, so
---                     numbers arrive as numbers), per event:
---                     f, offset, member, num, tie, ts, W, then W period-key indexes (1-based)
---                     f: index of the event's field; num: the delta for "sum", the
---                     packed stored score otherwise; ts: the event time, epoch ms
+-- ARGV[15 + P + F]    the batch, one MessagePack array (decoded in C by cmsgpack, so
+--                     numbers arrive as numbers), flat:
+--                     M, then the batch's M distinct members;
+--                     for each period key j = 1..P: L, then the indexes (into the
+--                     members, 1-based) of the L distinct members written to it;
+--                     then per event: f, offset, m, num, tie, ts, W, then W
+--                     period-key indexes (1-based)
+--                     f: index of the event's field; m: index of its member; num:
+--                     the delta for "sum", the packed stored score otherwise;
+--                     ts: the event time, epoch ms
+--                     (the grouping is done by the caller, so that the script
+--                     keeps its per-member state in tables indexed by number)
 --
 -- Returns one integer per event:
 --   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
@@ -85,12 +92,13 @@ local marker_base = 1 + 3 * np
 if latest then marker_base = 1 + 4 * np end
 local CHUNK = 1000
 
-local function value_of(stored)
-  return math.floor(stored / shift)
-end
+local floor = math.floor
 
+local format = string.format
+-- Integers reach Redis as decimal strings made here: a number argument of
+-- redis.call is converted by Redis with "%.17g", which costs several times more.
 local function fmt(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- Runs a variadic command over list (already flat), CHUNK arguments at a
@@ -109,18 +117,6 @@ local function chunk_of(list, s)
   local chunk = {}
   for x = s, math.min(s + CHUNK - 1, #list) do chunk[#chunk + 1] = list[x] end
   return chunk
-end
-
--- Appends member to lists[j] the first time it is added for period key j
--- (sets[j] remembers which members lists[j] holds).
-local function add_once(sets, lists, j, member)
-  local set = sets[j]
-  if not set then set = {}; sets[j] = set; lists[j] = {} end
-  if not set[member] then
-    set[member] = true
-    local list = lists[j]
-    list[#list + 1] = member
-  end
 end
 
 -- The sliding window (ts - window, ts] of admitted events: true if one more fits.
@@ -145,60 +141,64 @@ if seal_on then
   end
 end
 
--- Phase 1: the events, and every member's current value in each open period key.
+-- Phase 1: every member's current value in each open period key. The
+-- batch's member m is flat[1 + m]; period key j's members are
+-- flat[at[j] .. at[j] + len[j] - 1] (member indexes).
 local nf = tonumber(ARGV[14 + np])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[14 + np + f] end
 local flat = cmsgpack.unpack(ARGV[15 + np + nf])
-local starts = {}   -- starts[i]: where event i begins in flat
-local wanted = {}   -- wanted[j]: list of distinct members of period key j
-local seen_m = {}   -- seen_m[j][member] = true
-local a = 1
-local nflat = #flat
-while a <= nflat do
-  starts[#starts + 1] = a
-  local member = flat[a + 2]
-  local first = a + 7
-  a = first + flat[a + 6]
-  for w = first, a - 1 do
-    local j = flat[w]
-    if not sealed[j] then add_once(seen_m, wanted, j, member) end
-  end
+local at, len = {}, {}
+local a = flat[1] + 2
+for j = 1, np do
+  len[j], at[j] = flat[a], a + 1
+  a = a + 1 + flat[a]
 end
+local first_event = a
 
--- cur[j][member]: the stored score (false: absent), as the events see it;
--- base[j][member]: the stored score before this call; times[j][member]: the
--- event time of a "latest" value.
-local cur, base, times = {}, {}, {}
-for j, list in pairs(wanted) do
-  local c, b, t = {}, {}, {}
-  for s = 1, #list, CHUNK do
-    local chunk = chunk_of(list, s)
-    local scores = redis.call('ZMSCORE', KEYS[1 + j], unpack(chunk))
-    local ts
-    if latest then ts = redis.call('HMGET', KEYS[1 + 3 * np + j], unpack(chunk)) end
-    for x = 1, #chunk do
-      local v = false
-      if scores[x] then v = tonumber(scores[x]) end
-      c[chunk[x]], b[chunk[x]] = v, v
-      if latest and ts[x] then t[chunk[x]] = tonumber(ts[x]) end
+-- cur[j][m]: the stored score (false: absent), as the events see it;
+-- base[j][m]: the stored score before this call; times[j][m]: the event
+-- time of a "latest" value.
+-- base_str[j][m]: with SHIFT 1 and dense indexes, the stored score as Redis
+-- wrote it, which is also the value's name in the dense index.
+local cur, base, times, base_str = {}, {}, {}, {}
+local plain = shift == 1 and dense_on
+for j = 1, np do
+  if not sealed[j] and len[j] > 0 then
+    local c, b, t, bs = {}, {}, {}, {}
+    for s = at[j], at[j] + len[j] - 1, CHUNK do
+      local e = math.min(s + CHUNK - 1, at[j] + len[j] - 1)
+      local names = {}
+      for x = s, e do names[#names + 1] = flat[1 + flat[x]] end
+      local scores = redis.call('ZMSCORE', KEYS[1 + j], unpack(names))
+      local ts
+      if latest then ts = redis.call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
+      for x = s, e do
+        local m, score = flat[x], scores[x - s + 1]
+        local v = false
+        if score then
+          v = tonumber(score)
+          if plain then bs[m] = score end
+        end
+        c[m], b[m] = v, v
+        if latest and ts[x - s + 1] then t[m] = tonumber(ts[x - s + 1]) end
+      end
     end
+    cur[j], base[j], times[j], base_str[j] = c, b, t, bs
   end
-  cur[j], base[j], times[j] = c, b, t
 end
 
 -- Phase 2: decide each event in order against the values held above.
 local last_off, dirty, touched, out = {}, {}, {}, {}
-local moved = {}    -- moved[j]: list of members whose value changed, in order
-local is_moved = {} -- is_moved[j][member] = true
-local function move(j, member, stored)
-  cur[j][member] = stored
-  add_once(is_moved, moved, j, member)
-end
+local moved = {}    -- moved[j][m] = true: member m's value (or time) in period key j changed
+for j = 1, np do moved[j] = {} end
 
-for i = 1, #starts do
-  local a = starts[i]
-  local f, off, member, num = flat[a], flat[a + 1], flat[a + 2], flat[a + 3]
+local i = 0
+a = first_event
+local nflat = #flat
+while a <= nflat do
+  i = i + 1
+  local f, off, m, num = flat[a], flat[a + 1], flat[a + 2], flat[a + 3]
   local first, stop = a + 7, a + 6 + flat[a + 6]
   local field = fields[f]
   local last = last_off[f]
@@ -223,15 +223,15 @@ for i = 1, #starts do
         if not sealed[j] then
           open = true
           if op == 'sum' then
-            local old = cur[j][member]
+            local old = cur[j][m]
             local total = num
-            if old then total = value_of(old) + num end
+            if old then total = floor(old / shift) + num end
             if total > maxv or total < -maxv then code = 4 end
           end
         end
       end
       if code == 1 and not open then code = 6 end
-      if code == 1 and rate_events > 0 and not admit(member, flat[a + 5], field .. ':' .. fmt(off)) then
+      if code == 1 and rate_events > 0 and not admit(flat[1 + m], flat[a + 5], field .. ':' .. fmt(off)) then
         code = 5
       end
       if code ~= 1 then redis.call('DEL', marker) end
@@ -241,20 +241,24 @@ for i = 1, #starts do
         local j = flat[w]
         -- A sealed period is skipped: the event still counts on the board's open periods.
         if not sealed[j] then
-          local old = cur[j][member]
+          local c = cur[j]
+          local old = c[m]
           if op == 'sum' then
             local total = num
-            if old then total = value_of(old) + num end
-            move(j, member, total * shift + flat[a + 4])
+            if old then total = floor(old / shift) + num end
+            c[m] = total * shift + flat[a + 4]
+            moved[j][m] = true
           elseif latest then
             local ts = flat[a + 5]
-            local seen = times[j][member]
+            local seen = times[j][m]
             if not seen or ts > seen then
-              times[j][member] = ts
-              move(j, member, num)
+              times[j][m] = ts
+              c[m] = num
+              moved[j][m] = true
             end
           elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
-            move(j, member, num)
+            c[m] = num
+            moved[j][m] = true
           end
           touched[j] = true
         end
@@ -264,6 +268,7 @@ for i = 1, #starts do
     end
     out[i] = code
   end
+  a = stop + 1
 end
 
 -- Phase 3: the writes.
@@ -271,10 +276,26 @@ for f in pairs(dirty) do
   redis.call('HSET', offsets_key, fields[f], fmt(last_off[f]))
 end
 
--- Net change of the member count of each value of period key j.
+-- Net change of the member count of each value of period key j, by the
+-- value's decimal name.
 local function count(delta, v, d)
   delta[v] = (delta[v] or 0) + d
 end
+
+-- The decimal name of the value of a stored score (str: the score as a
+-- decimal string, when one is at hand).
+local function value_name(stored, str)
+  if shift == 1 and str then return str end
+  return fmt(floor(stored / shift))
+end
+
+-- The one field of a value-count hash that is not a value (see settle).
+local PIN_FIELD = 'encoding'
+local PIN_VALUE = 'a hash table: this value is longer than hash-max-listpack-value (64 bytes)'
+
+-- Member counts as strings, made once per call.
+local small = {}
+for n = 1, 16 do small[n] = fmt(n) end
 
 -- Makes period key j's dense index and value counts exact again: one HMGET
 -- of the counts of the values that changed, then variadic writes.
@@ -284,10 +305,14 @@ local function settle(j, delta)
     if d ~= 0 then vals[#vals + 1] = v end
   end
   local index, counts = KEYS[1 + np + j], KEYS[1 + 2 * np + j]
+  if #vals == 0 then return end
+  -- A hash of up to hash-max-listpack-entries (512 by default) fields is a
+  -- listpack, scanned end to end on every lookup; a value longer than
+  -- hash-max-listpack-value makes it a hash table for good.
+  redis.call('HSETNX', counts, PIN_FIELD, PIN_VALUE)
   local set, del, add, rem = {}, {}, {}, {}
   for s = 1, #vals, CHUNK do
     local names = chunk_of(vals, s)
-    for x = 1, #names do names[x] = fmt(names[x]) end
     local olds = redis.call('HMGET', counts, unpack(names))
     for x = 1, #names do
       local v = vals[s + x - 1]
@@ -295,9 +320,9 @@ local function settle(j, delta)
       local new = old + delta[v]
       if new > 0 then
         set[#set + 1] = names[x]
-        set[#set + 1] = new
+        set[#set + 1] = small[new] or fmt(new)
         if old <= 0 then
-          add[#add + 1] = v
+          add[#add + 1] = names[x]
           add[#add + 1] = names[x]
         end
       elseif old > 0 then
@@ -318,24 +343,29 @@ for j in pairs(touched) do
   -- The registry lets an erasure find every period key of the tag.
   redis.call('SADD', registry, k)
   local delta = {}
-  local list = moved[j]
-  if list then
+  local mv = moved[j]
+  if next(mv) then
     local pairs_ = {}
     local stamps = {}
-    for _, member in ipairs(list) do
-      local old, new = base[j][member], cur[j][member]
-      if old ~= new then
-        -- Numbers reach Redis as "%.17g", exact for every stored score.
-        pairs_[#pairs_ + 1] = new
-        pairs_[#pairs_ + 1] = member
-        if dense_on then
-          if old then count(delta, value_of(old), -1) end
-          count(delta, value_of(new), 1)
+    local c, b = cur[j], base[j]
+    for x = at[j], at[j] + len[j] - 1 do
+      local m = flat[x]
+      if mv[m] then
+        local old, new = b[m], c[m]
+        local member = flat[1 + m]
+        if old ~= new then
+          local new_str = fmt(new)
+          pairs_[#pairs_ + 1] = new_str
+          pairs_[#pairs_ + 1] = member
+          if dense_on then
+            if old then count(delta, value_name(old, base_str[j][m]), -1) end
+            count(delta, value_name(new, new_str), 1)
+          end
         end
-      end
-      if latest then
-        stamps[#stamps + 1] = member
-        stamps[#stamps + 1] = times[j][member]
+        if latest then
+          stamps[#stamps + 1] = member
+          stamps[#stamps + 1] = fmt(times[j][m])
+        end
       end
     end
     if #pairs_ > 0 then variadic({ 'ZADD', k }, pairs_, 2) end
@@ -354,7 +384,7 @@ for j in pairs(touched) do
         redis.call('ZREMRANGEBYRANK', k, top_k, -1)
       end
       for v = 2, #victims, 2 do
-        count(delta, value_of(tonumber(victims[v])), -1)
+        count(delta, value_name(tonumber(victims[v]), victims[v]), -1)
       end
     end
   end

@@ -582,6 +582,26 @@ pub async fn zset_values(conn: &mut redis::aio::MultiplexedConnection, key: &str
     v.into_iter().map(|(m, s)| (m, s as i64)).collect()
 }
 
+/// A dense index's value counts (`_dcount` hash: value -> members holding
+/// it), after checking the hash's one other field: the pin that keeps it a
+/// hash table rather than a listpack scanned on every lookup.
+pub async fn value_counts(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, i64> {
+    let mut all: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
+    if all.is_empty() {
+        return HashMap::new();
+    }
+    let pin = all.remove("encoding").unwrap_or_else(|| panic!("{key} has no encoding pin"));
+    assert!(pin.len() > 64, "the pin of {key} is longer than hash-max-listpack-value");
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(key).query_async(conn).await.unwrap();
+    assert_eq!(encoding, "hashtable", "{key} is a hash table");
+    all.into_iter()
+        .map(|(v, n)| {
+            let count = n.parse().unwrap_or_else(|_| panic!("{key}: count {n} of {v}"));
+            (v, count)
+        })
+        .collect()
+}
+
 /// A record header's value as text.
 pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     use rdkafka::message::{Headers, Message};

@@ -359,7 +359,7 @@ impl Stream {
             want.dedup();
             assert_eq!(got, want, "dense index {dense_key}");
             let count_key = format!("{tag}}}:_dcount:{period}");
-            let counts: HashMap<String, i64> = redis::cmd("HGETALL").arg(&count_key).query_async(conn).await.unwrap();
+            let counts = super::value_counts(conn, &count_key).await;
             let mut expected: HashMap<String, i64> = HashMap::new();
             for v in entries.values() {
                 *expected.entry(format!("{}", *v as i64)).or_default() += 1;
