@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Counts the instructions Redis executes per event in each phase of
+# `rankflow bench store` (Redis ceiling, store path, store path without dense
+# indexes), by running redis-server under valgrind's callgrind. Unlike CPU
+# time, instruction counts do not move with the load of a shared machine, so
+# two versions of the apply script can be compared run against run. They
+# weigh cache misses at nothing, though: a change that saves instructions
+# must still show in `rankflow bench store`'s times.
+# Size: BENCH_EVENTS (default 20000; callgrind runs Redis about 50x slower).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+cargo build --release --quiet
+bin=$PWD/target/release/rankflow
+events=${BENCH_EVENTS:-20000}
+
+dir=$(mktemp -d /tmp/rankflow-instr-XXXXXX)
+vg=""
+cleanup() { [ -n "$vg" ] && kill "$vg" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" --instr-atstart=no \
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$dir/valgrind.log" 2>&1 &
+vg=$!
+for _ in $(seq 1 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+
+# Counting runs from here; each dump closes a phase and starts the next count.
+callgrind_control --instr=on "$vg" >/dev/null 2>&1
+callgrind_control -z "$vg" >/dev/null 2>&1
+"$bin" bench store --redis "redis://127.0.0.1:$port" --events "$events" >"$dir/bench.out" 2>&1 &
+bench=$!
+wait_for() { until grep -q "$1" "$dir/bench.out"; do kill -0 "$bench" 2>/dev/null || { cat "$dir/bench.out" >&2; exit 1; }; sleep 0.05; done; }
+wait_for "store path ("
+callgrind_control -d "$vg" >/dev/null 2>&1
+wait_for "dense_rank = false ("
+callgrind_control -d "$vg" >/dev/null 2>&1
+wait "$bench"
+callgrind_control -d "$vg" >/dev/null 2>&1
+
+totals=()
+for f in $(ls -tr "$dir"/cg.out.*); do
+  totals+=("$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')")
+done
+echo "Redis instructions per event ($events events; each phase includes the FLUSHALL that starts it):"
+echo "- Redis ceiling: bare pipelined writes: $((totals[0] / events))"
+echo "- rankflow store path: $((totals[1] / events))"
+echo "- rankflow store path, dense_rank = false: $((totals[2] / events))"
