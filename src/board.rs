@@ -7,7 +7,8 @@
 //! a missing or bad split value). Decisions that need the board's current
 //! state (a `sum` leaving the exact range) are taken by the apply script.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -239,7 +240,9 @@ pub struct BoardWrite {
     /// Key base of the board (or split): every key below shares its hash tag.
     pub base: String,
     pub params: WriteParams,
-    pub periods: Vec<PeriodWrite>,
+    /// Shared with the router's cache: every event of a period on a board
+    /// (and split) writes the same keys.
+    pub periods: Vec<Arc<PeriodWrite>>,
     /// `sum`: the delta; `best` and `latest`: the packed stored score.
     pub num: i64,
     /// `sum`: the tie component to pack with the new total; otherwise 0.
@@ -259,19 +262,36 @@ pub enum Decision {
 #[derive(Clone, Debug)]
 pub struct Router {
     boards: Vec<Board>,
-    by_type: HashMap<String, Vec<usize>>,
+    by_type: rustc_hash::FxHashMap<String, Vec<usize>>,
     prefix: String,
+    /// The last period written per board, kind and split value, with its
+    /// bounds: most events fall in the period of the event before them, and
+    /// their keys need not be worked out and allocated again.
+    period_cache: Arc<Mutex<PeriodCache>>,
 }
+
+type PeriodCache = rustc_hash::FxHashMap<(usize, PeriodKind), rustc_hash::FxHashMap<String, CachedPeriod>>;
+
+#[derive(Debug)]
+struct CachedPeriod {
+    start_ms: Option<i64>,
+    end_ms: Option<i64>,
+    write: Arc<PeriodWrite>,
+}
+
+/// Split values remembered per board and period kind before the cache of
+/// that board and kind starts over.
+const PERIOD_CACHE_SPLITS: usize = 4096;
 
 impl Router {
     pub fn new(boards: Vec<Board>, prefix: &str) -> Router {
-        let mut by_type: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_type: rustc_hash::FxHashMap<String, Vec<usize>> = Default::default();
         for (i, b) in boards.iter().enumerate() {
             for t in &b.on {
                 by_type.entry(t.clone()).or_default().push(i);
             }
         }
-        Router { boards, by_type, prefix: prefix.to_string() }
+        Router { boards, by_type, prefix: prefix.to_string(), period_cache: Default::default() }
     }
 
     pub fn boards(&self) -> &[Board] {
@@ -298,10 +318,52 @@ impl Router {
         let Some(targets) = self.by_type.get(&event.kind) else {
             return Vec::new();
         };
-        targets.iter().map(|&i| (i, self.plan_board(&self.boards[i], event, record_ts_ms))).collect()
+        targets.iter().map(|&i| (i, self.plan_board(i, event, record_ts_ms))).collect()
     }
 
-    fn plan_board(&self, board: &Board, event: &Event, record_ts_ms: i64) -> Decision {
+    /// The write of period `kind` holding `ts_ms` on board `i` (split value
+    /// `split`, key base `base`): from the cache when the last one still
+    /// holds `ts_ms`. `None` outside the calendar's range.
+    fn period_write(
+        &self,
+        i: usize,
+        split: &str,
+        base: &str,
+        kind: PeriodKind,
+        ts_ms: i64,
+    ) -> Option<Arc<PeriodWrite>> {
+        let mut cache = self.period_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let by_split = cache.entry((i, kind)).or_default();
+        if let Some(c) = by_split.get(split) {
+            if c.start_ms.is_none_or(|s| s <= ts_ms) && c.end_ms.is_none_or(|e| ts_ms < e) {
+                return Some(c.write.clone());
+            }
+        }
+        let board = &self.boards[i];
+        let period = Period::containing(kind, board.timezone, ts_ms).ok()?;
+        let write = Arc::new(PeriodWrite {
+            key: keys::period_key(base, &period.id),
+            dense_key: keys::dense_key(base, &period.id),
+            times_key: keys::times_key(base, &period.id),
+            expire_at: period.expire_at_secs(board.retention(kind)),
+            close_at: board.close_at(&period),
+            id: period.id,
+        });
+        if by_split.len() >= PERIOD_CACHE_SPLITS && !by_split.contains_key(split) {
+            by_split.clear();
+        }
+        let cached = CachedPeriod { start_ms: period.start_ms, end_ms: period.end_ms, write: write.clone() };
+        match by_split.get_mut(split) {
+            Some(c) => *c = cached,
+            None => {
+                by_split.insert(split.to_string(), cached);
+            }
+        }
+        Some(write)
+    }
+
+    fn plan_board(&self, i: usize, event: &Event, record_ts_ms: i64) -> Decision {
+        let board = &self.boards[i];
         let split = match &board.split_by {
             None => None,
             Some(attr) => match event.attrs.get(attr) {
@@ -324,29 +386,20 @@ impl Router {
         let mut out = Vec::with_capacity(board.periods.len());
         let mut closed = false;
         for &kind in &board.periods {
-            let Ok(period) = Period::containing(kind, board.timezone, event.ts_ms) else {
+            let Some(write) = self.period_write(i, split.unwrap_or(""), &base, kind, event.ts_ms) else {
                 continue;
             };
-            let expire_at = period.expire_at_secs(board.retention(kind));
-            if let Some(at) = expire_at {
+            if let Some(at) = write.expire_at {
                 if record_ts_ms >= at.saturating_mul(1000) {
                     continue;
                 }
             }
             // Produced at or after the close: the period no longer takes it.
-            let close_at = board.close_at(&period);
-            if close_at.is_some_and(|c| record_ts_ms >= c) {
+            if write.close_at.is_some_and(|c| record_ts_ms >= c) {
                 closed = true;
                 continue;
             }
-            out.push(PeriodWrite {
-                id: period.id.clone(),
-                key: keys::period_key(&base, &period.id),
-                dense_key: keys::dense_key(&base, &period.id),
-                times_key: keys::times_key(&base, &period.id),
-                expire_at,
-                close_at,
-            });
+            out.push(write);
         }
         if out.is_empty() {
             return Decision::Refused(if closed { Reason::PeriodClosed } else { Reason::ExpiredPeriod });
@@ -409,6 +462,34 @@ mod tests {
         let Decision::Write(w) = &plan[1].1 else { panic!() };
         assert_eq!(w.params.op, WriteOp::Lt);
         assert_eq!(w.periods[0].key, "lb:{laps:monza}:all");
+    }
+
+    #[test]
+    fn period_writes_are_shared_within_a_period_and_worked_out_again_outside_it() {
+        use PeriodKind::*;
+        let r = Router::new(vec![board("laps", Mode::Best, Order::Asc, &[Daily, AllTime], Some("track"))], "lb");
+        let plan = |ts: &str, track: &str| {
+            let e = event(ts, &[("track", track)]);
+            let Decision::Write(w) = r.plan(&e, e.ts_ms).remove(0).1 else { panic!() };
+            w.periods
+        };
+        let first = plan("2026-08-14T00:00:00Z", "monza");
+        let same_day = plan("2026-08-14T23:59:59.999Z", "monza");
+        assert!(Arc::ptr_eq(&first[0], &same_day[0]), "one day, one write");
+        assert!(Arc::ptr_eq(&first[1], &same_day[1]));
+        let next_day = plan("2026-08-15T00:00:00Z", "monza");
+        assert_eq!(next_day[0].key, "lb:{laps:monza}:d:2026-08-15");
+        assert!(Arc::ptr_eq(&first[1], &next_day[1]), "all-time holds every instant");
+        // Back to the day before (a late event): its keys again, not the cached day's.
+        let late = plan("2026-08-14T12:00:00Z", "monza");
+        assert_eq!(late[0].key, "lb:{laps:monza}:d:2026-08-14");
+        assert_eq!(late[0].expire_at, first[0].expire_at);
+        assert_eq!(late[0].dense_key, "lb:{laps:monza}:_dense:d:2026-08-14");
+        // Another split value is another key base.
+        let spa = plan("2026-08-14T12:00:00Z", "spa");
+        assert_eq!(spa[0].key, "lb:{laps:spa}:d:2026-08-14");
+        assert_eq!(spa[1].key, "lb:{laps:spa}:all");
+        assert_eq!(plan("2026-08-14T12:00:00Z", "monza")[1].key, "lb:{laps:monza}:all");
     }
 
     #[test]

@@ -493,7 +493,7 @@ pub fn rolling_keys(
 pub fn jobs_for<'a>(
     board: &'a Board,
     base: &'a str,
-    periods: &'a [crate::board::PeriodWrite],
+    periods: &'a [std::sync::Arc<crate::board::PeriodWrite>],
     now_ms: i64,
     seen: &mut HashSet<(&'a str, &'a str)>,
 ) -> Vec<(String, i64)> {

@@ -10,7 +10,7 @@
 //! the tag's recorded offset. This module never decides what a record's
 //! outcome means for Kafka; it only reports what Redis did.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -21,6 +21,7 @@ use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
 use crate::config::RedisSettings;
 use crate::event::Event;
 use crate::keys;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 const APPLY_LUA: &str = include_str!("scripts/apply.lua");
 const ERASE_LUA: &str = include_str!("scripts/erase.lua");
@@ -140,7 +141,7 @@ pub struct ApplyItem<'a> {
     /// Event time, epoch ms.
     pub ts: i64,
     pub event_id: &'a uuid::Uuid,
-    pub periods: &'a [PeriodWrite],
+    pub periods: &'a [Arc<PeriodWrite>],
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -202,7 +203,7 @@ pub struct Invocation {
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
-    let mut period_index: HashMap<&str, usize> = HashMap::new();
+    let mut period_index: FxHashMap<&str, usize> = FxHashMap::default();
     let mut periods: Vec<&PeriodWrite> = Vec::new();
     for item in &batch.items {
         for p in item.periods {
@@ -247,13 +248,14 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     }
     // The batch's distinct members, and per period key the distinct members
     // written to it, so that the script keys its state by number.
-    let mut member_index: HashMap<&str, usize> = HashMap::with_capacity(batch.items.len());
+    let mut member_index: FxHashMap<&str, usize> =
+        FxHashMap::with_capacity_and_hasher(batch.items.len(), Default::default());
     let mut members: Vec<&str> = Vec::with_capacity(batch.items.len());
     let mut per_period: Vec<Vec<usize>> = vec![Vec::new(); periods.len()];
     // listed[m - 1]: bit j - 1 set once member m is in period key j's list
     // (a tag has a few period keys; past 64 a set takes over).
     let mut listed: Vec<u64> = Vec::with_capacity(batch.items.len());
-    let mut listed_wide: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
+    let mut listed_wide: FxHashSet<(usize, usize)> = FxHashSet::default();
     let mut fields: Vec<&str> = Vec::new();
     let mut body = Vec::with_capacity(batch.items.len() * 24);
     let mut len = 0usize;
@@ -493,15 +495,15 @@ pub async fn scan_keys(settings: &RedisSettings, pattern: &str) -> Result<Vec<St
 mod tests {
     use super::*;
 
-    fn pw(period: &str, expire_at: Option<i64>) -> PeriodWrite {
-        PeriodWrite {
+    fn pw(period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
+        Arc::new(PeriodWrite {
             id: period.to_string(),
             key: format!("lb:{{p}}:{period}"),
             dense_key: format!("lb:{{p}}:_dense:{period}"),
             times_key: format!("lb:{{p}}:_ts:{period}"),
             expire_at,
             close_at: None,
-        }
+        })
     }
 
     #[test]

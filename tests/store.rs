@@ -5,6 +5,7 @@ mod support;
 
 use std::collections::HashMap;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
@@ -24,19 +25,19 @@ async fn store(redis: &Redis) -> Store {
     Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl)
 }
 
-fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [PeriodWrite]) -> ApplyItem<'a> {
+fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
     ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods }
 }
 
-fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> PeriodWrite {
-    PeriodWrite {
+fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
+    Arc::new(PeriodWrite {
         id: period.to_string(),
         key: format!("lb:{{{tag}}}:{period}"),
         dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
         expire_at,
         close_at: None,
-    }
+    })
 }
 
 const MAX: i64 = (1 << 53) - 1;
