@@ -522,8 +522,7 @@ pub async fn pipeline(
         (percentile(&floor, 0.5), percentile(&floor, 0.99), floor[floor.len() - 1])
     };
 
-    print_rows(&rows);
-    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
+    print_rows(&rows, &notes);
     println!(
         "\nlatency at {latency_rate} events/s for {latency_secs}s (record timestamp to applied, from rankflow_event_latency_seconds buckets): \
          p50 {p50:.1} ms, p99 {p99:.1} ms, max <= {max:.0} ms\n\
@@ -677,17 +676,18 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), S
         offsets[p] += 1;
     }
     let (rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
-    print_rows(&rows);
-    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
+    print_rows(&rows, &notes);
     Ok(())
 }
 
-fn print_rows(rows: &[Row]) {
+/// The result table, then where Redis's time went in each store-path phase.
+fn print_rows(rows: &[Row], notes: &[String]) {
     println!("\n| measurement | events/s | ratio |");
     println!("|---|---:|---|");
     for r in rows {
         println!("| {} | {:.0} | {} |", r.what, r.per_sec, r.note);
     }
+    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf, String> {

@@ -226,6 +226,8 @@ pub struct PeriodWrite {
     pub key: String,
     /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
     pub dense_key: String,
+    /// The index's value counts, `lb:{points}:_dcount:d:2026-08-14`.
+    pub count_key: String,
     /// `latest` boards: each member's event time, `lb:{points}:_ts:d:2026-08-14`.
     pub times_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
@@ -344,6 +346,7 @@ impl Router {
         let write = Arc::new(PeriodWrite {
             key: keys::period_key(base, &period.id),
             dense_key: keys::dense_key(base, &period.id),
+            count_key: keys::dense_count_key(base, &period.id),
             times_key: keys::times_key(base, &period.id),
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),

@@ -152,7 +152,6 @@ pub struct TagBatch<'a> {
     pub items: Vec<ApplyItem<'a>>,
 }
 
-/// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
 /// Adds one event's write on one board to the batch of its board tag,
 /// opening a batch for a tag not seen yet; returns the tag's index, so that
 /// `tags[t].items` keeps record order.
@@ -194,6 +193,7 @@ impl Prepared {
     }
 }
 
+/// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
@@ -219,7 +219,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
-    keys.extend(periods.iter().map(|p| keys::dense_count_key(batch.base, &p.id)));
+    keys.extend(periods.iter().map(|p| p.count_key.clone()));
     if latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
@@ -252,10 +252,8 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         FxHashMap::with_capacity_and_hasher(batch.items.len(), Default::default());
     let mut members: Vec<&str> = Vec::with_capacity(batch.items.len());
     let mut per_period: Vec<Vec<usize>> = vec![Vec::new(); periods.len()];
-    // listed[m - 1]: bit j - 1 set once member m is in period key j's list
-    // (a tag has a few period keys; past 64 a set takes over).
-    let mut listed: Vec<u64> = Vec::with_capacity(batch.items.len());
-    let mut listed_wide: FxHashSet<(usize, usize)> = FxHashSet::default();
+    // (period key, member) pairs already in per_period.
+    let mut listed: FxHashSet<(usize, usize)> = FxHashSet::default();
     let mut fields: Vec<&str> = Vec::new();
     let mut body = Vec::with_capacity(batch.items.len() * 24);
     let mut len = 0usize;
@@ -269,7 +267,6 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         };
         let m = *member_index.entry(item.member).or_insert_with(|| {
             members.push(item.member);
-            listed.push(0);
             members.len()
         });
         mp_int(&mut body, f as i64 + 1);
@@ -281,15 +278,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         for period in item.periods {
             let j = period_index[period.key.as_str()];
             mp_int(&mut body, j as i64);
-            let new = if j <= 64 {
-                let bit = 1u64 << (j - 1);
-                let fresh = listed[m - 1] & bit == 0;
-                listed[m - 1] |= bit;
-                fresh
-            } else {
-                listed_wide.insert((j, m))
-            };
-            if new {
+            if listed.insert((j, m)) {
                 per_period[j - 1].push(m);
             }
         }
@@ -500,6 +489,7 @@ mod tests {
             id: period.to_string(),
             key: format!("lb:{{p}}:{period}"),
             dense_key: format!("lb:{{p}}:_dense:{period}"),
+            count_key: format!("lb:{{p}}:_dcount:{period}"),
             times_key: format!("lb:{{p}}:_ts:{period}"),
             expire_at,
             close_at: None,

@@ -285,7 +285,7 @@ pub async fn run(
                 r = async { (&mut inflight.as_mut().expect("guarded").applied).await }, if inflight.is_some() => {
                     let f = inflight.take().expect("guarded");
                     let Some(results) = landed(r) else { break };
-                    settle_applied(&w, &consumer, &mut held, &marks, &f.msgs, f.batch, results).await;
+                    settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
                     continue;
                 }
                 m = consumer.recv() => m,
@@ -333,13 +333,13 @@ pub async fn run(
             // An erasure waits for the batch before it, and runs alone.
             if let Some(f) = inflight.take() {
                 let Some(results) = landed(f.applied.await) else { break };
-                settle_applied(&w, &consumer, &mut held, &marks, &f.msgs, f.batch, results).await;
+                settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
             }
             let Some(offsets) = w.erase_batch(&msgs, items).instrument(span).await else {
                 info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
                 break;
             };
-            settle(&w, &consumer, &mut held, &marks, &msgs, offsets, Vec::new()).await;
+            settle(&w, &consumer, &mut held, &marks, &msgs, (offsets, Vec::new())).await;
             continue;
         }
         let Some((batch, calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
@@ -361,16 +361,16 @@ pub async fn run(
         };
         inflight = Some(InFlight { msgs, batch, applied: w.spawn_apply(calls, span) });
         if let Some((msgs, batch, results)) = before {
-            settle_applied(&w, &consumer, &mut held, &marks, &msgs, batch, results).await;
+            settle(&w, &consumer, &mut held, &marks, &msgs, w.finish(&msgs, batch, results)).await;
         }
     }
     // A batch Redis has already answered is settled, unless that would wait
     // for the dead-letter topic: then it is left to be read again.
     if let Some(f) = inflight.take() {
         if let Ok(Some(results)) = tokio::time::timeout(Duration::from_secs(1), f.applied).await.map(landed) {
-            let (offsets, dead) = w.finish(&f.msgs, f.batch, results);
-            if dead.is_empty() {
-                settle(&w, &consumer, &mut held, &marks, &f.msgs, offsets, dead).await;
+            let outcome = w.finish(&f.msgs, f.batch, results);
+            if outcome.1.is_empty() {
+                settle(&w, &consumer, &mut held, &marks, &f.msgs, outcome).await;
             }
         }
     }
@@ -393,31 +393,16 @@ pub async fn run(
     Ok(())
 }
 
-/// Settles a batch Redis has applied: its records' outcomes
-/// (`Worker::finish`), then everything that follows them (`settle`).
-async fn settle_applied(
-    w: &Worker<'_>,
-    consumer: &StreamConsumer<WorkerContext>,
-    held: &mut Held,
-    marks: &Watermarks,
-    msgs: &[BorrowedMessage<'_>],
-    batch: Planned,
-    results: Vec<Vec<ApplyResult>>,
-) {
-    let (offsets, dead) = w.finish(msgs, batch, results);
-    settle(w, consumer, held, marks, msgs, offsets, dead).await;
-}
-
-/// What follows a batch's outcomes: watermarks, dead letters, held
-/// partitions, and each partition's offset stored.
+/// What follows a batch's outcomes (its offsets and the records to
+/// dead-letter, from `Worker::finish` or an erasure): watermarks, dead
+/// letters, held partitions, and each partition's offset stored.
 async fn settle(
     w: &Worker<'_>,
     consumer: &StreamConsumer<WorkerContext>,
     held: &mut Held,
     marks: &Watermarks,
     msgs: &[BorrowedMessage<'_>],
-    offsets: BatchOffsets,
-    dead: Vec<DeadRecord>,
+    (offsets, dead): (BatchOffsets, Vec<DeadRecord>),
 ) {
     if w.settings.seals() {
         // Applied (or final as dead letters): the partitions have reached

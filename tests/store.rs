@@ -34,6 +34,7 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         id: period.to_string(),
         key: format!("lb:{{{tag}}}:{period}"),
         dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
+        count_key: format!("lb:{{{tag}}}:_dcount:{period}"),
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
         expire_at,
         close_at: None,
