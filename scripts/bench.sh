@@ -25,9 +25,11 @@ redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmem
 pids+=($!)
 (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
   --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
-pids+=($!)
+broker_pid=$!
+pids+=($broker_pid)
 wait_port "$rport"; wait_port "$kport"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
-"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"
+"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
+  --broker-pid "$broker_pid"
 "$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"

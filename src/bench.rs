@@ -84,9 +84,19 @@ async fn flush(conn: &RedisConn) -> Result<(), String> {
     redis::cmd("FLUSHALL").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHALL: {e}"))
 }
 
-async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec: u64) -> Result<Duration, String> {
+/// Produces `count` generated events, at `rate_per_sec` if it is not 0.
+/// Returns the time it took and, for a paced run, each record's time from
+/// send to the broker's acknowledgement (ms, sorted): how far the broker's
+/// write path lags.
+async fn produce(
+    brokers: &str,
+    topic: &str,
+    count: u64,
+    seed: u64,
+    rate_per_sec: u64,
+) -> Result<(Duration, Vec<f64>), String> {
     let producer: FutureProducer = client(brokers)
-        .set("linger.ms", if rate_per_sec > 0 { "5" } else { "20" })
+        .set("linger.ms", PRODUCER_LINGER_MS)
         .set("message.timeout.ms", "60000")
         .set("queue.buffering.max.messages", "1000000")
         .create()
@@ -95,6 +105,7 @@ async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec
     let mut g = Generator::new(seed, 100_000, now - 1000, 0);
     let started = Instant::now();
     let mut pending = Vec::new();
+    let mut acks = Vec::new();
     for i in 0..count {
         if rate_per_sec > 0 {
             let due = started + Duration::from_secs_f64(i as f64 / rate_per_sec as f64);
@@ -104,6 +115,14 @@ async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec
         let f = producer
             .send_result(FutureRecord::to(topic).key(&s.key).payload(&s.value))
             .map_err(|(e, _)| e.to_string())?;
+        if rate_per_sec > 0 {
+            let sent = Instant::now();
+            acks.push(tokio::spawn(async move {
+                let r = f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string());
+                r.map(|_| sent.elapsed().as_secs_f64() * 1000.0)
+            }));
+            continue;
+        }
         pending.push(f);
         if pending.len() >= 50_000 {
             for f in pending.drain(..) {
@@ -114,7 +133,12 @@ async fn produce(brokers: &str, topic: &str, count: u64, seed: u64, rate_per_sec
     for f in pending {
         f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
     }
-    Ok(started.elapsed())
+    let mut ack_ms = Vec::with_capacity(acks.len());
+    for a in acks {
+        ack_ms.push(a.await.map_err(|e| e.to_string())??);
+    }
+    ack_ms.sort_by(f64::total_cmp);
+    Ok((started.elapsed(), ack_ms))
 }
 
 async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), String> {
@@ -181,7 +205,13 @@ fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<
 
 /// Record timestamp to read, in ms, for `count` records read as they arrive.
 fn bare_read_latency(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Vec<f64>, String> {
-    let c = assigned_consumer(brokers, "bench-lat-read", topic, partitions, &[("fetch.wait.max.ms", "5")])?;
+    let c = assigned_consumer(
+        brokers,
+        "bench-lat-read",
+        topic,
+        partitions,
+        &[("fetch.wait.max.ms", &LATENCY_FETCH_WAIT_MS.to_string())],
+    )?;
     let mut out = Vec::with_capacity(count as usize);
     let started = Instant::now();
     while (out.len() as u64) < count && started.elapsed() < Duration::from_secs(600) {
@@ -320,6 +350,19 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) a process has used so far, 0 if unknown.
+fn proc_cpu_secs(pid: u32) -> f64 {
+    // Linux reports them in clock ticks of USER_HZ, which is 100 on every
+    // architecture it ships for.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses: state is
+    // the first, utime the 12th and stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// Reads a group's committed offsets, with one client for the whole run: a
 /// client made for every look would load the broker it measures.
 struct Committed {
@@ -356,8 +399,15 @@ struct GroupTopic<'a> {
 }
 
 /// Runs the real binary until its group has committed `count` records.
-/// Returns the elapsed time and peak resident memory (KiB).
-fn run_to_end(exe: &Path, dir: &Path, cfg: &str, at: &GroupTopic<'_>, count: u64) -> Result<(Duration, u64), String> {
+/// Returns the elapsed time, peak resident memory (KiB) and the CPU seconds
+/// the process used.
+fn run_to_end(
+    exe: &Path,
+    dir: &Path,
+    cfg: &str,
+    at: &GroupTopic<'_>,
+    count: u64,
+) -> Result<(Duration, u64, f64), String> {
     let GroupTopic { brokers, group, topic, partitions } = *at;
     let path = dir.join(format!("{group}.toml"));
     std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
@@ -384,9 +434,10 @@ fn run_to_end(exe: &Path, dir: &Path, cfg: &str, at: &GroupTopic<'_>, count: u64
         std::thread::sleep(Duration::from_millis(100));
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
+    let cpu = proc_cpu_secs(pid);
     let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     let _ = child.wait();
-    result.map(|(d, _)| (d, peak))
+    result.map(|(d, _)| (d, peak, cpu))
 }
 
 /// Quantile from Prometheus histogram buckets (upper bounds, cumulative counts).
@@ -434,7 +485,9 @@ pub async fn pipeline(
     partitions: i32,
     latency_rate: u64,
     latency_secs: u64,
+    broker_pid: Option<u32>,
 ) -> Result<(), String> {
+    let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = tempfile_dir()?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
@@ -445,12 +498,17 @@ pub async fn pipeline(
 
     create_topic(brokers, &topic, partitions).await?;
     eprintln!("bench: producing {count} events to {topic} ({partitions} partitions)");
-    let produced = produce(brokers, &topic, count, 7, 0).await?;
+    let (produced, _) = produce(brokers, &topic, count, 7, 0).await?;
     let mut rows = vec![Row { what: "produce (bench producer)", per_sec: rate(count, produced), note: String::new() }];
 
     eprintln!("bench: broker ceiling (bare consumer)");
+    let cpu_before = broker_cpu();
     let broker = rate(count, bare_read(brokers, &topic, partitions, count)?);
-    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note: "1.00x".into() });
+    let mut note = "1.00x".to_string();
+    if broker_pid.is_some() {
+        note += &format!("; broker CPU {:.1} µs/record", (broker_cpu() - cpu_before) * 1e6 / count as f64);
+    }
+    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
 
     let events = read_events(brokers, &topic, partitions, count, &router)?;
     let (store_rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
@@ -462,15 +520,21 @@ pub async fn pipeline(
     let group = format!("bench-e2e-{run}");
     let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
     let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
-    let before = redis_stats(&conn).await?.cpu;
-    let (e2e, peak_kib) = run_to_end(&exe, &dir, &cfg, &at, count)?;
-    let busy = (redis_stats(&conn).await?.cpu - before) / e2e.as_secs_f64();
+    let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
+    let (e2e, peak_kib, worker_cpu) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+    let (redis_cpu, broker_used) = (redis_stats(&conn).await?.cpu - before, broker_cpu() - cpu_before);
+    let busy = redis_cpu / e2e.as_secs_f64();
     let e2e_rate = rate(count, e2e);
+    let per = |secs: f64| secs * 1e6 / count as f64;
+    let mut cpu = format!("CPU µs/event: worker {:.1}, Redis {:.1}", per(worker_cpu), per(redis_cpu));
+    if broker_pid.is_some() {
+        cpu += &format!(", broker {:.1}", per(broker_used));
+    }
     rows.push(Row {
         what: "rankflow end to end",
         per_sec: e2e_rate,
         note: format!(
-            "{:.2}x broker, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB",
+            "{:.2}x broker, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}",
             e2e_rate / broker,
             e2e_rate / redis_ceiling,
             busy * 100.0,
@@ -478,62 +542,177 @@ pub async fn pipeline(
         ),
     });
 
-    eprintln!("bench: latency at {latency_rate} events/s for {latency_secs}s");
-    flush(&conn).await?;
-    let lat_topic = format!("{topic}-latency");
-    create_topic(brokers, &lat_topic, partitions).await?;
+    let lat = latency(brokers, redis_url, &conn, partitions, latency_rate, latency_secs).await?;
+
+    let _ = std::fs::remove_dir_all(&dir);
+    print_rows(&rows, &notes);
+    println!("\n{}", lat.line());
+    println!(
+        "{}",
+        json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
+        "store_lean": lean_rate, "e2e": e2e_rate, "peak_rss_mib": peak_kib / 1024, "p50_ms": lat.p50, "p99_ms": lat.p99,
+        "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99})
+    );
+    Ok(())
+}
+
+/// The bench producer's linger. tansu's cost is per produce request:
+/// at 5,000 events/s with a 5 ms linger the broker itself fell seconds
+/// behind (acks at p50 1.3 s); at 20 ms it keeps up (acks at p50 18 ms).
+/// The linger is part of every measured latency, rankflow's and the
+/// broker's alike, since record timestamps are taken when a record is sent.
+const PRODUCER_LINGER_MS: &str = "20";
+
+/// Both consumers' `fetch.wait.max.ms` in the latency run. tansu answers a
+/// fetch only after its full wait, data or not, so this is part of the
+/// latency; a shorter wait means more fetches, each costing tansu CPU.
+const LATENCY_FETCH_WAIT_MS: u32 = 5;
+
+/// The result of a latency run: rankflow's record-timestamp-to-applied
+/// quantiles (ms), and the broker's own record-timestamp-to-read, measured
+/// by a bare consumer in the same run.
+struct Latency {
+    rate: u64,
+    secs: u64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    floor_p50: f64,
+    floor_p99: f64,
+    floor_max: f64,
+    /// Produce acknowledgements (send to ack, ms) during rankflow's run and
+    /// during the bare consumer's: (p50, p99) each.
+    acks: (f64, f64),
+    floor_acks: (f64, f64),
+}
+
+/// p50 and p99 of sorted samples, (0, 0) for none.
+fn p50_p99(sorted: &[f64]) -> (f64, f64) {
+    if sorted.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (percentile(sorted, 0.5), percentile(sorted, 0.99))
+    }
+}
+
+impl Latency {
+    fn line(&self) -> String {
+        format!(
+            "latency at {} events/s for {}s (producer linger {PRODUCER_LINGER_MS} ms; record timestamp to applied, from \
+             rankflow_event_latency_seconds buckets): p50 {:.1} ms, p99 {:.1} ms, max <= {:.0} ms\n\
+             the broker's own, just before (a bare consumer alone, record timestamp to read): p50 {:.1} ms, p99 {:.1} ms, \
+             max {:.0} ms\n\
+             rankflow's share above the broker's: p50 +{:.1} ms, p99 +{:.1} ms\n\
+             the broker's produce acknowledgements (send to ack): p50 {:.1} ms, p99 {:.1} ms during rankflow's run; \
+             p50 {:.1} ms, p99 {:.1} ms during the bare consumer's",
+            self.rate,
+            self.secs,
+            self.p50,
+            self.p99,
+            self.max,
+            self.floor_p50,
+            self.floor_p99,
+            self.floor_max,
+            self.p50 - self.floor_p50,
+            self.p99 - self.floor_p99,
+            self.acks.0,
+            self.acks.1,
+            self.floor_acks.0,
+            self.floor_acks.1
+        )
+    }
+}
+
+/// The latency runs, one after the other, each on a fresh topic while
+/// events are produced at `rate` for `secs`: a bare consumer (the broker's
+/// own latency), then the rankflow binary.
+async fn latency(
+    brokers: &str,
+    redis_url: &str,
+    conn: &RedisConn,
+    partitions: i32,
+    rate: u64,
+    secs: u64,
+) -> Result<Latency, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = tempfile_dir()?;
+    let n = rate * secs;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+
+    // The broker's own latency first, alone: a bare consumer's record
+    // timestamp to read, the floor under rankflow's record-to-applied.
+    // Alone, because on two cores a second consumer on the same broker
+    // slows both.
+    eprintln!("bench: the broker's latency at {rate} events/s for {secs}s (a bare consumer)");
+    let floor_topic = format!("bench-{run}-latency-floor");
+    create_topic(brokers, &floor_topic, partitions).await?;
+    let reader = {
+        let (brokers, topic) = (brokers.to_string(), floor_topic.clone());
+        std::thread::spawn(move || bare_read_latency(&brokers, &topic, partitions, n))
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, floor_acks) = produce(brokers, &floor_topic, n, 9, rate).await?;
+    let mut floor = reader.join().map_err(|_| "latency reader panicked".to_string())??;
+    floor.sort_by(f64::total_cmp);
+    let (floor_p50, floor_p99) = p50_p99(&floor);
+    let floor_max = floor.last().copied().unwrap_or(0.0);
+
+    eprintln!("bench: rankflow's latency at {rate} events/s for {secs}s");
+    flush(conn).await?;
+    let topic = format!("bench-{run}-latency");
+    create_topic(brokers, &topic, partitions).await?;
     let listen = format!("127.0.0.1:{}", free_port()?);
-    let lat_group = format!("bench-lat-{run}");
-    let lat_cfg = bench_config(brokers, redis_url, &lat_topic, &lat_group, &listen, "\"fetch.wait.max.ms\" = 5\n")
-        .replace("[http]", "[worker]\nbatch_linger = \"2ms\"\n[http]");
-    let lat_path = dir.join("latency.toml");
-    std::fs::write(&lat_path, &lat_cfg).map_err(|e| e.to_string())?;
+    let group = format!("bench-lat-{run}");
+    let cfg = bench_config(
+        brokers,
+        redis_url,
+        &topic,
+        &group,
+        &listen,
+        &format!("\"fetch.wait.max.ms\" = {LATENCY_FETCH_WAIT_MS}\n"),
+    )
+    .replace("[http]", "[worker]\nbatch_linger = \"2ms\"\n[http]");
+    let path = dir.join("latency.toml");
+    std::fs::write(&path, &cfg).map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(&exe)
         .args(["run", "--config"])
-        .arg(&lat_path)
+        .arg(&path)
         .env("RUST_LOG", "warn")
         .spawn()
         .map_err(|e| e.to_string())?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let n = latency_rate * latency_secs;
-    // The broker's own latency in the same run: a bare consumer's record
-    // timestamp to read, the floor under rankflow's record-to-applied.
-    let reader = {
-        let (brokers, topic) = (brokers.to_string(), lat_topic.clone());
-        std::thread::spawn(move || bare_read_latency(&brokers, &topic, partitions, n))
-    };
-    produce(brokers, &lat_topic, n, 9, latency_rate).await?;
+    let (_, acks) = produce(brokers, &topic, n, 9, rate).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    let commits = Committed::new(brokers, &lat_group, &lat_topic, partitions)?;
+    let commits = Committed::new(brokers, &group, &topic, partitions)?;
     while commits.sum() < n as i64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let buckets = scrape_latency(&listen).await?;
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
-    let p50 = bucket_quantile(&buckets, 0.50) * 1000.0;
-    let p99 = bucket_quantile(&buckets, 0.99) * 1000.0;
-    let max = buckets.iter().find(|(_, c)| *c >= buckets.last().map_or(0.0, |b| b.1)).map_or(0.0, |b| b.0) * 1000.0;
-    let mut floor = reader.join().map_err(|_| "latency reader panicked".to_string())??;
-    floor.sort_by(f64::total_cmp);
-    let (f50, f99, fmax) = if floor.is_empty() {
-        (0.0, 0.0, 0.0)
-    } else {
-        (percentile(&floor, 0.5), percentile(&floor, 0.99), floor[floor.len() - 1])
-    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let max = buckets.iter().find(|(_, c)| *c >= total).map_or(0.0, |b| b.0) * 1000.0;
+    Ok(Latency {
+        rate,
+        secs,
+        p50: bucket_quantile(&buckets, 0.50) * 1000.0,
+        p99: bucket_quantile(&buckets, 0.99) * 1000.0,
+        max,
+        floor_p50,
+        floor_p99,
+        floor_max,
+        acks: p50_p99(&acks),
+        floor_acks: p50_p99(&floor_acks),
+    })
+}
 
-    print_rows(&rows, &notes);
-    println!(
-        "\nlatency at {latency_rate} events/s for {latency_secs}s (record timestamp to applied, from rankflow_event_latency_seconds buckets): \
-         p50 {p50:.1} ms, p99 {p99:.1} ms, max <= {max:.0} ms\n\
-         the broker's own, in the same run (a bare consumer, record timestamp to read): p50 {f50:.1} ms, p99 {f99:.1} ms, max {fmax:.0} ms"
-    );
-    println!(
-        "{}",
-        json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
-        "store_lean": lean_rate, "e2e": e2e_rate, "peak_rss_mib": peak_kib / 1024, "p50_ms": p50, "p99_ms": p99,
-        "max_ms": max, "broker_p50_ms": f50, "broker_p99_ms": f99})
-    );
+/// `rankflow bench latency`: the latency run alone.
+pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate: u64, secs: u64) -> Result<(), String> {
+    let cfg_text = bench_config(brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
+    let (_, conn, _) = open_store(&cfg_text).await?;
+    let lat = latency(brokers, redis_url, &conn, partitions, rate, secs).await?;
+    println!("{}", lat.line());
     Ok(())
 }
 

@@ -91,6 +91,23 @@ enum BenchCommand {
         /// Length of the latency run, seconds.
         #[arg(long, default_value_t = 30)]
         seconds: u64,
+        /// The broker's process id, when it runs on this machine: its CPU per record is reported too.
+        #[arg(long)]
+        broker_pid: Option<u32>,
+    },
+    /// The latency run alone: rankflow and a bare consumer at a steady produce rate.
+    Latency {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        #[arg(long, default_value_t = 5000)]
+        rate: u64,
+        /// Length of the run, seconds.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
     },
     /// The store path against the Redis ceiling alone, on generated events (no broker).
     Store {
@@ -171,8 +188,11 @@ fn main() -> ExitCode {
                 })),
                 Err(code) => code,
             },
-            Command::Bench { which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds } } => {
-                report(bench::pipeline(&brokers, &redis, events, partitions, rate, seconds).await)
+            Command::Bench {
+                which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds, broker_pid },
+            } => report(bench::pipeline(&brokers, &redis, events, partitions, rate, seconds, broker_pid).await),
+            Command::Bench { which: BenchCommand::Latency { brokers, redis, partitions, rate, seconds } } => {
+                report(bench::latency_only(&brokers, &redis, partitions, rate, seconds).await)
             }
             Command::Bench { which: BenchCommand::Store { redis, events, partitions } } => {
                 report(bench::store(&redis, events, partitions).await)
