@@ -331,7 +331,7 @@ fn default_max_future_skew() -> String {
     "5m".into()
 }
 fn default_batch_size() -> u64 {
-    2000
+    5000
 }
 fn default_batch_linger() -> String {
     "5ms".into()

@@ -147,7 +147,7 @@ impl Metrics {
                 &r,
                 "rankflow_batch_size",
                 "Records per batch.",
-                vec![1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0],
+                vec![1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0],
             ),
             redis_roundtrip: histogram(
                 &r,
