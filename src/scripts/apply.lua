@@ -88,11 +88,15 @@ local seal_on = ARGV[12] == '1'
 local np = tonumber(ARGV[13])
 local offsets_key = KEYS[1]
 local latest = op == 'latest'
+local is_sum = op == 'sum'
 local marker_base = 1 + 3 * np
 if latest then marker_base = 1 + 4 * np end
 local CHUNK = 1000
 
+-- Globals read once: a global is a table lookup each time it is used.
 local floor = math.floor
+local tonumber = tonumber
+local call = redis.call
 
 local format = string.format
 -- Integers reach Redis as decimal strings made here: a number argument of
@@ -101,35 +105,26 @@ local function fmt(n)
   return format('%d', n)
 end
 
--- Runs a variadic command over list (already flat), CHUNK arguments at a
--- time (Lua's unpack has a stack limit), prefixed by head.
-local function variadic(head, list, step)
-  for c = 1, #list, CHUNK * step do
-    local args = {}
-    for x = 1, #head do args[x] = head[x] end
-    for x = c, math.min(c + CHUNK * step - 1, #list) do args[#args + 1] = list[x] end
-    redis.call(unpack(args))
+-- Runs a variadic command on key over list (already flat), CHUNK items of
+-- step arguments at a time (Lua's unpack has a stack limit).
+local function variadic(cmd, key, list, step)
+  local n = #list
+  for c = 1, n, CHUNK * step do
+    call(cmd, key, unpack(list, c, math.min(c + CHUNK * step - 1, n)))
   end
-end
-
--- list[s .. s + CHUNK - 1], as a new table.
-local function chunk_of(list, s)
-  local chunk = {}
-  for x = s, math.min(s + CHUNK - 1, #list) do chunk[#chunk + 1] = list[x] end
-  return chunk
 end
 
 -- The sliding window (ts - window, ts] of admitted events: true if one more fits.
 local function admit(member, ts, id)
   local rl = rl_prefix .. member
-  if redis.call('ZCOUNT', rl, '(' .. (ts - rate_window), ts) >= rate_events then
+  if call('ZCOUNT', rl, '(' .. (ts - rate_window), ts) >= rate_events then
     return false
   end
-  redis.call('ZADD', rl, ts, id)
+  call('ZADD', rl, ts, id)
   -- Entries older than two windows can no longer matter, unless events
   -- arrive more than a window out of order; this bounds the set's size.
-  redis.call('ZREMRANGEBYSCORE', rl, '-inf', '(' .. (ts - 2 * rate_window))
-  redis.call('PEXPIRE', rl, 2 * rate_window + 86400000)
+  call('ZREMRANGEBYSCORE', rl, '-inf', '(' .. (ts - 2 * rate_window))
+  call('PEXPIRE', rl, 2 * rate_window + 86400000)
   return true
 end
 
@@ -137,7 +132,7 @@ end
 local sealed = {}
 if seal_on then
   for j = 1, np do
-    sealed[j] = redis.call('HEXISTS', KEYS[#KEYS], KEYS[1 + j]) == 1
+    sealed[j] = call('HEXISTS', KEYS[#KEYS], KEYS[1 + j]) == 1
   end
 end
 
@@ -169,10 +164,10 @@ for j = 1, np do
     for s = at[j], at[j] + len[j] - 1, CHUNK do
       local e = math.min(s + CHUNK - 1, at[j] + len[j] - 1)
       local names = {}
-      for x = s, e do names[#names + 1] = flat[1 + flat[x]] end
-      local scores = redis.call('ZMSCORE', KEYS[1 + j], unpack(names))
+      for x = s, e do names[x - s + 1] = flat[1 + flat[x]] end
+      local scores = call('ZMSCORE', KEYS[1 + j], unpack(names))
       local ts
-      if latest then ts = redis.call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
+      if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
       for x = s, e do
         local m, score = flat[x], scores[x - s + 1]
         local v = false
@@ -203,30 +198,34 @@ while a <= nflat do
   local field = fields[f]
   local last = last_off[f]
   if last == nil then
-    local v = redis.call('HGET', offsets_key, field)
+    local v = call('HGET', offsets_key, field)
     if v then last = tonumber(v) else last = -1 end
     last_off[f] = last
   end
   if off <= last then
-    local r = redis.call('GET', refused_prefix .. field .. ':' .. fmt(off))
+    local r = call('GET', refused_prefix .. field .. ':' .. fmt(off))
     if r then out[i] = tonumber(r) else out[i] = 3 end
   else
     last_off[f], dirty[f] = off, true
     local code = 1
     local marker = KEYS[marker_base + i]
-    if not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
+    if not call('SET', marker, '1', 'NX', 'EX', ttl) then
       code = 2
     else
       local open = not seal_on
-      for w = first, stop do
-        local j = flat[w]
-        if not sealed[j] then
-          open = true
-          if op == 'sum' then
-            local old = cur[j][m]
-            local total = num
-            if old then total = floor(old / shift) + num end
-            if total > maxv or total < -maxv then code = 4 end
+      -- Only a sum can leave the allowed range, and only sealing can close
+      -- every period of the event.
+      if is_sum or seal_on then
+        for w = first, stop do
+          local j = flat[w]
+          if not sealed[j] then
+            open = true
+            if is_sum then
+              local old = cur[j][m]
+              local total = num
+              if old then total = floor(old / shift) + num end
+              if total > maxv or total < -maxv then code = 4 end
+            end
           end
         end
       end
@@ -234,7 +233,7 @@ while a <= nflat do
       if code == 1 and rate_events > 0 and not admit(flat[1 + m], flat[a + 5], field .. ':' .. fmt(off)) then
         code = 5
       end
-      if code ~= 1 then redis.call('DEL', marker) end
+      if code ~= 1 then call('DEL', marker) end
     end
     if code == 1 then
       for w = first, stop do
@@ -243,7 +242,7 @@ while a <= nflat do
         if not sealed[j] then
           local c = cur[j]
           local old = c[m]
-          if op == 'sum' then
+          if is_sum then
             local total = num
             if old then total = floor(old / shift) + num end
             c[m] = total * shift + flat[a + 4]
@@ -264,7 +263,7 @@ while a <= nflat do
         end
       end
     elseif code >= 4 then
-      redis.call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
+      call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
     end
     out[i] = code
   end
@@ -273,7 +272,7 @@ end
 
 -- Phase 3: the writes.
 for f in pairs(dirty) do
-  redis.call('HSET', offsets_key, fields[f], fmt(last_off[f]))
+  call('HSET', offsets_key, fields[f], fmt(last_off[f]))
 end
 
 -- Net change of the member count of each value of period key j, by the
@@ -300,66 +299,78 @@ for n = 1, 16 do small[n] = fmt(n) end
 -- Makes period key j's dense index and value counts exact again: one HMGET
 -- of the counts of the values that changed, then variadic writes.
 local function settle(j, delta)
-  local vals = {}
+  local vals, nv = {}, 0
   for v, d in pairs(delta) do
-    if d ~= 0 then vals[#vals + 1] = v end
+    if d ~= 0 then
+      nv = nv + 1
+      vals[nv] = v
+    end
   end
   local index, counts = KEYS[1 + np + j], KEYS[1 + 2 * np + j]
-  if #vals == 0 then return end
+  if nv == 0 then return end
   -- A hash of up to hash-max-listpack-entries (512 by default) fields is a
   -- listpack, scanned end to end on every lookup; a value longer than
   -- hash-max-listpack-value makes it a hash table for good.
-  redis.call('HSETNX', counts, PIN_FIELD, PIN_VALUE)
+  call('HSETNX', counts, PIN_FIELD, PIN_VALUE)
   local set, del, add, rem = {}, {}, {}, {}
-  for s = 1, #vals, CHUNK do
-    local names = chunk_of(vals, s)
-    local olds = redis.call('HMGET', counts, unpack(names))
-    for x = 1, #names do
-      local v = vals[s + x - 1]
-      local old = tonumber(olds[x]) or 0
+  local ns, nd, na, nr = 0, 0, 0, 0
+  for s = 1, nv, CHUNK do
+    local e = math.min(s + CHUNK - 1, nv)
+    local olds = call('HMGET', counts, unpack(vals, s, e))
+    for x = s, e do
+      local v = vals[x]
+      local old = tonumber(olds[x - s + 1]) or 0
       local new = old + delta[v]
       if new > 0 then
-        set[#set + 1] = names[x]
-        set[#set + 1] = small[new] or fmt(new)
+        set[ns + 1], set[ns + 2] = v, small[new] or fmt(new)
+        ns = ns + 2
         if old <= 0 then
-          add[#add + 1] = names[x]
-          add[#add + 1] = names[x]
+          add[na + 1], add[na + 2] = v, v
+          na = na + 2
         end
       elseif old > 0 then
-        del[#del + 1] = names[x]
-        rem[#rem + 1] = names[x]
+        nd, nr = nd + 1, nr + 1
+        del[nd], rem[nr] = v, v
       end
     end
   end
-  if #set > 0 then variadic({ 'HSET', counts }, set, 2) end
-  if #del > 0 then variadic({ 'HDEL', counts }, del, 1) end
-  if #add > 0 then variadic({ 'ZADD', index }, add, 2) end
-  if #rem > 0 then variadic({ 'ZREM', index }, rem, 1) end
+  if #set > 0 then variadic('HSET', counts, set, 2) end
+  if #del > 0 then variadic('HDEL', counts, del, 1) end
+  if #add > 0 then variadic('ZADD', index, add, 2) end
+  if #rem > 0 then variadic('ZREM', index, rem, 1) end
 end
 
 local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_keys'
 for j in pairs(touched) do
   local k = KEYS[1 + j]
   -- The registry lets an erasure find every period key of the tag.
-  redis.call('SADD', registry, k)
+  call('SADD', registry, k)
   local delta = {}
   local mv = moved[j]
   if next(mv) then
-    local pairs_ = {}
+    local pairs_, np_ = {}, 0
     local stamps = {}
-    local c, b = cur[j], base[j]
+    local c, b, bs = cur[j], base[j], base_str[j]
     for x = at[j], at[j] + len[j] - 1 do
       local m = flat[x]
       if mv[m] then
         local old, new = b[m], c[m]
         local member = flat[1 + m]
         if old ~= new then
-          local new_str = fmt(new)
-          pairs_[#pairs_ + 1] = new_str
-          pairs_[#pairs_ + 1] = member
+          local new_str = format('%d', new)
+          np_ = np_ + 2
+          pairs_[np_ - 1] = new_str
+          pairs_[np_] = member
           if dense_on then
-            if old then count(delta, value_name(old, base_str[j][m]), -1) end
-            count(delta, value_name(new, new_str), 1)
+            -- The values' decimal names (see value_name), inline: this
+            -- runs for every member written.
+            local name
+            if old then
+              name = shift == 1 and bs[m] or format('%d', floor(old / shift))
+              delta[name] = (delta[name] or 0) - 1
+            end
+            name = shift == 1 and new_str or format('%d', floor(new / shift))
+            delta[name] = (delta[name] or 0) + 1
           end
         end
         if latest then
@@ -368,20 +379,20 @@ for j in pairs(touched) do
         end
       end
     end
-    if #pairs_ > 0 then variadic({ 'ZADD', k }, pairs_, 2) end
-    if #stamps > 0 then variadic({ 'HSET', KEYS[1 + 3 * np + j] }, stamps, 2) end
+    if #pairs_ > 0 then variadic('ZADD', k, pairs_, 2) end
+    if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
   end
   if top_k > 0 then
     -- Top-K: keeps the best top_k members.
-    local card = redis.call('ZCARD', k)
+    local card = call('ZCARD', k)
     if card > top_k then
       local victims
       if desc then
-        victims = redis.call('ZRANGE', k, 0, card - top_k - 1, 'WITHSCORES')
-        redis.call('ZREMRANGEBYRANK', k, 0, card - top_k - 1)
+        victims = call('ZRANGE', k, 0, card - top_k - 1, 'WITHSCORES')
+        call('ZREMRANGEBYRANK', k, 0, card - top_k - 1)
       else
-        victims = redis.call('ZRANGE', k, top_k, -1, 'WITHSCORES')
-        redis.call('ZREMRANGEBYRANK', k, top_k, -1)
+        victims = call('ZRANGE', k, top_k, -1, 'WITHSCORES')
+        call('ZREMRANGEBYRANK', k, top_k, -1)
       end
       for v = 2, #victims, 2 do
         count(delta, value_name(tonumber(victims[v]), victims[v]), -1)
@@ -391,12 +402,12 @@ for j in pairs(touched) do
   if dense_on then settle(j, delta) end
   local at = ARGV[13 + j]
   if at ~= '0' then
-    redis.call('EXPIREAT', k, at)
+    call('EXPIREAT', k, at)
     if dense_on then
-      redis.call('EXPIREAT', KEYS[1 + np + j], at)
-      redis.call('EXPIREAT', KEYS[1 + 2 * np + j], at)
+      call('EXPIREAT', KEYS[1 + np + j], at)
+      call('EXPIREAT', KEYS[1 + 2 * np + j], at)
     end
-    if latest then redis.call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
+    if latest then call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
   end
 end
 return out
