@@ -185,7 +185,10 @@ end
 
 -- Phase 2: decide each event in order against the values held above.
 local last_off, dirty, touched, out = {}, {}, {}, {}
-local moved = {}    -- moved[j][m] = true: member m's value (or time) in period key j changed
+-- moved[j][m] = true: on a "latest" board, member m's event time in period
+-- key j changed (its value may not have). Elsewhere a member moved if and
+-- only if its value did, which phase 3 sees by comparing.
+local moved = {}
 for j = 1, np do moved[j] = {} end
 
 local i = 0
@@ -246,7 +249,6 @@ while a <= nflat do
             local total = num
             if old then total = floor(old / shift) + num end
             c[m] = total * shift + flat[a + 4]
-            moved[j][m] = true
           elseif latest then
             local ts = flat[a + 5]
             local seen = times[j][m]
@@ -257,7 +259,6 @@ while a <= nflat do
             end
           elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
             c[m] = num
-            moved[j][m] = true
           end
           touched[j] = true
         end
@@ -347,41 +348,36 @@ for j in pairs(touched) do
   call('SADD', registry, k)
   local delta = {}
   local mv = moved[j]
-  if next(mv) then
-    local pairs_, np_ = {}, 0
-    local stamps = {}
-    local c, b, bs = cur[j], base[j], base_str[j]
-    for x = at[j], at[j] + len[j] - 1 do
-      local m = flat[x]
-      if mv[m] then
-        local old, new = b[m], c[m]
-        local member = flat[1 + m]
-        if old ~= new then
-          local new_str = format('%d', new)
-          np_ = np_ + 2
-          pairs_[np_ - 1] = new_str
-          pairs_[np_] = member
-          if dense_on then
-            -- The values' decimal names (see value_name), inline: this
-            -- runs for every member written.
-            local name
-            if old then
-              name = shift == 1 and bs[m] or format('%d', floor(old / shift))
-              delta[name] = (delta[name] or 0) - 1
-            end
-            name = shift == 1 and new_str or format('%d', floor(new / shift))
-            delta[name] = (delta[name] or 0) + 1
-          end
+  local pairs_, np_ = {}, 0
+  local stamps = {}
+  local c, b, bs = cur[j], base[j], base_str[j]
+  for x = at[j], at[j] + len[j] - 1 do
+    local m = flat[x]
+    local old, new = b[m], c[m]
+    if old ~= new then
+      local new_str = format('%d', new)
+      np_ = np_ + 2
+      pairs_[np_ - 1] = new_str
+      pairs_[np_] = flat[1 + m]
+      if dense_on then
+        -- The values' decimal names (see value_name), inline: this
+        -- runs for every member written.
+        local name
+        if old then
+          name = shift == 1 and bs[m] or format('%d', floor(old / shift))
+          delta[name] = (delta[name] or 0) - 1
         end
-        if latest then
-          stamps[#stamps + 1] = member
-          stamps[#stamps + 1] = fmt(times[j][m])
-        end
+        name = shift == 1 and new_str or format('%d', floor(new / shift))
+        delta[name] = (delta[name] or 0) + 1
       end
     end
-    if #pairs_ > 0 then variadic('ZADD', k, pairs_, 2) end
-    if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
+    if latest and mv[m] then
+      stamps[#stamps + 1] = flat[1 + m]
+      stamps[#stamps + 1] = fmt(times[j][m])
+    end
   end
+  if np_ > 0 then variadic('ZADD', k, pairs_, 2) end
+  if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
   if top_k > 0 then
     -- Top-K: keeps the best top_k members.
     local card = call('ZCARD', k)
