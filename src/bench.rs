@@ -350,6 +350,12 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Stops a `rankflow run` child the way an operator would (SIGTERM) and waits for it.
+fn stop(child: &mut std::process::Child) {
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
 /// CPU seconds (user + system) a process has used so far, 0 if unknown.
 fn proc_cpu_secs(pid: u32) -> f64 {
     // Linux reports them in clock ticks of USER_HZ, which is 100 on every
@@ -435,8 +441,7 @@ fn run_to_end(
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
     let cpu = proc_cpu_secs(pid);
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    let _ = child.wait();
+    stop(&mut child);
     result.map(|(d, _)| (d, peak, cpu))
 }
 
@@ -488,6 +493,8 @@ pub async fn pipeline(
     broker_pid: Option<u32>,
 ) -> Result<(), String> {
     let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
+    // CPU seconds over the run's events, as µs per event.
+    let per = |secs: f64| secs * 1e6 / count as f64;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = tempfile_dir()?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
@@ -506,7 +513,7 @@ pub async fn pipeline(
     let broker = rate(count, bare_read(brokers, &topic, partitions, count)?);
     let mut note = "1.00x".to_string();
     if broker_pid.is_some() {
-        note += &format!("; broker CPU {:.1} µs/record", (broker_cpu() - cpu_before) * 1e6 / count as f64);
+        note += &format!("; broker CPU {:.1} µs/record", per(broker_cpu() - cpu_before));
     }
     rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
 
@@ -525,7 +532,6 @@ pub async fn pipeline(
     let (redis_cpu, broker_used) = (redis_stats(&conn).await?.cpu - before, broker_cpu() - cpu_before);
     let busy = redis_cpu / e2e.as_secs_f64();
     let e2e_rate = rate(count, e2e);
-    let per = |secs: f64| secs * 1e6 / count as f64;
     let mut cpu = format!("CPU µs/event: worker {:.1}, Redis {:.1}", per(worker_cpu), per(redis_cpu));
     if broker_pid.is_some() {
         cpu += &format!(", broker {:.1}", per(broker_used));
@@ -568,9 +574,9 @@ const PRODUCER_LINGER_MS: &str = "20";
 /// latency; a shorter wait means more fetches, each costing tansu CPU.
 const LATENCY_FETCH_WAIT_MS: u32 = 5;
 
-/// The result of a latency run: rankflow's record-timestamp-to-applied
+/// The result of the latency runs: rankflow's record-timestamp-to-applied
 /// quantiles (ms), and the broker's own record-timestamp-to-read, measured
-/// by a bare consumer in the same run.
+/// by a bare consumer alone just before.
 struct Latency {
     rate: u64,
     secs: u64,
@@ -688,8 +694,7 @@ async fn latency(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let buckets = scrape_latency(&listen).await?;
-    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let _ = child.wait();
+    stop(&mut child);
     let _ = std::fs::remove_dir_all(&dir);
     let total = buckets.last().map_or(0.0, |b| b.1);
     let max = buckets.iter().find(|(_, c)| *c >= total).map_or(0.0, |b| b.0) * 1000.0;

@@ -73,41 +73,39 @@ enum Command {
     },
 }
 
+/// The broker and Redis a benchmark runs against, and its latency run's load.
+#[derive(clap::Args)]
+struct BenchStack {
+    #[arg(long)]
+    brokers: String,
+    #[arg(long)]
+    redis: String,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Produce rate of the latency run, events per second.
+    #[arg(long, default_value_t = 5000)]
+    rate: u64,
+    /// Length of the latency run, seconds.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Broker and Redis ceilings, store path, end to end, latency and memory.
     Pipeline {
-        #[arg(long)]
-        brokers: String,
-        #[arg(long)]
-        redis: String,
+        #[command(flatten)]
+        stack: BenchStack,
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
-        #[arg(long, default_value_t = 4)]
-        partitions: i32,
-        /// Produce rate of the latency run.
-        #[arg(long, default_value_t = 5000)]
-        rate: u64,
-        /// Length of the latency run, seconds.
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
         /// The broker's process id, when it runs on this machine: its CPU per record is reported too.
         #[arg(long)]
         broker_pid: Option<u32>,
     },
     /// The latency run alone: rankflow and a bare consumer at a steady produce rate.
     Latency {
-        #[arg(long)]
-        brokers: String,
-        #[arg(long)]
-        redis: String,
-        #[arg(long, default_value_t = 4)]
-        partitions: i32,
-        #[arg(long, default_value_t = 5000)]
-        rate: u64,
-        /// Length of the run, seconds.
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
+        #[command(flatten)]
+        stack: BenchStack,
     },
     /// The store path against the Redis ceiling alone, on generated events (no broker).
     Store {
@@ -188,11 +186,11 @@ fn main() -> ExitCode {
                 })),
                 Err(code) => code,
             },
-            Command::Bench {
-                which: BenchCommand::Pipeline { brokers, redis, events, partitions, rate, seconds, broker_pid },
-            } => report(bench::pipeline(&brokers, &redis, events, partitions, rate, seconds, broker_pid).await),
-            Command::Bench { which: BenchCommand::Latency { brokers, redis, partitions, rate, seconds } } => {
-                report(bench::latency_only(&brokers, &redis, partitions, rate, seconds).await)
+            Command::Bench { which: BenchCommand::Pipeline { stack: s, events, broker_pid } } => {
+                report(bench::pipeline(&s.brokers, &s.redis, events, s.partitions, s.rate, s.seconds, broker_pid).await)
+            }
+            Command::Bench { which: BenchCommand::Latency { stack: s } } => {
+                report(bench::latency_only(&s.brokers, &s.redis, s.partitions, s.rate, s.seconds).await)
             }
             Command::Bench { which: BenchCommand::Store { redis, events, partitions } } => {
                 report(bench::store(&redis, events, partitions).await)

@@ -189,7 +189,9 @@ local last_off, dirty, touched, out = {}, {}, {}, {}
 -- key j changed (its value may not have). Elsewhere a member moved if and
 -- only if its value did, which phase 3 sees by comparing.
 local moved = {}
-for j = 1, np do moved[j] = {} end
+if latest then
+  for j = 1, np do moved[j] = {} end
+end
 
 local i = 0
 a = first_event
@@ -347,7 +349,6 @@ for j in pairs(touched) do
   -- The registry lets an erasure find every period key of the tag.
   call('SADD', registry, k)
   local delta = {}
-  local mv = moved[j]
   local pairs_, np_ = {}, 0
   local stamps = {}
   local c, b, bs = cur[j], base[j], base_str[j]
@@ -371,7 +372,7 @@ for j in pairs(touched) do
         delta[name] = (delta[name] or 0) + 1
       end
     end
-    if latest and mv[m] then
+    if latest and moved[j][m] then
       stamps[#stamps + 1] = flat[1 + m]
       stamps[#stamps + 1] = fmt(times[j][m])
     end
