@@ -37,7 +37,7 @@ fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if ! command -v tansu >/dev/null; then
-  echo "setup: installing the tansu broker from crates.io (about 10 minutes the first time)"
+  echo "setup: installing the tansu broker from crates.io (10-25 minutes the first time)"
   cargo install tansu --locked --features dynostore,libsql
 fi
 echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), tansu at $(command -v tansu)"
