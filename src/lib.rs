@@ -28,7 +28,7 @@
 //! (period keys with `EXPIREAT`) or refusals. `store::Store::apply` sends one
 //! `apply.lua` call per board tag for the whole batch: per event it checks
 //! the tag's recorded offset (a redelivery changes nothing), sets the
-//! `event_id` marker with `SET NX EX` and, only if new, writes every period.
+//! `event_id` marker with `SET NX GET EX` and, only if new, writes every period.
 //! Records no board applied go to the dead-letter topic. Only when every
 //! record of the batch is final does `worker` store each partition's last
 //! offset + 1, which librdkafka then commits.

@@ -39,7 +39,7 @@ pub enum StoreError {
     Erase { base: String, source: RedisError },
     #[error("listing board tags failed: {0}")]
     Scan(String),
-    #[error("the apply script for {base} returned {got} results for {expected} events")]
+    #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
 }
 
@@ -197,7 +197,7 @@ impl Prepared {
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
-    /// Strings, then the batch as one MessagePack array (see apply.lua).
+    /// Strings, then the batch as one MessagePack stream (see apply.lua).
     pub args: Vec<Vec<u8>>,
 }
 
@@ -246,8 +246,9 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     for period in &periods {
         push(period.expire_at.unwrap_or(0).to_string());
     }
-    // The batch's distinct members, and per period key the distinct members
-    // written to it, so that the script keys its state by number.
+    // The batch's distinct members, per period key the distinct members
+    // written to it, and the distinct lists of period keys the events write
+    // (shapes), so that the script keeps its state in tables indexed by number.
     let mut member_index: FxHashMap<&str, usize> =
         FxHashMap::with_capacity_and_hasher(batch.items.len(), Default::default());
     let mut members: Vec<&str> = Vec::with_capacity(batch.items.len());
@@ -255,8 +256,11 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     // (period key, member) pairs already in per_period.
     let mut listed: FxHashSet<(usize, usize)> = FxHashSet::default();
     let mut fields: Vec<&str> = Vec::new();
-    let mut body = Vec::with_capacity(batch.items.len() * 24);
-    let mut len = 0usize;
+    let mut shape_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
+    let mut shape: Vec<usize> = Vec::new();
+    let with_tie = p.op == WriteOp::Sum && p.shift > 1;
+    let with_ts = latest || p.rate_events > 0;
+    let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
         let f = match fields.iter().position(|f| *f == item.field) {
             Some(f) => f,
@@ -269,24 +273,33 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
             members.push(item.member);
             members.len()
         });
+        shape.clear();
+        shape.extend(item.periods.iter().map(|period| period_index[period.key.as_str()]));
+        let sh = match shape_index.get(shape.as_slice()) {
+            Some(&sh) => sh,
+            None => {
+                shape_index.insert(shape.clone(), shape_index.len() + 1);
+                shape_index.len()
+            }
+        };
         mp_int(&mut body, f as i64 + 1);
         mp_int(&mut body, item.offset);
         mp_int(&mut body, m as i64);
-        for n in [item.num, item.tie, item.ts, item.periods.len() as i64] {
-            mp_int(&mut body, n);
+        mp_int(&mut body, item.num);
+        mp_int(&mut body, sh as i64);
+        if with_tie {
+            mp_int(&mut body, item.tie);
         }
-        for period in item.periods {
-            let j = period_index[period.key.as_str()];
-            mp_int(&mut body, j as i64);
+        if with_ts {
+            mp_int(&mut body, item.ts);
+        }
+        for &j in &shape {
             if listed.insert((j, m)) {
                 per_period[j - 1].push(m);
             }
         }
-        len += 7 + item.periods.len();
     }
-    len += 1 + members.len() + per_period.iter().map(|l| 1 + l.len()).sum::<usize>();
     let mut events = Vec::with_capacity(body.len() + 16 * members.len() + 16);
-    rmp::encode::write_array_len(&mut events, len as u32).expect("writing to a Vec cannot fail");
     mp_int(&mut events, members.len() as i64);
     for m in &members {
         rmp::encode::write_str(&mut events, m).expect("writing to a Vec cannot fail");
@@ -297,6 +310,16 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
             mp_int(&mut events, *m as i64);
         }
     }
+    let mut shapes: Vec<(&Vec<usize>, usize)> = shape_index.iter().map(|(s, &sh)| (s, sh)).collect();
+    shapes.sort_unstable_by_key(|&(_, sh)| sh);
+    mp_int(&mut events, shapes.len() as i64);
+    for (shape, _) in shapes {
+        mp_int(&mut events, shape.len() as i64);
+        for &j in shape {
+            mp_int(&mut events, j as i64);
+        }
+    }
+    mp_int(&mut events, batch.items.len() as i64);
     events.extend_from_slice(&body);
     push(fields.len().to_string());
     for f in &fields {
@@ -304,6 +327,22 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     }
     args.push(events);
     Invocation { keys, args }
+}
+
+/// The apply script's reply: the number of events it saw, then (event
+/// number, code) for each event not applied. `None` if it does not describe
+/// `n` events.
+fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
+    let (&seen, rest) = reply.split_first()?;
+    if seen != n as i64 || rest.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = vec![ApplyResult::Applied; n];
+    for pair in rest.chunks_exact(2) {
+        let i = usize::try_from(pair[0]).ok().filter(|i| (1..=n).contains(i))?;
+        out[i - 1] = ApplyResult::from_code(pair[1]);
+    }
+    Some(out)
 }
 
 /// The write side of Redis.
@@ -385,11 +424,12 @@ impl Store {
 
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
         let reply: Result<Vec<i64>, RedisError> = self.eval(&self.script, APPLY_LUA, &inv.keys, &inv.args).await?;
-        let codes = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
-        if codes.len() != n {
-            return Err(StoreError::BadReply { base: base.to_string(), got: codes.len(), expected: n });
-        }
-        Ok(codes.into_iter().map(ApplyResult::from_code).collect())
+        let reply = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
+        decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
+            base: base.to_string(),
+            got: reply.len(),
+            expected: n,
+        })
     }
 
     /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
@@ -497,6 +537,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_lists_the_events_not_applied_and_must_count_them_all() {
+        let got = decode_reply(&[3, 2, 2, 3, 4], 3).unwrap();
+        assert_eq!(got, [ApplyResult::Applied, ApplyResult::DuplicateEvent, ApplyResult::Refused(4)]);
+        assert_eq!(decode_reply(&[2], 2).unwrap(), [ApplyResult::Applied; 2]);
+        // A reply for another number of events, a pair cut short, an event
+        // number out of range: the batch fails and is retried, nothing is guessed.
+        assert!(decode_reply(&[2], 3).is_none());
+        assert!(decode_reply(&[3, 2], 3).is_none());
+        assert!(decode_reply(&[3, 4, 2], 3).is_none());
+        assert!(decode_reply(&[3, 0, 2], 3).is_none());
+        assert!(decode_reply(&[], 0).is_none());
+    }
+
+    #[test]
     fn invocations_share_period_keys_and_index_them_from_one() {
         let id1 = uuid::Uuid::from_u128(1);
         let id2 = uuid::Uuid::from_u128(2);
@@ -578,12 +632,12 @@ mod tests {
                 "t:1"
             ]
         );
-        // The members; per period key its members' indexes; then the events:
-        // field index, offset, member index, num, tie, ts, W, period indexes.
+        // The members; per period key its members' indexes; the shapes; then
+        // the events: field index, offset, member index, num, shape (a sum
+        // without a tie-break and without a rate limit sends no tie or time).
         let mut rd = events.as_slice();
-        let len = rmp::decode::read_array_len(&mut rd).unwrap();
         let mut got = Vec::new();
-        for _ in 0..len {
+        while !rd.is_empty() {
             let mut buf = [0u8; 64];
             let mut peek = rd;
             match rmp::decode::read_int::<i64, _>(&mut peek) {
@@ -601,8 +655,10 @@ mod tests {
                 "2", "alice", "bob", // members
                 "1", "1", // period key 1: alice
                 "2", "1", "2", // period key 2: alice, bob
-                "1", "7", "1", "5", "0", "1", "2", "1", "2", // alice's event, on both keys
-                "2", "9", "2", "-3", "0", "2", "1", "2" // bob's event, on key 2
+                "2", "2", "1", "2", "1", "2", // shapes: keys 1 and 2; key 2
+                "2", // events
+                "1", "7", "1", "5", "1", // alice's event, shape 1
+                "2", "9", "2", "-3", "2" // bob's event, shape 2
             ]
         );
     }

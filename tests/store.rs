@@ -286,3 +286,46 @@ async fn a_sum_near_the_edge_of_the_exact_range_is_refused_only_when_it_would_le
     }
     assert_eq!(dense(&mut conn, "lb:{g}:_dense:all").await, [(half + 2).to_string()]);
 }
+
+#[tokio::test]
+async fn a_batch_larger_than_one_read_of_the_script_is_applied_whole() {
+    // The script reads its batch a few thousand values at a time: 12,000
+    // events on 7,000 members, on two period shapes, with a repeated event id
+    // every 50 events, must come out exactly as added up here.
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let both = vec![pw("big", "d:2026-08-14", Some(4_000_000_000)), pw("big", "all", None)];
+    let all_only = vec![both[1].clone()];
+    let names: Vec<String> = (0..7000).map(|m| format!("player-{m}")).collect();
+    let ids: Vec<Uuid> = (0..12_000u128).map(|i| Uuid::from_u128(if i % 50 == 49 { i - 1 } else { i } + 1)).collect();
+    let mut items = Vec::new();
+    let (mut day, mut all): (HashMap<&str, i64>, HashMap<&str, i64>) = (HashMap::new(), HashMap::new());
+    let mut expected = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let member = names[(i * 7919) % names.len()].as_str();
+        let num = (i % 17) as i64 - 5;
+        let periods = if i % 3 == 0 { &all_only } else { &both };
+        items.push(item(i as i64, member, num, id, periods));
+        if i % 50 == 49 {
+            expected.push(ApplyResult::DuplicateEvent);
+            continue;
+        }
+        expected.push(ApplyResult::Applied);
+        *all.entry(member).or_default() += num;
+        if i % 3 != 0 {
+            *day.entry(member).or_default() += num;
+        }
+    }
+    let r = s.apply(&[tag("lb:{big}", WriteOp::Sum, items)]).await.unwrap();
+    assert_eq!(r, vec![expected]);
+    for (key, sums) in [("lb:{big}:d:2026-08-14", &day), ("lb:{big}:all", &all)] {
+        let card: usize = redis::cmd("ZCARD").arg(key).query_async(&mut conn).await.unwrap();
+        assert_eq!(card, sums.len(), "{key}");
+        for (member, sum) in sums {
+            assert_eq!(zscore(&mut conn, key, member).await, Some(*sum as f64), "{key} {member}");
+        }
+        let values: std::collections::BTreeSet<i64> = sums.values().copied().collect();
+        assert_eq!(dense(&mut conn, &key.replace("{big}:", "{big}:_dense:")).await.len(), values.len(), "{key}");
+    }
+}

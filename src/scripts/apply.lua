@@ -2,7 +2,7 @@
 --
 -- For each event, in order: a record at or below the tag's recorded offset for
 -- its topic-partition is a redelivery and changes nothing; otherwise the
--- offset advances, the dedupe marker is set with SET NX EX, and only when the
+-- offset advances, the dedupe marker is set with SET NX GET EX, and only when the
 -- marker is new (and the rate limit, value range and sealing allow) are the
 -- period writes made. A marker is never set without its writes, nor writes
 -- made without the marker, because the script is atomic and checks everything
@@ -50,24 +50,30 @@
 -- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
 -- ARGV[14 + P]        F: how many topic-partition fields follow
 -- ARGV[14 + P + f]    field f, "<topic>:<partition>"
--- ARGV[15 + P + F]    the batch, one MessagePack array (decoded in C by cmsgpack, so
---                     numbers arrive as numbers), flat:
+-- ARGV[15 + P + F]    the batch, one MessagePack stream of top-level values
+--                     (read in chunks by cmsgpack.unpack_limit, whose values land
+--                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
 --                     for each period key j = 1..P: L, then the indexes (into the
 --                     members, 1-based) of the L distinct members written to it;
---                     then per event: f, offset, m, num, tie, ts, W, then W
---                     period-key indexes (1-based)
+--                     S, then S shapes: W, then W period-key indexes (1-based),
+--                     the distinct lists of period keys the events write;
+--                     E, then per event: f, offset, m, num, shape, [tie], [ts]
 --                     f: index of the event's field; m: index of its member; num:
 --                     the delta for "sum", the packed stored score otherwise;
---                     ts: the event time, epoch ms
+--                     tie (only for "sum" with SHIFT > 1): the tie component
+--                     packed with a new total; ts (only for "latest" and rate
+--                     limits): the event time, epoch ms
 --                     (the grouping is done by the caller, so that the script
 --                     keeps its per-member state in tables indexed by number)
 --
--- Returns one integer per event:
---   1 applied, 2 duplicate event_id (marker present), 3 redelivered offset,
+-- Returns E, then (i, code) for each event i not applied, i ascending, with
+-- the codes:
+--   2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
 --   5 refused: rate_limited,
 --   6 refused: period_closed (every period of the event is sealed already).
+-- Every other event was applied (code 1).
 -- Every period key written is added to the tag's registry set
 -- ("<prefix>:{tag}:_keys"), which erase.lua walks.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
@@ -99,11 +105,16 @@ local tonumber = tonumber
 local call = redis.call
 
 local format = string.format
+
 -- Integers reach Redis as decimal strings made here: a number argument of
 -- redis.call is converted by Redis with "%.17g", which costs several times more.
 local function fmt(n)
   return format('%d', n)
 end
+-- decimal[n]: fmt(n), made once per call. Written values repeat across
+-- members (totals and personal bests cluster), and formatting is the
+-- costliest step of a write in the interpreter.
+local decimal = {}
 
 -- Runs a variadic command on key over list (already flat), CHUNK items of
 -- step arguments at a time (Lua's unpack has a stack limit).
@@ -136,21 +147,57 @@ if seal_on then
   end
 end
 
--- Phase 1: every member's current value in each open period key. The
--- batch's member m is flat[1 + m]; period key j's members are
--- flat[at[j] .. at[j] + len[j] - 1] (member indexes).
+-- The batch: a MessagePack stream, read from byte pos on.
 local nf = tonumber(ARGV[14 + np])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[14 + np + f] end
-local flat = cmsgpack.unpack(ARGV[15 + np + nf])
-local at, len = {}, {}
-local a = flat[1] + 2
-for j = 1, np do
-  len[j], at[j] = flat[a], a + 1
-  a = a + 1 + flat[a]
+local payload = ARGV[15 + np + nf]
+local unpack_limit = cmsgpack.unpack_limit
+local pos = 0
+local function rest(next_pos, ...)
+  pos = next_pos
+  return {...}
 end
-local first_event = a
+-- The stream's next n values, as an array: unpack_limit leaves them on the
+-- stack, from where {...} stores them in one step, not one table write each
+-- (Lua's C stack takes a few thousand values at a time).
+local TAKE = 4000
+local function take(n)
+  if n <= TAKE then
+    if n == 0 then return {} end
+    return rest(unpack_limit(payload, n, pos))
+  end
+  local t, k = {}, 0
+  while k < n do
+    local part = rest(unpack_limit(payload, math.min(TAKE, n - k), pos))
+    for x = 1, #part do t[k + x] = part[x] end
+    k = k + #part
+  end
+  return t
+end
+local function take1()
+  local next_pos, v = unpack_limit(payload, 1, pos)
+  pos = next_pos
+  return v
+end
 
+local members = take(take1())
+-- lists[j]: the members (indexes) written to period key j.
+local lists = {}
+for j = 1, np do lists[j] = take(take1()) end
+local shapes, shape_len = {}, {}
+for sh = 1, take1() do
+  local w = take1()
+  shapes[sh], shape_len[sh] = take(w), w
+end
+local with_tie = is_sum and shift > 1
+local with_ts = latest or rate_events > 0
+local stride = 5
+if with_tie then stride = stride + 1 end
+local ts_at = stride + 1
+if with_ts then stride = stride + 1 end
+
+-- Phase 1: every member's current value in each open period key.
 -- cur[j][m]: the stored score (false: absent), as the events see it;
 -- base[j][m]: the stored score before this call; times[j][m]: the event
 -- time of a "latest" value.
@@ -159,17 +206,19 @@ local first_event = a
 local cur, base, times, base_str = {}, {}, {}, {}
 local plain = shift == 1 and dense_on
 for j = 1, np do
-  if not sealed[j] and len[j] > 0 then
+  local list = lists[j]
+  local nl = #list
+  if not sealed[j] and nl > 0 then
     local c, b, t, bs = {}, {}, {}, {}
-    for s = at[j], at[j] + len[j] - 1, CHUNK do
-      local e = math.min(s + CHUNK - 1, at[j] + len[j] - 1)
+    for s = 1, nl, CHUNK do
+      local e = math.min(s + CHUNK - 1, nl)
       local names = {}
-      for x = s, e do names[x - s + 1] = flat[1 + flat[x]] end
+      for x = s, e do names[x - s + 1] = members[list[x]] end
       local scores = call('ZMSCORE', KEYS[1 + j], unpack(names))
       local ts
       if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
       for x = s, e do
-        local m, score = flat[x], scores[x - s + 1]
+        local m, score = list[x], scores[x - s + 1]
         local v = false
         if score then
           v = tonumber(score)
@@ -184,7 +233,10 @@ for j = 1, np do
 end
 
 -- Phase 2: decide each event in order against the values held above.
-local last_off, dirty, touched, out = {}, {}, {}, {}
+-- out: E, then (i, code) for each event not applied.
+local last_off, dirty, touched = {}, {}, {}
+local ne = take1()
+local out, nout = { ne }, 1
 -- moved[j][m] = true: on a "latest" board, member m's event time in period
 -- key j changed (its value may not have). Elsewhere a member moved if and
 -- only if its value did, which phase 3 sees by comparing.
@@ -193,84 +245,92 @@ if latest then
   for j = 1, np do moved[j] = {} end
 end
 
+local per_take = floor(TAKE / stride)
 local i = 0
-a = first_event
-local nflat = #flat
-while a <= nflat do
-  i = i + 1
-  local f, off, m, num = flat[a], flat[a + 1], flat[a + 2], flat[a + 3]
-  local first, stop = a + 7, a + 6 + flat[a + 6]
-  local field = fields[f]
-  local last = last_off[f]
-  if last == nil then
-    local v = call('HGET', offsets_key, field)
-    if v then last = tonumber(v) else last = -1 end
-    last_off[f] = last
-  end
-  if off <= last then
-    local r = call('GET', refused_prefix .. field .. ':' .. fmt(off))
-    if r then out[i] = tonumber(r) else out[i] = 3 end
-  else
-    last_off[f], dirty[f] = off, true
+while i < ne do
+  local ev = take(math.min(per_take, ne - i) * stride)
+  for a = 0, #ev - stride, stride do
+    i = i + 1
+    local f, off, m, num, sh = ev[a + 1], ev[a + 2], ev[a + 3], ev[a + 4], ev[a + 5]
+    local shape, nw = shapes[sh], shape_len[sh]
+    local field = fields[f]
+    local last = last_off[f]
+    if last == nil then
+      local v = call('HGET', offsets_key, field)
+      if v then last = tonumber(v) else last = -1 end
+      last_off[f] = last
+    end
     local code = 1
-    local marker = KEYS[marker_base + i]
-    if not call('SET', marker, '1', 'NX', 'EX', ttl) then
-      code = 2
+    if off <= last then
+      local r = call('GET', refused_prefix .. field .. ':' .. fmt(off))
+      if r then code = tonumber(r) else code = 3 end
     else
-      local open = not seal_on
-      -- Only a sum can leave the allowed range, and only sealing can close
-      -- every period of the event.
-      if is_sum or seal_on then
-        for w = first, stop do
-          local j = flat[w]
+      last_off[f], dirty[f] = off, true
+      local marker = KEYS[marker_base + i]
+      -- GET makes the reply the old value (a duplicate) or nil (the marker is
+      -- new), which reaches Lua more cheaply than SET's status reply.
+      if call('SET', marker, '1', 'NX', 'GET', 'EX', ttl) then
+        code = 2
+      else
+        local open = not seal_on
+        -- Only a sum can leave the allowed range, and only sealing can close
+        -- every period of the event.
+        if is_sum or seal_on then
+          for w = 1, nw do
+            local j = shape[w]
+            if not sealed[j] then
+              open = true
+              if is_sum then
+                local old = cur[j][m]
+                local total = num
+                if old then total = floor(old / shift) + num end
+                if total > maxv or total < -maxv then code = 4 end
+              end
+            end
+          end
+        end
+        if code == 1 and not open then code = 6 end
+        if code == 1 and rate_events > 0 and not admit(members[m], ev[a + ts_at], field .. ':' .. fmt(off)) then
+          code = 5
+        end
+        if code ~= 1 then call('DEL', marker) end
+      end
+      if code == 1 then
+        local tie = 0
+        if with_tie then tie = ev[a + 6] end
+        for w = 1, nw do
+          local j = shape[w]
+          -- A sealed period is skipped: the event still counts on the board's open periods.
           if not sealed[j] then
-            open = true
+            local c = cur[j]
+            local old = c[m]
             if is_sum then
-              local old = cur[j][m]
               local total = num
               if old then total = floor(old / shift) + num end
-              if total > maxv or total < -maxv then code = 4 end
-            end
-          end
-        end
-      end
-      if code == 1 and not open then code = 6 end
-      if code == 1 and rate_events > 0 and not admit(flat[1 + m], flat[a + 5], field .. ':' .. fmt(off)) then
-        code = 5
-      end
-      if code ~= 1 then call('DEL', marker) end
-    end
-    if code == 1 then
-      for w = first, stop do
-        local j = flat[w]
-        -- A sealed period is skipped: the event still counts on the board's open periods.
-        if not sealed[j] then
-          local c = cur[j]
-          local old = c[m]
-          if is_sum then
-            local total = num
-            if old then total = floor(old / shift) + num end
-            c[m] = total * shift + flat[a + 4]
-          elseif latest then
-            local ts = flat[a + 5]
-            local seen = times[j][m]
-            if not seen or ts > seen then
-              times[j][m] = ts
+              c[m] = total * shift + tie
+            elseif latest then
+              local ts = ev[a + ts_at]
+              local seen = times[j][m]
+              if not seen or ts > seen then
+                times[j][m] = ts
+                c[m] = num
+                moved[j][m] = true
+              end
+            elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
               c[m] = num
-              moved[j][m] = true
             end
-          elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
-            c[m] = num
+            touched[j] = true
           end
-          touched[j] = true
         end
+      elseif code >= 4 then
+        call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
       end
-    elseif code >= 4 then
-      call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
     end
-    out[i] = code
+    if code ~= 1 then
+      out[nout + 1], out[nout + 2] = i, code
+      nout = nout + 2
+    end
   end
-  a = stop + 1
 end
 
 -- Phase 3: the writes.
@@ -288,7 +348,13 @@ end
 -- decimal string, when one is at hand).
 local function value_name(stored, str)
   if shift == 1 and str then return str end
-  return fmt(floor(stored / shift))
+  local v = floor(stored / shift)
+  local name = decimal[v]
+  if not name then
+    name = format('%d', v)
+    decimal[v] = name
+  end
+  return name
 end
 
 -- The one field of a value-count hash that is not a value (see settle).
@@ -352,28 +418,33 @@ for j in pairs(touched) do
   local pairs_, np_ = {}, 0
   local stamps = {}
   local c, b, bs = cur[j], base[j], base_str[j]
-  for x = at[j], at[j] + len[j] - 1 do
-    local m = flat[x]
+  local list = lists[j]
+  for x = 1, #list do
+    local m = list[x]
     local old, new = b[m], c[m]
     if old ~= new then
-      local new_str = format('%d', new)
+      local new_str = decimal[new]
+      if not new_str then
+        new_str = format('%d', new)
+        decimal[new] = new_str
+      end
       np_ = np_ + 2
       pairs_[np_ - 1] = new_str
-      pairs_[np_] = flat[1 + m]
+      pairs_[np_] = members[m]
       if dense_on then
         -- The values' decimal names (see value_name), inline: this
         -- runs for every member written.
         local name
         if old then
-          name = shift == 1 and bs[m] or format('%d', floor(old / shift))
+          name = shift == 1 and bs[m] or value_name(old)
           delta[name] = (delta[name] or 0) - 1
         end
-        name = shift == 1 and new_str or format('%d', floor(new / shift))
+        name = shift == 1 and new_str or value_name(new)
         delta[name] = (delta[name] or 0) + 1
       end
     end
     if latest and moved[j][m] then
-      stamps[#stamps + 1] = flat[1 + m]
+      stamps[#stamps + 1] = members[m]
       stamps[#stamps + 1] = fmt(times[j][m])
     end
   end
