@@ -461,12 +461,32 @@ fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
     prev.0
 }
 
-async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
+/// rankflow's `/metrics` page.
+async fn scrape(listen: &str) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(listen).await.map_err(|e| e.to_string())?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
     let mut text = String::new();
     s.read_to_string(&mut text).await.map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// Waits until the rankflow serving `listen` holds `partitions` partitions,
+/// so that a latency run does not count the group's join.
+async fn wait_assigned(listen: &str, partitions: i32) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let want = format!("rankflow_assigned_partitions {partitions}");
+    while Instant::now() < deadline {
+        if scrape(listen).await.is_ok_and(|text| text.lines().any(|l| l == want)) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("rankflow was not assigned {partitions} partitions within 90s (a broker group stall?)"))
+}
+
+async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
+    let text = scrape(listen).await?;
     let mut out = Vec::new();
     for l in text.lines() {
         if let Some(rest) = l.strip_prefix("rankflow_event_latency_seconds_bucket{") {
@@ -686,7 +706,12 @@ async fn latency(
         .env("RUST_LOG", "warn")
         .spawn()
         .map_err(|e| e.to_string())?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    if let Err(e) = wait_assigned(&listen, partitions).await {
+        stop(&mut child);
+        return Err(e);
+    }
+    // As long as the bare consumer had between its assignment and the first record.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let (_, acks) = produce(brokers, &topic, n, 9, rate).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let commits = Committed::new(brokers, &group, &topic, partitions)?;

@@ -81,8 +81,12 @@ fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogr
 impl Metrics {
     fn new() -> Metrics {
         let r = Registry::new();
-        let latency_buckets =
-            vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+        // Fine around the tens of milliseconds a live stream takes, so that
+        // a quantile read from the buckets is off by little.
+        let latency_buckets = vec![
+            0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15,
+            0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+        ];
         let event_latency = HistogramVec::new(
             HistogramOpts::new(
                 "rankflow_event_latency_seconds",
