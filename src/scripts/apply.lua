@@ -205,6 +205,8 @@ if with_ts then stride = stride + 1 end
 -- wrote it, which is also the value's name in the dense index.
 local cur, base, times, base_str = {}, {}, {}, {}
 local plain = shift == 1 and dense_on
+-- With SHIFT 1 a stored score is its value: no floor(stored / SHIFT).
+local unit = shift == 1
 for j = 1, np do
   local list = lists[j]
   local nl = #list
@@ -283,7 +285,7 @@ while i < ne do
               if is_sum then
                 local old = cur[j][m]
                 local total = num
-                if old then total = floor(old / shift) + num end
+                if old then total = (unit and old or floor(old / shift)) + num end
                 if total > maxv or total < -maxv then code = 4 end
               end
             end
@@ -306,7 +308,7 @@ while i < ne do
             local old = c[m]
             if is_sum then
               local total = num
-              if old then total = floor(old / shift) + num end
+              if old then total = (unit and old or floor(old / shift)) + num end
               c[m] = total * shift + tie
             elseif latest then
               local ts = ev[a + ts_at]
