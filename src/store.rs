@@ -256,7 +256,8 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     // (period key, member) pairs already in per_period.
     let mut listed: FxHashSet<(usize, usize)> = FxHashSet::default();
     let mut fields: Vec<&str> = Vec::new();
-    let mut shape_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
+    // A batch's events write a handful of distinct period lists at most.
+    let mut shapes: Vec<Vec<usize>> = Vec::new();
     let mut shape: Vec<usize> = Vec::new();
     let with_tie = p.op == WriteOp::Sum && p.shift > 1;
     let with_ts = latest || p.rate_events > 0;
@@ -275,11 +276,11 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         });
         shape.clear();
         shape.extend(item.periods.iter().map(|period| period_index[period.key.as_str()]));
-        let sh = match shape_index.get(shape.as_slice()) {
-            Some(&sh) => sh,
+        let sh = match shapes.iter().position(|s| *s == shape) {
+            Some(sh) => sh + 1,
             None => {
-                shape_index.insert(shape.clone(), shape_index.len() + 1);
-                shape_index.len()
+                shapes.push(shape.clone());
+                shapes.len()
             }
         };
         mp_int(&mut body, f as i64 + 1);
@@ -310,10 +311,8 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
             mp_int(&mut events, *m as i64);
         }
     }
-    let mut shapes: Vec<(&Vec<usize>, usize)> = shape_index.iter().map(|(s, &sh)| (s, sh)).collect();
-    shapes.sort_unstable_by_key(|&(_, sh)| sh);
     mp_int(&mut events, shapes.len() as i64);
-    for (shape, _) in shapes {
+    for shape in &shapes {
         mp_int(&mut events, shape.len() as i64);
         for &j in shape {
             mp_int(&mut events, j as i64);

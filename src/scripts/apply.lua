@@ -111,10 +111,18 @@ local format = string.format
 local function fmt(n)
   return format('%d', n)
 end
--- decimal[n]: fmt(n), made once per call. Written values repeat across
+-- dec(n): fmt(n), made once per call and kept in decimal. Written values repeat across
 -- members (totals and personal bests cluster), and formatting is the
 -- costliest step of a write in the interpreter.
 local decimal = {}
+local function dec(n)
+  local str = decimal[n]
+  if not str then
+    str = format('%d', n)
+    decimal[n] = str
+  end
+  return str
+end
 
 -- Runs a variadic command on key over list (already flat), CHUNK items of
 -- step arguments at a time (Lua's unpack has a stack limit).
@@ -350,13 +358,7 @@ end
 -- decimal string, when one is at hand).
 local function value_name(stored, str)
   if shift == 1 and str then return str end
-  local v = floor(stored / shift)
-  local name = decimal[v]
-  if not name then
-    name = format('%d', v)
-    decimal[v] = name
-  end
-  return name
+  return dec(floor(stored / shift))
 end
 
 -- The one field of a value-count hash that is not a value (see settle).
@@ -425,6 +427,7 @@ for j in pairs(touched) do
     local m = list[x]
     local old, new = b[m], c[m]
     if old ~= new then
+      -- dec(new), inline: this runs for every member written.
       local new_str = decimal[new]
       if not new_str then
         new_str = format('%d', new)
