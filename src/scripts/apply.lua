@@ -103,6 +103,7 @@ local CHUNK = 1000
 local floor = math.floor
 local tonumber = tonumber
 local call = redis.call
+local KEYS = KEYS
 
 local format = string.format
 
@@ -231,7 +232,9 @@ for j = 1, np do
         local m, score = list[x], scores[x - s + 1]
         local v = false
         if score then
-          v = tonumber(score)
+          -- score + 0: Lua converts the decimal string itself, without a
+          -- function call (tonumber is a C function).
+          v = score + 0
           if plain then bs[m] = score end
         end
         c[m], b[m] = v, v
@@ -244,7 +247,9 @@ end
 
 -- Phase 2: decide each event in order against the values held above.
 -- out: E, then (i, code) for each event not applied.
-local last_off, dirty, touched = {}, {}, {}
+-- used[sh]: an event of shape sh was applied, so its open period keys were written.
+local last_off, dirty, used = {}, {}, {}
+local totals = {}
 local ne = take1()
 local out, nout = { ne }, 1
 -- moved[j][m] = true: on a "latest" board, member m's event time in period
@@ -284,7 +289,8 @@ while i < ne do
       else
         local open = not seal_on
         -- Only a sum can leave the allowed range, and only sealing can close
-        -- every period of the event.
+        -- every period of the event. totals[w]: the sum's new total in the
+        -- shape's period key w, which the write below uses.
         if is_sum or seal_on then
           for w = 1, nw do
             local j = shape[w]
@@ -295,6 +301,7 @@ while i < ne do
                 local total = num
                 if old then total = (unit and old or floor(old / shift)) + num end
                 if total > maxv or total < -maxv then code = 4 end
+                totals[w] = total
               end
             end
           end
@@ -313,11 +320,8 @@ while i < ne do
           -- A sealed period is skipped: the event still counts on the board's open periods.
           if not sealed[j] then
             local c = cur[j]
-            local old = c[m]
             if is_sum then
-              local total = num
-              if old then total = (unit and old or floor(old / shift)) + num end
-              c[m] = total * shift + tie
+              c[m] = totals[w] * shift + tie
             elseif latest then
               local ts = ev[a + ts_at]
               local seen = times[j][m]
@@ -326,12 +330,13 @@ while i < ne do
                 c[m] = num
                 moved[j][m] = true
               end
-            elseif not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
-              c[m] = num
+            else
+              local old = c[m]
+              if not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then c[m] = num end
             end
-            touched[j] = true
           end
         end
+        used[sh] = true
       elseif code >= 4 then
         call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
       end
@@ -344,6 +349,13 @@ while i < ne do
 end
 
 -- Phase 3: the writes.
+local touched = {}
+for sh in pairs(used) do
+  local shape = shapes[sh]
+  for w = 1, shape_len[sh] do
+    if not sealed[shape[w]] then touched[shape[w]] = true end
+  end
+end
 for f in pairs(dirty) do
   call('HSET', offsets_key, fields[f], fmt(last_off[f]))
 end
