@@ -4,7 +4,8 @@
 # `rankflow bench pipeline` (ceilings, store path, end to end, latency,
 # memory) and `rankflow bench read` (read API on a 1,000,000-member board),
 # and stops everything. Sizes: BENCH_EVENTS (default 1000000),
-# BENCH_MEMBERS (default 1000000); latency run: BENCH_LATENCY_RATE (default
+# BENCH_MEMBERS (default 1000000), BENCH_ROUNDS (rounds of the Redis ceiling
+# and store-path rows, default 3); latency run: BENCH_LATENCY_RATE (default
 # 5000 events/s) for BENCH_LATENCY_SECONDS (default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +32,5 @@ wait_port "$rport"; wait_port "$kport"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
 "$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
-  --broker-pid "$broker_pid"
+  --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"

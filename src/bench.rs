@@ -506,16 +506,21 @@ async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
     Ok(out)
 }
 
+/// What `rankflow bench pipeline` runs: the backlog's size and partitions,
+/// the latency run's rate and length, the broker's process (for its CPU)
+/// and the rounds of the store-path rows.
+pub struct PipelineRun {
+    pub count: u64,
+    pub partitions: i32,
+    pub latency_rate: u64,
+    pub latency_secs: u64,
+    pub broker_pid: Option<u32>,
+    pub rounds: usize,
+}
+
 /// `rankflow bench pipeline`.
-pub async fn pipeline(
-    brokers: &str,
-    redis_url: &str,
-    count: u64,
-    partitions: i32,
-    latency_rate: u64,
-    latency_secs: u64,
-    broker_pid: Option<u32>,
-) -> Result<(), String> {
+pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Result<(), String> {
+    let PipelineRun { count, partitions, latency_rate, latency_secs, broker_pid, rounds } = run;
     let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
     // CPU seconds over the run's events, as µs per event.
     let per = |secs: f64| secs * 1e6 / count as f64;
@@ -542,7 +547,7 @@ pub async fn pipeline(
     rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
 
     let events = read_events(brokers, &topic, partitions, count, &router)?;
-    let (store_rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
+    let (store_rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
     let (redis_ceiling, store_rate, lean_rate) = (store_rows[0].per_sec, store_rows[1].per_sec, store_rows[2].per_sec);
     rows.extend(store_rows);
 
@@ -816,48 +821,86 @@ fn breakdown(what: &str, n: u64, before: &RedisStats, after: &RedisStats) -> Str
 /// The store-path rows of a run: the Redis ceiling, the store path and the
 /// store path without dense indexes, each on a flushed Redis, each with the
 /// share of its wall time Redis's thread was busy (where the time goes).
+///
+/// The three phases run `rounds` times in turn (ceiling, store path, lean
+/// store path, then again), so that a slow spell of the shared machine falls
+/// on one round, not on one row. Each row shows its median rate; a store-path
+/// row's ratio is the median of its rounds' ratios to the ceiling of the same
+/// round, and each round's ratio is listed.
 async fn store_rows(
     conn: &RedisConn,
     store: &Store,
     settings: &Settings,
     events: &[(i32, i64, i64, Event)],
+    rounds: usize,
 ) -> Result<(Vec<Row>, Vec<String>), String> {
     let n = events.len() as u64;
-    let mut notes = Vec::new();
+    let rounds = rounds.max(1);
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
     let mut lean = settings.boards.clone();
     for b in &mut lean {
         b.dense_rank = false;
     }
     let lean_router = Router::new(lean, &settings.redis.key_prefix);
-    let mut rows = Vec::new();
-    let mut ceiling = 0.0;
     let phases = [
         ("Redis ceiling: bare pipelined writes", None),
         ("rankflow store path", Some(&router)),
         ("rankflow store path, dense_rank = false", Some(&lean_router)),
     ];
-    for (what, through) in phases {
-        eprintln!("bench: {what} ({n} events)");
-        flush(conn).await?;
-        let before = redis_stats(conn).await?;
-        let took = match through {
-            None => bare_writes(conn, &router, events).await?,
-            Some(r) => store_path(store, r, events, settings.worker.batch_size).await?,
-        };
-        let after = redis_stats(conn).await?;
-        notes.push(breakdown(what, n, &before, &after));
-        let cpu = after.cpu - before.cpu;
-        let busy = cpu / took.as_secs_f64();
-        let per_sec = rate(n, took);
-        if ceiling == 0.0 {
-            ceiling = per_sec;
+    // Per phase: each round's rate, the wall time, and Redis's CPU and
+    // command times summed over the rounds.
+    let mut rates = vec![Vec::new(); phases.len()];
+    let mut took = vec![0.0; phases.len()];
+    let mut used: Vec<RedisStats> = phases.iter().map(|_| RedisStats { cpu: 0.0, usec: HashMap::new() }).collect();
+    for round in 1..=rounds {
+        for (p, (what, through)) in phases.iter().enumerate() {
+            eprintln!("bench: {what} ({n} events, round {round} of {rounds})");
+            flush(conn).await?;
+            let before = redis_stats(conn).await?;
+            let elapsed = match through {
+                None => bare_writes(conn, &router, events).await?,
+                Some(r) => store_path(store, r, events, settings.worker.batch_size).await?,
+            };
+            let after = redis_stats(conn).await?;
+            rates[p].push(rate(n, elapsed));
+            took[p] += elapsed.as_secs_f64();
+            used[p].cpu += after.cpu - before.cpu;
+            for (k, v) in &after.usec {
+                *used[p].usec.entry(k.clone()).or_default() += v - before.usec.get(k).copied().unwrap_or(0.0);
+            }
         }
-        let ratio =
-            if rows.is_empty() { "1.00x".to_string() } else { format!("{:.2}x Redis ceiling", per_sec / ceiling) };
-        rows.push(Row { what, per_sec, note: format!("{ratio}; Redis busy {:.0}%", busy * 100.0) });
+    }
+    let zero = RedisStats { cpu: 0.0, usec: HashMap::new() };
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for (p, (what, _)) in phases.iter().enumerate() {
+        notes.push(breakdown(what, n * rounds as u64, &zero, &used[p]));
+        let busy = format!("Redis busy {:.0}%", used[p].cpu / took[p] * 100.0);
+        let note = if p == 0 {
+            format!("1.00x; {busy}")
+        } else {
+            let ratios: Vec<f64> = rates[p].iter().zip(&rates[0]).map(|(r, c)| r / c).collect();
+            let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+            let each = if rounds > 1 { format!(" (rounds: {})", listed.join(", ")) } else { String::new() };
+            format!("{:.2}x Redis ceiling{each}; {busy}", median(&ratios))
+        };
+        rows.push(Row { what, per_sec: median(&rates[p]), note });
     }
     Ok((rows, notes))
+}
+
+/// The median of a few values (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
 }
 
 /// Settings from a config text, and a store on its Redis with the apply
@@ -872,7 +915,7 @@ async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, Store), Stri
 
 /// `rankflow bench store`: the store path against the Redis ceiling alone,
 /// on events generated in-process (no broker), for quick comparisons.
-pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), String> {
+pub async fn store(redis_url: &str, count: u64, partitions: i32, rounds: usize) -> Result<(), String> {
     let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "unused", "127.0.0.1:0", "");
     let (settings, conn, store) = open_store(&cfg_text).await?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
@@ -888,7 +931,7 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32) -> Result<(), S
         }
         offsets[p] += 1;
     }
-    let (rows, notes) = store_rows(&conn, &store, &settings, &events).await?;
+    let (rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
     print_rows(&rows, &notes);
     Ok(())
 }
@@ -1057,4 +1100,17 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
 
 fn rand_seed(seed: u64) -> rand::rngs::StdRng {
     rand::SeedableRng::seed_from_u64(seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_rounds_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[1.10, 0.94, 1.05]), 1.05);
+        assert_eq!(median(&[0.9, 1.3, 1.0, 1.2]), 1.1);
+        assert_eq!(median(&[0.97]), 0.97);
+        assert_eq!(median(&[]), 0.0);
+    }
 }

@@ -101,6 +101,9 @@ enum BenchCommand {
         /// The broker's process id, when it runs on this machine: its CPU per record is reported too.
         #[arg(long)]
         broker_pid: Option<u32>,
+        /// Rounds of the Redis ceiling and store-path rows, run in turn; ratios are the rounds' median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// The latency run alone: rankflow and a bare consumer at a steady produce rate.
     Latency {
@@ -115,6 +118,9 @@ enum BenchCommand {
         events: u64,
         #[arg(long, default_value_t = 4)]
         partitions: i32,
+        /// Rounds of the three rows, run in turn; ratios are the rounds' median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
@@ -186,14 +192,22 @@ fn main() -> ExitCode {
                 })),
                 Err(code) => code,
             },
-            Command::Bench { which: BenchCommand::Pipeline { stack: s, events, broker_pid } } => {
-                report(bench::pipeline(&s.brokers, &s.redis, events, s.partitions, s.rate, s.seconds, broker_pid).await)
+            Command::Bench { which: BenchCommand::Pipeline { stack: s, events, broker_pid, rounds } } => {
+                let run = bench::PipelineRun {
+                    count: events,
+                    partitions: s.partitions,
+                    latency_rate: s.rate,
+                    latency_secs: s.seconds,
+                    broker_pid,
+                    rounds,
+                };
+                report(bench::pipeline(&s.brokers, &s.redis, run).await)
             }
             Command::Bench { which: BenchCommand::Latency { stack: s } } => {
                 report(bench::latency_only(&s.brokers, &s.redis, s.partitions, s.rate, s.seconds).await)
             }
-            Command::Bench { which: BenchCommand::Store { redis, events, partitions } } => {
-                report(bench::store(&redis, events, partitions).await)
+            Command::Bench { which: BenchCommand::Store { redis, events, partitions, rounds } } => {
+                report(bench::store(&redis, events, partitions, rounds).await)
             }
             Command::Bench { which: BenchCommand::Read { redis, members, samples } } => {
                 report(bench::read(&redis, members, samples).await)
