@@ -2,8 +2,8 @@
 # Runs the benchmarks on a local stack: starts redis-server and tansu on free
 # ports in a temporary directory, builds rankflow in release mode, runs
 # `rankflow bench pipeline` (ceilings, store path, end to end, latency,
-# memory) and `rankflow bench read` (read API on a 1,000,000-member board),
-# and stops everything. Sizes: BENCH_EVENTS (default 1000000),
+# memory), `rankflow bench read` (read API on a 1,000,000-member board) and
+# the latency run against librdkafka's mock cluster, and stops everything. Sizes: BENCH_EVENTS (default 1000000),
 # BENCH_MEMBERS (default 1000000), BENCH_ROUNDS (rounds of the Redis ceiling
 # and store-path rows, default 3); latency run: BENCH_LATENCY_RATE (default
 # 5000 events/s) for BENCH_LATENCY_SECONDS (default 30).
@@ -34,3 +34,7 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 "$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
+# The latency run again, against librdkafka's mock cluster (an in-memory
+# broker inside the bench process) instead of tansu: rankflow's own share
+# of the latency, with a broker that is not the bottleneck.
+"$bin" bench latency --brokers mock --redis "redis://127.0.0.1:$rport" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"

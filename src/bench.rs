@@ -577,7 +577,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         ),
     });
 
-    let lat = latency(brokers, redis_url, &conn, partitions, latency_rate, latency_secs).await?;
+    let lat = latency(brokers, redis_url, &conn, partitions, latency_rate, latency_secs, None).await?;
 
     let _ = std::fs::remove_dir_all(&dir);
     print_rows(&rows, &notes);
@@ -668,7 +668,18 @@ async fn latency(
     partitions: i32,
     rate: u64,
     secs: u64,
+    mock: Option<&Mock>,
 ) -> Result<Latency, String> {
+    // The mock cluster does not take CreateTopics requests: its own call makes them.
+    let make_topic = async |topic: &str, partitions: i32| match mock {
+        Some(m) => {
+            for (t, p) in [(topic.to_string(), partitions), (format!("{topic}.dlq"), 1)] {
+                m.create_topic(&t, p, 1).map_err(|e| format!("mock cluster: create {t}: {e}"))?;
+            }
+            Ok(())
+        }
+        None => create_topic(brokers, topic, partitions).await,
+    };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = tempfile_dir()?;
     let n = rate * secs;
@@ -680,7 +691,7 @@ async fn latency(
     // slows both.
     eprintln!("bench: the broker's latency at {rate} events/s for {secs}s (a bare consumer)");
     let floor_topic = format!("bench-{run}-latency-floor");
-    create_topic(brokers, &floor_topic, partitions).await?;
+    make_topic(&floor_topic, partitions).await?;
     let reader = {
         let (brokers, topic) = (brokers.to_string(), floor_topic.clone());
         std::thread::spawn(move || bare_read_latency(&brokers, &topic, partitions, n))
@@ -695,7 +706,7 @@ async fn latency(
     eprintln!("bench: rankflow's latency at {rate} events/s for {secs}s");
     flush(conn).await?;
     let topic = format!("bench-{run}-latency");
-    create_topic(brokers, &topic, partitions).await?;
+    make_topic(&topic, partitions).await?;
     let listen = format!("127.0.0.1:{}", free_port()?);
     let group = format!("bench-lat-{run}");
     let cfg = bench_config(
@@ -746,11 +757,25 @@ async fn latency(
     })
 }
 
-/// `rankflow bench latency`: the latency run alone.
+type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+/// `rankflow bench latency`: the latency run alone. With `brokers` =
+/// "mock", against librdkafka's mock cluster, an in-memory Kafka broker that
+/// this process runs on a loopback port for the run: the same run with a
+/// broker far faster than tansu, to show rankflow's own share.
 pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate: u64, secs: u64) -> Result<(), String> {
-    let cfg_text = bench_config(brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
+    let mock = if brokers == "mock" {
+        Some(rdkafka::mocking::MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?)
+    } else {
+        None
+    };
+    let brokers = mock.as_ref().map_or_else(|| brokers.to_string(), |m| m.bootstrap_servers());
+    if mock.is_some() {
+        eprintln!("bench: librdkafka's mock cluster at {brokers}");
+    }
+    let cfg_text = bench_config(&brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
     let (_, conn, _) = open_store(&cfg_text).await?;
-    let lat = latency(brokers, redis_url, &conn, partitions, rate, secs).await?;
+    let lat = latency(&brokers, redis_url, &conn, partitions, rate, secs, mock.as_ref()).await?;
     println!("{}", lat.line());
     Ok(())
 }
