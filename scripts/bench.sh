@@ -3,10 +3,11 @@
 # ports in a temporary directory, builds rankflow in release mode, runs
 # `rankflow bench pipeline` (ceilings, store path, end to end, latency,
 # memory), `rankflow bench read` (read API on a 1,000,000-member board) and
-# the latency run against librdkafka's mock cluster, and stops everything. Sizes: BENCH_EVENTS (default 1000000),
-# BENCH_MEMBERS (default 1000000), BENCH_ROUNDS (rounds of the Redis ceiling
-# and store-path rows, default 3); latency run: BENCH_LATENCY_RATE (default
-# 5000 events/s) for BENCH_LATENCY_SECONDS (default 30).
+# the latency run against librdkafka's mock cluster, and stops everything.
+# Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
+# BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, default 3);
+# latency run: BENCH_LATENCY_RATE (default 5000 events/s) for
+# BENCH_LATENCY_SECONDS (default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"

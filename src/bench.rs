@@ -765,14 +765,13 @@ type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultPro
 /// broker far faster than tansu, to show rankflow's own share.
 pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate: u64, secs: u64) -> Result<(), String> {
     let mock = if brokers == "mock" {
-        Some(rdkafka::mocking::MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?)
+        let m = rdkafka::mocking::MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?;
+        eprintln!("bench: librdkafka's mock cluster at {}", m.bootstrap_servers());
+        Some(m)
     } else {
         None
     };
     let brokers = mock.as_ref().map_or_else(|| brokers.to_string(), |m| m.bootstrap_servers());
-    if mock.is_some() {
-        eprintln!("bench: librdkafka's mock cluster at {brokers}");
-    }
     let cfg_text = bench_config(&brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
     let (_, conn, _) = open_store(&cfg_text).await?;
     let lat = latency(&brokers, redis_url, &conn, partitions, rate, secs, mock.as_ref()).await?;
@@ -783,9 +782,20 @@ pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate:
 /// Redis's own CPU seconds so far (`INFO cpu`, user + sys) and the
 /// microseconds it has spent in each command (`INFO commandstats`), read
 /// with one `INFO`.
+#[derive(Default)]
 struct RedisStats {
     cpu: f64,
     usec: HashMap<String, f64>,
+}
+
+impl RedisStats {
+    /// Adds what Redis used between two readings.
+    fn add_between(&mut self, before: &RedisStats, after: &RedisStats) {
+        self.cpu += after.cpu - before.cpu;
+        for (k, v) in &after.usec {
+            *self.usec.entry(k.clone()).or_default() += v - before.usec.get(k).copied().unwrap_or(0.0);
+        }
+    }
 }
 
 async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> {
@@ -812,15 +822,16 @@ async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> {
     Ok(RedisStats { cpu, usec })
 }
 
-/// Where Redis's time went in one phase, per event: its CPU, and each
-/// command's share (for scripts: the commands inside them, and the rest,
-/// which is the interpreter and the calls' own cost).
-fn breakdown(what: &str, n: u64, before: &RedisStats, after: &RedisStats) -> String {
+/// Where Redis's time went in one phase (`spent`: what Redis used during
+/// it), per event: its CPU, and each command's share (for scripts: the
+/// commands inside them, and the rest, which is the interpreter and the
+/// calls' own cost).
+fn breakdown(what: &str, n: u64, spent: &RedisStats) -> String {
     let per = |usec: f64| usec / n as f64;
-    let mut used: Vec<(String, f64)> = after
+    let mut used: Vec<(String, f64)> = spent
         .usec
         .iter()
-        .map(|(k, v)| (k.clone(), v - before.usec.get(k).copied().unwrap_or(0.0)))
+        .map(|(k, v)| (k.clone(), *v))
         .filter(|(k, d)| *d > 0.0 && !matches!(k.as_str(), "INFO" | "FLUSHALL" | "CONFIG|RESETSTAT" | "SCRIPT|LOAD"))
         .collect();
     used.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -828,7 +839,7 @@ fn breakdown(what: &str, n: u64, before: &RedisStats, after: &RedisStats) -> Str
     let inner: f64 = used.iter().filter(|(k, _)| k != "EVALSHA").map(|(_, d)| *d).sum();
     let parts: Vec<String> =
         used.iter().filter(|(k, _)| k != "EVALSHA").map(|(k, d)| format!("{k} {:.1}", per(*d))).collect();
-    let mut line = format!("- {what}: Redis CPU {:.1} µs/event", (after.cpu - before.cpu) * 1e6 / n as f64);
+    let mut line = format!("- {what}: Redis CPU {:.1} µs/event", spent.cpu * 1e6 / n as f64);
     if script > 0.0 {
         line += &format!(
             "; in scripts {:.1}: commands {} (sum {:.1}), interpreter and calls {:.1}",
@@ -876,7 +887,7 @@ async fn store_rows(
     // command times summed over the rounds.
     let mut rates = vec![Vec::new(); phases.len()];
     let mut took = vec![0.0; phases.len()];
-    let mut used: Vec<RedisStats> = phases.iter().map(|_| RedisStats { cpu: 0.0, usec: HashMap::new() }).collect();
+    let mut used: Vec<RedisStats> = phases.iter().map(|_| RedisStats::default()).collect();
     for round in 1..=rounds {
         for (p, (what, through)) in phases.iter().enumerate() {
             eprintln!("bench: {what} ({n} events, round {round} of {rounds})");
@@ -889,17 +900,13 @@ async fn store_rows(
             let after = redis_stats(conn).await?;
             rates[p].push(rate(n, elapsed));
             took[p] += elapsed.as_secs_f64();
-            used[p].cpu += after.cpu - before.cpu;
-            for (k, v) in &after.usec {
-                *used[p].usec.entry(k.clone()).or_default() += v - before.usec.get(k).copied().unwrap_or(0.0);
-            }
+            used[p].add_between(&before, &after);
         }
     }
-    let zero = RedisStats { cpu: 0.0, usec: HashMap::new() };
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for (p, (what, _)) in phases.iter().enumerate() {
-        notes.push(breakdown(what, n * rounds as u64, &zero, &used[p]));
+        notes.push(breakdown(what, n * rounds as u64, &used[p]));
         let busy = format!("Redis busy {:.0}%", used[p].cpu / took[p] * 100.0);
         let note = if p == 0 {
             format!("1.00x; {busy}")
