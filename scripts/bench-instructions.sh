@@ -28,7 +28,7 @@ for _ in $(seq 1 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sl
 # Counting runs from here; each dump closes a phase and starts the next count.
 callgrind_control --instr=on "$vg" >/dev/null 2>&1
 callgrind_control -z "$vg" >/dev/null 2>&1
-"$bin" bench store --redis "redis://127.0.0.1:$port" --events "$events" >"$dir/bench.out" 2>&1 &
+"$bin" bench store --redis "redis://127.0.0.1:$port" --events "$events" --rounds 1 >"$dir/bench.out" 2>&1 &
 bench=$!
 wait_for() { until grep -q "$1" "$dir/bench.out"; do kill -0 "$bench" 2>/dev/null || { cat "$dir/bench.out" >&2; exit 1; }; sleep 0.05; done; }
 wait_for "store path ("
