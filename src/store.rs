@@ -306,6 +306,12 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         rmp::encode::write_str(&mut events, m).expect("writing to a Vec cannot fail");
     }
     for list in &per_period {
+        // Every member, in order (each member's first event wrote the
+        // key): -1 stands for the list, which the script then need not read.
+        if list.len() == members.len() && list.iter().enumerate().all(|(i, &m)| m == i + 1) {
+            mp_int(&mut events, -1);
+            continue;
+        }
         mp_int(&mut events, list.len() as i64);
         for m in list {
             mp_int(&mut events, *m as i64);
@@ -631,7 +637,8 @@ mod tests {
                 "t:1"
             ]
         );
-        // The members; per period key its members' indexes; the shapes; then
+        // The members; per period key its members' indexes (-1: all of them, in
+        // order); the shapes; then
         // the events: field index, offset, member index, num, shape (a sum
         // without a tie-break and without a rate limit sends no tie or time).
         let mut rd = events.as_slice();
@@ -652,8 +659,8 @@ mod tests {
             got,
             [
                 "2", "alice", "bob", // members
-                "1", "1", // period key 1: alice
-                "2", "1", "2", // period key 2: alice, bob
+                "1", "1",  // period key 1: alice
+                "-1", // period key 2: every member in order (alice, bob)
                 "2", "2", "1", "2", "1", "2", // shapes: keys 1 and 2; key 2
                 "2", // events
                 "1", "7", "1", "5", "1", // alice's event, shape 1

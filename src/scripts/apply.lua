@@ -55,7 +55,8 @@
 --                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
 --                     for each period key j = 1..P: L, then the indexes (into the
---                     members, 1-based) of the L distinct members written to it;
+--                     members, 1-based) of the L distinct members written to it,
+--                     or L = -1 alone when those are all M members in order;
 --                     S, then S shapes: W, then W period-key indexes (1-based),
 --                     the distinct lists of period keys the events write;
 --                     E, then per event: f, offset, m, num, shape, [tie], [ts]
@@ -191,9 +192,20 @@ local function take1()
 end
 
 local members = take(take1())
--- lists[j]: the members (indexes) written to period key j.
-local lists = {}
-for j = 1, np do lists[j] = take(take1()) end
+local nm = #members
+-- lists[j]: the members (indexes) written to period key j, or false when
+-- that is every member of the batch in order (sent as L = -1: the common
+-- case, where m needs no lookup and the members list is the names list);
+-- list_len[j]: how many.
+local lists, list_len = {}, {}
+for j = 1, np do
+  local l = take1()
+  if l < 0 then
+    lists[j], list_len[j] = false, nm
+  else
+    lists[j], list_len[j] = take(l), l
+  end
+end
 local shapes, shape_len = {}, {}
 for sh = 1, take1() do
   local w = take1()
@@ -217,19 +229,24 @@ local plain = shift == 1 and dense_on
 -- With SHIFT 1 a stored score is its value: no floor(stored / SHIFT).
 local unit = shift == 1
 for j = 1, np do
-  local list = lists[j]
-  local nl = #list
+  local list, nl = lists[j], list_len[j]
   if not sealed[j] and nl > 0 then
     local c, b, t, bs = {}, {}, {}, {}
     for s = 1, nl, CHUNK do
       local e = math.min(s + CHUNK - 1, nl)
-      local names = {}
-      for x = s, e do names[x - s + 1] = members[list[x]] end
-      local scores = call('ZMSCORE', KEYS[1 + j], unpack(names))
-      local ts
-      if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
+      local scores, ts
+      if list then
+        local names = {}
+        for x = s, e do names[x - s + 1] = members[list[x]] end
+        scores = call('ZMSCORE', KEYS[1 + j], unpack(names))
+        if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
+      else
+        scores = call('ZMSCORE', KEYS[1 + j], unpack(members, s, e))
+        if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(members, s, e)) end
+      end
       for x = s, e do
-        local m, score = list[x], scores[x - s + 1]
+        local m, score = x, scores[x - s + 1]
+        if list then m = list[x] end
         local v = false
         if score then
           -- score + 0: Lua converts the decimal string itself, without a
@@ -245,10 +262,21 @@ for j = 1, np do
   end
 end
 
+-- shape_cur[sh][w]: cur of shape sh's period key w, false for a sealed
+-- period (the only kind phase 1 does not read), so that the events' loop
+-- below finds each of its period keys' values in one lookup.
+local shape_cur = {}
+for sh = 1, #shapes do
+  local sc = {}
+  for w = 1, shape_len[sh] do sc[w] = cur[shapes[sh][w]] or false end
+  shape_cur[sh] = sc
+end
+
 -- Phase 2: decide each event in order against the values held above.
 -- out: E, then (i, code) for each event not applied.
 -- used[sh]: an event of shape sh was applied, so its open period keys were written.
-local last_off, dirty, used = {}, {}, {}
+-- last_off[f]: the newest offset of field f seen; first_off[f]: its recorded one.
+local last_off, first_off, used = {}, {}, {}
 local totals = {}
 local ne = take1()
 local out, nout = { ne }, 1
@@ -267,20 +295,19 @@ while i < ne do
   for a = 0, #ev - stride, stride do
     i = i + 1
     local f, off, m, num, sh = ev[a + 1], ev[a + 2], ev[a + 3], ev[a + 4], ev[a + 5]
-    local shape, nw = shapes[sh], shape_len[sh]
-    local field = fields[f]
+    local sc, nw = shape_cur[sh], shape_len[sh]
     local last = last_off[f]
     if last == nil then
-      local v = call('HGET', offsets_key, field)
+      local v = call('HGET', offsets_key, fields[f])
       if v then last = tonumber(v) else last = -1 end
-      last_off[f] = last
+      last_off[f], first_off[f] = last, last
     end
     local code = 1
     if off <= last then
-      local r = call('GET', refused_prefix .. field .. ':' .. fmt(off))
+      local r = call('GET', refused_prefix .. fields[f] .. ':' .. fmt(off))
       if r then code = tonumber(r) else code = 3 end
     else
-      last_off[f], dirty[f] = off, true
+      last_off[f] = off
       local marker = KEYS[marker_base + i]
       -- GET makes the reply the old value (a duplicate) or nil (the marker is
       -- new), which reaches Lua more cheaply than SET's status reply.
@@ -293,11 +320,11 @@ while i < ne do
         -- shape's period key w, which the write below uses.
         if is_sum or seal_on then
           for w = 1, nw do
-            local j = shape[w]
-            if not sealed[j] then
+            local c = sc[w]
+            if c then
               open = true
               if is_sum then
-                local old = cur[j][m]
+                local old = c[m]
                 local total = num
                 if old then total = (unit and old or floor(old / shift)) + num end
                 if total > maxv or total < -maxv then code = 4 end
@@ -307,7 +334,7 @@ while i < ne do
           end
         end
         if code == 1 and not open then code = 6 end
-        if code == 1 and rate_events > 0 and not admit(members[m], ev[a + ts_at], field .. ':' .. fmt(off)) then
+        if code == 1 and rate_events > 0 and not admit(members[m], ev[a + ts_at], fields[f] .. ':' .. fmt(off)) then
           code = 5
         end
         if code ~= 1 then call('DEL', marker) end
@@ -316,13 +343,13 @@ while i < ne do
         local tie = 0
         if with_tie then tie = ev[a + 6] end
         for w = 1, nw do
-          local j = shape[w]
+          local c = sc[w]
           -- A sealed period is skipped: the event still counts on the board's open periods.
-          if not sealed[j] then
-            local c = cur[j]
+          if c then
             if is_sum then
               c[m] = totals[w] * shift + tie
             elseif latest then
+              local j = shapes[sh][w]
               local ts = ev[a + ts_at]
               local seen = times[j][m]
               if not seen or ts > seen then
@@ -338,7 +365,7 @@ while i < ne do
         end
         used[sh] = true
       elseif code >= 4 then
-        call('SET', refused_prefix .. field .. ':' .. fmt(off), code, 'EX', ttl)
+        call('SET', refused_prefix .. fields[f] .. ':' .. fmt(off), code, 'EX', ttl)
       end
     end
     if code ~= 1 then
@@ -356,8 +383,8 @@ for sh in pairs(used) do
     if not sealed[shape[w]] then touched[shape[w]] = true end
   end
 end
-for f in pairs(dirty) do
-  call('HSET', offsets_key, fields[f], fmt(last_off[f]))
+for f, first in pairs(first_off) do
+  if last_off[f] ~= first then call('HSET', offsets_key, fields[f], fmt(last_off[f])) end
 end
 
 -- Net change of the member count of each value of period key j, by the
@@ -435,8 +462,9 @@ for j in pairs(touched) do
   local stamps = {}
   local c, b, bs = cur[j], base[j], base_str[j]
   local list = lists[j]
-  for x = 1, #list do
-    local m = list[x]
+  for x = 1, list_len[j] do
+    local m = x
+    if list then m = list[x] end
     local old, new = b[m], c[m]
     if old ~= new then
       -- dec(new), inline: this runs for every member written.
