@@ -274,9 +274,8 @@ end
 
 -- Phase 2: decide each event in order against the values held above.
 -- out: E, then (i, code) for each event not applied.
--- used[sh]: an event of shape sh was applied, so its open period keys were written.
 -- last_off[f]: the newest offset of field f seen; first_off[f]: its recorded one.
-local last_off, first_off, used = {}, {}, {}
+local last_off, first_off = {}, {}
 local totals = {}
 local ne = take1()
 local out, nout = { ne }, 1
@@ -363,7 +362,6 @@ while i < ne do
             end
           end
         end
-        used[sh] = true
       elseif code >= 4 then
         call('SET', refused_prefix .. fields[f] .. ':' .. fmt(off), code, 'EX', ttl)
       end
@@ -376,13 +374,6 @@ while i < ne do
 end
 
 -- Phase 3: the writes.
-local touched = {}
-for sh in pairs(used) do
-  local shape = shapes[sh]
-  for w = 1, shape_len[sh] do
-    if not sealed[shape[w]] then touched[shape[w]] = true end
-  end
-end
 for f, first in pairs(first_off) do
   if last_off[f] ~= first then call('HSET', offsets_key, fields[f], fmt(last_off[f])) end
 end
@@ -453,46 +444,68 @@ local function settle(j, delta)
 end
 
 local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_keys'
-for j in pairs(touched) do
+
+-- Writes period key j, whose values as the events left them are c: the
+-- members whose value (or "latest" time) moved, then top-K trimming, the
+-- dense index and the expiry. A key nothing moved in is left alone: it
+-- exists, registered and with its expiry, since its members were written.
+local function write_key(j, c)
   local k = KEYS[1 + j]
-  -- The registry lets an erasure find every period key of the tag.
-  call('SADD', registry, k)
   local delta = {}
   local pairs_, np_ = {}, 0
   local stamps = {}
-  local c, b, bs = cur[j], base[j], base_str[j]
+  local b, bs = base[j], base_str[j]
   local list = lists[j]
-  for x = 1, list_len[j] do
-    local m = x
-    if list then m = list[x] end
-    local old, new = b[m], c[m]
-    if old ~= new then
-      -- dec(new), inline: this runs for every member written.
-      local new_str = decimal[new]
-      if not new_str then
-        new_str = format('%d', new)
-        decimal[new] = new_str
-      end
-      np_ = np_ + 2
-      pairs_[np_ - 1] = new_str
-      pairs_[np_] = members[m]
-      if dense_on then
-        -- The values' decimal names (see value_name), inline: this
-        -- runs for every member written.
-        local name
-        if old then
-          name = shift == 1 and bs[m] or value_name(old)
-          delta[name] = (delta[name] or 0) - 1
+  if unit and not latest then
+    -- The common case, specialised: this runs for every member of the
+    -- batch, and a value's name is its stored score's decimal string.
+    for x = 1, list_len[j] do
+      local m = x
+      if list then m = list[x] end
+      local old, new = b[m], c[m]
+      if old ~= new then
+        -- dec(new), inline.
+        local new_str = decimal[new]
+        if not new_str then
+          new_str = format('%d', new)
+          decimal[new] = new_str
         end
-        name = shift == 1 and new_str or value_name(new)
-        delta[name] = (delta[name] or 0) + 1
+        np_ = np_ + 2
+        pairs_[np_ - 1] = new_str
+        pairs_[np_] = members[m]
+        if dense_on then
+          if old then
+            local name = bs[m]
+            delta[name] = (delta[name] or 0) - 1
+          end
+          delta[new_str] = (delta[new_str] or 0) + 1
+        end
       end
     end
-    if latest and moved[j][m] then
-      stamps[#stamps + 1] = members[m]
-      stamps[#stamps + 1] = fmt(times[j][m])
+  else
+    for x = 1, list_len[j] do
+      local m = x
+      if list then m = list[x] end
+      local old, new = b[m], c[m]
+      if old ~= new then
+        local new_str = dec(new)
+        np_ = np_ + 2
+        pairs_[np_ - 1] = new_str
+        pairs_[np_] = members[m]
+        if dense_on then
+          if old then count(delta, value_name(old, bs[m]), -1) end
+          count(delta, value_name(new, new_str), 1)
+        end
+      end
+      if latest and moved[j][m] then
+        stamps[#stamps + 1] = members[m]
+        stamps[#stamps + 1] = fmt(times[j][m])
+      end
     end
   end
+  if np_ == 0 and #stamps == 0 then return end
+  -- The registry lets an erasure find every period key of the tag.
+  call('SADD', registry, k)
   if np_ > 0 then variadic('ZADD', k, pairs_, 2) end
   if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
   if top_k > 0 then
@@ -522,5 +535,11 @@ for j in pairs(touched) do
     end
     if latest then call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
   end
+end
+
+-- cur[j] exists for each period key phase 1 read: open, and written by
+-- some event of the batch.
+for j = 1, np do
+  if cur[j] then write_key(j, cur[j]) end
 end
 return out
