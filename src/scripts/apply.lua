@@ -456,51 +456,35 @@ local function write_key(j, c)
   local stamps = {}
   local b, bs = base[j], base_str[j]
   local list = lists[j]
-  if unit and not latest then
-    -- The common case, specialised: this runs for every member of the
-    -- batch, and a value's name is its stored score's decimal string.
-    for x = 1, list_len[j] do
-      local m = x
-      if list then m = list[x] end
-      local old, new = b[m], c[m]
-      if old ~= new then
-        -- dec(new), inline.
-        local new_str = decimal[new]
-        if not new_str then
-          new_str = format('%d', new)
-          decimal[new] = new_str
+  for x = 1, list_len[j] do
+    local m = x
+    if list then m = list[x] end
+    local old, new = b[m], c[m]
+    if old ~= new then
+      -- dec(new), inline: this runs for every member written.
+      local new_str = decimal[new]
+      if not new_str then
+        new_str = format('%d', new)
+        decimal[new] = new_str
+      end
+      np_ = np_ + 2
+      pairs_[np_ - 1] = new_str
+      pairs_[np_] = members[m]
+      if dense_on then
+        -- The values' decimal names (see value_name), inline for SHIFT 1:
+        -- this runs for every member written.
+        local name
+        if old then
+          name = unit and bs[m] or value_name(old)
+          delta[name] = (delta[name] or 0) - 1
         end
-        np_ = np_ + 2
-        pairs_[np_ - 1] = new_str
-        pairs_[np_] = members[m]
-        if dense_on then
-          if old then
-            local name = bs[m]
-            delta[name] = (delta[name] or 0) - 1
-          end
-          delta[new_str] = (delta[new_str] or 0) + 1
-        end
+        name = unit and new_str or value_name(new)
+        delta[name] = (delta[name] or 0) + 1
       end
     end
-  else
-    for x = 1, list_len[j] do
-      local m = x
-      if list then m = list[x] end
-      local old, new = b[m], c[m]
-      if old ~= new then
-        local new_str = dec(new)
-        np_ = np_ + 2
-        pairs_[np_ - 1] = new_str
-        pairs_[np_] = members[m]
-        if dense_on then
-          if old then count(delta, value_name(old, bs[m]), -1) end
-          count(delta, value_name(new, new_str), 1)
-        end
-      end
-      if latest and moved[j][m] then
-        stamps[#stamps + 1] = members[m]
-        stamps[#stamps + 1] = fmt(times[j][m])
-      end
+    if latest and moved[j][m] then
+      stamps[#stamps + 1] = members[m]
+      stamps[#stamps + 1] = fmt(times[j][m])
     end
   end
   if np_ == 0 and #stamps == 0 then return end
