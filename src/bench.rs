@@ -29,7 +29,7 @@ use crate::config::{self, Settings};
 use crate::event::{self, Event, Parsed};
 use crate::generator::Generator;
 use crate::keys;
-use crate::store::{push_write, Prepared, RedisConn, Store, TagBatch};
+use crate::store::{push_write, RedisConn, Store, TagBatch, Tails};
 
 /// The boards every pipeline benchmark uses: a match event fans out to six
 /// period keys on two boards, a lap to two keys of a split board.
@@ -249,22 +249,6 @@ fn read_events(
     Ok(out)
 }
 
-/// Sends each chunk's work while the next chunk's is built, so the client's
-/// side overlaps Redis's, as the worker's loop does.
-async fn overlapped<C, T>(
-    mut chunks: impl Iterator<Item = C>,
-    build: impl Fn(C) -> T,
-    send: impl AsyncFn(&T) -> Result<(), String>,
-) -> Result<(), String> {
-    let mut next = chunks.next().map(&build);
-    while let Some(work) = next.take() {
-        let (sent, built) = tokio::join!(send(&work), async { chunks.next().map(&build) });
-        sent?;
-        next = built;
-    }
-    Ok(())
-}
-
 /// The Redis ceiling: per event one `SET NX EX` marker, and per board
 /// period one `ZINCRBY`/`ZADD GT`/`ZADD LT`, pipelined 1000 events at a time,
 /// two pipelines in flight.
@@ -315,8 +299,8 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
 }
 
 /// rankflow's store path: pre-parsed events, planned, grouped by board tag
-/// and encoded in batches of `batch` records, each batch prepared while the
-/// one before it is in Redis, as the worker does.
+/// and encoded in batches of `batch` records, two batches in flight, each
+/// sent behind the one before with preconditions on it, as the worker does.
 async fn store_path(
     store: &Store,
     router: &Router,
@@ -337,10 +321,21 @@ async fn store_path(
         store.prepare(&tags)
     };
     let started = Instant::now();
-    overlapped(events.chunks(batch), prepare, async |calls: &Prepared| {
-        store.apply_prepared(calls).await.map(|_| ()).map_err(|e| e.to_string())
-    })
-    .await?;
+    use futures::StreamExt as _;
+    let mut before: Option<Tails> = None;
+    let mut sent = futures::stream::iter(events.chunks(batch))
+        .map(|chunk| {
+            let mut calls = prepare(chunk);
+            if let Some(tails) = &before {
+                calls.after(tails);
+            }
+            before = Some(calls.tails());
+            async move { store.apply_prepared(&calls).await.map(|_| ()).map_err(|e| e.to_string()) }
+        })
+        .buffered(2);
+    while let Some(r) = sent.next().await {
+        r?;
+    }
     Ok(started.elapsed())
 }
 

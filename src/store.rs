@@ -191,7 +191,45 @@ impl Prepared {
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }
+
+    /// Where this batch leaves each board tag: per tag, each partition
+    /// field's last offset, which a batch sent behind it waits for.
+    pub fn tails(&self) -> Tails {
+        Tails(self.calls.iter().map(|(base, inv, _)| (base.clone(), inv.tails.clone())).collect())
+    }
+
+    /// Lets these calls be sent while the batch that left `before` is still
+    /// on its way to Redis: each call then runs only if its tag has recorded
+    /// the offsets that batch carries for the same partitions, and otherwise
+    /// fails with `STALE` having done nothing (see apply.lua). Without this,
+    /// a later batch applied ahead of a failed one would make the failed
+    /// one's events look redelivered when it is retried.
+    pub fn after(&mut self, before: &Tails) {
+        for (base, inv, _) in &mut self.calls {
+            let Some((_, tails)) = before.0.iter().find(|(b, _)| b == base) else { continue };
+            for (f, (field, _)) in inv.tails.iter().enumerate() {
+                if let Some((_, last)) = tails.iter().find(|(g, _)| g == field) {
+                    inv.args[inv.need_at + f] = last.to_string().into_bytes();
+                }
+            }
+        }
+    }
+
+    /// Drops the preconditions [`Prepared::after`] set. Once the batch
+    /// before has landed they hold, unless Redis has lost its offsets (a
+    /// restart without persistence): then the calls must run all the same.
+    pub fn unconditional(&mut self) {
+        for (_, inv, _) in &mut self.calls {
+            for f in 0..inv.tails.len() {
+                inv.args[inv.need_at + f] = b"-1".to_vec();
+            }
+        }
+    }
 }
+
+/// Per board tag, each partition field's last offset in a batch (see [`Prepared::tails`]).
+#[derive(Clone, Debug, Default)]
+pub struct Tails(Vec<(String, Vec<(String, i64)>)>);
 
 /// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
 #[derive(Debug, PartialEq)]
@@ -199,6 +237,10 @@ pub struct Invocation {
     pub keys: Vec<String>,
     /// Strings, then the batch as one MessagePack stream (see apply.lua).
     pub args: Vec<Vec<u8>>,
+    /// Each partition field of the call, in ARGV order, with its last offset.
+    tails: Vec<(String, i64)>,
+    /// Where in `args` the fields' preconditions start.
+    need_at: usize,
 }
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
@@ -255,7 +297,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     let mut per_period: Vec<Vec<usize>> = vec![Vec::new(); periods.len()];
     // (period key, member) pairs already in per_period.
     let mut listed: FxHashSet<(usize, usize)> = FxHashSet::default();
-    let mut fields: Vec<&str> = Vec::new();
+    let mut fields: Vec<(&str, i64)> = Vec::new();
     // A batch's events write a handful of distinct period lists at most.
     let mut shapes: Vec<Vec<usize>> = Vec::new();
     let mut shape: Vec<usize> = Vec::new();
@@ -263,13 +305,14 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     let with_ts = latest || p.rate_events > 0;
     let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
-        let f = match fields.iter().position(|f| *f == item.field) {
+        let f = match fields.iter().position(|(f, _)| *f == item.field) {
             Some(f) => f,
             None => {
-                fields.push(item.field);
+                fields.push((item.field, item.offset));
                 fields.len() - 1
             }
         };
+        fields[f].1 = fields[f].1.max(item.offset);
         let m = *member_index.entry(item.member).or_insert_with(|| {
             members.push(item.member);
             members.len()
@@ -327,11 +370,15 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     mp_int(&mut events, batch.items.len() as i64);
     events.extend_from_slice(&body);
     push(fields.len().to_string());
-    for f in &fields {
+    for (f, _) in &fields {
         push(f.to_string());
     }
+    // No preconditions until `Prepared::after` sets them.
+    let need_at = args.len();
+    args.extend(fields.iter().map(|_| b"-1".to_vec()));
     args.push(events);
-    Invocation { keys, args }
+    let tails = fields.iter().map(|&(f, last)| (f.to_string(), last)).collect();
+    Invocation { keys, args, tails, need_at }
 }
 
 /// The apply script's reply: the number of events it saw, then (event
@@ -634,7 +681,9 @@ mod tests {
                 "0",
                 "2",
                 "t:0",
-                "t:1"
+                "t:1",
+                "-1",
+                "-1"
             ]
         );
         // The members; per period key its members' indexes (-1: all of them, in
@@ -667,5 +716,23 @@ mod tests {
                 "2", "9", "2", "-3", "2" // bob's event, shape 2
             ]
         );
+
+        // Sent behind a batch still in flight, the call waits for that
+        // batch's last offset of each partition it shares on the same tag.
+        let mut next = Prepared { calls: vec![("lb:{p}".to_string(), inv, 2)] };
+        let before = Tails(vec![
+            ("lb:{other}".to_string(), vec![("t:1".to_string(), 50)]),
+            ("lb:{p}".to_string(), vec![("t:1".to_string(), 8), ("t:2".to_string(), 3)]),
+        ]);
+        let needs = |p: &Prepared| -> Vec<String> {
+            let inv = &p.calls[0].1;
+            inv.args[inv.need_at..inv.need_at + 2].iter().map(|a| String::from_utf8(a.clone()).unwrap()).collect()
+        };
+        next.after(&before);
+        assert_eq!(needs(&next), ["-1", "8"]);
+        next.unconditional();
+        assert_eq!(needs(&next), ["-1", "-1"]);
+        // Its own tails: each partition's last offset in the call.
+        assert_eq!(next.tails().0, [("lb:{p}".to_string(), vec![("t:0".to_string(), 7), ("t:1".to_string(), 9)])]);
     }
 }

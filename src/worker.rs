@@ -18,21 +18,25 @@
 //!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
 //!    revocation and on shutdown.
 //!
-//! Batches overlap Redis: while a batch's writes are in Redis (on a task of
-//! their own), the loop reads, parses and encodes the next batch, and as
-//! soon as Redis answers, sends it and only then settles the earlier batch's
-//! outcomes (steps 3 and 4). A batch is sent only after the one before it
-//! has been applied, so Redis still sees each partition in log order, and a
-//! failed batch is never overtaken.
+//! Batches overlap Redis: up to two batches are on their way to Redis at once
+//! (each on a task of its own), so that Redis starts on the next the moment
+//! it is done with one, while the loop reads, parses and encodes a third.
+//! When the older one lands, the loop sends the third and only then settles
+//! the older one's outcomes (steps 3 and 4). A batch sent while the one
+//! before it is still in flight carries preconditions (`Prepared::after`):
+//! each of its script calls runs only if its board tag has recorded the
+//! earlier batch's offsets, and otherwise does nothing. So a failed batch is
+//! never overtaken: the batch behind it is sent again once it has landed.
+//! Redis sees each partition in log order.
 //!
 //! The worker must never store an offset past a record whose outcome is not
 //! final: a batch that is abandoned (shutdown during a Redis retry) stores
-//! nothing, and a held dead letter stops its partition's offset. While Redis
-//! is retried the loop holds at most one more batch, and a held partition is
-//! paused, so memory stays bounded by two batches and librdkafka's
-//! `queued.max.messages.kbytes`.
+//! nothing, nor does any batch behind it, and a held dead letter stops its
+//! partition's offset. While Redis is retried the loop holds at most two
+//! more batches, and a held partition is paused, so memory stays bounded by
+//! three batches and librdkafka's `queued.max.messages.kbytes`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,7 +59,7 @@ use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
 use crate::schedule::{self, JobCache, Watermarks};
-use crate::store::{push_write, ApplyResult, Prepared, Store, StoreError, TagBatch};
+use crate::store::{push_write, ApplyResult, Prepared, Store, StoreError, TagBatch, Tails};
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
 #[derive(Debug, Default)]
@@ -250,11 +254,11 @@ pub async fn run(
     // An erasure is a batch of its own, so it stays ordered with the
     // player's other events: one read while a batch is open waits here.
     let mut carry: Option<(BorrowedMessage<'_>, Item)> = None;
-    // The batch whose writes are in Redis while the loop reads and prepares
-    // the next one.
-    let mut inflight: Option<InFlight<'_>> = None;
+    // The batches whose writes are in Redis (or on their way), oldest
+    // first, while the loop reads and prepares the next one.
+    let mut inflight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(IN_FLIGHT);
     let mut held = Held::default();
-    loop {
+    'run: loop {
         if !held.is_empty() {
             // A revoked partition's held records are dropped, never stored:
             // its next owner reads them again from the committed offset.
@@ -281,9 +285,9 @@ pub async fn run(
             let first = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                // Nothing new yet and the batch in Redis is done: settle it now.
-                r = async { (&mut inflight.as_mut().expect("guarded").applied).await }, if inflight.is_some() => {
-                    let f = inflight.take().expect("guarded");
+                // Nothing new yet and the oldest batch in Redis is done: settle it now.
+                r = async { (&mut inflight.front_mut().expect("guarded").applied).await }, if !inflight.is_empty() => {
+                    let f = inflight.pop_front().expect("guarded");
                     let Some(results) = landed(r) else { break };
                     settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
                     continue;
@@ -330,9 +334,9 @@ pub async fn run(
         batch_no += 1;
         let span = info_span!("batch", n = batch_no, records = msgs.len());
         if matches!(items.as_slice(), [Item::Erase { .. }]) {
-            // An erasure waits for the batch before it, and runs alone.
-            if let Some(f) = inflight.take() {
-                let Some(results) = landed(f.applied.await) else { break };
+            // An erasure waits for the batches before it, and runs alone.
+            while let Some(f) = inflight.pop_front() {
+                let Some(results) = landed(f.applied.await) else { break 'run };
                 settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
             }
             let Some(offsets) = w.erase_batch(&msgs, items).instrument(span).await else {
@@ -342,38 +346,53 @@ pub async fn run(
             settle(&w, &consumer, &mut held, &marks, &msgs, (offsets, Vec::new())).await;
             continue;
         }
-        let Some((batch, calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
+        let Some((batch, mut calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
             info!("Shutdown while sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
             break;
         };
-        // The batch before this one leaves Redis first and this one is sent
-        // at once, so Redis sees each partition in log order and is never
-        // idle while the loop settles the earlier batch's outcomes.
-        let before = match inflight.take() {
-            Some(f) => match landed(f.applied.await) {
+        // With two batches in flight, the older one leaves Redis first; this
+        // one is sent at once, behind the newer one, so Redis is never idle
+        // while the loop settles the older batch's outcomes.
+        let before = if inflight.len() == IN_FLIGHT {
+            let f = inflight.pop_front().expect("guarded");
+            match landed(f.applied.await) {
                 Some(results) => Some((f.msgs, f.batch, results)),
                 None => {
-                    info!("Shutdown during a retry: the batch in flight is abandoned and its offsets are not stored.");
+                    info!("Shutdown during a retry: the batches in flight are abandoned and their offsets are not stored.");
                     break;
                 }
-            },
-            None => None,
+            }
+        } else {
+            None
         };
-        inflight = Some(InFlight { msgs, batch, applied: w.spawn_apply(calls, span) });
+        let after = inflight.back_mut().map(|f| {
+            calls.after(&f.tails);
+            f.landed.take()
+        });
+        let (done, landed_rx) = tokio::sync::oneshot::channel();
+        let tails = calls.tails();
+        let applied = w.spawn_apply(calls, after.flatten(), done, span);
+        inflight.push_back(InFlight { msgs, batch, applied, tails, landed: Some(landed_rx) });
         if let Some((msgs, batch, results)) = before {
             settle(&w, &consumer, &mut held, &marks, &msgs, w.finish(&msgs, batch, results)).await;
         }
     }
-    // A batch Redis has already answered is settled, unless that would wait
-    // for the dead-letter topic: then it is left to be read again.
-    if let Some(f) = inflight.take() {
-        if let Ok(Some(results)) = tokio::time::timeout(Duration::from_secs(1), f.applied).await.map(landed) {
-            let outcome = w.finish(&f.msgs, f.batch, results);
-            if outcome.1.is_empty() {
-                settle(&w, &consumer, &mut held, &marks, &f.msgs, outcome).await;
-            }
+    // Batches Redis has already answered are settled, oldest first, unless
+    // that would wait for the dead-letter topic: then that batch and those
+    // behind it are left to be read again.
+    while let Some(f) = inflight.pop_front() {
+        let Ok(Some(results)) = tokio::time::timeout(Duration::from_secs(1), f.applied).await.map(landed) else {
+            break;
+        };
+        let outcome = w.finish(&f.msgs, f.batch, results);
+        if !outcome.1.is_empty() {
+            break;
         }
+        settle(&w, &consumer, &mut held, &marks, &f.msgs, outcome).await;
     }
+    // librdkafka's consumer cannot close while any of its messages is alive.
+    drop(inflight);
+    drop(carry);
 
     info!("Worker stopping: committing final offsets and leaving the group.");
     // These librdkafka calls block (for long when the brokers are gone):
@@ -446,6 +465,10 @@ fn landed(joined: Result<Option<Vec<Vec<ApplyResult>>>, tokio::task::JoinError>)
     }
 }
 
+/// How many batches may be on their way to Redis at once: two, so that
+/// Redis has the next one queued when it finishes one.
+const IN_FLIGHT: usize = 2;
+
 /// A batch whose writes are in Redis (or queued for it) while the loop
 /// reads and prepares the next one.
 struct InFlight<'m> {
@@ -453,6 +476,11 @@ struct InFlight<'m> {
     batch: Planned,
     /// The script results, per board tag; `None`: abandoned on shutdown.
     applied: tokio::task::JoinHandle<Option<Vec<Vec<ApplyResult>>>>,
+    /// Where the batch leaves each board tag, which the batch sent behind it waits for.
+    tails: Tails,
+    /// Fires once the batch has landed (dropped if it is abandoned), for the
+    /// batch sent behind it; taken when that one is sent.
+    landed: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// A batch planned for Redis: its records' offsets, its items, and where
@@ -618,28 +646,54 @@ impl Worker<'_> {
     }
 
     /// Sends a prepared batch on a task of its own, retried with capped
-    /// backoff until Redis has applied it. `None`: abandoned on shutdown.
+    /// backoff until Redis has applied it; `done` fires then. `None`:
+    /// abandoned on shutdown.
+    ///
+    /// `after`: the batch was sent behind one still in flight, with
+    /// preconditions on it (`Prepared::after`), and this fires when that one
+    /// has landed. If the first attempt fails (the batch before failed too,
+    /// so the script refused this one, or Redis is down), the batch waits for
+    /// the one before to land and is then retried without preconditions.
     fn spawn_apply(
         &self,
-        calls: Prepared,
+        mut calls: Prepared,
+        after: Option<tokio::sync::oneshot::Receiver<()>>,
+        done: tokio::sync::oneshot::Sender<()>,
         span: tracing::Span,
     ) -> tokio::task::JoinHandle<Option<Vec<Vec<ApplyResult>>>> {
         let (store, cancel, health) = (self.store.clone(), self.cancel.clone(), Arc::clone(self.health));
         let max_backoff = self.settings.worker.max_backoff;
         let apply = async move {
             if calls.is_empty() {
+                let _ = done.send(());
                 return Some(Vec::new());
             }
             let m = metrics::get();
-            retry("apply a batch to Redis", &cancel, max_backoff, || async {
+            let landed = |started: Instant| {
+                m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
+                health.redis_up.store(true, Ordering::Relaxed);
+                m.redis_up.set(1);
+            };
+            if let Some(after) = after {
+                let started = Instant::now();
+                match store.apply_prepared(&calls).await {
+                    Ok(results) => {
+                        landed(started);
+                        let _ = done.send(());
+                        return Some(results);
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "A batch sent behind another did not apply; it is sent again once that one has landed.");
+                        after.await.ok()?;
+                        calls.unconditional();
+                    }
+                }
+            }
+            let results = retry("apply a batch to Redis", &cancel, max_backoff, || async {
                 let started = Instant::now();
                 let r = store.apply_prepared(&calls).await;
                 match &r {
-                    Ok(_) => {
-                        m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
-                        health.redis_up.store(true, Ordering::Relaxed);
-                        m.redis_up.set(1);
-                    }
+                    Ok(_) => landed(started),
                     Err(_) => {
                         m.redis_errors.with_label_values(&["apply"]).inc();
                         health.redis_up.store(false, Ordering::Relaxed);
@@ -648,9 +702,21 @@ impl Worker<'_> {
                 }
                 r
             })
-            .await
+            .await?;
+            let _ = done.send(());
+            Some(results)
         };
-        tokio::spawn(apply.instrument(span))
+        // Polled once here, the task queues the batch's calls on the Redis
+        // connection before this returns: batches then reach Redis in the
+        // order they were sent, which the runtime's order of running new
+        // tasks would not ensure (a batch overtaken by the one behind it costs
+        // that one a refusal and a second round trip, never an effect).
+        let mut apply = Box::pin(apply.instrument(span));
+        let waker = futures::task::noop_waker();
+        match std::future::Future::poll(apply.as_mut(), &mut std::task::Context::from_waker(&waker)) {
+            std::task::Poll::Ready(results) => tokio::spawn(async move { results }),
+            std::task::Poll::Pending => tokio::spawn(apply),
+        }
     }
 
     /// Folds a batch's script results into each record's final outcome and

@@ -201,7 +201,12 @@ async fn sigterm_mid_stream_exits_zero_in_time_and_commits_nothing_redis_lacks()
     let started = Instant::now();
     let status = w.sigterm(Duration::from_secs(30)).expect("rankflow exits after SIGTERM");
     assert!(status.success(), "exit status {status:?}\n{}", w.log());
-    assert!(started.elapsed() < Duration::from_secs(10), "exit took {:?} (shutdown_timeout 10s)", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "exit took {:?} (shutdown_timeout 10s)\n{}",
+        started.elapsed(),
+        w.log()
+    );
     let committed = committed_total(&s, &cfg.group);
     assert!(committed < total(&s), "SIGTERM must come mid-stream");
     // Had an offset been committed past what Redis holds, resuming from the

@@ -329,3 +329,50 @@ async fn a_batch_larger_than_one_read_of_the_script_is_applied_whole() {
         assert_eq!(dense(&mut conn, &key.replace("{big}:", "{big}:_dense:")).await.len(), values.len(), "{key}");
     }
 }
+
+#[tokio::test]
+async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_lands() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("p", "all", None)];
+    let ids: Vec<Uuid> = (1..=3).map(Uuid::from_u128).collect();
+    let first = vec![tag(
+        "lb:{p}",
+        WriteOp::Sum,
+        vec![item(10, "alice", 5, &ids[0], &keys), item(11, "bob", 1, &ids[1], &keys)],
+    )];
+    let second = vec![tag("lb:{p}", WriteOp::Sum, vec![item(12, "carol", 7, &ids[2], &keys)])];
+    let first = s.prepare(&first);
+    let mut second = s.prepare(&second);
+    second.after(&first.tails());
+
+    // The first batch failed on its way (it never reached Redis): the second
+    // must not run ahead of it, or offset 12 would make 10 and 11 look
+    // redelivered when the first is retried.
+    let err = s.apply_prepared(&second).await.unwrap_err();
+    assert!(err.to_string().contains("STALE"), "{err}");
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, None);
+    let seen: bool =
+        redis::cmd("EXISTS").arg(format!("lb:{{p}}:_seen:{}", ids[2])).query_async(&mut conn).await.unwrap();
+    assert!(!seen, "a refused call sets no marker");
+    let offsets: HashMap<String, i64> =
+        redis::cmd("HGETALL").arg("lb:{p}:_offsets").query_async(&mut conn).await.unwrap();
+    assert!(offsets.is_empty(), "a refused call records no offset: {offsets:?}");
+
+    // Retried in order, both apply, each event once.
+    assert_eq!(s.apply_prepared(&first).await.unwrap(), vec![vec![ApplyResult::Applied; 2]]);
+    assert_eq!(s.apply_prepared(&second).await.unwrap(), vec![vec![ApplyResult::Applied]]);
+    for (member, score) in [("alice", 5.0), ("bob", 1.0), ("carol", 7.0)] {
+        assert_eq!(zscore(&mut conn, "lb:{p}:all", member).await, Some(score), "{member}");
+    }
+
+    // Redis lost its data (a restart without persistence) after the first
+    // batch landed: the precondition can no longer hold, and without it the
+    // call runs as any other.
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    assert!(s.apply_prepared(&second).await.is_err());
+    second.unconditional();
+    assert_eq!(s.apply_prepared(&second).await.unwrap(), vec![vec![ApplyResult::Applied]]);
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, Some(7.0));
+}

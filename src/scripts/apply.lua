@@ -50,7 +50,10 @@
 -- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
 -- ARGV[14 + P]        F: how many topic-partition fields follow
 -- ARGV[14 + P + f]    field f, "<topic>:<partition>"
--- ARGV[15 + P + F]    the batch, one MessagePack stream of top-level values
+-- ARGV[14 + P + F + f] precondition of field f: the last offset of f that the
+--                     call before this one on the tag carries, while that call
+--                     may still be unapplied (-1: none); see "Preconditions"
+-- ARGV[15 + P + 2F]   the batch, one MessagePack stream of top-level values
 --                     (read in chunks by cmsgpack.unpack_limit, whose values land
 --                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
@@ -68,8 +71,9 @@
 --                     (the grouping is done by the caller, so that the script
 --                     keeps its per-member state in tables indexed by number)
 --
--- Returns E, then (i, code) for each event i not applied, i ascending, with
--- the codes:
+-- Returns the error STALE, having done nothing, when a precondition does not
+-- hold; otherwise E, then (i, code) for each event i not applied, i
+-- ascending, with the codes:
 --   2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
 --   5 refused: rate_limited,
@@ -161,7 +165,20 @@ end
 local nf = tonumber(ARGV[14 + np])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[14 + np + f] end
-local payload = ARGV[15 + np + nf]
+-- Preconditions. The caller sends a call while the one before it on this tag
+-- is still on its way, so that Redis never waits for the client. If that
+-- earlier call has not been applied (it failed), this one must not run ahead
+-- of it: its offsets would make the earlier call's events look redelivered
+-- when it is retried. So each field's offset must already be recorded up to
+-- the last one the earlier call carries; if not, nothing is done, and the
+-- caller sends this call again once the earlier one has landed.
+for f = 1, nf do
+  local need = tonumber(ARGV[14 + np + nf + f])
+  if need >= 0 and (tonumber(call('HGET', offsets_key, fields[f])) or -1) < need then
+    return redis.error_reply('STALE the call before this one on ' .. offsets_key .. ' has not been applied')
+  end
+end
+local payload = ARGV[15 + np + 2 * nf]
 local unpack_limit = cmsgpack.unpack_limit
 local pos = 0
 local function rest(next_pos, ...)
