@@ -288,7 +288,10 @@ pub async fn run(
                 // Nothing new yet and the oldest batch in Redis is done: settle it now.
                 r = async { (&mut inflight.front_mut().expect("guarded").applied).await }, if !inflight.is_empty() => {
                     let f = inflight.pop_front().expect("guarded");
-                    let Some(results) = landed(r) else { break };
+                    let Some(results) = landed(r) else {
+                        inflight.clear();
+                        break;
+                    };
                     settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
                     continue;
                 }
@@ -336,7 +339,10 @@ pub async fn run(
         if matches!(items.as_slice(), [Item::Erase { .. }]) {
             // An erasure waits for the batches before it, and runs alone.
             while let Some(f) = inflight.pop_front() {
-                let Some(results) = landed(f.applied.await) else { break 'run };
+                let Some(results) = landed(f.applied.await) else {
+                    inflight.clear();
+                    break 'run;
+                };
                 settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
             }
             let Some(offsets) = w.erase_batch(&msgs, items).instrument(span).await else {
@@ -359,6 +365,7 @@ pub async fn run(
                 Some(results) => Some((f.msgs, f.batch, results)),
                 None => {
                     info!("Shutdown during a retry: the batches in flight are abandoned and their offsets are not stored.");
+                    inflight.clear();
                     break;
                 }
             }
@@ -379,7 +386,9 @@ pub async fn run(
     }
     // Batches Redis has already answered are settled, oldest first, unless
     // that would wait for the dead-letter topic: then that batch and those
-    // behind it are left to be read again.
+    // behind it are left to be read again. (A batch abandoned above took
+    // those behind it along: one behind it may have been applied, on other
+    // board tags, but storing its offsets would pass the abandoned records.)
     while let Some(f) = inflight.pop_front() {
         let Ok(Some(results)) = tokio::time::timeout(Duration::from_secs(1), f.applied).await.map(landed) else {
             break;
