@@ -5,7 +5,8 @@
 # memory), `rankflow bench read` (read API on a 1,000,000-member board) and
 # the latency run against librdkafka's mock cluster, and stops everything.
 # Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
-# BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, default 3);
+# BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, and of the
+# broker ceiling and end-to-end rows, default 3);
 # latency run: BENCH_LATENCY_RATE (default 5000 events/s) for
 # BENCH_LATENCY_SECONDS (default 30).
 set -euo pipefail

@@ -503,7 +503,8 @@ async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
 
 /// What `rankflow bench pipeline` runs: the backlog's size and partitions,
 /// the latency run's rate and length, the broker's process (for its CPU)
-/// and the rounds of the store-path rows.
+/// and the rounds of the rows measured in rounds (Redis ceiling, store
+/// paths; broker ceiling and end to end).
 pub struct PipelineRun {
     pub count: u64,
     pub partitions: i32,
@@ -532,42 +533,68 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let (produced, _) = produce(brokers, &topic, count, 7, 0).await?;
     let mut rows = vec![Row { what: "produce (bench producer)", per_sec: rate(count, produced), note: String::new() }];
 
-    eprintln!("bench: broker ceiling (bare consumer)");
-    let cpu_before = broker_cpu();
-    let broker = rate(count, bare_read(brokers, &topic, partitions, count)?);
-    let mut note = "1.00x".to_string();
-    if broker_pid.is_some() {
-        note += &format!("; broker CPU {:.1} µs/record", per(broker_cpu() - cpu_before));
-    }
-    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
-
     let events = read_events(brokers, &topic, partitions, count, &router)?;
     let (store_rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
+    drop(events);
     let (redis_ceiling, store_rate, lean_rate) = (store_rows[0].per_sec, store_rows[1].per_sec, store_rows[2].per_sec);
+
+    // The broker ceiling and the end-to-end run, in rounds like the rows
+    // above: a bare read, then the binary, then again, so that a slow spell
+    // of the machine falls on one round. Each end-to-end round is a fresh
+    // group on a flushed Redis, reading the same topic from the start.
+    let rounds = rounds.max(1);
+    let (mut broker_rates, mut e2e_rates) = (Vec::new(), Vec::new());
+    let (mut broker_alone_cpu, mut e2e_secs, mut peak_kib, mut worker_cpu, mut redis_cpu, mut broker_used) =
+        (0.0, 0.0, 0, 0.0, 0.0, 0.0);
+    for round in 1..=rounds {
+        eprintln!("bench: broker ceiling (bare consumer, round {round} of {rounds})");
+        let cpu_before = broker_cpu();
+        broker_rates.push(rate(count, bare_read(brokers, &topic, partitions, count)?));
+        broker_alone_cpu += broker_cpu() - cpu_before;
+
+        eprintln!("bench: end to end (the rankflow binary until committed = log end, round {round} of {rounds})");
+        flush(&conn).await?;
+        let group = format!("bench-e2e-{run}-{round}");
+        let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
+        let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+        let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
+        let (took, peak, worker) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+        redis_cpu += redis_stats(&conn).await?.cpu - before;
+        broker_used += broker_cpu() - cpu_before;
+        e2e_rates.push(rate(count, took));
+        e2e_secs += took.as_secs_f64();
+        peak_kib = peak_kib.max(peak);
+        worker_cpu += worker;
+    }
+    // CPU per event over every round's events.
+    let per_all = |secs: f64| per(secs) / rounds as f64;
+    let broker = median(&broker_rates);
+    let mut note = "1.00x".to_string();
+    if broker_pid.is_some() {
+        note += &format!("; broker CPU {:.1} µs/record", per_all(broker_alone_cpu));
+    }
+    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
     rows.extend(store_rows);
 
-    eprintln!("bench: end to end (the rankflow binary until committed = log end)");
-    flush(&conn).await?;
-    let group = format!("bench-e2e-{run}");
-    let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
-    let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
-    let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
-    let (e2e, peak_kib, worker_cpu) = run_to_end(&exe, &dir, &cfg, &at, count)?;
-    let (redis_cpu, broker_used) = (redis_stats(&conn).await?.cpu - before, broker_cpu() - cpu_before);
-    let busy = redis_cpu / e2e.as_secs_f64();
-    let e2e_rate = rate(count, e2e);
-    let mut cpu = format!("CPU µs/event: worker {:.1}, Redis {:.1}", per(worker_cpu), per(redis_cpu));
+    let ratios: Vec<f64> = e2e_rates.iter().zip(&broker_rates).map(|(e, b)| e / b).collect();
+    let each = if rounds > 1 {
+        format!(" (rounds: {})", ratios.iter().map(|r| format!("{r:.2}x")).collect::<Vec<_>>().join(", "))
+    } else {
+        String::new()
+    };
+    let e2e_rate = median(&e2e_rates);
+    let mut cpu = format!("CPU µs/event: worker {:.1}, Redis {:.1}", per_all(worker_cpu), per_all(redis_cpu));
     if broker_pid.is_some() {
-        cpu += &format!(", broker {:.1}", per(broker_used));
+        cpu += &format!(", broker {:.1}", per_all(broker_used));
     }
     rows.push(Row {
         what: "rankflow end to end",
         per_sec: e2e_rate,
         note: format!(
-            "{:.2}x broker, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}",
-            e2e_rate / broker,
+            "{:.2}x broker{each}, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}",
+            median(&ratios),
             e2e_rate / redis_ceiling,
-            busy * 100.0,
+            redis_cpu / e2e_secs * 100.0,
             peak_kib / 1024
         ),
     });

@@ -101,7 +101,7 @@ enum BenchCommand {
         /// The broker's process id, when it runs on this machine: its CPU per record is reported too.
         #[arg(long)]
         broker_pid: Option<u32>,
-        /// Rounds of the Redis ceiling and store-path rows, run in turn; ratios are the rounds' median.
+        /// Rounds of the Redis ceiling and store-path rows, and of the broker ceiling and end-to-end rows, each run in turn; ratios are the rounds' median.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
