@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};
@@ -39,30 +40,30 @@ async fn a_stream_with_duplicates_and_bad_records_matches_the_model_exactly() {
     assert_eq!(offsets_fields(&mut conn, &topic).await, 0, "{}", String::from_utf8_lossy(&out.stdout));
 }
 
+/// Every `_offsets` hash field that names `topic`, over all board tags, with
+/// the offset it records.
+async fn topic_offsets(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> Vec<(String, i64)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
+    let mut out = Vec::new();
+    for k in keys {
+        let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&k).query_async(conn).await.unwrap();
+        out.extend(fields.into_iter().filter(|(f, _)| f.starts_with(&format!("{topic}:"))));
+    }
+    out
+}
+
 /// How many `_offsets` hash fields name `topic`.
 async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> usize {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
-    let mut n = 0;
-    for k in keys {
-        let fields: Vec<String> = redis::cmd("HKEYS").arg(&k).query_async(conn).await.unwrap();
-        n += fields.iter().filter(|f| f.starts_with(&format!("{topic}:"))).count();
-    }
-    n
+    topic_offsets(conn, topic).await.len()
 }
 
 /// How many records of `topic` the boards have applied: per partition, the
 /// furthest offset any board tag has recorded, plus one, summed.
 async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> i64 {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
-    let mut furthest: std::collections::HashMap<String, i64> = Default::default();
-    for k in keys {
-        let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&k).query_async(conn).await.unwrap();
-        for (f, o) in fields {
-            if f.starts_with(&format!("{topic}:")) {
-                let e = furthest.entry(f).or_insert(-1);
-                *e = (*e).max(o);
-            }
-        }
+    let mut furthest: HashMap<String, i64> = HashMap::new();
+    for (f, o) in topic_offsets(conn, topic).await {
+        let e = furthest.entry(f).or_insert(-1);
+        *e = (*e).max(o);
     }
     furthest.values().map(|o| o + 1).sum()
 }
