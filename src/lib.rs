@@ -15,6 +15,7 @@
 //! - [`store`]: Redis connections and the atomic apply script (`src/scripts/apply.lua`).
 //! - [`offsets`]: per-partition offset bookkeeping (the +1 lives there).
 //! - [`worker`]: the Kafka consumer loop, dead-lettering and offset storing.
+//! - [`producer`]: the producer for the dead-letter and sealed-periods topics.
 //! - [`schedule`]: sealed periods and rolling boards, as due jobs in a Redis sorted set.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
 //! - [`metrics`]: every Prometheus family.
@@ -44,6 +45,7 @@ pub mod keys;
 pub mod metrics;
 pub mod offsets;
 pub mod period;
+pub mod producer;
 pub mod schedule;
 pub mod score;
 pub mod store;

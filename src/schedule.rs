@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -41,6 +41,7 @@ use crate::config::Settings;
 use crate::keys;
 use crate::metrics;
 use crate::period::{Period, PeriodKind};
+use crate::producer::KafkaProducer;
 use crate::store::Store;
 
 const SCHED_LUA: &str = include_str!("scripts/sched.lua");
@@ -196,14 +197,20 @@ impl JobCache {
 
 /// Runs the scheduler until `cancel` fires.
 pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, cancel: CancellationToken) {
-    let producer: FutureProducer = match crate::worker::producer_config(&settings).create() {
+    let producer = match KafkaProducer::new(&crate::worker::producer_config(&settings)) {
         Ok(p) => p,
         Err(e) => {
             warn!(error = %e, "Cannot create the sealed-topic producer; the scheduler does not run.");
             return;
         }
     };
-    let s = Scheduler { settings: &settings, router: &router, store: &store, producer, partitions: None };
+    let s = Scheduler {
+        settings: &settings,
+        router: &router,
+        store: &store,
+        producer: Arc::new(producer),
+        partitions: None,
+    };
     s.run(&cancel).await;
 }
 
@@ -211,7 +218,7 @@ struct Scheduler<'a> {
     settings: &'a Settings,
     router: &'a Router,
     store: &'a Store,
-    producer: FutureProducer,
+    producer: Arc<KafkaProducer>,
     /// Partition counts of the consumed topics, and when they were read.
     partitions: Option<(Instant, HashMap<String, i32>)>,
 }
@@ -415,9 +422,9 @@ impl Scheduler<'_> {
         };
         let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
         self.producer
-            .send(record, Duration::from_secs(10))
+            .deliver(record)
             .await
-            .map_err(|(e, _)| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
+            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
         let mut conn = self.store.conn();
         let _: i64 = redis::cmd("HSET")
             .arg(keys::sealed_key(base))

@@ -46,7 +46,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::statistics::Statistics;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,7 @@ use crate::event::{self, Event, Parsed, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
 use crate::offsets::BatchOffsets;
+use crate::producer::{Delivery, KafkaProducer};
 use crate::schedule::{self, JobCache, Watermarks};
 use crate::store::{push_write, ApplyResult, Prepared, Store, StoreError, TagBatch, Tails};
 
@@ -236,7 +237,7 @@ pub async fn run(
     consumer
         .subscribe(&topics)
         .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
-    let producer: FutureProducer = producer_config(&settings).create().map_err(WorkerError::Producer)?;
+    let producer = KafkaProducer::new(&producer_config(&settings)).map_err(WorkerError::Producer)?;
     metrics::get().init_boards(router.boards().iter().map(|b| b.id.as_str()));
     info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
 
@@ -415,7 +416,7 @@ pub async fn run(
         }
         consumer.unsubscribe();
         drop(consumer);
-        let _ = rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5));
+        let _ = producer.flush(Duration::from_secs(5));
     });
     info!("Worker stopped.");
     Ok(())
@@ -529,7 +530,7 @@ struct Worker<'a> {
     router: &'a Router,
     store: &'a Store,
     health: &'a Arc<Health>,
-    producer: &'a FutureProducer,
+    producer: &'a KafkaProducer,
     cancel: &'a CancellationToken,
     /// Scheduler jobs sent lately (see `schedule::JobCache`).
     jobs: Mutex<JobCache>,
@@ -943,9 +944,9 @@ impl Worker<'_> {
             if let Some(ts) = r.timestamp {
                 record = record.timestamp(ts);
             }
-            match self.producer.send_result(record) {
+            match self.producer.send(record) {
                 Ok(f) => r.inflight = Some(f),
-                Err((e, _)) => warn!(error = %e, "Could not queue a record for the dead-letter topic."),
+                Err(e) => warn!(error = %e, "Could not queue a record for the dead-letter topic."),
             }
         }
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
@@ -962,7 +963,7 @@ impl Worker<'_> {
             match outcome {
                 None => waiting.push(r), // still in flight: checked again next time, never sent twice
                 Some(Ok(Ok(_))) => m.dead_letters.with_label_values(&[r.reason.as_str()]).inc(),
-                Some(Ok(Err((e, _)))) => {
+                Some(Ok(Err(e))) => {
                     m.dead_letter_errors.inc();
                     warn!(error = %e, topic = %r.topic, partition = r.partition, offset = r.offset,
                         "Could not produce to the dead-letter topic; the record's partition waits.");
@@ -992,7 +993,7 @@ pub struct DeadRecord {
     /// The first reason, for the metric.
     reason: Reason,
     /// The delivery of the copy already handed to the producer, if any.
-    inflight: Option<rdkafka::producer::DeliveryFuture>,
+    inflight: Option<Delivery>,
 }
 
 impl DeadRecord {
