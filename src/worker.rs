@@ -16,7 +16,8 @@
 //! 4. only then store, per partition, the batch's last offset + 1 (for a held
 //!    partition: the offset of its first held record);
 //!    librdkafka commits stored offsets every `auto.commit.interval.ms`, on
-//!    revocation and on shutdown.
+//!    revocation and on shutdown; the loop also commits them as soon as it
+//!    is idle (nothing in flight, no record for `IDLE_COMMIT`).
 //!
 //! Batches overlap Redis: up to two batches are on their way to Redis at once
 //! (each on a task of its own), so that Redis starts on the next the moment
@@ -259,6 +260,9 @@ pub async fn run(
     // first, while the loop reads and prepares the next one.
     let mut inflight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(IN_FLIGHT);
     let mut held = Held::default();
+    // Offsets stored since the last idle commit, and when that was.
+    let mut uncommitted = false;
+    let mut last_idle_commit = tokio::time::Instant::now();
     'run: loop {
         if !held.is_empty() {
             // A revoked partition's held records are dropped, never stored:
@@ -268,6 +272,7 @@ pub async fn run(
             }
             if held.next_try.is_some_and(|due| tokio::time::Instant::now() >= due) {
                 w.retry_held(&consumer, &mut held).await;
+                uncommitted = true;
             }
             if held.is_empty() {
                 held.next_try = None;
@@ -283,6 +288,8 @@ pub async fn run(
             items.push(item);
         } else {
             let retry_at = held.next_try;
+            let commit_at = (uncommitted && inflight.is_empty())
+                .then(|| (tokio::time::Instant::now() + IDLE_COMMIT).max(last_idle_commit + IDLE_COMMIT_GAP));
             let first = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
@@ -294,9 +301,20 @@ pub async fn run(
                         break;
                     };
                     settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
+                    uncommitted = true;
                     continue;
                 }
                 m = consumer.recv() => m,
+                // Idle with offsets stored since the last commit: commit them now.
+                _ = async { tokio::time::sleep_until(commit_at.unwrap_or_else(tokio::time::Instant::now)).await }, if commit_at.is_some() => {
+                    match consumer.commit_consumer_state(CommitMode::Async) {
+                        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                        Err(e) => debug!(error = %e, "Committing on idle failed; the next commit carries the offsets."),
+                    }
+                    uncommitted = false;
+                    last_idle_commit = tokio::time::Instant::now();
+                    continue;
+                }
                 _ = async { tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)).await }, if retry_at.is_some() => continue,
                 // Idle partitions raise watermarks too (see WorkerContext::stats).
                 _ = tokio::time::sleep(settings.sealing.check_interval), if seals => {
@@ -351,6 +369,7 @@ pub async fn run(
                 break;
             };
             settle(&w, &consumer, &mut held, &marks, &msgs, (offsets, Vec::new())).await;
+            uncommitted = true;
             continue;
         }
         let Some((batch, mut calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
@@ -383,6 +402,7 @@ pub async fn run(
         inflight.push_back(InFlight { msgs, batch, applied, tails, landed: Some(landed_rx) });
         if let Some((msgs, batch, results)) = before {
             settle(&w, &consumer, &mut held, &marks, &msgs, w.finish(&msgs, batch, results)).await;
+            uncommitted = true;
         }
     }
     // Batches Redis has already answered are settled, oldest first, unless
@@ -478,6 +498,17 @@ fn landed(joined: Result<Option<Vec<Vec<ApplyResult>>>, tokio::task::JoinError>)
 /// How many batches may be on their way to Redis at once: two, so that
 /// Redis has the next one queued when it finishes one.
 const IN_FLIGHT: usize = 2;
+
+/// Once nothing is in flight and no record has come for this long, the
+/// offsets stored since the last commit are committed at once, rather than
+/// at the next `auto.commit.interval.ms` tick: a drained backlog or a lull
+/// shows as committed (and as zero lag) within this, not up to a second later.
+const IDLE_COMMIT: Duration = Duration::from_millis(20);
+
+/// The least time between two of those commits, so that sparse traffic
+/// (a record now and then, each followed by a lull) commits at most five
+/// times a second.
+const IDLE_COMMIT_GAP: Duration = Duration::from_millis(200);
 
 /// A batch whose writes are in Redis (or queued for it) while the loop
 /// reads and prepares the next one.

@@ -113,3 +113,31 @@ async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
     // the dead-letter topic); the boards themselves stay exact.
     assert!(dead.len() >= s.dead.len(), "every bad record reached the dead-letter topic");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drained_backlog_is_committed_without_waiting_for_the_commit_interval() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
+    let s = stream::generate(3_000, 11);
+    broker.produce(&topic, &s.records).await;
+
+    // librdkafka's own commits would come ten minutes apart: only the
+    // worker's commit on going idle can bring the group to the log end.
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    cfg.extra_kafka_options.push(("auto.commit.interval.ms".into(), "600000".into()));
+    let mut worker = Worker::spawn(&cfg);
+    let mut conn = redis.conn().await;
+    let total = s.records.len() as i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while applied(&mut conn, &topic).await < total {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream was not applied; if the log shows no assignment, the broker's group coordinator stalled\n{}",
+            worker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
+    s.assert_boards(&mut conn).await;
+    let status = worker.sigterm(Duration::from_secs(25)).expect("rankflow exits after SIGTERM");
+    assert!(status.success(), "exit status {status:?}\n{}", worker.log());
+}
