@@ -307,9 +307,8 @@ pub async fn run(
                 m = consumer.recv() => m,
                 // Idle with offsets stored since the last commit: commit them now.
                 _ = async { tokio::time::sleep_until(commit_at.unwrap_or_else(tokio::time::Instant::now)).await }, if commit_at.is_some() => {
-                    match consumer.commit_consumer_state(CommitMode::Async) {
-                        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-                        Err(e) => debug!(error = %e, "Committing on idle failed; the next commit carries the offsets."),
+                    if let Err(e) = commit_stored(&consumer) {
+                        debug!(error = %e, "Committing on idle failed; the next commit carries the offsets.");
                     }
                     uncommitted = false;
                     last_idle_commit = tokio::time::Instant::now();
@@ -492,6 +491,31 @@ fn landed(joined: Result<Option<Vec<Vec<ApplyResult>>>, tokio::task::JoinError>)
         Ok(results) => results,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => None,
+    }
+}
+
+/// Commits the stored offsets without waiting. Like librdkafka's own
+/// automatic commits, the outcome reaches `WorkerContext::commit_callback`
+/// (the `rankflow_commits_total` metric and a warning on failure), through
+/// the consumer's queue. rust-rdkafka's `commit_consumer_state(Async)`
+/// passes librdkafka no queue for the outcome, so it is dropped
+/// (fede1024/rust-rdkafka#856); this passes the consumer's queue, as the
+/// fix proposed there (#857) does.
+fn commit_stored<C: ConsumerContext>(consumer: &StreamConsumer<C>) -> KafkaResult<()> {
+    use rdkafka::bindings as rdsys;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live handle of `consumer`, borrowed for the call.
+    // librdkafka keeps its own reference to the queue until the outcome is
+    // delivered, so ours is released at once.
+    let err = unsafe {
+        let queue = rdsys::rd_kafka_queue_get_consumer(rk);
+        let err = rdsys::rd_kafka_commit_queue(rk, std::ptr::null(), queue, None, std::ptr::null_mut());
+        rdsys::rd_kafka_queue_destroy(queue);
+        err
+    };
+    match RDKafkaErrorCode::from(err) {
+        RDKafkaErrorCode::NoError => Ok(()),
+        code => Err(KafkaError::ConsumerCommit(code)),
     }
 }
 

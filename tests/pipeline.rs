@@ -138,6 +138,16 @@ async fn a_drained_backlog_is_committed_without_waiting_for_the_commit_interval(
     }
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
     s.assert_boards(&mut conn).await;
+    // The idle commit's outcome is counted like librdkafka's own commits.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = worker.http_get("/metrics").await;
+        if text.lines().any(|l| l.starts_with("rankflow_commits_total{result=\"ok\"}") && !l.ends_with(" 0")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no successful commit counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let status = worker.sigterm(Duration::from_secs(25)).expect("rankflow exits after SIGTERM");
     assert!(status.success(), "exit status {status:?}\n{}", worker.log());
 }
