@@ -509,6 +509,10 @@ fn commit_stored<C: ConsumerContext>(consumer: &StreamConsumer<C>) -> KafkaResul
     // delivered, so ours is released at once.
     let err = unsafe {
         let queue = rdsys::rd_kafka_queue_get_consumer(rk);
+        // Without a queue librdkafka would commit synchronously, blocking the loop.
+        if queue.is_null() {
+            return Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::InvalidArgument));
+        }
         let err = rdsys::rd_kafka_commit_queue(rk, std::ptr::null(), queue, None, std::ptr::null_mut());
         rdsys::rd_kafka_queue_destroy(queue);
         err
