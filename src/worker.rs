@@ -87,6 +87,9 @@ pub struct WorkerContext {
     /// Boards that seal periods: where caught-up partitions raise their
     /// watermark, and by how much less than the wall clock.
     idle: Option<(Arc<Watermarks>, i64)>,
+    /// An offset was stored since the loop last committed on going idle
+    /// (set where offsets are stored, see `store_offset`).
+    uncommitted: AtomicBool,
 }
 
 impl ClientContext for WorkerContext {
@@ -232,7 +235,7 @@ pub async fn run(
     let marks = Arc::new(Watermarks::default());
     let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
     let consumer: StreamConsumer<WorkerContext> = consumer_config(&settings)
-        .create_with_context(WorkerContext { health: health.clone(), idle })
+        .create_with_context(WorkerContext { health: health.clone(), idle, uncommitted: AtomicBool::new(false) })
         .map_err(WorkerError::Consumer)?;
     let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     consumer
@@ -260,8 +263,7 @@ pub async fn run(
     // first, while the loop reads and prepares the next one.
     let mut inflight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(IN_FLIGHT);
     let mut held = Held::default();
-    // Offsets stored since the last idle commit, and when that was.
-    let mut uncommitted = false;
+    // When the loop last committed on going idle.
     let mut last_idle_commit = tokio::time::Instant::now();
     'run: loop {
         if !held.is_empty() {
@@ -272,7 +274,6 @@ pub async fn run(
             }
             if held.next_try.is_some_and(|due| tokio::time::Instant::now() >= due) {
                 w.retry_held(&consumer, &mut held).await;
-                uncommitted = true;
             }
             if held.is_empty() {
                 held.next_try = None;
@@ -288,7 +289,7 @@ pub async fn run(
             items.push(item);
         } else {
             let retry_at = held.next_try;
-            let commit_at = (uncommitted && inflight.is_empty())
+            let commit_at = (inflight.is_empty() && consumer.context().uncommitted.load(Ordering::Relaxed))
                 .then(|| (tokio::time::Instant::now() + IDLE_COMMIT).max(last_idle_commit + IDLE_COMMIT_GAP));
             let first = tokio::select! {
                 biased;
@@ -301,16 +302,15 @@ pub async fn run(
                         break;
                     };
                     settle(&w, &consumer, &mut held, &marks, &f.msgs, w.finish(&f.msgs, f.batch, results)).await;
-                    uncommitted = true;
                     continue;
                 }
                 m = consumer.recv() => m,
                 // Idle with offsets stored since the last commit: commit them now.
                 _ = async { tokio::time::sleep_until(commit_at.unwrap_or_else(tokio::time::Instant::now)).await }, if commit_at.is_some() => {
+                    consumer.context().uncommitted.store(false, Ordering::Relaxed);
                     if let Err(e) = commit_stored(&consumer) {
                         debug!(error = %e, "Committing on idle failed; the next commit carries the offsets.");
                     }
-                    uncommitted = false;
                     last_idle_commit = tokio::time::Instant::now();
                     continue;
                 }
@@ -368,7 +368,6 @@ pub async fn run(
                 break;
             };
             settle(&w, &consumer, &mut held, &marks, &msgs, (offsets, Vec::new())).await;
-            uncommitted = true;
             continue;
         }
         let Some((batch, mut calls)) = w.prepare(&msgs, items).instrument(span.clone()).await else {
@@ -401,7 +400,6 @@ pub async fn run(
         inflight.push_back(InFlight { msgs, batch, applied, tails, landed: Some(landed_rx) });
         if let Some((msgs, batch, results)) = before {
             settle(&w, &consumer, &mut held, &marks, &msgs, w.finish(&msgs, batch, results)).await;
-            uncommitted = true;
         }
     }
     // Batches Redis has already answered are settled, oldest first, unless
@@ -578,7 +576,10 @@ fn store_offset(consumer: &StreamConsumer<WorkerContext>, topic: &str, partition
         return;
     }
     match consumer.store_offsets(&tpl) {
-        Ok(()) => debug!(next_offset = next, "Stored the partition's offset."),
+        Ok(()) => {
+            consumer.context().uncommitted.store(true, Ordering::Relaxed);
+            debug!(next_offset = next, "Stored the partition's offset.")
+        }
         Err(e) => debug!(error = %e, "Partition no longer assigned; its result is dropped, not stored."),
     }
 }
