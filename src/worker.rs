@@ -734,23 +734,20 @@ impl Worker<'_> {
         let (store, cancel, health) = (self.store.clone(), self.cancel.clone(), Arc::clone(self.health));
         let max_backoff = self.settings.worker.max_backoff;
         let apply = async move {
-            if calls.is_empty() {
-                let _ = done.send(());
-                return Some(Vec::new());
-            }
+            // An empty batch has nothing to send.
+            let mut results = calls.is_empty().then(Vec::new);
             let m = metrics::get();
             let landed = |started: Instant| {
                 m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
                 health.redis_up.store(true, Ordering::Relaxed);
                 m.redis_up.set(1);
             };
-            if let Some(after) = after {
+            if let (None, Some(after)) = (&results, after) {
                 let started = Instant::now();
                 match store.apply_prepared(&calls).await {
-                    Ok(results) => {
+                    Ok(r) => {
                         landed(started);
-                        let _ = done.send(());
-                        return Some(results);
+                        results = Some(r);
                     }
                     Err(e) => {
                         debug!(error = %e, "A batch sent behind another did not apply; it is sent again once that one has landed.");
@@ -759,20 +756,25 @@ impl Worker<'_> {
                     }
                 }
             }
-            let results = retry("apply a batch to Redis", &cancel, max_backoff, || async {
-                let started = Instant::now();
-                let r = store.apply_prepared(&calls).await;
-                match &r {
-                    Ok(_) => landed(started),
-                    Err(_) => {
-                        m.redis_errors.with_label_values(&["apply"]).inc();
-                        health.redis_up.store(false, Ordering::Relaxed);
-                        m.redis_up.set(0);
-                    }
+            let results = match results {
+                Some(r) => r,
+                None => {
+                    retry("apply a batch to Redis", &cancel, max_backoff, || async {
+                        let started = Instant::now();
+                        let r = store.apply_prepared(&calls).await;
+                        match &r {
+                            Ok(_) => landed(started),
+                            Err(_) => {
+                                m.redis_errors.with_label_values(&["apply"]).inc();
+                                health.redis_up.store(false, Ordering::Relaxed);
+                                m.redis_up.set(0);
+                            }
+                        }
+                        r
+                    })
+                    .await?
                 }
-                r
-            })
-            .await?;
+            };
             let _ = done.send(());
             Some(results)
         };
