@@ -342,14 +342,7 @@ async fn two_workers_on_a_three_master_redis_cluster_are_exact() {
     loop {
         let mut held = Vec::new();
         for w in [&w1, &w2] {
-            let (_, metrics) = w.http_get("/metrics").await;
-            held.push(
-                metrics
-                    .lines()
-                    .find_map(|l| l.strip_prefix("rankflow_assigned_partitions "))
-                    .and_then(|n| n.trim().parse::<f64>().ok())
-                    .unwrap_or(0.0),
-            );
+            held.push(w.metric("rankflow_assigned_partitions", &[]).await);
         }
         if held.iter().all(|&n| n > 0.0) {
             break;

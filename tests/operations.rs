@@ -11,34 +11,6 @@ use std::time::Duration;
 use support::stream::{self, BOARDS};
 use support::*;
 
-/// `name{labels} value` lines of a Prometheus text exposition.
-fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (name, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            let labels = labels
-                .split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
-                .collect();
-            Some((name.to_string(), labels, value.parse().ok()?))
-        })
-        .collect()
-}
-
-fn sum(samples: &[(String, HashMap<String, String>, f64)], name: &str, filter: &[(&str, &str)]) -> f64 {
-    samples
-        .iter()
-        .filter(|(n, l, _)| n == name && filter.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
-        .map(|(_, _, v)| v)
-        .sum()
-}
-
 /// Every `rankflow_*` metric family a PromQL-bearing file mentions.
 fn names_used(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();

@@ -68,6 +68,22 @@ async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> i
     furthest.values().map(|o| o + 1).sum()
 }
 
+/// Waits up to 120 s until the boards have applied at least `at_least`
+/// records of `topic` (see `applied`); fails with `what` and the worker's log.
+async fn wait_applied(
+    conn: &mut redis::aio::MultiplexedConnection,
+    topic: &str,
+    at_least: i64,
+    worker: &Worker,
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while applied(conn, topic).await < at_least {
+        assert!(std::time::Instant::now() < deadline, "{what}\n{}", worker.log());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
     let Stack { redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
@@ -83,18 +99,8 @@ async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
         // Kill once some, but not all, of the stream is applied. (Watching
         // Redis, not the commits: on a fast machine the worker applied the
         // whole stream within one auto-commit interval.)
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            if applied(&mut conn, &topic).await > total * (round + 1) / 4 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no progress before the kill (round {round})\n{}",
-                worker.log()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let part = total * (round + 1) / 4 + 1;
+        wait_applied(&mut conn, &topic, part, &worker, &format!("no progress before the kill (round {round})")).await;
         worker.sigkill();
         let at_kill = applied(&mut conn, &topic).await;
         assert!(at_kill < total, "the kill must land mid-stream (applied {at_kill} of {total})");
@@ -127,25 +133,18 @@ async fn a_drained_backlog_is_committed_without_waiting_for_the_commit_interval(
     let mut worker = Worker::spawn(&cfg);
     let mut conn = redis.conn().await;
     let total = s.records.len() as i64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while applied(&mut conn, &topic).await < total {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the stream was not applied; if the log shows no assignment, the broker's group coordinator stalled\n{}",
-            worker.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let stalled = "the stream was not applied; if the log shows no assignment, the broker's group coordinator stalled";
+    wait_applied(&mut conn, &topic, total, &worker, stalled).await;
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
     s.assert_boards(&mut conn).await;
     // The idle commit's outcome is counted like librdkafka's own commits.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, text) = worker.http_get("/metrics").await;
-        if text.lines().any(|l| l.starts_with("rankflow_commits_total{result=\"ok\"}") && !l.ends_with(" 0")) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no successful commit counted:\n{text}");
+    while worker.metric("rankflow_commits_total", &[("result", "ok")]).await < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no successful commit counted:\n{}",
+            worker.http_get("/metrics").await.1
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let status = worker.sigterm(Duration::from_secs(25)).expect("rankflow exits after SIGTERM");

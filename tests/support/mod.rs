@@ -508,6 +508,40 @@ impl Worker {
     pub async fn http_get(&self, path: &str) -> (u16, String) {
         http_get(self.http_port, path).await
     }
+
+    /// A metric's value now, summed over the series whose labels include `filter`.
+    pub async fn metric(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
+        sum(&samples(&self.http_get("/metrics").await.1), name, filter)
+    }
+}
+
+/// `name{labels} value` lines of a Prometheus text exposition.
+pub fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+                .collect();
+            Some((name.to_string(), labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The sum of a metric's samples whose labels include `filter`.
+pub fn sum(samples: &[(String, HashMap<String, String>, f64)], name: &str, filter: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, l, _)| n == name && filter.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+        .map(|(_, _, v)| v)
+        .sum()
 }
 
 impl Drop for Worker {
