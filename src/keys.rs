@@ -8,7 +8,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{prefix}:{tag}:all`, `:h:..`, `:d:..`, `:w:..`, `:m:..`, `:y:..` | zset | the boards |
-//! | `{prefix}:{tag}:_seen:<event_id>` | string | dedupe marker, `EX dedupe_ttl` |
+//! | `{prefix}:{tag}:_seen:<n>` | hash | dedupe markers set while Redis's clock was in the `n`th `dedupe_ttl` since the epoch: event id (its 16 bytes) -> `1`; expires `dedupe_ttl / 2` after the next one ends |
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
@@ -60,9 +60,10 @@ pub fn rate_prefix(base: &str) -> String {
     format!("{base}:_rl:")
 }
 
-pub fn dedupe_key(base: &str, event_id: &uuid::Uuid) -> String {
-    let mut buf = uuid::Uuid::encode_buffer();
-    format!("{base}:_seen:{}", event_id.hyphenated().encode_lower(&mut buf))
+/// The hash of the dedupe markers set while Redis's clock was in its `n`th
+/// `dedupe_ttl` since the epoch (the apply script names it the same way).
+pub fn dedupe_hash_key(base: &str, n: u64) -> String {
+    format!("{base}:_seen:{n}")
 }
 
 /// The set of period keys a tag has written (walked by an erasure).
@@ -122,8 +123,7 @@ mod tests {
         assert_eq!(period_key(&b, "d:2026-08-14"), "lb:{points}:d:2026-08-14");
         assert_eq!(period_key(&b, "all"), "lb:{points}:all");
         assert_eq!(base("lb", "points", Some("eu")), "lb:{points:eu}");
-        let id = uuid::Uuid::parse_str("6F9619FF-8B86-D011-B42D-00C04FC964FF").unwrap();
-        assert_eq!(dedupe_key(&b, &id), "lb:{points}:_seen:6f9619ff-8b86-d011-b42d-00c04fc964ff");
+        assert_eq!(dedupe_hash_key(&b, 2951), "lb:{points}:_seen:2951");
         assert_eq!(offsets_key(&b), "lb:{points}:_offsets");
         assert_eq!(dense_key(&b, "w:2026-W33"), "lb:{points}:_dense:w:2026-W33");
         assert_eq!(dense_count_key(&b, "w:2026-W33"), "lb:{points}:_dcount:w:2026-W33");

@@ -257,7 +257,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     }
     let p = &batch.params;
     let latest = p.op == WriteOp::Latest;
-    let mut keys = Vec::with_capacity(1 + 4 * periods.len() + batch.items.len());
+    let mut keys = Vec::with_capacity(2 + 4 * periods.len());
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
@@ -265,7 +265,6 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     if latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
-    keys.extend(batch.items.iter().map(|i| keys::dedupe_key(batch.base, i.event_id)));
     if p.sealed {
         keys.push(keys::sealed_key(batch.base));
     }
@@ -368,6 +367,11 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         }
     }
     mp_int(&mut events, batch.items.len() as i64);
+    for item in &batch.items {
+        // A str of the id's 16 bytes: Redis's cmsgpack reads no bin formats.
+        rmp::encode::write_str_len(&mut events, 16).expect("writing to a Vec cannot fail");
+        events.extend_from_slice(item.event_id.as_bytes());
+    }
     events.extend_from_slice(&body);
     push(fields.len().to_string());
     for (f, _) in &fields {
@@ -654,9 +658,7 @@ mod tests {
                 "lb:{p}:_dense:d:2026-08-14",
                 "lb:{p}:_dense:all",
                 "lb:{p}:_dcount:d:2026-08-14",
-                "lb:{p}:_dcount:all",
-                "lb:{p}:_seen:00000000-0000-0000-0000-000000000001",
-                "lb:{p}:_seen:00000000-0000-0000-0000-000000000002"
+                "lb:{p}:_dcount:all"
             ]
         );
         let (events, head) = inv.args.split_last().unwrap();
@@ -700,6 +702,12 @@ mod tests {
                     rd = peek;
                     got.push(n.to_string());
                 }
+                Err(_) if rd[0] == 0xb0 => {
+                    // An event id: a str of its 16 bytes.
+                    let len = rmp::decode::read_str_len(&mut rd).unwrap() as usize;
+                    got.push(uuid::Uuid::from_slice(&rd[..len]).unwrap().to_string());
+                    rd = &rd[len..];
+                }
                 Err(_) => got.push(rmp::decode::read_str(&mut rd, &mut buf).unwrap().to_string()),
             }
         }
@@ -707,13 +715,31 @@ mod tests {
         assert_eq!(
             got,
             [
-                "2", "alice", "bob", // members
-                "1", "1",  // period key 1: alice
+                "2",
+                "alice",
+                "bob", // members
+                "1",
+                "1",  // period key 1: alice
                 "-1", // period key 2: every member in order (alice, bob)
-                "2", "2", "1", "2", "1", "2", // shapes: keys 1 and 2; key 2
-                "2", // events
-                "1", "7", "1", "5", "1", // alice's event, shape 1
-                "2", "9", "2", "-3", "2" // bob's event, shape 2
+                "2",
+                "2",
+                "1",
+                "2",
+                "1",
+                "2",                                    // shapes: keys 1 and 2; key 2
+                "2",                                    // events
+                "00000000-0000-0000-0000-000000000001", // their ids
+                "00000000-0000-0000-0000-000000000002",
+                "1",
+                "7",
+                "1",
+                "5",
+                "1", // alice's event, shape 1
+                "2",
+                "9",
+                "2",
+                "-3",
+                "2" // bob's event, shape 2
             ]
         );
 

@@ -10,19 +10,35 @@ use std::time::Duration;
 
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
+use rankflow::keys;
 use rankflow::score::Packing;
 use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
 use support::Redis;
 use uuid::Uuid;
 
 async fn store(redis: &Redis) -> Store {
+    store_with_ttl(redis, 60).await
+}
+
+async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64) -> Store {
     let settings = RedisSettings {
         url: redis.url(),
         cluster: false,
         key_prefix: "lb".into(),
-        dedupe_ttl: Duration::from_secs(60),
+        dedupe_ttl: Duration::from_secs(dedupe_ttl_secs),
     };
     Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl)
+}
+
+/// Redis's clock, in seconds.
+async fn redis_time(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs as f64 + micros as f64 / 1e6
+}
+
+/// Whether the marker hash `lb:{p}:_seen:<n>` holds event `id`.
+async fn marked(conn: &mut redis::aio::MultiplexedConnection, n: u64, id: &Uuid) -> bool {
+    redis::cmd("HEXISTS").arg(keys::dedupe_hash_key("lb:{p}", n)).arg(id.as_bytes()).query_async(conn).await.unwrap()
 }
 
 fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
@@ -97,6 +113,12 @@ async fn redelivered_offsets_and_repeated_event_ids_change_nothing() {
     // A producer retry of event a at a later offset: recognised by event_id.
     let r = s.apply(&batch(vec![item(12, "alice", 5, &a, &keys)])).await.unwrap();
     assert_eq!(r, vec![vec![ApplyResult::DuplicateEvent]]);
+    // A new event and its retry in the same call: the retry sees the marker
+    // the event set.
+    let c = Uuid::from_u128(3);
+    let r = s.apply(&batch(vec![item(13, "bob", 4, &c, &keys), item(14, "bob", 4, &c, &keys)])).await.unwrap();
+    assert_eq!(r, vec![vec![ApplyResult::Applied, ApplyResult::DuplicateEvent]]);
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "bob").await, Some(4.0));
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "alice").await, Some(3.0));
     assert_eq!(zscore(&mut conn, "lb:{p}:d:2026-08-14", "alice").await, Some(3.0));
     let t: i64 = redis::cmd("EXPIRETIME").arg("lb:{p}:d:2026-08-14").query_async(&mut conn).await.unwrap();
@@ -106,7 +128,7 @@ async fn redelivered_offsets_and_repeated_event_ids_change_nothing() {
     let t: i64 = redis::cmd("EXPIRETIME").arg("lb:{p}:all").query_async(&mut conn).await.unwrap();
     assert_eq!(t, -1);
     let last: String = redis::cmd("HGET").arg("lb:{p}:_offsets").arg("scores:0").query_async(&mut conn).await.unwrap();
-    assert_eq!(last, "12");
+    assert_eq!(last, "14");
 }
 
 #[tokio::test]
@@ -353,9 +375,8 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     let err = s.apply_prepared(&second).await.unwrap_err();
     assert!(err.to_string().contains("STALE"), "{err}");
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, None);
-    let seen: bool =
-        redis::cmd("EXISTS").arg(format!("lb:{{p}}:_seen:{}", ids[2])).query_async(&mut conn).await.unwrap();
-    assert!(!seen, "a refused call sets no marker");
+    let markers: Vec<String> = redis::cmd("KEYS").arg("lb:{p}:_seen:*").query_async(&mut conn).await.unwrap();
+    assert!(markers.is_empty(), "a refused call sets no marker: {markers:?}");
     let offsets: HashMap<String, i64> =
         redis::cmd("HGETALL").arg("lb:{p}:_offsets").query_async(&mut conn).await.unwrap();
     assert!(offsets.is_empty(), "a refused call records no offset: {offsets:?}");
@@ -375,4 +396,74 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     second.unconditional();
     assert_eq!(s.apply_prepared(&second).await.unwrap(), vec![vec![ApplyResult::Applied]]);
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, Some(7.0));
+}
+
+#[tokio::test]
+async fn an_event_id_is_a_duplicate_for_at_least_one_dedupe_ttl_and_at_most_two() {
+    // Markers live in one hash per dedupe_ttl of Redis's clock: 2 s here.
+    const TTL: u64 = 2;
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, TTL).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("p", "all", None)];
+    let id = Uuid::from_u128(0xfeed);
+    let batch = |offset| vec![tag("lb:{p}", WriteOp::Sum, vec![item(offset, "dana", 1, &id, &keys)])];
+    // Sleeps until `at` (Redis seconds) has passed by a margin.
+    async fn until(conn: &mut redis::aio::MultiplexedConnection, at: f64) {
+        let now = redis_time(conn).await;
+        tokio::time::sleep(Duration::from_secs_f64((at - now).max(0.0) + 0.1)).await;
+    }
+    // Start just after a hash begins, so that each step below lands where meant.
+    let n = (redis_time(&mut conn).await as u64) / TTL + 1;
+    until(&mut conn, (n * TTL) as f64).await;
+
+    assert_eq!(s.apply(&batch(0)).await.unwrap()[0], vec![ApplyResult::Applied]);
+    assert!(marked(&mut conn, n, &id).await, "the marker is in hash {n}");
+    let expires: i64 =
+        redis::cmd("EXPIRETIME").arg(keys::dedupe_hash_key("lb:{p}", n)).query_async(&mut conn).await.unwrap();
+    assert_eq!(expires, ((n + 2) * TTL + TTL / 2) as i64, "hash {n} expires half a ttl after hash {} ends", n + 1);
+
+    // In the next hash, the marker is still found: a producer retry.
+    until(&mut conn, ((n + 1) * TTL) as f64).await;
+    assert_eq!(s.apply(&batch(1)).await.unwrap()[0], vec![ApplyResult::DuplicateEvent]);
+    assert!(!marked(&mut conn, n + 1, &id).await, "a duplicate sets no marker");
+
+    // Two hashes on, the window has passed: the retry counts again, and the
+    // call unlinks hash n, which no call reads any more.
+    until(&mut conn, ((n + 2) * TTL) as f64).await;
+    assert_eq!(s.apply(&batch(2)).await.unwrap()[0], vec![ApplyResult::Applied]);
+    assert!(marked(&mut conn, n + 2, &id).await);
+    let exists: bool =
+        redis::cmd("EXISTS").arg(keys::dedupe_hash_key("lb:{p}", n)).query_async(&mut conn).await.unwrap();
+    assert!(!exists, "hash {n} is unlinked before it expires");
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "dana").await, Some(2.0));
+}
+
+#[tokio::test]
+async fn markers_are_found_when_redis_clock_goes_back_a_hash() {
+    // A dedupe_ttl so long that the current hash cannot change during the test.
+    const TTL: u64 = 1_000_000_000;
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, TTL).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("p", "all", None)];
+    let n = redis_time(&mut conn).await as u64 / TTL;
+    let (early, late) = (Uuid::from_u128(1), Uuid::from_u128(2));
+    // A marker in the hash after the current one: set by a node whose clock
+    // was ahead (before a failover), or by this one before its clock stepped back.
+    let _: () = redis::cmd("HSET")
+        .arg(keys::dedupe_hash_key("lb:{p}", n + 1))
+        .arg(early.as_bytes())
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let batch =
+        vec![tag("lb:{p}", WriteOp::Sum, vec![item(0, "erin", 4, &early, &keys), item(1, "erin", 5, &late, &keys)])];
+    let r = s.apply(&batch).await.unwrap();
+    assert_eq!(r[0], vec![ApplyResult::DuplicateEvent, ApplyResult::Applied]);
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "erin").await, Some(5.0));
+    // New markers go on in that later hash, where the next call looks first.
+    assert!(marked(&mut conn, n + 1, &late).await);
+    assert!(!marked(&mut conn, n, &late).await);
 }

@@ -2,21 +2,31 @@
 --
 -- For each event, in order: a record at or below the tag's recorded offset for
 -- its topic-partition is a redelivery and changes nothing; otherwise the
--- offset advances, the dedupe marker is set with SET NX GET EX, and only when the
--- marker is new (and the rate limit, value range and sealing allow) are the
--- period writes made. A marker is never set without its writes, nor writes
--- made without the marker, because the script is atomic and checks everything
--- that can refuse an event before its first write.
+-- offset advances, and only when the event's dedupe marker is absent (and the
+-- rate limit, value range and sealing allow) are the period writes made and
+-- the marker set. A marker is never set without its writes, nor writes made
+-- without the marker, because the script is atomic.
+--
+-- Dedupe markers: the tag's hashes "<prefix>:{tag}:_seen:<n>", one per
+-- dedupe_ttl of Redis's clock (n = floor(TIME / ttl)), field = the event id's
+-- 16 bytes. A marker is set in the current hash and looked up in it and the
+-- one before, so an event id is known for at least ttl after it was set (and
+-- at most 2 ttl). Hash n expires half a ttl after hash n + 1 has ended, and
+-- the first call in hash n + 2 unlinks it before that (UNLINK frees a large
+-- hash off Redis's main thread). This costs three commands per call instead
+-- of a SET per event: the markers are read and written variadically.
 --
 -- The call works in three phases, so that its cost in commands does not grow
 -- with one command per event and period:
 --   1. read: one ZMSCORE per period key (and one HMGET of event times for
---      "latest") for every member of the batch;
+--      "latest") for every member of the batch, and one HMGET of the
+--      batch's event ids per marker hash;
 --   2. decide: the events, in order, against those values held in the
 --      script (a member that appears twice sees its own earlier write); only
---      the markers, refusals and rate-limit windows are written here;
---   3. write: per period key, one variadic ZADD of the members whose value
---      moved, then top-K trimming, the dense index and the expiry.
+--      refusals and rate-limit windows are written here;
+--   3. write: the markers of the applied events, in one variadic HSET; per
+--      period key, one variadic ZADD of the members whose value moved, then
+--      top-K trimming, the dense index and the expiry.
 --
 -- Stored scores are packed: stored = value * SHIFT + tie (see src/score.rs),
 -- SHIFT = 1 without a tie-break. Each period key has a dense index (a zset of
@@ -30,7 +40,6 @@
 -- KEYS[1 + P + j]     dense index of period key j
 -- KEYS[1 + 2P + j]    value counts of period key j's dense index
 -- KEYS[1 + 3P + j]    op "latest" only: hash member -> event time of its value in period key j
--- KEYS[1 + AP + i]    the dedupe marker of event i (AP = 4P for "latest", 3P otherwise)
 -- KEYS[#KEYS]         boards that seal periods only: the tag's sealed hash
 --                     (period key -> close time); a sealed period takes no write
 --
@@ -62,7 +71,8 @@
 --                     or L = -1 alone when those are all M members in order;
 --                     S, then S shapes: W, then W period-key indexes (1-based),
 --                     the distinct lists of period keys the events write;
---                     E, then per event: f, offset, m, num, shape, [tie], [ts]
+--                     E, then the E event ids (16 bytes each), then per
+--                     event: f, offset, m, num, shape, [tie], [ts]
 --                     f: index of the event's field; m: index of its member; num:
 --                     the delta for "sum", the packed stored score otherwise;
 --                     tie (only for "sum" with SHIFT > 1): the tie component
@@ -100,8 +110,6 @@ local np = tonumber(ARGV[13])
 local offsets_key = KEYS[1]
 local latest = op == 'latest'
 local is_sum = op == 'sum'
-local marker_base = 1 + 3 * np
-if latest then marker_base = 1 + 4 * np end
 local CHUNK = 1000
 
 -- Globals read once: a global is a table lookup each time it is used.
@@ -296,6 +304,28 @@ local last_off, first_off = {}, {}
 local totals = {}
 local ne = take1()
 local out, nout = { ne }, 1
+
+-- The markers: marked[i] is true when event i's id is in the current or
+-- the previous marker hash. A hash after the current one exists only if
+-- Redis's clock went back (a failover to a node whose clock is behind): it
+-- is then the current one, so that no marker is missed.
+local seen_prefix = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_seen:'
+local ttl_n = tonumber(ttl)
+local hash_n = floor(tonumber(call('TIME')[1]) / ttl_n)
+if call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
+local seen_now, seen_before = seen_prefix .. fmt(hash_n), seen_prefix .. fmt(hash_n - 1)
+local ids = take(ne)
+local marked = {}
+for s = 1, ne, CHUNK do
+  local e = math.min(s + CHUNK - 1, ne)
+  local now, before = call('HMGET', seen_now, unpack(ids, s, e)), call('HMGET', seen_before, unpack(ids, s, e))
+  for x = s, e do
+    marked[x] = now[x - s + 1] or before[x - s + 1]
+  end
+end
+-- marks: the applied events' ids, each followed by the marker's value;
+-- marks_in[id]: the id was applied earlier in this call.
+local marks, nmarks, marks_in = {}, 0, {}
 -- moved[j][m] = true: on a "latest" board, member m's event time in period
 -- key j changed (its value may not have). Elsewhere a member moved if and
 -- only if its value did, which phase 3 sees by comparing.
@@ -324,10 +354,8 @@ while i < ne do
       if r then code = tonumber(r) else code = 3 end
     else
       last_off[f] = off
-      local marker = KEYS[marker_base + i]
-      -- GET makes the reply the old value (a duplicate) or nil (the marker is
-      -- new), which reaches Lua more cheaply than SET's status reply.
-      if call('SET', marker, '1', 'NX', 'GET', 'EX', ttl) then
+      local id = ids[i]
+      if marked[i] or marks_in[id] then
         code = 2
       else
         local open = not seal_on
@@ -353,9 +381,11 @@ while i < ne do
         if code == 1 and rate_events > 0 and not admit(members[m], ev[a + ts_at], fields[f] .. ':' .. fmt(off)) then
           code = 5
         end
-        if code ~= 1 then call('DEL', marker) end
       end
       if code == 1 then
+        marks_in[id] = true
+        marks[nmarks + 1], marks[nmarks + 2] = id, '1'
+        nmarks = nmarks + 2
         local tie = 0
         if with_tie then tie = ev[a + 6] end
         for w = 1, nw do
@@ -394,6 +424,11 @@ end
 for f, first in pairs(first_off) do
   if last_off[f] ~= first then call('HSET', offsets_key, fields[f], fmt(last_off[f])) end
 end
+if nmarks > 0 then
+  variadic('HSET', seen_now, marks, 2)
+  call('EXPIREAT', seen_now, fmt((hash_n + 2) * ttl_n + floor(ttl_n / 2)))
+end
+call('UNLINK', seen_prefix .. fmt(hash_n - 2))
 
 -- Net change of the member count of each value of period key j, by the
 -- value's decimal name.
