@@ -133,8 +133,9 @@ struct RawRedis {
     /// First segment of every key rankflow writes.
     #[serde(default = "default_key_prefix")]
     key_prefix: String,
-    /// How long an `event_id` marker is kept; a producer retry later than this
-    /// counts again (a redelivered offset never does).
+    /// How long an `event_id` is recognised (at least this, at most twice);
+    /// a producer retry later than that counts again (a redelivered offset
+    /// never does).
     #[serde(default = "default_dedupe_ttl")]
     dedupe_ttl: String,
 }

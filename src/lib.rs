@@ -28,8 +28,9 @@
 //! and `board::Router::plan` turns a valid event into per-board writes
 //! (period keys with `EXPIREAT`) or refusals. `store::Store::apply` sends one
 //! `apply.lua` call per board tag for the whole batch: per event it checks
-//! the tag's recorded offset (a redelivery changes nothing), sets the
-//! `event_id` marker with `SET NX GET EX` and, only if new, writes every period.
+//! the tag's recorded offset (a redelivery changes nothing), looks up the
+//! `event_id` marker (one hash of markers per `dedupe_ttl`, see `keys`) and,
+//! only if absent, writes every period and sets the marker.
 //! Records no board applied go to the dead-letter topic. Only when every
 //! record of the batch is final does `worker` store each partition's last
 //! offset + 1, which librdkafka then commits.

@@ -401,6 +401,12 @@ fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
     Some(out)
 }
 
+/// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
+/// event id stays a duplicate at least as long as configured.
+fn ttl_secs(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
+}
+
 /// The write side of Redis.
 fn mp_int(buf: &mut Vec<u8>, n: i64) {
     rmp::encode::write_sint(buf, n).expect("writing to a Vec cannot fail");
@@ -420,7 +426,7 @@ impl Store {
             conn,
             script: redis::Script::new(APPLY_LUA),
             erase_script: redis::Script::new(ERASE_LUA),
-            dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
+            dedupe_ttl_secs: ttl_secs(dedupe_ttl),
         }
     }
 
@@ -590,6 +596,14 @@ mod tests {
             expire_at,
             close_at: None,
         })
+    }
+
+    #[test]
+    fn the_dedupe_ttl_goes_to_the_script_in_whole_seconds_rounded_up() {
+        assert_eq!(ttl_secs(Duration::from_secs(604_800)), 604_800);
+        assert_eq!(ttl_secs(Duration::from_millis(1_500)), 2);
+        assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_secs(Duration::ZERO), 1);
     }
 
     #[test]
