@@ -726,36 +726,19 @@ mod tests {
             }
         }
         assert!(rd.is_empty());
-        assert_eq!(
-            got,
-            [
-                "2",
-                "alice",
-                "bob", // members
-                "1",
-                "1",  // period key 1: alice
-                "-1", // period key 2: every member in order (alice, bob)
-                "2",
-                "2",
-                "1",
-                "2",
-                "1",
-                "2",                                    // shapes: keys 1 and 2; key 2
-                "2",                                    // events
-                "00000000-0000-0000-0000-000000000001", // their ids
-                "00000000-0000-0000-0000-000000000002",
-                "1",
-                "7",
-                "1",
-                "5",
-                "1", // alice's event, shape 1
-                "2",
-                "9",
-                "2",
-                "-3",
-                "2" // bob's event, shape 2
-            ]
-        );
+        #[rustfmt::skip]
+        let want = [
+            "2", "alice", "bob", // members
+            "1", "1",  // period key 1: alice
+            "-1", // period key 2: every member in order (alice, bob)
+            "2", "2", "1", "2", "1", "2", // shapes: keys 1 and 2; key 2
+            "2", // events
+            "00000000-0000-0000-0000-000000000001", // their ids
+            "00000000-0000-0000-0000-000000000002",
+            "1", "7", "1", "5", "1", // alice's event, shape 1
+            "2", "9", "2", "-3", "2", // bob's event, shape 2
+        ];
+        assert_eq!(got, want);
 
         // Sent behind a batch still in flight, the call waits for that
         // batch's last offset of each partition it shares on the same tag.
