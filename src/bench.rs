@@ -935,7 +935,6 @@ async fn store_rows(
     Ok((rows, notes))
 }
 
-/// The median of a few values (the mean of the middle two for an even count).
 /// Each round's rate over its own round's ceiling: their median, and the
 /// rounds listed (" (rounds: 0.91x, 0.95x, 0.93x)"; nothing for one round).
 fn round_ratios(rates: &[f64], ceilings: &[f64]) -> (f64, String) {
@@ -948,6 +947,7 @@ fn round_ratios(rates: &[f64], ceilings: &[f64]) -> (f64, String) {
     (median(&ratios), each)
 }
 
+/// The median of a few values (the mean of the middle two for an even count).
 fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);

@@ -108,6 +108,8 @@ local dense_on = ARGV[11] == '1'
 local seal_on = ARGV[12] == '1'
 local np = tonumber(ARGV[13])
 local offsets_key = KEYS[1]
+-- "<prefix>:{tag}:", which the tag's own keys (markers, registry) extend.
+local tag_prefix = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:')
 local latest = op == 'latest'
 local is_sum = op == 'sum'
 local CHUNK = 1000
@@ -309,7 +311,7 @@ local out, nout = { ne }, 1
 -- the previous marker hash. A hash after the current one exists only if
 -- Redis's clock went back (a failover to a node whose clock is behind): it
 -- is then the current one, so that no marker is missed.
-local seen_prefix = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_seen:'
+local seen_prefix = tag_prefix .. '_seen:'
 local ttl_n = tonumber(ttl)
 local hash_n = floor(tonumber(call('TIME')[1]) / ttl_n)
 if call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
@@ -495,7 +497,7 @@ local function settle(j, delta)
   if #rem > 0 then variadic('ZREM', index, rem, 1) end
 end
 
-local registry = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:') .. '_keys'
+local registry = tag_prefix .. '_keys'
 
 -- Writes period key j, whose values as the events left them are c: the
 -- members whose value (or "latest" time) moved, then top-K trimming, the
