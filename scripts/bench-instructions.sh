@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Counts the instructions Redis executes per event in each phase of
-# `rankflow bench store` (Redis ceiling, store path, store path without dense
+# `rankflow-tools bench store` (Redis ceiling, store path, store path without dense
 # indexes), by running redis-server under valgrind's callgrind. Unlike CPU
 # time, instruction counts do not move with the load of a shared machine, so
 # two versions of the apply script can be compared run against run. They
 # weigh cache misses at nothing, though: a change that saves instructions
-# must still show in `rankflow bench store`'s times.
+# must still show in `rankflow-tools bench store`'s times.
 # Size: BENCH_EVENTS (default 20000; callgrind runs Redis about 50x slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 cargo build --release --quiet
-bin=$PWD/target/release/rankflow
+bin=$PWD/target/release/rankflow-tools
 events=${BENCH_EVENTS:-20000}
 
 dir=$(mktemp -d /tmp/rankflow-instr-XXXXXX)
@@ -42,7 +42,7 @@ totals=()
 for f in $(ls -tr "$dir"/cg.out.*); do
   totals+=("$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')")
 done
-echo "Redis instructions per event ($events events; each phase includes the FLUSHALL that starts it):"
+echo "Redis instructions per event ($events events; each phase includes the FLUSHDB that starts it):"
 echo "- Redis ceiling: bare pipelined writes: $((totals[0] / events))"
 echo "- rankflow store path: $((totals[1] / events))"
 echo "- rankflow store path, dense_rank = false: $((totals[2] / events))"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the benchmarks on a local stack: starts redis-server and tansu on free
 # ports in a temporary directory, builds rankflow in release mode, runs
-# `rankflow bench pipeline` (ceilings, store path, end to end, latency,
-# memory), `rankflow bench read` (read API on a 1,000,000-member board) and
+# `rankflow-tools bench pipeline` (ceilings, store path, end to end, latency,
+# memory), `rankflow-tools bench read` (read API on a 1,000,000-member board) and
 # the latency run against librdkafka's mock cluster, and stops everything.
 # Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
 # BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, and of the
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh >/dev/null
 cargo build --release --quiet
-bin=$PWD/target/release/rankflow
+bin=$PWD/target/release/rankflow-tools
 
 dir=$(mktemp -d /tmp/rankflow-bench-XXXXXX)
 pids=()

@@ -20,6 +20,7 @@ scripts/setup.sh
 echo "demo: building rankflow"
 cargo build --quiet
 bin=target/debug/rankflow
+tools=target/debug/rankflow-tools
 
 pids=()
 stop_all() {
@@ -47,7 +48,7 @@ fi
 
 "$bin" create-topics --config "$cfg" --partitions 4
 echo "demo: producing $count sample events"
-"$bin" produce --config "$cfg" --count "$count" --seed "$RANDOM" --bad-ratio 0.01 --dup-ratio 0.02
+"$tools" produce --config "$cfg" --count "$count" --seed "$RANDOM" --bad-ratio 0.01 --dup-ratio 0.02
 
 RUST_LOG="${RUST_LOG:-info,librdkafka=warn}" "$bin" run --config "$cfg" >"$dir/rankflow.log" 2>&1 &
 pids+=($!)

@@ -13,4 +13,4 @@ cleanup() { pkill -f 'rankflow-test-' 2>/dev/null || true; }
 trap cleanup EXIT
 
 cargo fmt --all -- --check
-cargo test --all-targets -- --test-threads "${RANKFLOW_TEST_THREADS:-2}"
+cargo test --workspace --all-targets -- --test-threads "${RANKFLOW_TEST_THREADS:-2}"

@@ -20,11 +20,11 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::board::{Board, Order, Router};
+use crate::health::Health;
 use crate::keys;
 use crate::metrics;
 use crate::period::{Period, PeriodKind};
 use crate::store::RedisConn;
-use crate::worker::Health;
 
 const READ_LUA: &str = include_str!("scripts/read.lua");
 

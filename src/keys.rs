@@ -1,4 +1,7 @@
-//! The Redis key layout of SPEC section 6, in one place.
+//! The Redis key layout, in one place: every key name rankflow uses is built
+//! here, and the Lua scripts receive the keys and key prefixes they touch in
+//! KEYS and ARGV (they only append a member, a marker hash number or a
+//! record's position to a prefix built here). Nothing else assembles a key.
 //!
 //! Every key of one board (or one split of a board) carries the same hash tag,
 //! `{board}` or `{board:split}`, so a Lua script that touches them all runs on
@@ -39,20 +42,40 @@ pub fn period_key(base: &str, period_id: &str) -> String {
     format!("{base}:{period_id}")
 }
 
+/// What every period key of a tag starts with (`lb:{points}:`); the rest is the period id.
+pub fn period_prefix(base: &str) -> String {
+    format!("{base}:")
+}
+
 /// The dense-rank index of a period board: one member per distinct value.
 pub fn dense_key(base: &str, period_id: &str) -> String {
-    format!("{base}:_dense:{period_id}")
+    format!("{}{period_id}", dense_prefix(base))
+}
+
+/// What [`dense_key`] puts before the period id.
+pub fn dense_prefix(base: &str) -> String {
+    format!("{base}:_dense:")
 }
 
 /// How many members of a period board hold each value: a value joins the
 /// dense index when its count leaves 0 and leaves it when the count returns to 0.
 pub fn dense_count_key(base: &str, period_id: &str) -> String {
-    format!("{base}:_dcount:{period_id}")
+    format!("{}{period_id}", dense_count_prefix(base))
+}
+
+/// What [`dense_count_key`] puts before the period id.
+pub fn dense_count_prefix(base: &str) -> String {
+    format!("{base}:_dcount:")
 }
 
 /// `latest` boards: the event time of each member's value in a period board.
 pub fn times_key(base: &str, period_id: &str) -> String {
-    format!("{base}:_ts:{period_id}")
+    format!("{}{period_id}", times_prefix(base))
+}
+
+/// What [`times_key`] puts before the period id.
+pub fn times_prefix(base: &str) -> String {
+    format!("{base}:_ts:")
 }
 
 /// Prefix the apply script completes with a member for its rate-limit window.
@@ -60,10 +83,20 @@ pub fn rate_prefix(base: &str) -> String {
     format!("{base}:_rl:")
 }
 
+/// A member's rate-limit window (the apply script builds it from [`rate_prefix`]).
+pub fn rate_key(base: &str, member: &str) -> String {
+    format!("{}{member}", rate_prefix(base))
+}
+
 /// The hash of the dedupe markers set while Redis's clock was in its `n`th
-/// `dedupe_ttl` since the epoch (the apply script names it the same way).
+/// `dedupe_ttl` since the epoch.
 pub fn dedupe_hash_key(base: &str, n: u64) -> String {
-    format!("{base}:_seen:{n}")
+    format!("{}{n}", dedupe_prefix(base))
+}
+
+/// What [`dedupe_hash_key`] puts before `n` (the apply script completes it).
+pub fn dedupe_prefix(base: &str) -> String {
+    format!("{base}:_seen:")
 }
 
 /// The set of period keys a tag has written (walked by an erasure).
@@ -75,6 +108,17 @@ pub fn registry_key(base: &str) -> String {
 pub fn board_of_base(base: &str) -> Option<&str> {
     let tag = base.split_once('{')?.1.strip_suffix('}')?;
     Some(tag.split(':').next().unwrap_or(tag))
+}
+
+/// The (board, split) of a split board's key base `prefix:{board:split}`;
+/// `None` for a board without splits.
+pub fn split_of_base(base: &str) -> Option<(&str, &str)> {
+    base.split_once('{')?.1.strip_suffix('}')?.split_once(':')
+}
+
+/// The field of a tag's sealed hash that says a period's top was published.
+pub fn published_field(period_key: &str) -> String {
+    format!("{period_key}:published")
 }
 
 /// The sealed snapshot of a period board: `lb:{points}:d:2026-08-14:final`.
@@ -101,6 +145,21 @@ pub fn offsets_key(base: &str) -> String {
     format!("{base}:_offsets")
 }
 
+/// A `SCAN` pattern matching every board tag's offsets hash.
+pub fn offsets_pattern(prefix: &str) -> String {
+    format!("{prefix}:{{*}}:_offsets")
+}
+
+/// The key base of an offsets hash found by [`offsets_pattern`].
+pub fn base_of_offsets_key(key: &str) -> &str {
+    key.strip_suffix(":_offsets").unwrap_or(key)
+}
+
+/// A `SCAN` pattern matching every remembered refusal of `topic`'s records.
+pub fn refused_pattern(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:{{*}}:_refused:{topic}:*")
+}
+
 /// Prefix the apply script completes with `<topic>:<partition>:<offset>`.
 pub fn refused_prefix(base: &str) -> String {
     format!("{base}:_refused:")
@@ -110,6 +169,11 @@ pub fn refused_prefix(base: &str) -> String {
 /// cannot contain `:`, so the field is unambiguous.
 pub fn offsets_field(topic: &str, partition: i32) -> String {
     format!("{topic}:{partition}")
+}
+
+/// The topic of an `_offsets` field.
+pub fn topic_of_field(field: &str) -> Option<&str> {
+    field.rsplit_once(':').map(|(topic, _)| topic)
 }
 
 #[cfg(test)]
@@ -134,5 +198,11 @@ mod tests {
         assert_eq!(period_key(&b, &final_id("d:2026-08-14")), "lb:{points}:d:2026-08-14:final");
         assert_eq!(period_key(&b, &rolling_id("last7d")), "lb:{points}:r:last7d");
         assert_eq!(sched_keys("lb").0, "lb:{.sched}:due");
+        assert_eq!(split_of_base("lb:{laps:monza}"), Some(("laps", "monza")));
+        assert_eq!(split_of_base("lb:{points}"), None);
+        assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");
+        assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);
+        assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));
+        assert_eq!(dedupe_prefix(&b), "lb:{points}:_seen:");
     }
 }

@@ -4,50 +4,58 @@
 //! applies it once to every leaderboard period it belongs to, and serves the
 //! standings over HTTP.
 //!
-//! # Modules
+//! # Layers
 //!
-//! - [`config`]: the TOML file, `RANKFLOW_` overrides, validation into [`config::Settings`].
-//! - [`event`]: parsing one record value into an [`event::Event`], or a rejection reason.
-//! - [`period`]: period ids (`d:2026-08-14`, `w:2026-W33`), bounds and expiry, in a time zone.
-//! - [`board`]: validated boards, routing events to them, planning each board's writes.
-//! - [`score`]: the exact-integer rule for stored scores.
-//! - [`keys`]: the Redis key layout, in one place.
-//! - [`store`]: Redis connections and the atomic apply script (`src/scripts/apply.lua`).
-//! - [`offsets`]: per-partition offset bookkeeping (the +1 lives there).
-//! - [`worker`]: the Kafka consumer loop, dead-lettering and offset storing.
-//! - [`producer`]: the producer for the dead-letter and sealed-periods topics.
-//! - [`schedule`]: sealed periods and rolling boards, as due jobs in a Redis sorted set.
-//! - [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
-//! - [`metrics`]: every Prometheus family.
-//! - [`generator`], [`admin`]: sample events, topic creation (demo and benchmarks).
-//! - [`bench`]: the benchmark harness, with the machine's ceilings measured in the same run.
+//! Each module imports only from the layers below it.
+//!
+//! - **Wiring** — [`app`]: starts the HTTP server, the scheduler and the
+//!   pipeline, and stops them on SIGTERM. `main.rs` only parses arguments.
+//! - **Services** — [`pipeline`]: the batch loop (read, send, settle, store
+//!   offsets). [`schedule`]: sealed periods and rolling boards as due jobs.
+//!   [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
+//! - **I/O** — [`kafka`]: client configs (built in one place), consumer
+//!   callbacks, offset commits, the producer, topic creation. [`store`]:
+//!   Redis connections, the apply and erase scripts and their calling
+//!   convention. [`metrics`]: every Prometheus family. [`health`], [`retry`].
+//! - **Domain, pure** — [`config`]: the TOML file into validated types.
+//!   [`event`]: one record value into an event or a rejection. [`board`]:
+//!   routing an event to boards and planning their writes. [`period`]: period
+//!   ids, bounds and expiry in a time zone. [`score`]: the exact-integer and
+//!   tie-break packing of stored scores. [`keys`]: the Redis key layout,
+//!   stated once and handed to the scripts.
 //!
 //! # The flow of one event
 //!
-//! `worker` reads a batch of records; `event::parse` validates each value
-//! and `board::Router::plan` turns a valid event into per-board writes
-//! (period keys with `EXPIREAT`) or refusals. `store::Store::apply` sends one
-//! `apply.lua` call per board tag for the whole batch: per event it checks
-//! the tag's recorded offset (a redelivery changes nothing), looks up the
-//! `event_id` marker (one hash of markers per `dedupe_ttl`, see `keys`) and,
-//! only if absent, writes every period and sets the marker.
-//! Records no board applied go to the dead-letter topic. Only when every
-//! record of the batch is final does `worker` store each partition's last
-//! offset + 1, which librdkafka then commits.
+//! 1. `pipeline` reads a record and copies it out of the consumer
+//!    (`pipeline::record`); [`event::parse`] validates its value.
+//! 2. [`board::Router::plan`] turns the event into per-board writes (period
+//!    keys from [`period`], scores from [`score`], key names from [`keys`]) or
+//!    refusals.
+//! 3. [`store::Store`] sends one `apply.lua` call per board tag for the whole
+//!    batch. Per event the script checks the tag's recorded offset (a
+//!    redelivery changes nothing), looks up the `event_id` marker and, only if
+//!    absent, writes every period and sets the marker, atomically.
+//! 4. `pipeline` folds the script's answers into the record's outcome;
+//!    records no board applied go to the dead-letter topic ([`kafka`]'s
+//!    producer).
+//! 5. Only when every record of the batch is final does `pipeline` store each
+//!    partition's last offset + 1, which librdkafka then commits.
+//!
+//! The benchmark, the sample generator and the sample producer are tools,
+//! in the `rankflow-tools` crate (`tools/`), not part of this library.
 
-pub mod admin;
-pub mod bench;
+pub mod app;
 pub mod board;
 pub mod config;
 pub mod event;
-pub mod generator;
+pub mod health;
 pub mod http;
+pub mod kafka;
 pub mod keys;
 pub mod metrics;
-pub mod offsets;
 pub mod period;
-pub mod producer;
+pub mod pipeline;
+pub mod retry;
 pub mod schedule;
 pub mod score;
 pub mod store;
-pub mod worker;

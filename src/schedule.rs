@@ -38,10 +38,10 @@ use tracing::{debug, info, warn};
 
 use crate::board::{Board, Mode, Order, Router};
 use crate::config::Settings;
+use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
 use crate::period::{Period, PeriodKind};
-use crate::producer::KafkaProducer;
 use crate::store::Store;
 
 const SCHED_LUA: &str = include_str!("scripts/sched.lua");
@@ -197,7 +197,7 @@ impl JobCache {
 
 /// Runs the scheduler until `cancel` fires.
 pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, cancel: CancellationToken) {
-    let producer = match KafkaProducer::new(&crate::worker::producer_config(&settings)) {
+    let producer = match KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka)) {
         Ok(p) => p,
         Err(e) => {
             warn!(error = %e, "Cannot create the sealed-topic producer; the scheduler does not run.");
@@ -388,6 +388,7 @@ impl Scheduler<'_> {
             expire_at.to_string(),
             self.settings.sealing.top.to_string(),
             board.order.as_str().to_string(),
+            keys::published_field(&live),
         ];
         let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
@@ -405,7 +406,7 @@ impl Scheduler<'_> {
             let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| e.to_string())?;
             entries.push(json!({ "rank": i + 1, "player_id": member, "score": board.packing.decode(stored as i64) }));
         }
-        let split = base.split_once('{').and_then(|(_, t)| t.strip_suffix('}')).and_then(|t| t.split_once(':'));
+        let split = keys::split_of_base(base);
         let payload = json!({
             "board": board.id,
             "split": split.map(|(_, s)| s),
@@ -428,7 +429,7 @@ impl Scheduler<'_> {
         let mut conn = self.store.conn();
         let _: i64 = redis::cmd("HSET")
             .arg(keys::sealed_key(base))
-            .arg(format!("{live}:published"))
+            .arg(keys::published_field(&live))
             .arg(1)
             .query_async(&mut conn)
             .await

@@ -55,14 +55,16 @@
 -- ARGV[10]            rate limit key prefix ("<prefix>:{tag}:_rl:")
 -- ARGV[11]            "1" to keep the dense indexes, "0" for a board without dense ranks
 -- ARGV[12]            "1" if the board seals its periods (the last key is the sealed hash)
--- ARGV[13]            P
--- ARGV[13 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
--- ARGV[14 + P]        F: how many topic-partition fields follow
--- ARGV[14 + P + f]    field f, "<topic>:<partition>"
--- ARGV[14 + P + F + f] precondition of field f: the last offset of f that the
+-- ARGV[13]            dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n
+-- ARGV[14]            the tag's registry of period keys ("<prefix>:{tag}:_keys")
+-- ARGV[15]            P
+-- ARGV[15 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- ARGV[16 + P]        F: how many topic-partition fields follow
+-- ARGV[16 + P + f]    field f, "<topic>:<partition>"
+-- ARGV[16 + P + F + f] precondition of field f: the last offset of f that the
 --                     call before this one on the tag carries, while that call
 --                     may still be unapplied (-1: none); see "Preconditions"
--- ARGV[15 + P + 2F]   the batch, one MessagePack stream of top-level values
+-- ARGV[17 + P + 2F]   the batch, one MessagePack stream of top-level values
 --                     (read in chunks by cmsgpack.unpack_limit, whose values land
 --                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
@@ -89,8 +91,12 @@
 --   5 refused: rate_limited,
 --   6 refused: period_closed (every period of the event is sealed already).
 -- Every other event was applied (code 1).
--- Every period key written is added to the tag's registry set
--- ("<prefix>:{tag}:_keys"), which erase.lua walks.
+-- Every period key written is added to the tag's registry set (ARGV[14]),
+-- which erase.lua walks.
+--
+-- Key names: this script builds none of its own. Every key or key prefix it
+-- touches arrives in KEYS or ARGV, laid out by src/keys.rs; it only appends
+-- a member, a marker hash number or a record's position to a prefix it was given.
 -- A refusal is remembered (under the refusal prefix, EX ttl) so that a
 -- redelivery of the record reports the same refusal, not a duplicate.
 
@@ -106,10 +112,10 @@ local rate_window = tonumber(ARGV[9])
 local rl_prefix = ARGV[10]
 local dense_on = ARGV[11] == '1'
 local seal_on = ARGV[12] == '1'
-local np = tonumber(ARGV[13])
+local seen_prefix = ARGV[13]
+local registry = ARGV[14]
+local np = tonumber(ARGV[15])
 local offsets_key = KEYS[1]
--- "<prefix>:{tag}:", which the tag's own keys (markers, registry) extend.
-local tag_prefix = string.sub(refused_prefix, 1, #refused_prefix - #'_refused:')
 local latest = op == 'latest'
 local is_sum = op == 'sum'
 local CHUNK = 1000
@@ -172,9 +178,9 @@ if seal_on then
 end
 
 -- The batch: a MessagePack stream, read from byte pos on.
-local nf = tonumber(ARGV[14 + np])
+local nf = tonumber(ARGV[16 + np])
 local fields = {}
-for f = 1, nf do fields[f] = ARGV[14 + np + f] end
+for f = 1, nf do fields[f] = ARGV[16 + np + f] end
 -- Preconditions. The caller sends a call while the one before it on this tag
 -- is still on its way, so that Redis never waits for the client. If that
 -- earlier call has not been applied (it failed), this one must not run ahead
@@ -183,12 +189,12 @@ for f = 1, nf do fields[f] = ARGV[14 + np + f] end
 -- the last one the earlier call carries; if not, nothing is done, and the
 -- caller sends this call again once the earlier one has landed.
 for f = 1, nf do
-  local need = tonumber(ARGV[14 + np + nf + f])
+  local need = tonumber(ARGV[16 + np + nf + f])
   if need >= 0 and (tonumber(call('HGET', offsets_key, fields[f])) or -1) < need then
     return redis.error_reply('STALE the call before this one on ' .. offsets_key .. ' has not been applied')
   end
 end
-local payload = ARGV[15 + np + 2 * nf]
+local payload = ARGV[17 + np + 2 * nf]
 local unpack_limit = cmsgpack.unpack_limit
 local pos = 0
 local function rest(next_pos, ...)
@@ -311,7 +317,6 @@ local out, nout = { ne }, 1
 -- the previous marker hash. A hash after the current one exists only if
 -- Redis's clock went back (a failover to a node whose clock is behind): it
 -- is then the current one, so that no marker is missed.
-local seen_prefix = tag_prefix .. '_seen:'
 local ttl_n = tonumber(ttl)
 local hash_n = floor(tonumber(call('TIME')[1]) / ttl_n)
 if call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
@@ -497,7 +502,6 @@ local function settle(j, delta)
   if #rem > 0 then variadic('ZREM', index, rem, 1) end
 end
 
-local registry = tag_prefix .. '_keys'
 
 -- Writes period key j, whose values as the events left them are c: the
 -- members whose value (or "latest" time) moved, then top-K trimming, the
@@ -564,7 +568,7 @@ local function write_key(j, c)
     end
   end
   if dense_on then settle(j, delta) end
-  local at = ARGV[13 + j]
+  local at = ARGV[15 + j]
   if at ~= '0' then
     call('EXPIREAT', k, at)
     if dense_on then

@@ -7,17 +7,22 @@
 -- ARGV[1]   field "<topic>:<partition>", ARGV[2] offset
 -- ARGV[3]   the member (player id)
 -- ARGV[4]   SHIFT of the board's packing (for the dense index and its value counts)
--- ARGV[5]   the tag's key base ("<prefix>:{tag}")
+-- ARGV[5]   what the tag's period keys start with ("<prefix>:{tag}:"): the rest is the period id
+-- ARGV[6]   dense index prefix ("<prefix>:{tag}:_dense:"), completed with a period id
+-- ARGV[7]   value counts prefix ("<prefix>:{tag}:_dcount:"), likewise
+-- ARGV[8]   event times prefix ("<prefix>:{tag}:_ts:"), likewise
+-- ARGV[9]   the member's rate-limit window key
 --
 -- Returns 1 erased (or nothing to erase), 3 redelivered offset.
 
 local field, off_s, member = ARGV[1], ARGV[2], ARGV[3]
-local shift, base = tonumber(ARGV[4]), ARGV[5]
+local shift, period_prefix = tonumber(ARGV[4]), ARGV[5]
+local dense_prefix, counts_prefix, times_prefix = ARGV[6], ARGV[7], ARGV[8]
 local last = redis.call('HGET', KEYS[1], field)
 if last and tonumber(off_s) <= tonumber(last) then return 3 end
 redis.call('HSET', KEYS[1], field, off_s)
 
-local prefix_len = #base + 2
+local prefix_len = #period_prefix + 1
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if redis.call('EXISTS', key) == 0 then
     redis.call('SREM', KEYS[2], key)
@@ -28,17 +33,17 @@ for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do
       redis.call('ZREM', key, member)
       local v = math.floor(tonumber(cur) / shift)
       local vs = string.format('%d', v)
-      local counts = base .. ':_dcount:' .. period
+      local counts = counts_prefix .. period
       if redis.call('HEXISTS', counts, vs) == 1 and redis.call('HINCRBY', counts, vs, -1) <= 0 then
         redis.call('HDEL', counts, vs)
       end
       local lo = v * shift
       if redis.call('ZCOUNT', key, lo, lo + shift - 1) == 0 then
-        redis.call('ZREM', base .. ':_dense:' .. period, vs)
+        redis.call('ZREM', dense_prefix .. period, vs)
       end
     end
-    redis.call('HDEL', base .. ':_ts:' .. period, member)
+    redis.call('HDEL', times_prefix .. period, member)
   end
 end
-redis.call('DEL', base .. ':_rl:' .. member)
+redis.call('DEL', ARGV[9])
 return 1

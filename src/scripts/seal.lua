@@ -11,6 +11,7 @@
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
+-- ARGV[5] the sealed hash's field that says the period's top was published
 --
 -- Returns {sealed now (1/0), already published (1/0), total, member, score, ...}
 
@@ -32,7 +33,7 @@ if redis.call('HEXISTS', KEYS[5], live) == 0 then
     redis.call('SADD', KEYS[6], final)
   end
 end
-local published = redis.call('HEXISTS', KEYS[5], live .. ':published')
+local published = redis.call('HEXISTS', KEYS[5], ARGV[5])
 local n = tonumber(ARGV[3])
 local top
 if ARGV[4] == 'desc' then

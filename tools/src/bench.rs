@@ -1,4 +1,4 @@
-//! The benchmark harness (`rankflow bench ...`): rankflow measured side by
+//! The benchmark harness (`rankflow-tools bench ...`): rankflow measured side by
 //! side with the limits of the machine in one run, reported as ratios,
 //! because shared machines are noisy and only ratios compare across runs.
 //!
@@ -12,7 +12,9 @@
 //! through the store and times the read API in-process (server-side)
 //! against the bare Redis commands each read needs.
 //!
-//! This module is never on the worker's path.
+//! It is a tool, not part of the product: it wipes the Redis it runs
+//! against between rows, so it refuses to start on one that holds keys it
+//! did not create (see [`flush`]) unless `--wipe-redis` says it may.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,12 +26,15 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::json;
 
-use crate::board::{Decision, Router};
-use crate::config::{self, Settings};
-use crate::event::{self, Event, Parsed};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rankflow::board::{Decision, Router};
+use rankflow::config::{self, Settings};
+use rankflow::event::{self, Event, Parsed};
+use rankflow::keys;
+use rankflow::store::{push_write, RedisConn, Store, TagBatch, Tails};
+
 use crate::generator::Generator;
-use crate::keys;
-use crate::store::{push_write, RedisConn, Store, TagBatch, Tails};
 
 /// The boards every pipeline benchmark uses: a match event fans out to six
 /// period keys on two boards, a lap to two keys of a split board.
@@ -63,9 +68,7 @@ fn bench_config(brokers: &str, redis: &str, topic: &str, group: &str, listen: &s
 }
 
 fn client(brokers: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
-    c
+    rankflow::kafka::client::bare(brokers)
 }
 
 fn rate(n: u64, d: Duration) -> f64 {
@@ -79,9 +82,46 @@ struct Row {
     note: String,
 }
 
+/// Set once every key in the benchmark's Redis database is its own: the
+/// database was empty at the first [`flush`], or `--wipe-redis` allowed it.
+static OWNS_REDIS: AtomicBool = AtomicBool::new(false);
+
+/// `--wipe-redis`: the benchmark may wipe a database that holds other keys.
+pub fn allow_wipe() {
+    OWNS_REDIS.store(true, Ordering::Relaxed);
+}
+
+/// Empties the benchmark's Redis database before a row. The first call
+/// refuses a database that holds keys (someone else's data: a production
+/// URL given by mistake) unless [`allow_wipe`] was called.
 async fn flush(conn: &RedisConn) -> Result<(), String> {
     let mut c = conn.clone();
-    redis::cmd("FLUSHALL").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHALL: {e}"))
+    if !OWNS_REDIS.load(Ordering::Relaxed) {
+        let keys: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.map_err(|e| format!("DBSIZE: {e}"))?;
+        if keys > 0 {
+            return Err(format!(
+                "the Redis database holds {keys} keys this benchmark did not create, and the benchmark empties \
+                 its database between rows: point it at an empty Redis, or pass --wipe-redis to let it wipe this one"
+            ));
+        }
+        OWNS_REDIS.store(true, Ordering::Relaxed);
+    }
+    redis::cmd("FLUSHDB").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHDB: {e}"))
+}
+
+/// The rankflow binary the end-to-end and latency rows run: `$RANKFLOW_BIN`,
+/// or `rankflow` beside this tool (cargo builds both into one directory).
+fn rankflow_bin() -> Result<std::path::PathBuf, String> {
+    if let Some(p) = std::env::var_os("RANKFLOW_BIN") {
+        return Ok(p.into());
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = me.with_file_name("rankflow");
+    if bin.exists() {
+        Ok(bin)
+    } else {
+        Err(format!("no rankflow binary at {} (build it, or set RANKFLOW_BIN)", bin.display()))
+    }
 }
 
 /// Produces `count` generated events, at `rate_per_sec` if it is not 0.
@@ -262,16 +302,16 @@ async fn bare_writes(conn: &RedisConn, router: &Router, events: &[(i32, i64, i64
                 let Decision::Write(w) = d else { continue };
                 for p in &w.periods {
                     match w.params.op {
-                        crate::board::WriteOp::Sum => {
+                        rankflow::board::WriteOp::Sum => {
                             pipe.cmd("ZINCRBY").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
                         }
-                        crate::board::WriteOp::Gt => {
+                        rankflow::board::WriteOp::Gt => {
                             pipe.cmd("ZADD").arg(&p.key).arg("GT").arg(w.num).arg(&e.player_id).ignore()
                         }
-                        crate::board::WriteOp::Lt => {
+                        rankflow::board::WriteOp::Lt => {
                             pipe.cmd("ZADD").arg(&p.key).arg("LT").arg(w.num).arg(&e.player_id).ignore()
                         }
-                        crate::board::WriteOp::Latest => {
+                        rankflow::board::WriteOp::Latest => {
                             pipe.cmd("ZADD").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
                         }
                     };
@@ -501,7 +541,7 @@ async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
     Ok(out)
 }
 
-/// What `rankflow bench pipeline` runs: the backlog's size and partitions,
+/// What `rankflow-tools bench pipeline` runs: the backlog's size and partitions,
 /// the latency run's rate and length, the broker's process (for its CPU)
 /// and the rounds of the rows measured in rounds (Redis ceiling, store
 /// paths; broker ceiling and end to end).
@@ -514,13 +554,13 @@ pub struct PipelineRun {
     pub rounds: usize,
 }
 
-/// `rankflow bench pipeline`.
+/// `rankflow-tools bench pipeline`.
 pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Result<(), String> {
     let PipelineRun { count, partitions, latency_rate, latency_secs, broker_pid, rounds } = run;
     let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
     // CPU seconds over the run's events, as µs per event.
     let per = |secs: f64| secs * 1e6 / count as f64;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = rankflow_bin()?;
     let dir = tempfile_dir()?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let topic = format!("bench-{run}");
@@ -696,7 +736,7 @@ async fn latency(
         }
         None => create_topic(brokers, topic, partitions).await,
     };
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = rankflow_bin()?;
     let dir = tempfile_dir()?;
     let n = rate * secs;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
@@ -775,7 +815,7 @@ async fn latency(
 
 type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
 
-/// `rankflow bench latency`: the latency run alone. With `brokers` =
+/// `rankflow-tools bench latency`: the latency run alone. With `brokers` =
 /// "mock", against librdkafka's mock cluster, an in-memory Kafka broker that
 /// this process runs on a loopback port for the run: the same run with a
 /// broker far faster than tansu, to show rankflow's own share.
@@ -848,7 +888,9 @@ fn breakdown(what: &str, n: u64, spent: &RedisStats) -> String {
         .usec
         .iter()
         .map(|(k, v)| (k.clone(), *v))
-        .filter(|(k, d)| *d > 0.0 && !matches!(k.as_str(), "INFO" | "FLUSHALL" | "CONFIG|RESETSTAT" | "SCRIPT|LOAD"))
+        .filter(|(k, d)| {
+            *d > 0.0 && !matches!(k.as_str(), "INFO" | "DBSIZE" | "FLUSHDB" | "CONFIG|RESETSTAT" | "SCRIPT|LOAD")
+        })
         .collect();
     used.sort_by(|a, b| b.1.total_cmp(&a.1));
     let script: f64 = used.iter().filter(|(k, _)| k == "EVALSHA").map(|(_, d)| *d).sum();
@@ -971,7 +1013,7 @@ async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, Store), Stri
     Ok((settings, conn, store))
 }
 
-/// `rankflow bench store`: the store path against the Redis ceiling alone,
+/// `rankflow-tools bench store`: the store path against the Redis ceiling alone,
 /// on events generated in-process (no broker), for quick comparisons.
 pub async fn store(redis_url: &str, count: u64, partitions: i32, rounds: usize) -> Result<(), String> {
     let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "unused", "127.0.0.1:0", "");
@@ -1018,7 +1060,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
-/// `rankflow bench read`: a 1,000,000-member board, the read API timed
+/// `rankflow-tools bench read`: a 1,000,000-member board, the read API timed
 /// in-process against the bare Redis commands.
 pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), String> {
     use tower::ServiceExt;
@@ -1048,8 +1090,8 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     let fill = store_path(&store, &router, &events, 2000).await?;
     eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
 
-    let health = Arc::new(crate::worker::Health::default());
-    let app = crate::http::app(crate::http::AppState::new(router.clone(), conn.clone(), health, 1000));
+    let health = Arc::new(rankflow::health::Health::default());
+    let app = rankflow::http::app(rankflow::http::AppState::new(router.clone(), conn.clone(), health, 1000));
     let key = "lb:{big}:all";
     let dense_key = "lb:{big}:_dense:all";
     let mut rng = rand_seed(6);

@@ -1,108 +1,16 @@
-//! The Redis side of the write path: connecting (single node or cluster),
-//! the apply script, and sending a batch of board writes in one round trip.
-//!
-//! A batch becomes one `EVALSHA` of `scripts/apply.lua` per board tag, all
-//! sent at once over redis-rs's multiplexed connection (so they share the
-//! wire like a pipeline), and on a cluster each goes to the node owning its
-//! tag's slot. The script cache is lost when Redis restarts: a `NOSCRIPT`
-//! reply loads the script (on every primary) and retries that call. Retrying
-//! is always safe, because the script itself refuses a record at or below
-//! the tag's recorded offset. This module never decides what a record's
-//! outcome means for Kafka; it only reports what Redis did.
+//! The apply script's calling convention, kept pure so it is unit tested:
+//! how a batch's writes on one board tag become the KEYS and ARGV that
+//! `scripts/apply.lua` documents, how a batch sent behind another waits for
+//! it (preconditions), and what the script's reply means.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
-
-use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
-use crate::config::RedisSettings;
-use crate::event::Event;
-use crate::keys;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-const APPLY_LUA: &str = include_str!("scripts/apply.lua");
-const ERASE_LUA: &str = include_str!("scripts/erase.lua");
-
-/// Errors of the Redis store, each naming the operation that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("cannot connect to Redis: {0}")]
-    Connect(#[source] RedisError),
-    #[error("applying a batch to board tag {base} failed: {source}")]
-    Apply { base: String, source: RedisError },
-    #[error("loading a script failed: {0}")]
-    LoadScript(#[source] RedisError),
-    #[error("erasing a player on board tag {base} failed: {source}")]
-    Erase { base: String, source: RedisError },
-    #[error("listing board tags failed: {0}")]
-    Scan(String),
-    #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
-    BadReply { base: String, got: usize, expected: usize },
-}
-
-/// A connection to a single Redis or to a cluster, usable as either.
-#[derive(Clone)]
-pub enum RedisConn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl RedisConn {
-    /// Connects with short timeouts: callers retry with their own backoff,
-    /// and redis-rs reconnects in the background after a failure.
-    pub async fn connect(settings: &RedisSettings) -> Result<RedisConn, StoreError> {
-        if settings.cluster {
-            let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
-                .connection_timeout(Duration::from_secs(2))
-                .response_timeout(Duration::from_secs(10))
-                .retries(3)
-                .build()
-                .map_err(StoreError::Connect)?;
-            let conn = client.get_async_connection().await.map_err(StoreError::Connect)?;
-            Ok(RedisConn::Cluster(conn))
-        } else {
-            let client = redis::Client::open(settings.url.as_str()).map_err(StoreError::Connect)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(2)))
-                .set_response_timeout(Some(Duration::from_secs(10)))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_secs(1));
-            let conn = ConnectionManager::new_with_config(client, config).await.map_err(StoreError::Connect)?;
-            Ok(RedisConn::Single(conn))
-        }
-    }
-}
-
-impl ConnectionLike for RedisConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            RedisConn::Single(c) => c.get_db(),
-            RedisConn::Cluster(c) => c.get_db(),
-        }
-    }
-}
+use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
+use crate::event::Event;
+use crate::keys;
 
 /// What the apply script did with one event on one board tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,7 +92,7 @@ pub fn push_write<'a>(
 
 /// A batch's encoded script calls: (board tag, call, number of events).
 pub struct Prepared {
-    calls: Vec<(String, Invocation, usize)>,
+    pub(super) calls: Vec<(String, Invocation, usize)>,
 }
 
 impl Prepared {
@@ -245,51 +153,88 @@ pub struct Invocation {
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
-    let mut period_index: FxHashMap<&str, usize> = FxHashMap::default();
-    let mut periods: Vec<&PeriodWrite> = Vec::new();
+    let periods = distinct_periods(batch);
+    let keys = call_keys(batch, &periods);
+    let mut args = constant_args(batch, &periods, dedupe_ttl_secs);
+    let (events, fields) = encode_events(batch, &periods);
+    args.push(fields.len().to_string().into_bytes());
+    args.extend(fields.iter().map(|(f, _)| f.as_bytes().to_vec()));
+    // No preconditions until `Prepared::after` sets them.
+    let need_at = args.len();
+    args.extend(fields.iter().map(|_| b"-1".to_vec()));
+    args.push(events);
+    let tails = fields.iter().map(|&(f, last)| (f.to_string(), last)).collect();
+    Invocation { keys, args, tails, need_at }
+}
+
+/// The batch's distinct period keys, in the order its events first write them.
+fn distinct_periods<'a>(batch: &TagBatch<'a>) -> Vec<&'a PeriodWrite> {
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
+    let mut periods = Vec::new();
     for item in &batch.items {
         for p in item.periods {
-            if !period_index.contains_key(p.key.as_str()) {
-                periods.push(p);
-                period_index.insert(&p.key, periods.len());
+            if seen.insert(p.key.as_str()) {
+                periods.push(&**p);
             }
         }
     }
+    periods
+}
+
+/// KEYS: the offsets hash, each period key with its dense index, value
+/// counts and (`latest`) event times, and the sealed hash.
+fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     let p = &batch.params;
-    let latest = p.op == WriteOp::Latest;
     let mut keys = Vec::with_capacity(2 + 4 * periods.len());
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
     keys.extend(periods.iter().map(|p| p.count_key.clone()));
-    if latest {
+    if p.op == WriteOp::Latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
     if p.sealed {
         keys.push(keys::sealed_key(batch.base));
     }
+    keys
+}
 
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(16 + 2 * periods.len());
-    let mut push = |a: String| args.push(a.into_bytes());
-    push(p.op.as_str().to_string());
-    push(dedupe_ttl_secs.to_string());
-    push(keys::refused_prefix(batch.base));
-    push(p.shift.to_string());
-    push(p.max_value.to_string());
-    push(if p.desc { "desc" } else { "asc" }.to_string());
-    push(p.top_k.to_string());
-    push(p.rate_events.to_string());
-    push(p.rate_window_ms.to_string());
-    push(keys::rate_prefix(batch.base));
-    push(if p.dense { "1" } else { "0" }.to_string());
-    push(if p.sealed { "1" } else { "0" }.to_string());
-    push(periods.len().to_string());
-    for period in &periods {
-        push(period.expire_at.unwrap_or(0).to_string());
-    }
-    // The batch's distinct members, per period key the distinct members
-    // written to it, and the distinct lists of period keys the events write
-    // (shapes), so that the script keeps its state in tables indexed by number.
+/// ARGV[1] to ARGV[13 + P]: the board's constants, the key prefixes the
+/// script extends, and each period key's expiry.
+fn constant_args(batch: &TagBatch<'_>, periods: &[&PeriodWrite], dedupe_ttl_secs: u64) -> Vec<Vec<u8>> {
+    let p = &batch.params;
+    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let mut args: Vec<String> = vec![
+        p.op.as_str().to_string(),
+        dedupe_ttl_secs.to_string(),
+        keys::refused_prefix(batch.base),
+        p.shift.to_string(),
+        p.max_value.to_string(),
+        if p.desc { "desc" } else { "asc" }.to_string(),
+        p.top_k.to_string(),
+        p.rate_events.to_string(),
+        p.rate_window_ms.to_string(),
+        keys::rate_prefix(batch.base),
+        flag(p.dense),
+        flag(p.sealed),
+        keys::dedupe_prefix(batch.base),
+        keys::registry_key(batch.base),
+        periods.len().to_string(),
+    ];
+    args.extend(periods.iter().map(|period| period.expire_at.unwrap_or(0).to_string()));
+    args.into_iter().map(String::into_bytes).collect()
+}
+
+/// The batch as one MessagePack stream (its layout is in apply.lua's
+/// header), and the partition fields it names with each one's last offset.
+/// The batch's distinct members, per period key the distinct members
+/// written to it, and the distinct lists of period keys the events write
+/// (shapes) go first, so that the script keeps its state in tables indexed
+/// by number.
+fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>, Vec<(&'a str, i64)>) {
+    let p = &batch.params;
+    let period_index: FxHashMap<&str, usize> =
+        periods.iter().enumerate().map(|(j, period)| (period.key.as_str(), j + 1)).collect();
     let mut member_index: FxHashMap<&str, usize> =
         FxHashMap::with_capacity_and_hasher(batch.items.len(), Default::default());
     let mut members: Vec<&str> = Vec::with_capacity(batch.items.len());
@@ -301,7 +246,7 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
     let mut shapes: Vec<Vec<usize>> = Vec::new();
     let mut shape: Vec<usize> = Vec::new();
     let with_tie = p.op == WriteOp::Sum && p.shift > 1;
-    let with_ts = latest || p.rate_events > 0;
+    let with_ts = p.op == WriteOp::Latest || p.rate_events > 0;
     let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
         let f = match fields.iter().position(|(f, _)| *f == item.field) {
@@ -325,11 +270,9 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
                 shapes.len()
             }
         };
-        mp_int(&mut body, f as i64 + 1);
-        mp_int(&mut body, item.offset);
-        mp_int(&mut body, m as i64);
-        mp_int(&mut body, item.num);
-        mp_int(&mut body, sh as i64);
+        for n in [f as i64 + 1, item.offset, m as i64, item.num, sh as i64] {
+            mp_int(&mut body, n);
+        }
         if with_tie {
             mp_int(&mut body, item.tie);
         }
@@ -373,22 +316,13 @@ pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocatio
         events.extend_from_slice(item.event_id.as_bytes());
     }
     events.extend_from_slice(&body);
-    push(fields.len().to_string());
-    for (f, _) in &fields {
-        push(f.to_string());
-    }
-    // No preconditions until `Prepared::after` sets them.
-    let need_at = args.len();
-    args.extend(fields.iter().map(|_| b"-1".to_vec()));
-    args.push(events);
-    let tails = fields.iter().map(|&(f, last)| (f.to_string(), last)).collect();
-    Invocation { keys, args, tails, need_at }
+    (events, fields)
 }
 
 /// The apply script's reply: the number of events it saw, then (event
 /// number, code) for each event not applied. `None` if it does not describe
 /// `n` events.
-fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
+pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
     let (&seen, rest) = reply.split_first()?;
     if seen != n as i64 || rest.len() % 2 != 0 {
         return None;
@@ -403,183 +337,12 @@ fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
 
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
 /// event id stays a duplicate at least as long as configured.
-fn ttl_secs(ttl: Duration) -> u64 {
+pub(super) fn ttl_secs(ttl: Duration) -> u64 {
     (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
-/// The write side of Redis.
 fn mp_int(buf: &mut Vec<u8>, n: i64) {
     rmp::encode::write_sint(buf, n).expect("writing to a Vec cannot fail");
-}
-
-#[derive(Clone)]
-pub struct Store {
-    conn: RedisConn,
-    script: redis::Script,
-    erase_script: redis::Script,
-    dedupe_ttl_secs: u64,
-}
-
-impl Store {
-    pub fn new(conn: RedisConn, dedupe_ttl: Duration) -> Store {
-        Store {
-            conn,
-            script: redis::Script::new(APPLY_LUA),
-            erase_script: redis::Script::new(ERASE_LUA),
-            dedupe_ttl_secs: ttl_secs(dedupe_ttl),
-        }
-    }
-
-    pub fn conn(&self) -> RedisConn {
-        self.conn.clone()
-    }
-
-    /// Applies every tag batch, concurrently. The result lists, per tag
-    /// batch, one [`ApplyResult`] per item in order. Any failure fails the
-    /// whole call: the caller retries the batch, which the script makes safe.
-    pub async fn apply(&self, batches: &[TagBatch<'_>]) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
-        self.apply_prepared(&self.prepare(batches)).await
-    }
-
-    /// Encodes a batch's script calls, one per board tag. The result owns
-    /// everything, so a batch can be sent while the caller gets on with the
-    /// next one.
-    pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
-        Prepared {
-            calls: batches
-                .iter()
-                .map(|b| (b.base.to_string(), build_invocation(b, self.dedupe_ttl_secs), b.items.len()))
-                .collect(),
-        }
-    }
-
-    /// Sends prepared calls, all at once (pipelined on the connection).
-    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
-        let calls = prepared.calls.iter().map(|(base, inv, n)| self.apply_one(base, inv, *n));
-        futures::future::try_join_all(calls).await
-    }
-
-    /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
-    pub(crate) async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
-        &self,
-        script: &redis::Script,
-        source: &str,
-        keys: &[String],
-        args: &[A],
-    ) -> Result<Result<T, RedisError>, StoreError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
-        let mut conn = self.conn.clone();
-        Ok(match cmd.query_async(&mut conn).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let _: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(StoreError::LoadScript)?;
-                cmd.query_async(&mut conn).await
-            }
-            other => other,
-        })
-    }
-
-    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
-        let reply: Result<Vec<i64>, RedisError> = self.eval(&self.script, APPLY_LUA, &inv.keys, &inv.args).await?;
-        let reply = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
-        decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
-            base: base.to_string(),
-            got: reply.len(),
-            expected: n,
-        })
-    }
-
-    /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
-    pub async fn load_script(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(APPLY_LUA)
-            .query_async(&mut conn)
-            .await
-            .map_err(StoreError::LoadScript)?;
-        Ok(())
-    }
-
-    /// Removes `member` from every key of every tag in `tags` (key base and
-    /// packing shift), at most once per record (see `scripts/erase.lua`).
-    pub async fn erase(
-        &self,
-        tags: &[(String, i64)],
-        field: &str,
-        offset: i64,
-        member: &str,
-    ) -> Result<(), StoreError> {
-        let calls = tags.iter().map(|(base, shift)| async move {
-            let keys = [keys::offsets_key(base), keys::registry_key(base)];
-            let args = [field.to_string(), offset.to_string(), member.to_string(), shift.to_string(), base.clone()];
-            let reply: Result<i64, RedisError> = self.eval(&self.erase_script, ERASE_LUA, &keys, &args).await?;
-            reply.map(|_| ()).map_err(|source| StoreError::Erase { base: base.clone(), source })
-        });
-        futures::future::try_join_all(calls).await.map(|_| ())
-    }
-
-    /// `PING`, for readiness.
-    pub async fn ping(&self) -> bool {
-        let mut conn = self.conn.clone();
-        redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
-    }
-}
-
-/// One connection to each Redis node that holds data: the server, or every
-/// primary of a cluster (for scans, which a cluster answers per node).
-pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
-    let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
-    let mut seed = client.get_multiplexed_async_connection().await.map_err(|e| format!("connect to Redis: {e}"))?;
-    if !settings.cluster {
-        return Ok(vec![seed]);
-    }
-    let nodes: String =
-        redis::cmd("CLUSTER").arg("NODES").query_async(&mut seed).await.map_err(|e| format!("CLUSTER NODES: {e}"))?;
-    let mut out = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 3 || !fields[2].contains("master") || fields[2].contains("fail") {
-            continue;
-        }
-        let addr = fields[1].split('@').next().unwrap_or_default();
-        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("bad node address {addr}"))?;
-        let port: u16 = port.parse().map_err(|_| format!("bad node address {addr}"))?;
-        let info = client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
-        let c = redis::Client::open(info).map_err(|e| e.to_string())?;
-        out.push(c.get_multiplexed_async_connection().await.map_err(|e| format!("connect to {addr}: {e}"))?);
-    }
-    Ok(out)
-}
-
-/// Every key matching `pattern` on every node.
-pub async fn scan_keys(settings: &RedisSettings, pattern: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for mut conn in node_connections(settings).await? {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| format!("SCAN: {e}"))?;
-            out.extend(keys);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -692,6 +455,8 @@ mod tests {
                 "lb:{p}:_rl:",
                 "1",
                 "0",
+                "lb:{p}:_seen:",
+                "lb:{p}:_keys",
                 "2",
                 "100",
                 "0",

@@ -1,0 +1,114 @@
+//! Wiring: the worker process (`rankflow run`). Starts the HTTP server, the
+//! scheduler and the pipeline on one Redis connection, and stops them on
+//! SIGTERM or SIGINT within `shutdown_timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::board::Router;
+use crate::config::Settings;
+use crate::health::Health;
+use crate::retry::retry;
+use crate::store::{RedisConn, Store};
+use crate::{http, pipeline, schedule};
+
+/// Runs the worker and the HTTP server until SIGTERM; returns the exit status.
+pub async fn run(settings: Settings) -> i32 {
+    let settings = Arc::new(settings);
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone(), settings.worker.shutdown_timeout + Duration::from_millis(500));
+
+    let listener = match tokio::net::TcpListener::bind(settings.http.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("rankflow: cannot listen on {}: {e}", settings.http.listen);
+            return 2;
+        }
+    };
+    info!(redis = ?settings.redis, "Connecting to Redis.");
+    let connect = || RedisConn::connect(&settings.redis);
+    let Some(conn) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
+        return 0;
+    };
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    if let Err(e) = store.load_script().await {
+        warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");
+    }
+    let router = Arc::new(Router::new(settings.boards.clone(), &settings.redis.key_prefix));
+    let health = Arc::new(Health::default());
+    health.redis_up.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let state = http::AppState::new(router.clone(), conn, health.clone(), settings.http.max_limit);
+    info!(listen = %settings.http.listen, "HTTP server listening.");
+    let http_task = tokio::spawn(http::serve(listener, state, cancel.clone()));
+
+    if settings.schedules() {
+        tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), cancel.clone()));
+    }
+    let worker_task = tokio::spawn(pipeline::run(settings.clone(), router, store, health, cancel.clone()));
+    let mut worker_task = std::pin::pin!(worker_task);
+    let result = tokio::select! {
+        r = &mut worker_task => Some(r),
+        _ = cancel.cancelled() => None,
+    };
+    let result = match result {
+        Some(r) => r,
+        None => match tokio::time::timeout(settings.worker.shutdown_timeout, &mut worker_task).await {
+            Ok(r) => r,
+            Err(_) => {
+                warn!(timeout = ?settings.worker.shutdown_timeout, "Shutdown timed out; exiting with in-flight work abandoned (it is replayed safely).");
+                return 0;
+            }
+        },
+    };
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            error!(error = %e, "The worker could not start.");
+            2
+        }
+        Err(e) => {
+            error!(error = %e, "The worker task failed.");
+            1
+        }
+    }
+}
+
+/// SIGTERM or SIGINT cancels the token once, and starts a watchdog: a
+/// plain thread that ends the process with status 0 if shutdown has not
+/// finished `deadline` later. The runtime's own timeout normally comes
+/// first; the watchdog holds even if every runtime thread is stuck in a
+/// blocking librdkafka call. Whatever is abandoned is uncommitted, so it is
+/// replayed and recognised by its recorded offset.
+fn spawn_signal_handler(cancel: CancellationToken, deadline: Duration) {
+    let fire = cancel.clone();
+    std::thread::spawn(move || {
+        while !fire.is_cancelled() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(deadline);
+        eprintln!("rankflow: shutdown still running after {deadline:?}; exiting, in-flight work abandoned (it is replayed safely)");
+        std::process::exit(0);
+    });
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "Cannot listen for SIGTERM.");
+                let _ = tokio::signal::ctrl_c().await;
+                cancel.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received: stopping."),
+            _ = tokio::signal::ctrl_c() => info!("SIGINT received: stopping."),
+        }
+        cancel.cancel();
+    });
+}

@@ -1,0 +1,200 @@
+//! Sending a batch to Redis: grouping its writes by board tag, enqueuing the
+//! scheduler jobs its periods need, and the apply task that retries the
+//! batch until Redis has applied it.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::{debug, Instrument};
+
+use crate::board::Decision;
+use crate::kafka::offsets::BatchOffsets;
+use crate::keys;
+use crate::metrics;
+use crate::retry::retry;
+use crate::schedule;
+use crate::store::{push_write, Prepared, TagBatch};
+
+use super::inflight::Results;
+use super::outcome::Routes;
+use super::record::{Item, Record};
+use super::Context;
+
+/// A batch planned for Redis: its records, their offsets, what parsing made
+/// of them, and where each script result goes.
+pub struct Planned {
+    pub records: Vec<Record>,
+    pub offsets: BatchOffsets,
+    pub items: Vec<Item>,
+    pub routes: Routes,
+}
+
+/// Notes a batch's records: their offsets, per-partition counts, each
+/// partition's offsets field and each record's partition index.
+pub fn note(records: &[Record]) -> (BatchOffsets, Vec<String>, Vec<usize>) {
+    let m = metrics::get();
+    m.batch_size.observe(records.len() as f64);
+    let mut offsets = BatchOffsets::default();
+    let mut fields: Vec<String> = Vec::new();
+    let mut consumed: Vec<u64> = Vec::new();
+    let mut tp_of = Vec::with_capacity(records.len());
+    for r in records {
+        let tp = offsets.note(&r.topic, r.partition, r.offset);
+        if tp == fields.len() {
+            fields.push(keys::offsets_field(&r.topic, r.partition));
+            consumed.push(0);
+        }
+        consumed[tp] += 1;
+        tp_of.push(tp);
+    }
+    // Counted per partition, not per record: one label lookup each.
+    for (tp, n) in consumed.iter().enumerate() {
+        m.records_consumed.with_label_values(&[offsets.topic_partition(tp).0]).inc_by(*n);
+    }
+    (offsets, fields, tp_of)
+}
+
+/// Plans a batch for Redis: every write grouped by board tag in record
+/// order, the scheduler jobs its periods need sent, and the script calls
+/// encoded. `None`: abandoned on shutdown while sending the jobs.
+pub async fn prepare(cx: &Context, records: Vec<Record>, items: Vec<Item>) -> Option<(Planned, Prepared)> {
+    let (offsets, fields, tp_of) = note(&records);
+    let mut tags: Vec<TagBatch<'_>> = Vec::new();
+    let mut routes: Routes = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Item::Event { event, decisions, .. } = item else { continue };
+        for (d, (_, decision)) in decisions.iter().enumerate() {
+            let Decision::Write(w) = decision else { continue };
+            let t = push_write(&mut tags, w, event, &fields[tp_of[i]], records[i].offset);
+            if t == routes.len() {
+                routes.push(Vec::new());
+            }
+            routes[t].push((i, d));
+        }
+    }
+    // Jobs first: a period or rolling board with data always has its job.
+    if !enqueue_jobs(cx, &items).await {
+        return None;
+    }
+    let calls = cx.store.prepare(&tags);
+    drop(tags);
+    Some((Planned { records, offsets, items, routes }, calls))
+}
+
+/// Sends the scheduler jobs (seals, rolling refreshes) the batch's periods
+/// need and the cache has not sent lately. `false`: abandoned on shutdown.
+async fn enqueue_jobs(cx: &Context, items: &[Item]) -> bool {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let mut jobs = Vec::new();
+    {
+        let mut cache = cx.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = HashSet::new();
+        for item in items {
+            let Item::Event { decisions, .. } = item else { continue };
+            for (b, decision) in decisions {
+                let Decision::Write(w) = decision else { continue };
+                let board = &cx.router.boards()[*b];
+                if board.close_after.is_none() && board.rolling.is_empty() {
+                    continue;
+                }
+                for (job, due) in schedule::jobs_for(board, &w.base, &w.periods, now_ms, &mut seen) {
+                    if let Some(job) = cache.fresh(job) {
+                        jobs.push((job, due));
+                    }
+                }
+            }
+        }
+    }
+    if jobs.is_empty() {
+        return true;
+    }
+    let prefix = cx.router.prefix();
+    let sent = retry("enqueue scheduled jobs", &cx.cancel, cx.settings.worker.max_backoff, || {
+        schedule::enqueue(&cx.store, prefix, &jobs)
+    })
+    .await;
+    if sent.is_none() {
+        cx.jobs.lock().unwrap_or_else(|e| e.into_inner()).forget(&jobs);
+        return false;
+    }
+    true
+}
+
+/// Sends a prepared batch on a task of its own, retried with capped
+/// backoff until Redis has applied it; `done` fires then. The task's
+/// result is `None` if it was abandoned on shutdown.
+///
+/// `after`: the batch was sent behind one still in flight, with
+/// preconditions on it (`Prepared::after`), and this fires when that one
+/// has landed. If the first attempt fails (the batch before failed too,
+/// so the script refused this one, or Redis is down), the batch waits for
+/// the one before to land and is then retried without preconditions.
+pub fn spawn_apply(
+    cx: &Context,
+    mut calls: Prepared,
+    after: Option<oneshot::Receiver<()>>,
+    done: oneshot::Sender<()>,
+    span: tracing::Span,
+) -> JoinHandle<Results> {
+    let (store, cancel, health) = (cx.store.clone(), cx.cancel.clone(), cx.health.clone());
+    let max_backoff = cx.settings.worker.max_backoff;
+    let apply = async move {
+        // An empty batch has nothing to send.
+        let mut results = calls.is_empty().then(Vec::new);
+        let m = metrics::get();
+        let landed = |started: Instant| {
+            m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
+            health.redis_up.store(true, Ordering::Relaxed);
+            m.redis_up.set(1);
+        };
+        if let (None, Some(after)) = (&results, after) {
+            let started = Instant::now();
+            match store.apply_prepared(&calls).await {
+                Ok(r) => {
+                    landed(started);
+                    results = Some(r);
+                }
+                Err(e) => {
+                    debug!(error = %e, "A batch sent behind another did not apply; it is sent again once that one has landed.");
+                    after.await.ok()?;
+                    calls.unconditional();
+                }
+            }
+        }
+        let results = match results {
+            Some(r) => r,
+            None => {
+                retry("apply a batch to Redis", &cancel, max_backoff, || async {
+                    let started = Instant::now();
+                    let r = store.apply_prepared(&calls).await;
+                    match &r {
+                        Ok(_) => landed(started),
+                        Err(_) => {
+                            m.redis_errors.with_label_values(&["apply"]).inc();
+                            health.redis_up.store(false, Ordering::Relaxed);
+                            m.redis_up.set(0);
+                        }
+                    }
+                    r
+                })
+                .await?
+            }
+        };
+        let _ = done.send(());
+        Some(results)
+    };
+    // Polled once here, the task queues the batch's calls on the Redis
+    // connection before this returns: batches then reach Redis in the
+    // order they were sent, which the runtime's order of running new
+    // tasks would not ensure (a batch overtaken by the one behind it costs
+    // that one a refusal and a second round trip, never an effect).
+    let mut apply = Box::pin(apply.instrument(span));
+    let waker = futures::task::noop_waker();
+    match std::future::Future::poll(apply.as_mut(), &mut std::task::Context::from_waker(&waker)) {
+        std::task::Poll::Ready(results) => tokio::spawn(async move { results }),
+        std::task::Poll::Pending => tokio::spawn(apply),
+    }
+}

@@ -1,0 +1,496 @@
+//! The pipeline: reads records from Kafka in batches, applies them to Redis,
+//! dead-letters what cannot be applied, and stores offsets only for records
+//! whose outcome is final.
+//!
+//! One batch goes through these steps, each a method of [`Pipeline`]:
+//! 1. [`next_batch`](Pipeline::next_batch): up to `batch_size` records
+//!    (waiting at most `batch_linger` once the first is in), each copied out
+//!    of the consumer and parsed (`record::take`, `Router::plan`);
+//! 2. [`send`](Pipeline::send): every board write of the batch to Redis, one
+//!    script call per board tag, on a task of its own that retries with
+//!    capped backoff (safe: the script recognises records it already applied
+//!    by their offset) (`apply`);
+//! 3. [`settle`](Pipeline::settle), once it has landed: each record's
+//!    outcome (`outcome::fold`); the records no board applied (and that were
+//!    no duplicate) to the dead-letter topic; a partition whose dead letters
+//!    the broker has not acknowledged is paused and held (`dead_letter::Held`),
+//!    while every other partition goes on;
+//! 4. then, per partition, the batch's last offset + 1 stored (for a held
+//!    partition: the offset of its first held record). librdkafka commits
+//!    stored offsets every `auto.commit.interval.ms`, on revocation and on
+//!    shutdown; the loop also commits them as soon as it is idle.
+//!
+//! Batches overlap Redis: up to two are on their way at once, so that Redis
+//! starts on the next the moment it is done with one, while the loop reads,
+//! parses and encodes a third; `inflight` states the ordering rules that keep
+//! this exact. An erasure is a batch of its own, sent once every batch
+//! before it has settled, so it stays ordered with the player's other events.
+//!
+//! The pipeline never stores an offset past a record whose outcome is not
+//! final. While Redis is retried it holds at most two more batches, and a
+//! held partition is paused, so memory stays bounded by three batches and
+//! librdkafka's `queued.max.messages.kbytes`.
+
+mod apply;
+mod dead_letter;
+mod erase;
+mod inflight;
+mod outcome;
+mod record;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::board::Router;
+use crate::config::Settings;
+use crate::health::Health;
+use crate::kafka::callbacks::ConsumerCallbacks;
+use crate::kafka::commit::{self, WorkerConsumer};
+use crate::kafka::offsets::BatchOffsets;
+use crate::kafka::{client, producer::KafkaProducer};
+use crate::keys;
+use crate::metrics;
+use crate::schedule::{self, JobCache, Watermarks};
+use crate::store::{ApplyResult, Store};
+
+use apply::Planned;
+use dead_letter::{DeadRecord, Held};
+use inflight::Queue;
+use outcome::Final;
+use record::{Item, Record, TopicNames};
+
+/// Errors that stop the worker at start-up. Once running, faults are retried.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("cannot create the Kafka consumer: {0}")]
+    Consumer(#[source] KafkaError),
+    #[error("cannot subscribe to {topics:?}: {source}")]
+    Subscribe { topics: Vec<String>, source: KafkaError },
+    #[error("cannot create the dead-letter producer: {0}")]
+    Producer(#[source] KafkaError),
+}
+
+/// Once nothing is in flight and no record has come for this long, the
+/// offsets stored since the last commit are committed at once, rather than
+/// at the next `auto.commit.interval.ms` tick: a drained backlog or a lull
+/// shows as committed (and as zero lag) within this, not up to a second later.
+const IDLE_COMMIT: Duration = Duration::from_millis(20);
+
+/// The least time between two of those commits, so that sparse traffic
+/// (a record now and then, each followed by a lull) commits at most five
+/// times a second.
+const IDLE_COMMIT_GAP: Duration = Duration::from_millis(200);
+
+/// How long a dead-letter delivery is waited for before its partition is held.
+const DEAD_LETTER_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a held partition's records are waited for on each retry.
+const HELD_RETRY_WAIT: Duration = Duration::from_secs(2);
+
+/// Everything the steps share and never change.
+pub(crate) struct Context {
+    settings: Arc<Settings>,
+    router: Arc<Router>,
+    store: Store,
+    health: Arc<Health>,
+    producer: KafkaProducer,
+    cancel: CancellationToken,
+    /// Scheduler jobs sent lately (see `schedule::JobCache`).
+    jobs: Mutex<JobCache>,
+    /// Per-partition record times applied, for boards that seal periods.
+    marks: Arc<Watermarks>,
+}
+
+/// The batch loop's state, with its steps as methods.
+struct Pipeline {
+    cx: Context,
+    consumer: WorkerConsumer,
+    topics: TopicNames,
+    inflight: Queue<Planned>,
+    held: Held,
+    /// A record read while a batch was open that must start a batch of its
+    /// own (an erasure).
+    carry: Option<(Record, Item)>,
+    /// When the loop last committed on going idle.
+    last_idle_commit: Instant,
+    batch_no: u64,
+}
+
+/// What waiting for the next batch came to.
+enum Next {
+    Batch(Vec<Record>, Vec<Item>),
+    /// Something else was done (a batch settled, a commit, a retry): look again.
+    Again,
+    Stop,
+}
+
+/// Runs the worker until `cancel` fires, then commits what is final and
+/// leaves the group.
+pub async fn run(
+    settings: Arc<Settings>,
+    router: Arc<Router>,
+    store: Store,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+) -> Result<(), WorkerError> {
+    let marks = Arc::new(Watermarks::default());
+    let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
+    let statistics_ms = if settings.seals() { 1000 } else { 5000 };
+    let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
+        .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
+        .map_err(WorkerError::Consumer)?;
+    let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
+    let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
+    metrics::get().init_boards(router.boards().iter().map(|b| b.id.as_str()));
+    info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
+
+    let cx = Context { settings, router, store, health, producer, cancel, jobs: Mutex::default(), marks };
+    let mut p = Pipeline {
+        cx,
+        consumer,
+        topics: TopicNames::default(),
+        inflight: Queue::default(),
+        held: Held::default(),
+        carry: None,
+        last_idle_commit: Instant::now(),
+        batch_no: 0,
+    };
+    loop {
+        p.retry_held_if_due().await;
+        let (records, items) = match p.next_batch().await {
+            Next::Batch(records, items) => (records, items),
+            Next::Again => continue,
+            Next::Stop => break,
+        };
+        if !p.send(records, items).await {
+            break;
+        }
+    }
+    p.drain().await;
+    info!("Worker stopping: committing final offsets and leaving the group.");
+    let Pipeline { cx, consumer, .. } = p;
+    commit::close(consumer, &cx.producer);
+    info!("Worker stopped.");
+    Ok(())
+}
+
+/// Counts each board's tally of a record in the metrics.
+fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'a str) {
+    use outcome::Tally;
+    let m = metrics::get();
+    for (b, tally) in tallies {
+        let board = board_id(*b);
+        match tally {
+            Tally::Applied => m.events_applied.with_label_values(&[board]).inc(),
+            Tally::Duplicate(by) => m.events_duplicate.with_label_values(&[board, by]).inc(),
+            Tally::Refused(reason) => m.events_rejected.with_label_values(&[board, reason.as_str()]).inc(),
+        }
+    }
+}
+
+impl Pipeline {
+    /// Step 1: the next batch of records, or whatever else needs doing first.
+    async fn next_batch(&mut self) -> Next {
+        let (first, item) = match self.carry.take() {
+            Some(c) => c,
+            None => match self.wait_for_record().await {
+                Ok(first) => first,
+                Err(next) => return next,
+            },
+        };
+        let alone = item.is_erase();
+        let batch_size = self.cx.settings.worker.batch_size;
+        let (mut records, mut items) = (Vec::with_capacity(batch_size), Vec::with_capacity(batch_size));
+        records.push(first);
+        items.push(item);
+        let deadline = Instant::now() + self.cx.settings.worker.batch_linger;
+        while !alone && records.len() < batch_size {
+            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Ok(Ok(m)) => {
+                    let (record, item) = record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m);
+                    if item.is_erase() {
+                        self.carry = Some((record, item));
+                        break;
+                    }
+                    records.push(record);
+                    items.push(item);
+                }
+                Ok(Err(e)) => {
+                    warn!(error = %e, "Reading from Kafka failed; the batch closes early.");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Next::Batch(records, items)
+    }
+
+    /// Waits for the first record of a batch. Meanwhile it settles the
+    /// oldest batch in flight once it lands, commits on going idle, retries
+    /// held dead letters and flushes watermarks; each of those ends the wait
+    /// with [`Next::Again`].
+    async fn wait_for_record(&mut self) -> Result<(Record, Item), Next> {
+        let retry_at = self.held.next_try;
+        let uncommitted = self.consumer.context().uncommitted.load(Ordering::Relaxed);
+        let commit_at = (self.inflight.is_empty() && uncommitted)
+            .then(|| (Instant::now() + IDLE_COMMIT).max(self.last_idle_commit + IDLE_COMMIT_GAP));
+        let seals = self.cx.settings.seals();
+        let sleep_until = |at: Option<Instant>| tokio::time::sleep_until(at.unwrap_or_else(Instant::now));
+        tokio::select! {
+            biased;
+            _ = self.cx.cancel.cancelled() => Err(Next::Stop),
+            // Nothing new yet and the oldest batch in Redis is done: settle it now.
+            (planned, results) = self.inflight.oldest(), if !self.inflight.is_empty() => match results {
+                Some(results) => {
+                    self.settle_landed(planned, results).await;
+                    Err(Next::Again)
+                }
+                None => Err(Next::Stop),
+            },
+            m = self.consumer.recv() => match m {
+                Ok(m) => Ok(record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m)),
+                Err(e) => {
+                    warn!(error = %e, "Reading from Kafka failed; retrying.");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(Next::Again)
+                }
+            },
+            // Idle with offsets stored since the last commit: commit them now.
+            _ = sleep_until(commit_at), if commit_at.is_some() => {
+                self.commit_on_idle();
+                Err(Next::Again)
+            }
+            _ = sleep_until(retry_at), if retry_at.is_some() => Err(Next::Again),
+            // Idle partitions raise watermarks too (see ConsumerCallbacks::stats).
+            _ = tokio::time::sleep(self.cx.settings.sealing.check_interval), if seals => {
+                self.flush_watermarks().await;
+                Err(Next::Again)
+            }
+        }
+    }
+
+    fn commit_on_idle(&mut self) {
+        self.consumer.context().uncommitted.store(false, Ordering::Relaxed);
+        if let Err(e) = commit::commit_stored(&self.consumer) {
+            debug!(error = %e, "Committing on idle failed; the next commit carries the offsets.");
+        }
+        self.last_idle_commit = Instant::now();
+    }
+
+    /// Step 2: sends a batch to Redis behind those in flight (an erasure
+    /// waits for them and runs alone). `false`: shutdown abandoned it.
+    async fn send(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
+        self.batch_no += 1;
+        let span = info_span!("batch", n = self.batch_no, records = records.len());
+        if let [Item::Erase { .. }] = items.as_slice() {
+            return self.erase(records, items).instrument(span).await;
+        }
+        let Some((planned, mut calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
+            info!("Shutdown while sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
+            return false;
+        };
+        // With two batches in flight, the older one leaves Redis first; this
+        // one is sent at once, behind the newer one, so Redis is never idle
+        // while the loop settles the older batch's outcomes.
+        let before = if self.inflight.is_full() {
+            match self.inflight.oldest().await {
+                (older, Some(results)) => Some((older, results)),
+                (_, None) => {
+                    info!("Shutdown during a retry: the batches in flight are abandoned and their offsets are not stored.");
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        let after = self.inflight.behind().and_then(|behind| {
+            calls.after(behind.tails);
+            behind.landed
+        });
+        let (done, landed) = tokio::sync::oneshot::channel();
+        let tails = calls.tails();
+        let applied = apply::spawn_apply(&self.cx, calls, after, done, span);
+        self.inflight.push(planned, applied, tails, landed);
+        if let Some((older, results)) = before {
+            self.settle_landed(older, results).await;
+        }
+        true
+    }
+
+    /// An erasure, alone in its batch: every batch before it settles first.
+    async fn erase(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
+        while !self.inflight.is_empty() {
+            match self.inflight.oldest().await {
+                (planned, Some(results)) => self.settle_landed(planned, results).await,
+                (_, None) => return false,
+            }
+        }
+        let (offsets, fields, _) = apply::note(&records);
+        if let ([record], [Item::Erase { player_id }]) = (records.as_slice(), items.as_slice()) {
+            if erase::erase_everywhere(&self.cx, &fields[0], record.offset, player_id).await.is_none() {
+                info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
+                return false;
+            }
+        }
+        self.settle(&records, offsets, Vec::new()).await;
+        true
+    }
+
+    /// Step 3 for a batch Redis has answered.
+    async fn settle_landed(&mut self, planned: Planned, results: Vec<Vec<ApplyResult>>) {
+        let (records, offsets, dead) = self.finish(planned, results);
+        self.settle(&records, offsets, dead).await;
+    }
+
+    /// Folds a batch's script results into each record's final outcome and
+    /// the metrics. Returns the batch's records, its offsets and the records
+    /// to dead-letter.
+    fn finish(&self, planned: Planned, results: Vec<Vec<ApplyResult>>) -> (Vec<Record>, BatchOffsets, Vec<DeadRecord>) {
+        let Planned { mut records, offsets, mut items, routes } = planned;
+        outcome::distribute(&mut items, &routes, results);
+        let m = metrics::get();
+        let boards = self.cx.router.boards();
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let (from_event, from_record) =
+            (m.event_latency.with_label_values(&["event"]), m.event_latency.with_label_values(&["record"]));
+        let mut dead = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let tallies = match item {
+                Item::Event { decisions, results, .. } => outcome::tallies(decisions, results),
+                _ => Vec::new(),
+            };
+            count(&tallies, |b| &boards[b].id);
+            match outcome::fold(item, &tallies, |b| &boards[b].id) {
+                Final::Applied => {
+                    if let Item::Event { event, .. } = item {
+                        from_event.observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
+                    }
+                    if let Some(ts) = records[i].timestamp {
+                        from_record.observe((now_ms - ts).max(0) as f64 / 1000.0);
+                    }
+                }
+                Final::Duplicate | Final::Skipped => {}
+                Final::DeadLetter(reasons) => dead.push((i, reasons)),
+            }
+        }
+        // Dead letters take their records' copies; the records keep their positions.
+        let dead = dead
+            .into_iter()
+            .map(|(i, reasons)| {
+                let r = &mut records[i];
+                let copy = Record {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    source: r.source.take(),
+                };
+                DeadRecord::new(copy, &reasons)
+            })
+            .collect();
+        (records, offsets, dead)
+    }
+
+    /// Steps 3 and 4: watermarks, dead letters, held partitions, and each
+    /// partition's offset stored.
+    async fn settle(&mut self, records: &[Record], offsets: BatchOffsets, dead: Vec<DeadRecord>) {
+        if self.cx.settings.seals() {
+            // Applied (or final as dead letters): the partitions have reached
+            // these record times.
+            let mut latest: Vec<(&str, i32, i64)> = Vec::new();
+            for r in records {
+                let Some(ts) = r.timestamp else { continue };
+                match latest.iter_mut().find(|(t, p, _)| *p == r.partition && *t == &*r.topic) {
+                    Some(l) => l.2 = l.2.max(ts),
+                    None => latest.push((&r.topic, r.partition, ts)),
+                }
+            }
+            for (topic, partition, ts) in latest {
+                self.cx.marks.raise(&keys::offsets_field(topic, partition), ts);
+            }
+            self.flush_watermarks().await;
+        }
+        // While the dead-letter topic is known to fail, new dead records wait
+        // with the others instead of blocking the loop on another attempt.
+        let failed = if !dead.is_empty() && self.held.is_empty() {
+            let topic = &self.cx.settings.kafka.dead_letter_topic;
+            dead_letter::send(&self.cx.producer, topic, dead, Some(DEAD_LETTER_WAIT)).await
+        } else {
+            dead
+        };
+        for (topic, partition) in self.held.hold(failed, self.cx.settings.worker.max_backoff) {
+            commit::set_paused(&self.consumer, &topic, partition, true);
+        }
+        for (topic, partition, next) in offsets.to_store() {
+            self.held.note_processed(topic, partition, next - 1);
+            let next = self.held.offset_to_store(topic, partition, next);
+            commit::store_offset(&self.consumer, topic, partition, next);
+        }
+    }
+
+    /// Tries the held dead records again once due; a partition whose
+    /// records are all acknowledged stores its offset and resumes.
+    async fn retry_held_if_due(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let consumer = &self.consumer;
+        self.held.keep_assigned(|t, p| commit::is_assigned(consumer, t, p));
+        if self.held.next_try.is_none_or(|due| Instant::now() < due) {
+            return;
+        }
+        let records = self.held.take_records();
+        let n = records.len();
+        let topic = &self.cx.settings.kafka.dead_letter_topic;
+        let waiting = dead_letter::send(&self.cx.producer, topic, records, Some(HELD_RETRY_WAIT)).await;
+        for (topic, partition, next) in self.held.retried(waiting, self.cx.settings.worker.max_backoff) {
+            commit::store_offset(&self.consumer, &topic, partition, next);
+            commit::set_paused(&self.consumer, &topic, partition, false);
+            info!(topic = %topic, partition, "The dead-letter topic took the held records; the partition goes on.");
+        }
+        if !self.held.is_empty() {
+            debug!(records = n, "Dead-letter retry failed; trying again later.");
+        }
+    }
+
+    /// Writes the pending watermarks; on failure they wait for the next flush.
+    async fn flush_watermarks(&self) {
+        let pending = self.cx.marks.take();
+        if pending.is_empty() {
+            return;
+        }
+        if let Err(e) = schedule::write_watermarks(&self.cx.store, self.cx.router.prefix(), &pending).await {
+            metrics::get().redis_errors.with_label_values(&["watermark"]).inc();
+            debug!(error = %e, "Writing watermarks failed; they are written with the next batch.");
+            self.cx.marks.restore(pending);
+        }
+    }
+
+    /// On shutdown: batches Redis has already answered are settled, oldest
+    /// first, unless that would wait for the dead-letter topic; then that
+    /// batch and those behind it are left to be read again.
+    async fn drain(&mut self) {
+        while !self.inflight.is_empty() {
+            let Some((planned, Some(results))) = self.inflight.oldest_within(Duration::from_secs(1)).await else {
+                break;
+            };
+            let (records, offsets, dead) = self.finish(planned, results);
+            if !dead.is_empty() {
+                break;
+            }
+            self.settle(&records, offsets, dead).await;
+        }
+        self.inflight.abandon();
+        self.carry = None;
+    }
+}

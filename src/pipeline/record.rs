@@ -1,0 +1,150 @@
+//! What the pipeline keeps of one consumed record, and what parsing made of
+//! it. A broker message is copied out the moment it is read, so nothing
+//! the pipeline holds borrows the consumer: `(topic, partition, offset,
+//! timestamp)` always, and key, payload and headers only for a record that
+//! may yet be dead-lettered.
+
+use std::sync::Arc;
+
+use rdkafka::message::{BorrowedMessage, Headers, OwnedHeaders};
+use rdkafka::Message;
+
+use crate::board::{Decision, Router};
+use crate::config::Settings;
+use crate::event::{self, Event, Parsed, Reason, Rejection};
+use crate::metrics;
+use crate::store::ApplyResult;
+
+/// One consumed record, owned.
+pub struct Record {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's timestamp, epoch ms.
+    pub timestamp: Option<i64>,
+    /// Key, value and headers, for the dead-letter topic; `None` for a
+    /// record that cannot be dead-lettered (an event type no board takes).
+    pub source: Option<Box<Source>>,
+}
+
+/// The parts of a record a dead letter copies.
+pub struct Source {
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: Option<OwnedHeaders>,
+}
+
+/// One record of a batch as parsing left it.
+pub enum Item {
+    /// An event type no board takes: final at once, nothing to write.
+    Skipped,
+    /// `player_erased`: always alone in its batch.
+    Erase { player_id: String },
+    /// Rejected before any board saw it.
+    Rejected(Rejection),
+    Event {
+        event: Event,
+        /// Per board that takes the event: (board index, write or refusal).
+        decisions: Vec<(usize, Decision)>,
+        /// Filled from Redis: one per write decision, in decision order.
+        results: Vec<Option<ApplyResult>>,
+    },
+}
+
+impl Item {
+    pub fn is_erase(&self) -> bool {
+        matches!(self, Item::Erase { .. })
+    }
+}
+
+/// Topic names seen by the consumer, shared by every record of the topic
+/// (a handful of topics, so a list).
+#[derive(Default)]
+pub struct TopicNames(Vec<Arc<str>>);
+
+impl TopicNames {
+    fn get(&mut self, topic: &str) -> Arc<str> {
+        if let Some(t) = self.0.iter().find(|t| &***t == topic) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(topic);
+        self.0.push(t.clone());
+        t
+    }
+}
+
+/// Copies a message out of the consumer and parses it.
+pub fn take(
+    settings: &Settings,
+    router: &Router,
+    topics: &mut TopicNames,
+    msg: &BorrowedMessage<'_>,
+) -> (Record, Item) {
+    let item = parse(settings, router, msg);
+    let source = (!matches!(item, Item::Skipped)).then(|| {
+        Box::new(Source {
+            key: msg.key().map(<[u8]>::to_vec),
+            payload: msg.payload().map(<[u8]>::to_vec),
+            headers: msg.headers().map(|h| h.detach()),
+        })
+    });
+    let record = Record {
+        topic: topics.get(msg.topic()),
+        partition: msg.partition(),
+        offset: msg.offset(),
+        timestamp: msg.timestamp().to_millis(),
+        source,
+    };
+    (record, item)
+}
+
+fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Item {
+    let m = metrics::get();
+    let payload = msg.payload().unwrap_or_default();
+    let event = match event::parse(payload, settings.events.max_event_bytes, |t| router.listens(t)) {
+        Parsed::Skipped(_) => {
+            m.events_skipped.inc();
+            return Item::Skipped;
+        }
+        Parsed::Rejected(r) => {
+            m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
+            return Item::Rejected(r);
+        }
+        Parsed::Erase { player_id, .. } => return Item::Erase { player_id },
+        Parsed::Event(e) => e,
+    };
+    // Decisions use the record's timestamp, so a replay decides alike;
+    // a record without one falls back to the event time.
+    let record_ts = msg.timestamp().to_millis().unwrap_or(event.ts_ms);
+    let skew = settings.events.max_future_skew.as_millis() as i64;
+    if event.ts_ms > record_ts.saturating_add(skew) {
+        let r = Rejection::new(
+            Reason::FutureTimestamp,
+            format!("event time is {} ms after the record timestamp (limit {skew} ms)", event.ts_ms - record_ts),
+        );
+        m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
+        return Item::Rejected(r);
+    }
+    let decisions = router.plan(&event, record_ts);
+    let results = vec![None; decisions.len()];
+    Item::Event { event, decisions, results }
+}
+
+/// The headers of a record's dead letter: the record's own, then rankflow's
+/// reason, detail and source position.
+pub fn dead_letter_headers(record: &Record, reason: &str, detail: &str) -> OwnedHeaders {
+    use rdkafka::message::Header;
+    let mut headers = OwnedHeaders::new();
+    if let Some(own) = record.source.as_ref().and_then(|s| s.headers.as_ref()) {
+        for h in own.iter() {
+            headers = headers.insert(Header { key: h.key, value: h.value });
+        }
+    }
+    let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
+    headers
+        .insert(Header { key: "rankflow.reason", value: Some(reason) })
+        .insert(Header { key: "rankflow.detail", value: Some(detail) })
+        .insert(Header { key: "rankflow.source.topic", value: Some(&*record.topic) })
+        .insert(Header { key: "rankflow.source.partition", value: Some(partition.as_str()) })
+        .insert(Header { key: "rankflow.source.offset", value: Some(offset.as_str()) })
+}

@@ -1,0 +1,124 @@
+//! Connections to Redis: one multiplexed connection to a single node or a
+//! cluster, usable as either, and per-node connections for the few
+//! commands a cluster answers per node (`SCAN`).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::StoreError;
+use crate::config::RedisSettings;
+
+/// A connection to a single Redis or to a cluster, usable as either.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl RedisConn {
+    /// Connects with short timeouts: callers retry with their own backoff,
+    /// and redis-rs reconnects in the background after a failure.
+    pub async fn connect(settings: &RedisSettings) -> Result<RedisConn, StoreError> {
+        if settings.cluster {
+            let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_secs(10))
+                .retries(3)
+                .build()
+                .map_err(StoreError::Connect)?;
+            let conn = client.get_async_connection().await.map_err(StoreError::Connect)?;
+            Ok(RedisConn::Cluster(conn))
+        } else {
+            let client = redis::Client::open(settings.url.as_str()).map_err(StoreError::Connect)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(10)))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_secs(1));
+            let conn = ConnectionManager::new_with_config(client, config).await.map_err(StoreError::Connect)?;
+            Ok(RedisConn::Single(conn))
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One connection to each Redis node that holds data: the server, or every
+/// primary of a cluster (for scans, which a cluster answers per node).
+pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
+    let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
+    let mut seed = client.get_multiplexed_async_connection().await.map_err(|e| format!("connect to Redis: {e}"))?;
+    if !settings.cluster {
+        return Ok(vec![seed]);
+    }
+    let nodes: String =
+        redis::cmd("CLUSTER").arg("NODES").query_async(&mut seed).await.map_err(|e| format!("CLUSTER NODES: {e}"))?;
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 3 || !fields[2].contains("master") || fields[2].contains("fail") {
+            continue;
+        }
+        let addr = fields[1].split('@').next().unwrap_or_default();
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("bad node address {addr}"))?;
+        let port: u16 = port.parse().map_err(|_| format!("bad node address {addr}"))?;
+        let info = client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
+        let c = redis::Client::open(info).map_err(|e| e.to_string())?;
+        out.push(c.get_multiplexed_async_connection().await.map_err(|e| format!("connect to {addr}: {e}"))?);
+    }
+    Ok(out)
+}
+
+/// Every key matching `pattern` on every node.
+pub async fn scan_keys(settings: &RedisSettings, pattern: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for mut conn in node_connections(settings).await? {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("SCAN: {e}"))?;
+            out.extend(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(out)
+}

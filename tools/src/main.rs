@@ -1,0 +1,174 @@
+//! `rankflow-tools`: the benchmark harness and the sample producer. Tools
+//! beside the product, never shipped in it: the benchmark wipes the Redis it
+//! runs against (only one it created keys in, unless told otherwise).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod generator;
+mod samples;
+
+#[derive(Parser)]
+#[command(name = "rankflow-tools", version, about = "rankflow's benchmarks and sample producer")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Produce generated sample events to the first source topic.
+    Produce {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// Events per second; 0 for as fast as possible.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Share of bad records (they go to the dead-letter topic).
+        #[arg(long, default_value_t = 0.0)]
+        bad_ratio: f64,
+        /// Share of producer duplicates (they are counted once).
+        #[arg(long, default_value_t = 0.0)]
+        dup_ratio: f64,
+    },
+    /// Benchmarks, with the machine's ceilings measured in the same run (see README).
+    Bench {
+        /// Let the benchmark wipe a Redis database that already holds keys (it refuses by default).
+        #[arg(long, global = true)]
+        wipe_redis: bool,
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+/// The broker and Redis a benchmark runs against, and its latency run's load.
+#[derive(clap::Args)]
+struct BenchStack {
+    #[arg(long)]
+    brokers: String,
+    #[arg(long)]
+    redis: String,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Produce rate of the latency run, events per second.
+    #[arg(long, default_value_t = 5000)]
+    rate: u64,
+    /// Length of the latency run, seconds.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Broker and Redis ceilings, store path, end to end, latency and memory.
+    Pipeline {
+        #[command(flatten)]
+        stack: BenchStack,
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// The broker's process id, when it runs on this machine: its CPU per record is reported too.
+        #[arg(long)]
+        broker_pid: Option<u32>,
+        /// Rounds of the Redis ceiling and store-path rows, and of the broker ceiling and end-to-end rows, each run in turn; ratios are the rounds' median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// The latency run alone: rankflow and a bare consumer at a steady produce rate.
+    Latency {
+        #[command(flatten)]
+        stack: BenchStack,
+    },
+    /// The store path against the Redis ceiling alone, on generated events (no broker).
+    Store {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 300_000)]
+        events: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Rounds of the three rows, run in turn; ratios are the rounds' median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Read API latency on a large board next to the bare Redis commands.
+    Read {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        members: u64,
+        #[arg(long, default_value_t = 5000)]
+        samples: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rankflow-tools: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Produce { config, count, rate, seed, bad_ratio, dup_ratio } => match load(&config) {
+                Ok(s) => report(samples::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
+                Err(code) => code,
+            },
+            Command::Bench { wipe_redis, which } => {
+                if wipe_redis {
+                    bench::allow_wipe();
+                }
+                run_bench(which).await
+            }
+        }
+    })
+}
+
+async fn run_bench(which: BenchCommand) -> ExitCode {
+    match which {
+        BenchCommand::Pipeline { stack: s, events, broker_pid, rounds } => {
+            let run = bench::PipelineRun {
+                count: events,
+                partitions: s.partitions,
+                latency_rate: s.rate,
+                latency_secs: s.seconds,
+                broker_pid,
+                rounds,
+            };
+            report(bench::pipeline(&s.brokers, &s.redis, run).await)
+        }
+        BenchCommand::Latency { stack: s } => {
+            report(bench::latency_only(&s.brokers, &s.redis, s.partitions, s.rate, s.seconds).await)
+        }
+        BenchCommand::Store { redis, events, partitions, rounds } => {
+            report(bench::store(&redis, events, partitions, rounds).await)
+        }
+        BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<rankflow::config::Settings, ExitCode> {
+    rankflow::config::load(path).map_err(|e| {
+        eprintln!("rankflow-tools: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rankflow-tools: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
