@@ -135,6 +135,9 @@ pub struct Event {
 /// The event type that erases a player from every board.
 pub const ERASE_TYPE: &str = "player_erased";
 
+/// Event types that are rankflow's own and that no board may list in `on`.
+pub const RESERVED_TYPES: &[&str] = &[ERASE_TYPE];
+
 /// What parsing made of a record value.
 #[derive(Debug)]
 pub enum Parsed {

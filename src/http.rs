@@ -123,10 +123,10 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
         .iter()
         .map(|b| {
             let periods: Vec<Value> = b
-                .periods
+                .periods()
                 .iter()
                 .map(|&k| {
-                    let p = Period::containing(k, b.timezone, now).unwrap_or_else(|_| Period::all_time());
+                    let p = Period::containing(k, b.timezone(), now).unwrap_or_else(|_| Period::all_time());
                     json!({
                         "name": k.name(),
                         "current": p.id,
@@ -135,20 +135,20 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 })
                 .collect();
             json!({
-                "id": b.id,
-                "mode": b.mode.as_str(),
-                "order": b.order.as_str(),
-                "timezone": b.timezone.name(),
-                "split_by": b.split_by,
-                "on": b.on,
+                "id": b.id(),
+                "mode": b.mode().as_str(),
+                "order": b.order().as_str(),
+                "timezone": b.timezone().name(),
+                "split_by": b.split_by(),
+                "on": b.on(),
                 "periods": periods,
-                "rolling": b.rolling.iter().map(|r| json!({
+                "rolling": b.rolling().iter().map(|r| json!({
                     "name": r.name,
                     "period": keys::rolling_id(&r.name),
                     "days": r.days,
                     "refresh_seconds": r.refresh.as_secs(),
                 })).collect::<Vec<_>>(),
-                "close_after_seconds": b.close_after.map(|d| d.as_secs()),
+                "close_after_seconds": b.close_after().map(|d| d.as_secs()),
             })
         })
         .collect();
@@ -166,13 +166,13 @@ struct Target<'a> {
 
 fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> Result<Target<'a>, ApiError> {
     let board = s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
-    let split = match (&board.split_by, q.get("split")) {
+    let split = match (&board.split_by(), q.get("split")) {
         (Some(_), Some(v)) if crate::event::valid_split_value(v) => Some(v.as_str()),
         (Some(_), Some(_)) => return Err(ApiError::bad("split", "split must be 1 to 64 of [A-Za-z0-9_-]")),
         (Some(attr), None) => {
-            return Err(ApiError::bad("split", format!("board '{}' is split by '{attr}': name a split", board.id)))
+            return Err(ApiError::bad("split", format!("board '{}' is split by '{attr}': name a split", board.id())))
         }
-        (None, Some(_)) => return Err(ApiError::bad("split", format!("board '{}' has no splits", board.id))),
+        (None, Some(_)) => return Err(ApiError::bad("split", format!("board '{}' has no splits", board.id()))),
         (None, None) => None,
     };
     let at_ms = match q.get("at") {
@@ -181,8 +181,8 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
             .ok_or_else(|| ApiError::bad("at", "at must be a date (2026-08-14) or an RFC 3339 time"))?,
     };
     let default_kind =
-        if board.periods.contains(&PeriodKind::AllTime) { PeriodKind::AllTime } else { board.periods[0] };
-    let base = keys::base(s.router.prefix(), &board.id, split);
+        if board.periods().contains(&PeriodKind::AllTime) { PeriodKind::AllTime } else { board.periods()[0] };
+    let base = keys::base(s.router.prefix(), board.id(), split);
     let raw = q.get("period").map(String::as_str).unwrap_or("");
     let (text, sealed) = match raw.strip_suffix(":final") {
         Some(t) => (t, true),
@@ -190,7 +190,7 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
     };
     // A rolling board, by name (`last7d`) or id (`r:last7d`).
     let rolling_name = text.strip_prefix("r:").unwrap_or(text);
-    if board.rolling.iter().any(|r| r.name == rolling_name) {
+    if board.rolling().iter().any(|r| r.name == rolling_name) {
         if sealed {
             return Err(ApiError::bad("period", "rolling boards are never sealed"));
         }
@@ -203,33 +203,33 @@ fn resolve<'a>(s: &'a AppState, board_id: &str, q: &HashMap<String, String>) -> 
         });
     }
     if text.starts_with("r:") {
-        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id)));
+        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
     }
     let period = match Some(text) {
         None | Some("") => {
-            Period::containing(default_kind, board.timezone, at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
+            Period::containing(default_kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
         }
         Some(text) if text.contains(':') || text == "all" => {
-            let p = Period::from_id(text, board.timezone).map_err(|e| ApiError::bad("period", e.to_string()))?;
-            if !board.periods.contains(&p.kind) {
-                return Err(ApiError::bad("period", format!("board '{}' keeps no {} periods", board.id, p.kind)));
+            let p = Period::from_id(text, board.timezone()).map_err(|e| ApiError::bad("period", e.to_string()))?;
+            if !board.periods().contains(&p.kind) {
+                return Err(ApiError::bad("period", format!("board '{}' keeps no {} periods", board.id(), p.kind)));
             }
             p
         }
         Some(text) => {
             let kind = PeriodKind::parse(text)
                 .ok_or_else(|| ApiError::bad("period", format!("'{text}' is not a period name or id")))?;
-            if !board.periods.contains(&kind) {
-                return Err(ApiError::bad("period", format!("board '{}' keeps no {kind} periods", board.id)));
+            if !board.periods().contains(&kind) {
+                return Err(ApiError::bad("period", format!("board '{}' keeps no {kind} periods", board.id())));
             }
-            Period::containing(kind, board.timezone, at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
+            Period::containing(kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
         }
     };
     let id = if sealed {
-        if board.close_after.is_none() {
+        if board.close_after().is_none() {
             return Err(ApiError::bad(
                 "period",
-                format!("board '{}' does not seal its periods (no close_after)", board.id),
+                format!("board '{}' does not seal its periods (no close_after)", board.id()),
             ));
         }
         if period.kind == PeriodKind::AllTime {
@@ -248,7 +248,7 @@ fn parse_at(text: &str, board: &Board) -> Option<i64> {
         return Some(t.timestamp_millis());
     }
     let d = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
-    board.timezone.from_local_datetime(&d.and_hms_opt(12, 0, 0)?).earliest().map(|t| t.timestamp_millis())
+    board.timezone().from_local_datetime(&d.and_hms_opt(12, 0, 0)?).earliest().map(|t| t.timestamp_millis())
 }
 
 fn parse_num(q: &HashMap<String, String>, name: &'static str, default: usize, max: usize) -> Result<usize, ApiError> {
@@ -276,9 +276,9 @@ fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy,
     match q.get("rank").map(String::as_str) {
         None | Some("ordinal") => Ok(RankPolicy::Ordinal),
         Some("competition") => Ok(RankPolicy::Competition),
-        Some("dense") if board.dense_rank => Ok(RankPolicy::Dense),
+        Some("dense") if board.dense_rank() => Ok(RankPolicy::Dense),
         Some("dense") => {
-            Err(ApiError::bad("rank", format!("board '{}' keeps no dense-rank index (dense_rank = false)", board.id)))
+            Err(ApiError::bad("rank", format!("board '{}' keeps no dense-rank index (dense_rank = false)", board.id())))
         }
         Some(_) => Err(ApiError::bad("rank", "rank must be ordinal, competition or dense")),
     }
@@ -286,7 +286,7 @@ fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy,
 
 /// The 404 of a player absent from a board: unranked, never rank 0 or last.
 fn unranked(player_id: &str, t: &Target<'_>) -> ApiError {
-    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id, t.period))
+    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id(), t.period))
 }
 
 /// Runs one query of `read.lua` on the target's keys.
@@ -298,7 +298,7 @@ async fn read_script<T: redis::FromRedisValue>(
 ) -> Result<T, ApiError> {
     let mut conn = s.redis.clone();
     let mut inv = s.script.key(&t.key);
-    inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing.shift());
+    inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
     for a in args {
         inv.arg(a);
     }
@@ -306,7 +306,7 @@ async fn read_script<T: redis::FromRedisValue>(
 }
 
 fn order_arg(board: &Board) -> &'static str {
-    match board.order {
+    match board.order() {
         Order::Desc => "desc",
         Order::Asc => "asc",
     }
@@ -350,7 +350,7 @@ fn int(v: Option<&redis::Value>) -> i64 {
 /// A stored score (Redis replies with a string) decoded to its value.
 fn value_of(board: &Board, raw: &redis::Value) -> i64 {
     let stored: f64 = redis::from_redis_value(raw.clone()).unwrap_or(0.0);
-    board.packing.decode(stored as i64)
+    board.packing().decode(stored as i64)
 }
 
 /// A listing reply `{ total, start, better, dense_better, m1, s1, ... }` as JSON entries.
@@ -393,7 +393,7 @@ async fn top(
     if limit == 0 {
         entries.clear();
     }
-    Ok(Json(json!({ "board": t.board.id, "period": t.period, "total": total, "entries": entries })))
+    Ok(Json(json!({ "board": t.board.id(), "period": t.period, "total": total, "entries": entries })))
 }
 
 async fn player(
@@ -411,11 +411,11 @@ async fn player(
     let score = reply.get(4).map(|v| value_of(t.board, v)).unwrap_or(0);
     let percentile = 100.0 * (total - (r.competition - 1)) as f64 / total.max(1) as f64;
     Ok(Json(json!({
-        "board": t.board.id,
+        "board": t.board.id(),
         "period": t.period,
         "player_id": player_id,
         "score": score,
-        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank.then_some(r.dense) },
+        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank().then_some(r.dense) },
         "percentile": (percentile * 100.0).round() / 100.0,
         "total": total,
     })))
@@ -436,7 +436,7 @@ async fn around(
     };
     let (total, entries) = listing(&t, &reply, policy);
     Ok(Json(json!({
-        "board": t.board.id,
+        "board": t.board.id(),
         "period": t.period,
         "player_id": player_id,
         "total": total,

@@ -361,7 +361,7 @@ impl Scheduler<'_> {
 
     async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
         let board = self.board_of(base)?.clone();
-        let period = Period::from_id(period_id, board.timezone).map_err(|e| e.to_string())?;
+        let period = Period::from_id(period_id, board.timezone()).map_err(|e| e.to_string())?;
         let Some(close_at) = board.close_at(&period) else {
             return Ok(Outcome::Done);
         };
@@ -387,15 +387,15 @@ impl Scheduler<'_> {
             close_at.to_string(),
             expire_at.to_string(),
             self.settings.sealing.top.to_string(),
-            board.order.as_str().to_string(),
+            board.order().as_str().to_string(),
             keys::published_field(&live),
         ];
         let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
         let (newly, published, total) = (int(0) == 1, int(1) == 1, int(2));
         if newly {
-            metrics::get().periods_sealed.with_label_values(&[&board.id]).inc();
-            info!(board = %board.id, key = %live, members = total, "Period sealed.");
+            metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
+            info!(board = %board.id(), key = %live, members = total, "Period sealed.");
         }
         if published {
             return Ok(Outcome::Done);
@@ -404,11 +404,11 @@ impl Scheduler<'_> {
         for (i, pair) in reply[3..].chunks(2).enumerate() {
             let member: String = redis::from_redis_value(pair[0].clone()).map_err(|e| e.to_string())?;
             let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| e.to_string())?;
-            entries.push(json!({ "rank": i + 1, "player_id": member, "score": board.packing.decode(stored as i64) }));
+            entries.push(json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(stored as i64) }));
         }
         let split = keys::split_of_base(base);
         let payload = json!({
-            "board": board.id,
+            "board": board.id(),
             "split": split.map(|(_, s)| s),
             "period": period_id,
             "key": keys::period_key(base, &final_id),
@@ -419,7 +419,7 @@ impl Scheduler<'_> {
         .to_string();
         let record_key = match split {
             Some((b, s)) => format!("{b}:{s}|{period_id}"),
-            None => format!("{}|{period_id}", board.id),
+            None => format!("{}|{period_id}", board.id()),
         };
         let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
         self.producer
@@ -434,38 +434,38 @@ impl Scheduler<'_> {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        info!(board = %board.id, key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
+        info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
         Ok(Outcome::Done)
     }
 
     async fn roll(&mut self, base: &str, name: &str) -> Result<Outcome, String> {
         let board = self.board_of(base)?.clone();
-        let Some(rolling) = board.rolling.iter().find(|r| r.name == name) else {
+        let Some(rolling) = board.rolling().iter().find(|r| r.name == name) else {
             return Ok(Outcome::Done);
         };
         let now = now_ms();
         let keys_ = rolling_keys(&board, base, name, rolling.days, now).map_err(|e| e.to_string())?;
-        let today = Period::containing(PeriodKind::Daily, board.timezone, now).map_err(|e| e.to_string())?;
+        let today = Period::containing(PeriodKind::Daily, board.timezone(), now).map_err(|e| e.to_string())?;
         // Kept a day past today, so a scheduler that stops leaves no stale board for long.
         let expire_at = today.end_ms.unwrap_or(now).div_euclid(1000) + 86_400;
-        let agg = match (board.mode, board.order) {
+        let agg = match (board.mode(), board.order()) {
             (Mode::Sum, _) => "SUM",
             (_, Order::Desc) => "MAX",
             (_, Order::Asc) => "MIN",
         };
         let args = [
             agg.to_string(),
-            board.packing.shift().to_string(),
-            if board.dense_rank { "1" } else { "0" }.to_string(),
+            board.packing().shift().to_string(),
+            if board.dense_rank() { "1" } else { "0" }.to_string(),
             expire_at.to_string(),
-            board.max_members.unwrap_or(0).to_string(),
-            board.order.as_str().to_string(),
+            board.max_members().unwrap_or(0).to_string(),
+            board.order().as_str().to_string(),
         ];
         let card: i64 = eval(self.store, &ROLL, ROLL_LUA, &keys_, &args).await?;
         let next = now + rolling.refresh.as_millis() as i64;
         match card {
             -1 => {
-                warn!(board = %board.id, rolling = name, "A rolling sum could pass 2^53 and lose exactness; it was not recomputed.");
+                warn!(board = %board.id(), rolling = name, "A rolling sum could pass 2^53 and lose exactness; it was not recomputed.");
                 Ok(Outcome::Again(next, "inexact"))
             }
             // Nothing in the window: the job ends; the tag's next event enqueues it again.
@@ -486,11 +486,11 @@ pub fn rolling_keys(
 ) -> Result<Vec<String>, crate::period::PeriodError> {
     let id = keys::rolling_id(name);
     let mut out = vec![keys::period_key(base, &id), keys::dense_key(base, &id), keys::registry_key(base)];
-    let mut day = Period::containing(PeriodKind::Daily, board.timezone, now_ms)?;
+    let mut day = Period::containing(PeriodKind::Daily, board.timezone(), now_ms)?;
     for _ in 0..days {
         out.push(keys::period_key(base, &day.id));
         let start = day.start_ms.unwrap_or(now_ms);
-        day = Period::containing(PeriodKind::Daily, board.timezone, start - 1)?;
+        day = Period::containing(PeriodKind::Daily, board.timezone(), start - 1)?;
     }
     Ok(out)
 }
@@ -514,7 +514,7 @@ pub fn jobs_for<'a>(
             }
         }
     }
-    for r in &board.rolling {
+    for r in board.rolling() {
         if seen.insert((base, r.name.as_str())) {
             out.push((Job::Roll { base: base.into(), name: r.name.clone() }.encode(), now_ms));
         }
@@ -525,7 +525,6 @@ pub fn jobs_for<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn jobs_round_trip_even_when_the_prefix_holds_a_bar() {
@@ -540,18 +539,9 @@ mod tests {
 
     #[test]
     fn rolling_keys_walk_back_over_days_in_the_board_zone() {
-        let board = Board::new(
-            "p".into(),
-            vec!["m".into()],
-            Mode::Sum,
-            Order::Desc,
-            vec![PeriodKind::Daily],
-            "America/New_York".parse().unwrap(),
-            crate::board::TieBreak::Member,
-            None,
-            crate::score::Packing::member(None).unwrap(),
-            BTreeMap::new(),
-        );
+        let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Sum, &[PeriodKind::Daily]);
+        spec.timezone = "America/New_York".parse().unwrap();
+        let board = Board::new(spec);
         // 2026-11-02 03:00 UTC is still Nov 1 in New York (the DST change is that day).
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-02T03:00:00Z").unwrap().timestamp_millis();
         let k = rolling_keys(&board, "lb:{p}", "last3d", 3, now).unwrap();

@@ -21,12 +21,13 @@ async fn store(redis: &Redis) -> Store {
 }
 
 async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64) -> Store {
-    let settings = RedisSettings {
-        url: redis.url(),
-        cluster: false,
-        key_prefix: "lb".into(),
-        dedupe_ttl: Duration::from_secs(dedupe_ttl_secs),
-    };
+    let text = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+         [redis]\nurl = \"{}\"\ndedupe_ttl = \"{dedupe_ttl_secs}s\"\n\
+         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+        redis.url()
+    );
+    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
     Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl)
 }
 

@@ -97,7 +97,7 @@ async fn enqueue_jobs(cx: &Context, items: &[Item]) -> bool {
             for (b, decision) in decisions {
                 let Decision::Write(w) = decision else { continue };
                 let board = &cx.router.boards()[*b];
-                if board.close_after.is_none() && board.rolling.is_empty() {
+                if board.close_after().is_none() && board.rolling().is_empty() {
                     continue;
                 }
                 for (job, due) in schedule::jobs_for(board, &w.base, &w.periods, now_ms, &mut seen) {

@@ -18,7 +18,7 @@ pub async fn erase_everywhere(cx: &Context, field: &str, offset: i64, player_id:
             .into_iter()
             .map(|base| {
                 let shift =
-                    keys::board_of_base(&base).and_then(|id| cx.router.board(id)).map_or(1, |b| b.packing.shift());
+                    keys::board_of_base(&base).and_then(|id| cx.router.board(id)).map_or(1, |b| b.packing().shift());
                 (base, shift)
             })
             .collect();

@@ -151,7 +151,7 @@ pub async fn run(
         .subscribe(&topics)
         .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
     let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
-    metrics::get().init_boards(router.boards().iter().map(|b| b.id.as_str()));
+    metrics::get().init_boards(router.boards().iter().map(|b| b.id()));
     info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
 
     let cx = Context { settings, router, store, health, producer, cancel, jobs: Mutex::default(), marks };
@@ -369,8 +369,8 @@ impl Pipeline {
                 Item::Event { decisions, results, .. } => outcome::tallies(decisions, results),
                 _ => Vec::new(),
             };
-            count(&tallies, |b| &boards[b].id);
-            match outcome::fold(item, &tallies, |b| &boards[b].id) {
+            count(&tallies, |b| boards[b].id());
+            match outcome::fold(item, &tallies, |b| boards[b].id()) {
                 Final::Applied => {
                     if let Item::Event { event, .. } = item {
                         from_event.observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);

@@ -1,264 +1,12 @@
-//! Boards: their validated settings, routing events to them, and planning the
-//! Redis writes one event makes on each board it reaches.
-//!
-//! Planning is pure. It decides, from the event and the Kafka record
-//! timestamp alone, which period keys an event lands in and when each
-//! expires, and refuses what it can refuse without Redis (`expired_period`,
-//! a missing or bad split value). Decisions that need the board's current
-//! state (a `sum` leaving the exact range) are taken by the apply script.
+//! Routing events to the boards that take them, and planning each board's
+//! writes (pure: no I/O, see the module above).
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use chrono_tz::Tz;
-
+use super::{Board, BoardWrite, Decision, Mode, PeriodWrite};
 use crate::event::{valid_split_value, Event, Reason};
 use crate::keys;
 use crate::period::{Period, PeriodKind};
-use crate::score::Packing;
-
-/// How a board combines an event's score with what it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// `ZINCRBY`: points accumulate; negative deltas allowed.
-    Sum,
-    /// `ZADD GT` (desc) or `ZADD LT` (asc): a personal best.
-    Best,
-    /// The value of the member's newest event (by event time).
-    Latest,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Sum => "sum",
-            Mode::Best => "best",
-            Mode::Latest => "latest",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Order {
-    /// Higher is better.
-    Desc,
-    /// Lower is better (time trials).
-    Asc,
-}
-
-impl Order {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Order::Desc => "desc",
-            Order::Asc => "asc",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TieBreak {
-    /// Equal scores ordered by member bytes (Redis's own order).
-    Member,
-    /// Among equal scores, the player who reached the score first ranks higher.
-    Earliest,
-}
-
-/// One validated `[[board]]`.
-#[derive(Clone, Debug)]
-pub struct Board {
-    pub id: String,
-    /// Event types the board takes.
-    pub on: Vec<String>,
-    pub mode: Mode,
-    pub order: Order,
-    pub periods: Vec<PeriodKind>,
-    /// Where the board's days and weeks begin.
-    pub timezone: Tz,
-    pub tie_break: TieBreak,
-    /// `attrs` key whose value selects a split board.
-    pub split_by: Option<String>,
-    /// How values and tie-break times become stored scores.
-    pub packing: Packing,
-    /// Top-K: members kept per period key (`best` and `latest` boards only).
-    pub max_members: Option<u64>,
-    /// Per-player sliding window on event time: (events, window ms).
-    pub rate_limit: Option<(u64, i64)>,
-    /// Whether the dense-rank index is kept (reads with `rank=dense` need it).
-    pub dense_rank: bool,
-    /// Periods are sealed this long after they end; `None`: never.
-    pub close_after: Option<Duration>,
-    /// Rolling unions of the daily keys.
-    pub rolling: Vec<Rolling>,
-    /// Retentions the config set; others take the period's default.
-    retention: BTreeMap<PeriodKind, Duration>,
-}
-
-impl Board {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: String,
-        on: Vec<String>,
-        mode: Mode,
-        order: Order,
-        periods: Vec<PeriodKind>,
-        timezone: Tz,
-        tie_break: TieBreak,
-        split_by: Option<String>,
-        packing: Packing,
-        retention: BTreeMap<PeriodKind, Duration>,
-    ) -> Board {
-        Board {
-            id,
-            on,
-            mode,
-            order,
-            periods,
-            timezone,
-            tie_break,
-            split_by,
-            packing,
-            max_members: None,
-            rate_limit: None,
-            dense_rank: true,
-            close_after: None,
-            rolling: Vec::new(),
-            retention,
-        }
-    }
-
-    /// How long a period's key outlives the period; `None` never expires.
-    pub fn retention(&self, kind: PeriodKind) -> Option<Duration> {
-        if kind == PeriodKind::AllTime {
-            return None;
-        }
-        self.retention.get(&kind).copied().or_else(|| kind.default_retention())
-    }
-
-    /// When a period of this board closes (epoch ms): its end plus
-    /// `close_after`. `None` for boards that never close and for all_time.
-    pub fn close_at(&self, period: &Period) -> Option<i64> {
-        let after = self.close_after?;
-        let end = period.end_ms?;
-        Some(end.saturating_add(after.as_millis().min(i64::MAX as u128) as i64))
-    }
-
-    /// The write the apply script makes for this board.
-    pub fn write_op(&self) -> WriteOp {
-        match (self.mode, self.order) {
-            (Mode::Sum, _) => WriteOp::Sum,
-            (Mode::Best, Order::Desc) => WriteOp::Gt,
-            (Mode::Best, Order::Asc) => WriteOp::Lt,
-            (Mode::Latest, _) => WriteOp::Latest,
-        }
-    }
-
-    /// Everything the apply script needs to know about the board.
-    pub fn write_params(&self) -> WriteParams {
-        WriteParams {
-            op: self.write_op(),
-            shift: self.packing.shift(),
-            max_value: self.packing.max_value(),
-            desc: self.order == Order::Desc,
-            top_k: self.max_members.unwrap_or(0),
-            rate_events: self.rate_limit.map_or(0, |r| r.0),
-            rate_window_ms: self.rate_limit.map_or(0, |r| r.1),
-            dense: self.dense_rank,
-            sealed: self.close_after.is_some(),
-        }
-    }
-}
-
-/// A rolling board: the union of the last `days` daily keys, today included.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rolling {
-    pub name: String,
-    pub days: u32,
-    pub refresh: Duration,
-}
-
-/// A board's constants as the apply script takes them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WriteParams {
-    pub op: WriteOp,
-    /// Packing multiplier (2^tie bits) and value limit (see `score::Packing`).
-    pub shift: i64,
-    pub max_value: i64,
-    /// Whether higher is better (which end top-K trimming drops).
-    pub desc: bool,
-    /// Members kept per period key; 0: no limit.
-    pub top_k: u64,
-    /// Rate limit per member; 0 events: none.
-    pub rate_events: u64,
-    pub rate_window_ms: i64,
-    /// Whether the dense-rank index is kept.
-    pub dense: bool,
-    /// Whether periods are sealed: writes to a sealed period are refused.
-    pub sealed: bool,
-}
-
-/// The Redis write a board makes, as the apply script names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WriteOp {
-    Sum,
-    Gt,
-    Lt,
-    Latest,
-}
-
-impl WriteOp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WriteOp::Sum => "sum",
-            WriteOp::Gt => "gt",
-            WriteOp::Lt => "lt",
-            WriteOp::Latest => "latest",
-        }
-    }
-}
-
-/// One period key an event writes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeriodWrite {
-    /// The period id, e.g. `d:2026-08-14`.
-    pub id: String,
-    /// The board key, e.g. `lb:{points}:d:2026-08-14`.
-    pub key: String,
-    /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
-    pub dense_key: String,
-    /// The index's value counts, `lb:{points}:_dcount:d:2026-08-14`.
-    pub count_key: String,
-    /// `latest` boards: each member's event time, `lb:{points}:_ts:d:2026-08-14`.
-    pub times_key: String,
-    /// `EXPIREAT` seconds of both; `None`: never expires.
-    pub expire_at: Option<i64>,
-    /// Boards with `close_after`: when the period closes, epoch ms.
-    pub close_at: Option<i64>,
-}
-
-/// The writes one event makes on one board.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BoardWrite {
-    /// Key base of the board (or split): every key below shares its hash tag.
-    pub base: String,
-    pub params: WriteParams,
-    /// Shared with the router's cache: every event of a period on a board
-    /// (and split) writes the same keys.
-    pub periods: Vec<Arc<PeriodWrite>>,
-    /// `sum`: the delta; `best` and `latest`: the packed stored score.
-    pub num: i64,
-    /// `sum`: the tie component to pack with the new total; otherwise 0.
-    pub tie: i64,
-    /// The event time, epoch ms (for `latest` and the rate limit).
-    pub ts: i64,
-}
-
-/// One board's decision for one event, before Redis.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
-    Write(BoardWrite),
-    Refused(Reason),
-}
 
 /// Maps event types to the boards that take them.
 #[derive(Clone, Debug)]
@@ -303,7 +51,7 @@ impl Router {
     pub fn new(boards: Vec<Board>, prefix: &str) -> Router {
         let mut by_type: rustc_hash::FxHashMap<String, Vec<usize>> = Default::default();
         for (i, b) in boards.iter().enumerate() {
-            for t in &b.on {
+            for t in b.on() {
                 by_type.entry(t.clone()).or_default().push(i);
             }
         }
@@ -315,7 +63,7 @@ impl Router {
     }
 
     pub fn board(&self, id: &str) -> Option<&Board> {
-        self.boards.iter().find(|b| b.id == id)
+        self.boards.iter().find(|b| b.id() == id)
     }
 
     pub fn prefix(&self) -> &str {
@@ -360,7 +108,7 @@ impl Router {
             }
         }
         let board = &self.boards[i];
-        let period = Period::containing(kind, board.timezone, ts_ms).ok()?;
+        let period = Period::containing(kind, board.timezone(), ts_ms).ok()?;
         let write = Arc::new(PeriodWrite {
             key: keys::period_key(base, &period.id),
             dense_key: keys::dense_key(base, &period.id),
@@ -388,7 +136,7 @@ impl Router {
 
     fn plan_board(&self, i: usize, event: &Event, record_ts_ms: i64) -> Decision {
         let board = &self.boards[i];
-        let split = match &board.split_by {
+        let split = match board.split_by() {
             None => None,
             Some(attr) => match event.attrs.get(attr) {
                 None => return Decision::Refused(Reason::MissingSplit),
@@ -396,20 +144,20 @@ impl Router {
                 Some(v) => Some(v.as_str()),
             },
         };
-        let (num, tie) = match board.mode {
-            Mode::Sum => match board.packing.tie(event.ts_ms) {
-                Some(tie) if event.score.abs() <= board.packing.max_value() => (event.score, tie),
+        let (num, tie) = match board.mode() {
+            Mode::Sum => match board.packing().tie(event.ts_ms) {
+                Some(tie) if event.score.abs() <= board.packing().max_value() => (event.score, tie),
                 _ => return Decision::Refused(Reason::ScoreOutOfRange),
             },
-            Mode::Best | Mode::Latest => match board.packing.encode(event.score, event.ts_ms) {
+            Mode::Best | Mode::Latest => match board.packing().encode(event.score, event.ts_ms) {
                 Some(stored) => (stored, 0),
                 None => return Decision::Refused(Reason::ScoreOutOfRange),
             },
         };
-        let base = keys::base(&self.prefix, &board.id, split);
-        let mut out = Vec::with_capacity(board.periods.len());
+        let base = keys::base(&self.prefix, board.id(), split);
+        let mut out = Vec::with_capacity(board.periods().len());
         let mut closed = false;
-        for &kind in &board.periods {
+        for &kind in board.periods() {
             let Some(write) = self.period_write(i, split, &base, kind, event.ts_ms) else {
                 continue;
             };
@@ -434,22 +182,22 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::board::{BoardSpec, Order, WriteOp};
+    use crate::score::Packing;
     use uuid::Uuid;
 
+    fn spec(id: &str, mode: Mode, order: Order, periods: &[PeriodKind], split: Option<&str>) -> BoardSpec {
+        let mut spec = BoardSpec::for_tests(id, mode, periods);
+        spec.order = order;
+        spec.split_by = split.map(String::from);
+        spec
+    }
+
     fn board(id: &str, mode: Mode, order: Order, periods: &[PeriodKind], split: Option<&str>) -> Board {
-        Board::new(
-            id.into(),
-            vec!["match_finished".into()],
-            mode,
-            order,
-            periods.to_vec(),
-            Tz::UTC,
-            TieBreak::Member,
-            split.map(String::from),
-            Packing::member(None).unwrap(),
-            BTreeMap::new(),
-        )
+        Board::new(spec(id, mode, order, periods, split))
     }
 
     fn event(ts: &str, attrs: &[(&str, &str)]) -> Event {
@@ -572,9 +320,9 @@ mod tests {
     #[test]
     fn a_period_refuses_events_produced_at_or_after_its_close() {
         use PeriodKind::*;
-        let mut b = board("points", Mode::Sum, Order::Desc, &[Hourly, Daily, AllTime], None);
+        let mut b = spec("points", Mode::Sum, Order::Desc, &[Hourly, Daily, AllTime], None);
         b.close_after = Some(Duration::from_secs(3600));
-        let r = Router::new(vec![b], "lb");
+        let r = Router::new(vec![Board::new(b)], "lb");
         let e = event("2026-08-14T13:30:00Z", &[]);
         let close_hour = chrono::DateTime::parse_from_rfc3339("2026-08-14T15:00:00Z").unwrap().timestamp_millis();
         let Decision::Write(w) = &r.plan(&e, close_hour - 1)[0].1 else { panic!() };
@@ -585,9 +333,9 @@ mod tests {
         let Decision::Write(w) = &r.plan(&e, close_hour)[0].1 else { panic!() };
         let ids: Vec<&str> = w.periods.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(ids, ["d:2026-08-14", "all"]);
-        let mut only_hour = board("h", Mode::Sum, Order::Desc, &[Hourly], None);
+        let mut only_hour = spec("h", Mode::Sum, Order::Desc, &[Hourly], None);
         only_hour.close_after = Some(Duration::from_secs(3600));
-        let r = Router::new(vec![only_hour], "lb");
+        let r = Router::new(vec![Board::new(only_hour)], "lb");
         assert_eq!(r.plan(&e, close_hour)[0].1, Decision::Refused(Reason::PeriodClosed));
     }
 
@@ -602,12 +350,13 @@ mod tests {
 
     #[test]
     fn earliest_boards_pack_the_time_and_refuse_what_does_not_fit() {
-        let mut b = board("best", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
+        let mut b = spec("best", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
         b.packing = Packing::earliest(true, 0, 1000, 365 * 86_400_000, Some(1000)).unwrap();
+        let b = Board::new(b);
         let r = Router::new(vec![b.clone()], "lb");
         let e = event("1970-01-01T00:00:05Z", &[]);
         let Decision::Write(w) = &r.plan(&e, e.ts_ms)[0].1 else { panic!() };
-        assert_eq!(w.num, b.packing.encode(10, 5000).unwrap());
+        assert_eq!(w.num, b.packing().encode(10, 5000).unwrap());
         let mut big = e.clone();
         big.score = 1001;
         assert_eq!(r.plan(&big, big.ts_ms)[0].1, Decision::Refused(Reason::ScoreOutOfRange));

@@ -1,0 +1,334 @@
+//! Boards: their validated settings and the writes one event makes on a
+//! board; [`Router`] routes events to boards and plans those writes.
+//!
+//! Planning is pure. It decides, from the event and the Kafka record
+//! timestamp alone, which period keys an event lands in and when each
+//! expires, and refuses what it can refuse without Redis (`expired_period`,
+//! a missing or bad split value). Decisions that need the board's current
+//! state (a `sum` leaving the exact range) are taken by the apply script.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+use crate::event::Reason;
+use crate::period::{Period, PeriodKind};
+use crate::score::Packing;
+
+mod router;
+
+pub use router::Router;
+
+/// How a board combines an event's score with what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `ZINCRBY`: points accumulate; negative deltas allowed.
+    Sum,
+    /// `ZADD GT` (desc) or `ZADD LT` (asc): a personal best.
+    Best,
+    /// The value of the member's newest event (by event time).
+    Latest,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sum => "sum",
+            Mode::Best => "best",
+            Mode::Latest => "latest",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Higher is better.
+    Desc,
+    /// Lower is better (time trials).
+    Asc,
+}
+
+impl Order {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Order::Desc => "desc",
+            Order::Asc => "asc",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TieBreak {
+    /// Equal scores ordered by member bytes (Redis's own order).
+    Member,
+    /// Among equal scores, the player who reached the score first ranks higher.
+    Earliest,
+}
+
+/// One validated `[[board]]`. Built only from a [`BoardSpec`] that config
+/// validation checked, and read through its methods, so a board in use
+/// always holds a valid combination.
+#[derive(Clone, Debug)]
+pub struct Board {
+    spec: BoardSpec,
+}
+
+/// Everything a board is, as config validation leaves it.
+#[derive(Clone, Debug)]
+pub struct BoardSpec {
+    pub id: String,
+    /// Event types the board takes.
+    pub on: Vec<String>,
+    pub mode: Mode,
+    pub order: Order,
+    pub periods: Vec<PeriodKind>,
+    /// Where the board's days and weeks begin.
+    pub timezone: Tz,
+    pub tie_break: TieBreak,
+    /// `attrs` key whose value selects a split board.
+    pub split_by: Option<String>,
+    /// How values and tie-break times become stored scores.
+    pub packing: Packing,
+    /// Retentions the config set; others take the period's default.
+    pub retention: BTreeMap<PeriodKind, Duration>,
+    /// Top-K: members kept per period key (`best` and `latest` boards only).
+    pub max_members: Option<u64>,
+    /// Per-player sliding window on event time: (events, window ms).
+    pub rate_limit: Option<(u64, i64)>,
+    /// Whether the dense-rank index is kept (reads with `rank=dense` need it).
+    pub dense_rank: bool,
+    /// Periods are sealed this long after they end; `None`: never.
+    pub close_after: Option<Duration>,
+    /// Rolling unions of the daily keys.
+    pub rolling: Vec<Rolling>,
+}
+
+#[cfg(test)]
+impl BoardSpec {
+    /// A desc board with member ties and default limits, for unit tests.
+    pub(crate) fn for_tests(id: &str, mode: Mode, periods: &[PeriodKind]) -> BoardSpec {
+        BoardSpec {
+            id: id.into(),
+            on: vec!["match_finished".into()],
+            mode,
+            order: Order::Desc,
+            periods: periods.to_vec(),
+            timezone: Tz::UTC,
+            tie_break: TieBreak::Member,
+            split_by: None,
+            packing: Packing::member(None).expect("the default packing"),
+            retention: BTreeMap::new(),
+            max_members: None,
+            rate_limit: None,
+            dense_rank: true,
+            close_after: None,
+            rolling: Vec::new(),
+        }
+    }
+}
+
+impl Board {
+    /// A board from a validated spec (see `config`).
+    pub(crate) fn new(spec: BoardSpec) -> Board {
+        Board { spec }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    /// Event types the board takes.
+    pub fn on(&self) -> &[String] {
+        &self.spec.on
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.spec.mode
+    }
+
+    pub fn order(&self) -> Order {
+        self.spec.order
+    }
+
+    pub fn periods(&self) -> &[PeriodKind] {
+        &self.spec.periods
+    }
+
+    /// Where the board's days and weeks begin.
+    pub fn timezone(&self) -> Tz {
+        self.spec.timezone
+    }
+
+    pub fn tie_break(&self) -> TieBreak {
+        self.spec.tie_break
+    }
+
+    /// `attrs` key whose value selects a split board.
+    pub fn split_by(&self) -> Option<&str> {
+        self.spec.split_by.as_deref()
+    }
+
+    /// How values and tie-break times become stored scores.
+    pub fn packing(&self) -> &Packing {
+        &self.spec.packing
+    }
+
+    /// Top-K: members kept per period key.
+    pub fn max_members(&self) -> Option<u64> {
+        self.spec.max_members
+    }
+
+    /// Per-player sliding window on event time: (events, window ms).
+    pub fn rate_limit(&self) -> Option<(u64, i64)> {
+        self.spec.rate_limit
+    }
+
+    /// Whether the dense-rank index is kept.
+    pub fn dense_rank(&self) -> bool {
+        self.spec.dense_rank
+    }
+
+    /// Periods are sealed this long after they end; `None`: never.
+    pub fn close_after(&self) -> Option<Duration> {
+        self.spec.close_after
+    }
+
+    /// Rolling unions of the daily keys.
+    pub fn rolling(&self) -> &[Rolling] {
+        &self.spec.rolling
+    }
+
+    /// How long a period's key outlives the period; `None` never expires.
+    pub fn retention(&self, kind: PeriodKind) -> Option<Duration> {
+        if kind == PeriodKind::AllTime {
+            return None;
+        }
+        self.spec.retention.get(&kind).copied().or_else(|| kind.default_retention())
+    }
+
+    /// When a period of this board closes (epoch ms): its end plus
+    /// `close_after`. `None` for boards that never close and for all_time.
+    pub fn close_at(&self, period: &Period) -> Option<i64> {
+        let after = self.spec.close_after?;
+        let end = period.end_ms?;
+        Some(end.saturating_add(after.as_millis().min(i64::MAX as u128) as i64))
+    }
+
+    /// The write the apply script makes for this board.
+    pub fn write_op(&self) -> WriteOp {
+        match (self.spec.mode, self.spec.order) {
+            (Mode::Sum, _) => WriteOp::Sum,
+            (Mode::Best, Order::Desc) => WriteOp::Gt,
+            (Mode::Best, Order::Asc) => WriteOp::Lt,
+            (Mode::Latest, _) => WriteOp::Latest,
+        }
+    }
+
+    /// Everything the apply script needs to know about the board.
+    pub fn write_params(&self) -> WriteParams {
+        WriteParams {
+            op: self.write_op(),
+            shift: self.spec.packing.shift(),
+            max_value: self.spec.packing.max_value(),
+            desc: self.spec.order == Order::Desc,
+            top_k: self.spec.max_members.unwrap_or(0),
+            rate_events: self.spec.rate_limit.map_or(0, |r| r.0),
+            rate_window_ms: self.spec.rate_limit.map_or(0, |r| r.1),
+            dense: self.spec.dense_rank,
+            sealed: self.spec.close_after.is_some(),
+        }
+    }
+}
+
+/// A rolling board: the union of the last `days` daily keys, today included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rolling {
+    pub name: String,
+    pub days: u32,
+    pub refresh: Duration,
+}
+
+/// A board's constants as the apply script takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteParams {
+    pub op: WriteOp,
+    /// Packing multiplier (2^tie bits) and value limit (see `score::Packing`).
+    pub shift: i64,
+    pub max_value: i64,
+    /// Whether higher is better (which end top-K trimming drops).
+    pub desc: bool,
+    /// Members kept per period key; 0: no limit.
+    pub top_k: u64,
+    /// Rate limit per member; 0 events: none.
+    pub rate_events: u64,
+    pub rate_window_ms: i64,
+    /// Whether the dense-rank index is kept.
+    pub dense: bool,
+    /// Whether periods are sealed: writes to a sealed period are refused.
+    pub sealed: bool,
+}
+
+/// The Redis write a board makes, as the apply script names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteOp {
+    Sum,
+    Gt,
+    Lt,
+    Latest,
+}
+
+impl WriteOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteOp::Sum => "sum",
+            WriteOp::Gt => "gt",
+            WriteOp::Lt => "lt",
+            WriteOp::Latest => "latest",
+        }
+    }
+}
+
+/// One period key an event writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeriodWrite {
+    /// The period id, e.g. `d:2026-08-14`.
+    pub id: String,
+    /// The board key, e.g. `lb:{points}:d:2026-08-14`.
+    pub key: String,
+    /// Its dense-rank index, `lb:{points}:_dense:d:2026-08-14`.
+    pub dense_key: String,
+    /// The index's value counts, `lb:{points}:_dcount:d:2026-08-14`.
+    pub count_key: String,
+    /// `latest` boards: each member's event time, `lb:{points}:_ts:d:2026-08-14`.
+    pub times_key: String,
+    /// `EXPIREAT` seconds of both; `None`: never expires.
+    pub expire_at: Option<i64>,
+    /// Boards with `close_after`: when the period closes, epoch ms.
+    pub close_at: Option<i64>,
+}
+
+/// The writes one event makes on one board.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BoardWrite {
+    /// Key base of the board (or split): every key below shares its hash tag.
+    pub base: String,
+    pub params: WriteParams,
+    /// Shared with the router's cache: every event of a period on a board
+    /// (and split) writes the same keys.
+    pub periods: Vec<Arc<PeriodWrite>>,
+    /// `sum`: the delta; `best` and `latest`: the packed stored score.
+    pub num: i64,
+    /// `sum`: the tie component to pack with the new total; otherwise 0.
+    pub tie: i64,
+    /// The event time, epoch ms (for `latest` and the rate limit).
+    pub ts: i64,
+}
+
+/// One board's decision for one event, before Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Write(BoardWrite),
+    Refused(Reason),
+}

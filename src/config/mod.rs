@@ -1,0 +1,361 @@
+//! Configuration: the TOML file, its `RANKFLOW_` environment overrides, and
+//! validation into types that cannot hold an invalid value.
+//!
+//! Loading has three steps. The file is read as a TOML tree; every environment
+//! variable `RANKFLOW_<SECTION>__<KEY>` (double underscores separate the path,
+//! array items are numbered: `RANKFLOW_BOARD__0__MODE=best`) replaces or adds
+//! one value in the tree ([`env`]); the tree is then deserialised into the raw
+//! structs ([`raw`], `deny_unknown_fields`), whose typed values keep their
+//! parse errors ([`field::Typed`]), and validated once, section by section
+//! ([`sections`], [`boards`]), into [`Settings`]. Validation names *every*
+//! bad field with its path and reason, not just the first. This module never
+//! connects to anything: `rankflow check-config` is exactly [`load`].
+
+use std::path::Path;
+
+mod boards;
+mod env;
+pub mod field;
+mod raw;
+mod sections;
+mod settings;
+
+pub use field::parse_duration;
+pub use settings::{
+    redact_url, EventSettings, HttpSettings, KafkaSettings, RedisSettings, SealingSettings, Settings, WorkerSettings,
+};
+
+use env::apply_override;
+use field::Errors;
+use raw::RawConfig;
+
+/// One problem with the configuration: the dotted path of the field and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file is not valid TOML: {0}")]
+    Toml(String),
+    #[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<FieldError>),
+}
+
+impl ConfigError {
+    /// The field errors, if this is a validation failure.
+    pub fn fields(&self) -> &[FieldError] {
+        match self {
+            ConfigError::Invalid(v) => v,
+            _ => &[],
+        }
+    }
+}
+
+/// Reads, overrides from the process environment, and validates a config file.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+    load_str(&text, std::env::vars())
+}
+
+/// [`load`] on a string, with the environment passed in (for tests).
+pub fn load_str(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Settings, ConfigError> {
+    let mut tree: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+    let mut errors = Vec::new();
+    for (name, value) in env {
+        if let Some(path) = name.strip_prefix("RANKFLOW_") {
+            if path == "LOG" || path == "LOG_FORMAT" {
+                continue; // logging switches, read by main
+            }
+            if let Err(reason) = apply_override(&mut tree, path, &value) {
+                errors.push(FieldError { field: name.clone(), reason });
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigError::Invalid(errors));
+    }
+    let raw: RawConfig = serde_path_to_error::deserialize(tree).map_err(|e| {
+        let field = e.path().to_string();
+        let reason = e.inner().to_string();
+        ConfigError::Invalid(vec![FieldError {
+            field: if field == "." { "(top level)".into() } else { field },
+            reason,
+        }])
+    })?;
+    validate(raw)
+}
+
+/// Validates every section, collecting every problem.
+fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
+    let mut e = Errors::default();
+    let kafka = sections::kafka(raw.kafka, &mut e);
+    let redis = sections::redis(raw.redis, &mut e);
+    let http = sections::http(raw.http, &mut e);
+    let events = sections::events(raw.events, &mut e);
+    let worker = sections::worker(raw.worker, &mut e);
+    let sealing = sections::sealing(raw.sealing, &mut e);
+    let boards = boards::boards(raw.boards, &mut e);
+    match (redis, http, events, worker, sealing) {
+        (Some(redis), Some(http), Some(events), Some(worker), Some(sealing)) if e.0.is_empty() => {
+            Ok(Settings { kafka, redis, http, events, worker, sealing, boards })
+        }
+        _ => Err(ConfigError::Invalid(e.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::board::{Mode, Order, Rolling};
+    use crate::period::PeriodKind;
+
+    const GOOD: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+topics = ["scores"]
+dead_letter_topic = "scores.dlq"
+[kafka.options]
+"session.timeout.ms" = 30000
+
+[redis]
+url = "redis://127.0.0.1:6379"
+dedupe_ttl = "7d"
+
+[[board]]
+id = "points"
+on = ["match_finished"]
+mode = "sum"
+periods = ["daily", "weekly", "all_time"]
+
+[[board]]
+id = "laps"
+on = ["lap"]
+mode = "best"
+order = "asc"
+periods = ["all_time"]
+timezone = "Europe/Berlin"
+split_by = "track"
+retention = { daily = "30d" }
+"#;
+
+    fn none() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    fn errors(text: &str, env: Vec<(String, String)>) -> Vec<FieldError> {
+        match load_str(text, env) {
+            Err(ConfigError::Invalid(v)) => v,
+            other => panic!("expected field errors, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_file_loads_with_defaults() {
+        let s = load_str(GOOD, none()).unwrap();
+        assert_eq!(s.kafka.group_id, "rankflow");
+        assert_eq!(s.kafka.options["session.timeout.ms"], "30000");
+        assert_eq!(s.redis.dedupe_ttl, Duration::from_secs(7 * 86400));
+        assert_eq!(s.redis.key_prefix, "lb");
+        assert_eq!(s.http.listen.port(), 9898);
+        assert_eq!(s.events.max_event_bytes, 65536);
+        assert_eq!(s.events.max_future_skew, Duration::from_secs(300));
+        assert_eq!(s.boards.len(), 2);
+        assert_eq!(s.boards[1].order(), Order::Asc);
+        assert_eq!(s.boards[1].split_by(), Some("track"));
+        assert_eq!(s.boards[1].retention(PeriodKind::Daily), Some(Duration::from_secs(30 * 86400)));
+        assert_eq!(s.boards[1].retention(PeriodKind::Weekly), Some(Duration::from_secs(35 * 86400)));
+    }
+
+    #[test]
+    fn environment_overrides_any_value() {
+        let env = vec![
+            ("RANKFLOW_KAFKA__BROKERS".to_string(), "k1:9092,k2:9092".to_string()),
+            ("RANKFLOW_REDIS__CLUSTER".to_string(), "true".to_string()),
+            ("RANKFLOW_BOARD__1__MODE".to_string(), "sum".to_string()),
+            ("RANKFLOW_KAFKA__OPTIONS__SASL_PASSWORD".to_string(), "s3cret".to_string()),
+            ("RANKFLOW_KAFKA__TOPICS".to_string(), r#"["a","b"]"#.to_string()),
+            ("UNRELATED".to_string(), "x".to_string()),
+        ];
+        let s = load_str(GOOD, env).unwrap();
+        assert_eq!(s.kafka.brokers, "k1:9092,k2:9092");
+        assert!(s.redis.cluster);
+        assert_eq!(s.boards[1].mode(), Mode::Sum);
+        assert_eq!(s.kafka.options["sasl.password"], "s3cret");
+        assert_eq!(s.kafka.topics, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn every_bad_field_is_named_with_its_reason() {
+        let bad = GOOD
+            .replace("id = \"points\"", "id = \"Points!\"")
+            .replace("mode = \"best\"", "mode = \"median\"")
+            .replace("\"weekly\"", "\"fortnightly\"")
+            .replace("Europe/Berlin", "Mars/Olympus")
+            .replace("dedupe_ttl = \"7d\"", "dedupe_ttl = \"seven days\"");
+        let errs = errors(&bad, none());
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        for f in ["board[0].id", "board[1].mode", "board[0].periods[1]", "board[1].timezone", "redis.dedupe_ttl"] {
+            assert!(fields.contains(&f), "{f} not in {fields:?}");
+        }
+        assert!(errs.iter().all(|e| !e.reason.is_empty()));
+    }
+
+    #[test]
+    fn bad_durations_and_numbers_in_every_section_are_all_named_at_once() {
+        let text = GOOD.replace("dedupe_ttl = \"7d\"", "dedupe_ttl = \"500ms\"")
+            + "[worker]\nbatch_linger = \"soon\"\nmax_backoff = \"1ms\"\nbatch_size = 0\n\
+               [http]\nlisten = \"nowhere\"\n[sealing]\nlease = \"forever\"\ntopic = \"sealed topic!\"\n";
+        let errs = errors(&text, none());
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        for f in [
+            "redis.dedupe_ttl",
+            "worker.batch_linger",
+            "worker.max_backoff",
+            "worker.batch_size",
+            "http.listen",
+            "sealing.lease",
+            "sealing.topic",
+        ] {
+            assert!(fields.contains(&f), "{f} not in {fields:?}");
+        }
+        let reason = |f: &str| errs.iter().find(|e| e.field == f).map(|e| e.reason.as_str()).unwrap_or_default();
+        assert_eq!(reason("redis.dedupe_ttl"), "must be at least 1s");
+        assert!(reason("worker.batch_linger").contains("'soon' is not a duration"), "{errs:?}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let errs = errors(&GOOD.replace("[redis]", "[redis]\ncolour = \"blue\""), none());
+        assert_eq!(errs[0].field, "redis.colour");
+        assert!(errs[0].reason.contains("unknown field"), "{}", errs[0].reason);
+    }
+
+    #[test]
+    fn dead_letter_topic_cannot_be_a_source_topic() {
+        let errs = errors(&GOOD.replace("\"scores.dlq\"", "\"scores\""), none());
+        assert_eq!(errs[0].field, "kafka.dead_letter_topic");
+    }
+
+    #[test]
+    fn reserved_event_types_are_refused_with_a_reason() {
+        let text = GOOD.replace("on = [\"lap\"]", "on = [\"player_erased\"]");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[1].on[0]" && e.reason.contains("reserved")));
+    }
+
+    #[test]
+    fn sealing_and_rolling_boards_parse_and_inexact_combinations_are_refused() {
+        let text = GOOD.replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"daily\", \"weekly\", \"all_time\"]\nclose_after = \"1h\"\nrolling = [{ name = \"last7d\", days = 7, refresh = \"30s\" }]",
+        ) + "[sealing]\ntopic = \"prizes\"\ntop = 10\n";
+        let s = load_str(&text, none()).unwrap();
+        assert_eq!(s.boards[0].close_after(), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            s.boards[0].rolling()[0],
+            Rolling { name: "last7d".into(), days: 7, refresh: Duration::from_secs(30) }
+        );
+        assert_eq!((s.sealing.topic.as_str(), s.sealing.top), ("prizes", 10));
+        assert!(s.seals() && s.schedules());
+
+        // A rolling union needs daily keys; latest boards and summed packed ties cannot be unioned.
+        let text = GOOD.replace("split_by = \"track\"", "rolling = [{ name = \"week\", days = 7 }]");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[1].rolling[0].name" && e.reason.contains("daily")), "{errs:?}");
+        let text = GOOD.replace(
+            "mode = \"sum\"",
+            "mode = \"sum\"\ntie_break = \"earliest\"\nrolling = [{ name = \"daily\", days = 0 }, { name = \"last3d\", days = 3 }]",
+        );
+        let errs = errors(&text, none());
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"board[0].rolling[0].name"), "{errs:?}");
+        assert!(fields.contains(&"board[0].rolling[0].days"), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.field == "board[0].rolling[1].name" && e.reason.contains("earliest")),
+            "{errs:?}"
+        );
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"latest\"\nrolling = [{ name = \"last3d\", days = 3 }]");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[0].rolling[0].name" && e.reason.contains("latest")), "{errs:?}");
+
+        // Sealing: all_time never closes, and a period must outlive its close.
+        let text = GOOD.replace("split_by = \"track\"", "close_after = \"1h\"");
+        let errs = errors(&text, none());
+        assert!(errs.iter().any(|e| e.field == "board[1].close_after" && e.reason.contains("all_time")), "{errs:?}");
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"sum\"\nclose_after = \"9d\"");
+        let errs = errors(&text, none());
+        assert!(
+            errs.iter().any(|e| e.field == "board[0].close_after" && e.reason.contains("daily retention")),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn an_impossible_tie_budget_is_refused_with_the_numbers() {
+        let text = GOOD.replace("tie_break = \"member\"", "").replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"all_time\"]\ntie_break = \"earliest\"\ntie_resolution = \"1ms\"\nmax_score = 1000000",
+        );
+        let errs = errors(&text, none());
+        assert_eq!(errs[0].field, "board[0].tie_horizon");
+        assert!(errs[0].reason.contains("at most"), "{}", errs[0].reason);
+        let ok = GOOD.replace(
+            "periods = [\"daily\", \"weekly\", \"all_time\"]",
+            "periods = [\"all_time\"]\ntie_break = \"earliest\"",
+        );
+        let s = load_str(&ok, none()).unwrap();
+        assert_eq!(s.boards[0].packing().max_value(), (1 << 23) - 1);
+    }
+
+    #[test]
+    fn top_k_on_a_sum_board_is_refused_with_the_reason_and_rate_limits_parse() {
+        let text = GOOD.replace("mode = \"sum\"", "mode = \"sum\"\nmax_members = 10");
+        let errs = errors(&text, none());
+        assert_eq!(errs[0].field, "board[0].max_members");
+        assert!(errs[0].reason.contains("cannot be rebuilt"), "{}", errs[0].reason);
+        let text = GOOD.replace(
+            "mode = \"best\"",
+            "mode = \"latest\"\nmax_members = 3\nrate_limit = { events = 2, window = \"60s\" }",
+        );
+        let s = load_str(&text, none()).unwrap();
+        assert_eq!(s.boards[1].mode(), Mode::Latest);
+        assert_eq!(s.boards[1].max_members(), Some(3));
+        assert_eq!(s.boards[1].rate_limit(), Some((2, 60_000)));
+        let text = GOOD.replace("mode = \"best\"", "mode = \"best\"\nrate_limit = { events = 0, window = \"soon\" }");
+        let fields: Vec<String> = errors(&text, none()).into_iter().map(|e| e.field).collect();
+        assert!(fields.contains(&"board[1].rate_limit.window".to_string()), "{fields:?}");
+    }
+
+    #[test]
+    fn duplicate_board_ids_are_refused() {
+        let errs = errors(&GOOD.replace("id = \"laps\"", "id = \"points\""), none());
+        assert_eq!(errs[0].field, "board[1].id");
+    }
+
+    #[test]
+    fn bad_environment_paths_name_the_variable() {
+        let errs = errors(GOOD, vec![("RANKFLOW_BOARD__7__MODE".into(), "sum".into())]);
+        assert_eq!(errs[0].field, "RANKFLOW_BOARD__7__MODE");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+}

@@ -1,0 +1,275 @@
+//! The config file as written: serde structs with `deny_unknown_fields`,
+//! each default stated once (in its section's `Default`), typed values as
+//! [`Typed`] so that validation can name every bad field. Doc comments here
+//! are the user reference (the README's configuration table follows them).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use serde::Deserialize;
+
+use super::field::{EpochMs, Typed};
+use crate::board::{Mode, Order, TieBreak};
+use crate::period::PeriodKind;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub kafka: RawKafka,
+    #[serde(default)]
+    pub redis: RawRedis,
+    #[serde(default)]
+    pub http: RawHttp,
+    #[serde(default)]
+    pub events: RawEvents,
+    #[serde(default)]
+    pub worker: RawWorker,
+    #[serde(default)]
+    pub sealing: RawSealing,
+    #[serde(default, rename = "board")]
+    pub boards: Vec<RawBoard>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafka {
+    /// Bootstrap servers, comma separated (librdkafka `bootstrap.servers`).
+    pub brokers: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Consumer group; every worker of one deployment uses the same. Default `rankflow`.
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Where rejected records go, with headers naming the reason.
+    pub dead_letter_topic: String,
+    /// Passed to librdkafka as is, for the consumer (all of them) and the
+    /// producers (connection and security ones: `security.*`, `sasl.*`,
+    /// `ssl.*`, ...). Values may be strings, numbers or booleans.
+    #[serde(default)]
+    pub options: BTreeMap<String, toml::Value>,
+}
+
+fn default_group_id() -> String {
+    "rankflow".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRedis {
+    /// `redis://` or `rediss://` (TLS); user and password in the URL.
+    pub url: String,
+    /// true: Redis Cluster, and `url` is a seed node.
+    pub cluster: bool,
+    /// First segment of every key rankflow writes.
+    pub key_prefix: String,
+    /// How long an `event_id` is recognised (at least this, at most twice);
+    /// a producer retry later than that counts again (a redelivered offset
+    /// never does). At least 1s.
+    pub dedupe_ttl: Typed<Duration>,
+}
+
+impl Default for RawRedis {
+    fn default() -> Self {
+        RawRedis {
+            url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
+            key_prefix: "lb".into(),
+            dedupe_ttl: Typed::default_text("7d"),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    /// Address of /metrics, /healthz, /readyz and the read API.
+    pub listen: Typed<SocketAddr>,
+    /// Largest `limit` (and `radius` * 2 + 1) a read may ask for, 1 to 100000.
+    pub max_limit: u64,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp { listen: Typed::default_text("127.0.0.1:9898"), max_limit: 1000 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawEvents {
+    /// Largest record value accepted; larger ones are rejected (`too_large`).
+    pub max_event_bytes: u64,
+    /// How far an event's `ts` may be ahead of its Kafka record timestamp
+    /// before it is rejected (`future_timestamp`).
+    pub max_future_skew: Typed<Duration>,
+}
+
+impl Default for RawEvents {
+    fn default() -> Self {
+        RawEvents { max_event_bytes: 64 * 1024, max_future_skew: Typed::default_text("5m") }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWorker {
+    /// Most records applied in one Redis round trip, 1 to 100000.
+    pub batch_size: u64,
+    /// How long a batch waits to fill once its first record is in.
+    pub batch_linger: Typed<Duration>,
+    /// SIGTERM: how long in-flight work may take before it is abandoned.
+    pub shutdown_timeout: Typed<Duration>,
+    /// Longest wait between retries of Redis or the dead-letter topic; at least 10ms.
+    pub max_backoff: Typed<Duration>,
+}
+
+impl Default for RawWorker {
+    fn default() -> Self {
+        RawWorker {
+            batch_size: 5000,
+            batch_linger: Typed::default_text("5ms"),
+            shutdown_timeout: Typed::default_text("30s"),
+            max_backoff: Typed::default_text("10s"),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSealing {
+    /// Where the top of every sealed period is published (one record per
+    /// board, split and period, keyed `<board>[:<split>]|<period>`).
+    pub topic: String,
+    /// How many entries of a sealed period are published, 1 to 10000.
+    pub top: u64,
+    /// A partition whose records are all applied counts as having reached
+    /// the wall clock minus this (records produced earlier may still be on
+    /// their way to the broker).
+    pub idle_grace: Typed<Duration>,
+    /// How often a worker looks for due jobs, and how soon a seal that is
+    /// not complete yet is tried again; at least 10ms.
+    pub check_interval: Typed<Duration>,
+    /// How long a claimed job is its worker's; after that (a worker that
+    /// died mid-job) another worker takes it. At least 1s.
+    pub lease: Typed<Duration>,
+}
+
+impl Default for RawSealing {
+    fn default() -> Self {
+        RawSealing {
+            topic: "leaderboards.sealed".into(),
+            top: 100,
+            idle_grace: Typed::default_text("5s"),
+            check_interval: Typed::default_text("1s"),
+            lease: Typed::default_text("60s"),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBoard {
+    /// `[a-z0-9_-]{1,64}`; part of every key of the board.
+    pub id: String,
+    /// Event types this board takes.
+    pub on: Vec<String>,
+    /// sum | best | latest
+    pub mode: Typed<Mode>,
+    /// desc: higher is better; asc: lower is better. Default desc.
+    #[serde(default = "default_order")]
+    pub order: Typed<Order>,
+    /// hourly, daily, weekly, monthly, yearly, all_time
+    pub periods: Vec<Typed<PeriodKind>>,
+    /// IANA time zone where days and weeks begin. Default UTC.
+    #[serde(default = "default_timezone")]
+    pub timezone: Typed<Tz>,
+    /// member | earliest. Default member.
+    #[serde(default = "default_tie_break")]
+    pub tie_break: Typed<TieBreak>,
+    /// One board per value of `attrs.<split_by>`.
+    #[serde(default)]
+    pub split_by: Option<String>,
+    /// Largest |score| (and |total| on `sum` boards) the board accepts;
+    /// beyond it events are refused (`score_out_of_range`). Defaults to
+    /// 2^53 - 1, or with `tie_break = "earliest"` the most its budget allows.
+    #[serde(default)]
+    pub max_score: Option<i64>,
+    /// `earliest` ties: start of the tie-break clock (RFC 3339). Default 2020-01-01T00:00:00Z.
+    #[serde(default)]
+    pub tie_epoch: Option<Typed<EpochMs>>,
+    /// `earliest` ties: how fine the clock is (`1s`, `1ms`). Default 1s.
+    #[serde(default)]
+    pub tie_resolution: Option<Typed<Duration>>,
+    /// `earliest` ties: how long after `tie_epoch` the clock runs. Default 30 years.
+    #[serde(default)]
+    pub tie_horizon: Option<Typed<Duration>>,
+    /// Per-period retention after the period ends, e.g. `{ daily = "30d" }`.
+    #[serde(default)]
+    pub retention: BTreeMap<String, Typed<Duration>>,
+    /// Seal every period (but all_time) this long after it ends: freeze it
+    /// into `...:final`, publish its top to `[sealing] topic`, and refuse
+    /// events produced later (`period_closed`). Unset: periods never close.
+    #[serde(default)]
+    pub close_after: Option<Typed<Duration>>,
+    /// Top-K: keep only the best `max_members` of each period key after
+    /// every write (`best` and `latest` boards).
+    #[serde(default)]
+    pub max_members: Option<u64>,
+    /// Per-player limit on event time: `{ events = 30, window = "60s" }`.
+    #[serde(default)]
+    pub rate_limit: Option<RawRateLimit>,
+    /// Keep the dense-rank index (default true). Off, writes are cheaper and
+    /// reads with `rank=dense` answer 400.
+    #[serde(default = "default_true")]
+    pub dense_rank: bool,
+    /// Rolling boards over the daily keys: `[{ name = "last7d", days = 7, refresh = "1m" }]`.
+    #[serde(default)]
+    pub rolling: Vec<RawRolling>,
+}
+
+fn default_order() -> Typed<Order> {
+    Typed::default_text("desc")
+}
+fn default_timezone() -> Typed<Tz> {
+    Typed::default_text("UTC")
+}
+fn default_tie_break() -> Typed<TieBreak> {
+    Typed::default_text("member")
+}
+fn default_true() -> bool {
+    true
+}
+
+/// `earliest` ties: the tie-break clock starts here unless `tie_epoch` says otherwise.
+pub const DEFAULT_TIE_EPOCH: &str = "2020-01-01T00:00:00Z";
+/// ... ticks this often unless `tie_resolution` says otherwise ...
+pub const DEFAULT_TIE_RESOLUTION: &str = "1s";
+/// ... and runs this long: 30 years of seconds take 30 bits and leave scores up to 8,388,607.
+pub const DEFAULT_TIE_HORIZON: &str = "30years";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    /// Events admitted per window per player.
+    pub events: u64,
+    /// The sliding window `(ts - window, ts]`, on event time.
+    pub window: Typed<Duration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRolling {
+    /// `[a-z0-9_]{1,32}`; the board is read as `period=<name>`, stored at `...:r:<name>`.
+    pub name: String,
+    /// How many days, today included, the union covers.
+    pub days: u64,
+    /// How often it is recomputed (`ZUNIONSTORE` over the daily keys). Default 1m.
+    #[serde(default = "default_refresh")]
+    pub refresh: Typed<Duration>,
+}
+
+fn default_refresh() -> Typed<Duration> {
+    Typed::default_text("1m")
+}

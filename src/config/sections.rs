@@ -1,0 +1,124 @@
+//! Validation of every section but the boards: each function checks one
+//! section, records every problem under its field path, and returns the
+//! validated section (or `None` when something in it is invalid).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::field::Errors;
+use super::raw::{RawEvents, RawHttp, RawKafka, RawRedis, RawSealing, RawWorker};
+use super::settings::{EventSettings, HttpSettings, KafkaSettings, RedisSettings, SealingSettings, WorkerSettings};
+
+/// `[A-Za-z0-9._-]`, 1 to 249 characters: what Kafka accepts.
+pub fn is_topic_name(s: &str) -> bool {
+    (1..=249).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// Options rankflow sets itself, which `[kafka.options]` may not override.
+const OWN_OPTIONS: &[&str] = &["enable.auto.offset.store", "group.id", "bootstrap.servers"];
+
+pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
+    if k.brokers.trim().is_empty() {
+        e.push("kafka.brokers", "must name at least one broker");
+    }
+    if k.topics.is_empty() {
+        e.push("kafka.topics", "must list at least one topic");
+    }
+    for (i, t) in k.topics.iter().enumerate() {
+        if !is_topic_name(t) {
+            e.push(format!("kafka.topics[{i}]"), format!("'{t}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"));
+        }
+    }
+    if k.group_id.trim().is_empty() {
+        e.push("kafka.group_id", "must not be empty");
+    }
+    if !is_topic_name(&k.dead_letter_topic) {
+        e.push("kafka.dead_letter_topic", format!("'{}' is not a Kafka topic name", k.dead_letter_topic));
+    } else if k.topics.contains(&k.dead_letter_topic) {
+        e.push("kafka.dead_letter_topic", "must not be one of kafka.topics (rejected records would be read again)");
+    }
+    let mut options = BTreeMap::new();
+    for (key, value) in k.options {
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                e.push(
+                    format!("kafka.options.{key}"),
+                    format!("must be a string, number or boolean, not {}", other.type_str()),
+                );
+                continue;
+            }
+        };
+        if OWN_OPTIONS.contains(&key.as_str()) {
+            e.push(format!("kafka.options.{key}"), "is set by rankflow itself and cannot be overridden here");
+            continue;
+        }
+        options.insert(key, text);
+    }
+    KafkaSettings {
+        brokers: k.brokers,
+        topics: k.topics,
+        group_id: k.group_id,
+        dead_letter_topic: k.dead_letter_topic,
+        options,
+    }
+}
+
+pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
+    if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
+        e.push("redis.url", "must start with redis:// or rediss://");
+    } else if let Err(err) = redis::Client::open(r.url.as_str()) {
+        e.push("redis.url", format!("is not a valid Redis URL ({err})"));
+    }
+    if r.key_prefix.is_empty() || r.key_prefix.len() > 64 || r.key_prefix.contains(['{', '}', ' ']) {
+        e.push("redis.key_prefix", "must be 1 to 64 characters without braces or spaces");
+    }
+    let dedupe_ttl = e.duration_at_least("redis.dedupe_ttl", &r.dedupe_ttl, Duration::from_secs(1), "1s")?;
+    Some(RedisSettings { url: r.url, cluster: r.cluster, key_prefix: r.key_prefix, dedupe_ttl })
+}
+
+pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
+    let listen = e.take("http.listen", &h.listen);
+    let max_limit = e.within("http.max_limit", h.max_limit, 1..=100_000)?;
+    Some(HttpSettings { listen: listen?, max_limit: max_limit as usize })
+}
+
+pub fn events(v: RawEvents, e: &mut Errors) -> Option<EventSettings> {
+    let max_event_bytes = e.within("events.max_event_bytes", v.max_event_bytes, 1..=16 * 1024 * 1024);
+    let max_future_skew = e.take("events.max_future_skew", &v.max_future_skew)?;
+    Some(EventSettings { max_event_bytes: max_event_bytes? as usize, max_future_skew })
+}
+
+pub fn worker(w: RawWorker, e: &mut Errors) -> Option<WorkerSettings> {
+    let batch_size = e.within("worker.batch_size", w.batch_size, 1..=100_000);
+    let batch_linger = e.take("worker.batch_linger", &w.batch_linger);
+    let shutdown_timeout = e.take("worker.shutdown_timeout", &w.shutdown_timeout);
+    let max_backoff = e.duration_at_least("worker.max_backoff", &w.max_backoff, Duration::from_millis(10), "10ms");
+    Some(WorkerSettings {
+        batch_size: batch_size? as usize,
+        batch_linger: batch_linger?,
+        shutdown_timeout: shutdown_timeout?,
+        max_backoff: max_backoff?,
+    })
+}
+
+pub fn sealing(s: RawSealing, e: &mut Errors) -> Option<SealingSettings> {
+    if !is_topic_name(&s.topic) {
+        e.push("sealing.topic", format!("'{}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)", s.topic));
+    }
+    let top = e.within("sealing.top", s.top, 1..=10_000);
+    let idle_grace = e.take("sealing.idle_grace", &s.idle_grace);
+    let check_interval =
+        e.duration_at_least("sealing.check_interval", &s.check_interval, Duration::from_millis(10), "10ms");
+    let lease = e.duration_at_least("sealing.lease", &s.lease, Duration::from_secs(1), "1s");
+    Some(SealingSettings {
+        topic: s.topic,
+        top: top? as usize,
+        idle_grace: idle_grace?,
+        check_interval: check_interval?,
+        lease: lease?,
+    })
+}

@@ -1,0 +1,117 @@
+//! The validated configuration. Every value here has passed validation:
+//! the structs are `#[non_exhaustive]`, so code outside this crate can read
+//! them but never build one that skipped [`super::load`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::board::Board;
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    pub kafka: KafkaSettings,
+    pub redis: RedisSettings,
+    pub http: HttpSettings,
+    pub events: EventSettings,
+    pub worker: WorkerSettings,
+    pub sealing: SealingSettings,
+    pub boards: Vec<Board>,
+}
+
+impl Settings {
+    /// Whether any board closes its periods (and so needs watermarks).
+    pub fn seals(&self) -> bool {
+        self.boards.iter().any(|b| b.close_after().is_some())
+    }
+
+    /// Whether the scheduler has anything to do.
+    pub fn schedules(&self) -> bool {
+        self.boards.iter().any(|b| b.close_after().is_some() || !b.rolling().is_empty())
+    }
+}
+
+/// `[kafka]`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub dead_letter_topic: String,
+    /// librdkafka options as strings, applied after rankflow's own defaults.
+    pub options: BTreeMap<String, String>,
+}
+
+/// `[redis]`.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct RedisSettings {
+    pub url: String,
+    pub cluster: bool,
+    pub key_prefix: String,
+    pub dedupe_ttl: Duration,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    // The URL may carry a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&self.url))
+            .field("cluster", &self.cluster)
+            .field("key_prefix", &self.key_prefix)
+            .field("dedupe_ttl", &self.dedupe_ttl)
+            .finish()
+    }
+}
+
+/// `redis://user:secret@host` -> `redis://user:***@host`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let creds = &url[scheme_end + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme_end + 3], user, &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// `[http]`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HttpSettings {
+    pub listen: SocketAddr,
+    pub max_limit: usize,
+}
+
+/// `[events]`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventSettings {
+    pub max_event_bytes: usize,
+    pub max_future_skew: Duration,
+}
+
+/// `[worker]`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerSettings {
+    pub batch_size: usize,
+    pub batch_linger: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_backoff: Duration,
+}
+
+/// `[sealing]`: the scheduler of sealed periods and rolling boards.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SealingSettings {
+    pub topic: String,
+    pub top: usize,
+    pub idle_grace: Duration,
+    pub check_interval: Duration,
+    pub lease: Duration,
+}
