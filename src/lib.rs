@@ -22,7 +22,8 @@
 //!   routing an event to boards and planning their writes. [`period`]: period
 //!   ids, bounds and expiry in a time zone. [`score`]: the exact-integer and
 //!   tie-break packing of stored scores. [`keys`]: the Redis key layout,
-//!   stated once and handed to the scripts.
+//!   stated once and handed to the scripts. [`watermarks`]: how far each
+//!   partition has been applied.
 //!
 //! # The flow of one event
 //!
@@ -59,3 +60,4 @@ pub mod retry;
 pub mod schedule;
 pub mod score;
 pub mod store;
+pub mod watermarks;

@@ -28,7 +28,7 @@
 //! time zone, by the wall clock).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureRecord;
@@ -43,6 +43,7 @@ use crate::keys;
 use crate::metrics;
 use crate::period::{Period, PeriodKind};
 use crate::store::Store;
+pub use crate::watermarks::Watermarks;
 
 const SCHED_LUA: &str = include_str!("scripts/sched.lua");
 const SEAL_LUA: &str = include_str!("scripts/seal.lua");
@@ -81,37 +82,6 @@ impl Job {
         match self {
             Job::Seal { .. } => "seal",
             Job::Roll { .. } => "roll",
-        }
-    }
-}
-
-/// Watermarks waiting to be written to Redis: `<topic>:<partition>` -> ms.
-#[derive(Debug, Default)]
-pub struct Watermarks {
-    pending: Mutex<HashMap<String, i64>>,
-}
-
-impl Watermarks {
-    /// Raises the pending watermark of a partition.
-    pub fn raise(&self, field: &str, ms: i64) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        match p.get_mut(field) {
-            Some(cur) if *cur >= ms => {}
-            Some(cur) => *cur = ms,
-            None => {
-                p.insert(field.to_string(), ms);
-            }
-        }
-    }
-
-    pub fn take(&self) -> HashMap<String, i64> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Puts back what could not be written.
-    pub fn restore(&self, marks: HashMap<String, i64>) {
-        for (f, ms) in marks {
-            self.raise(&f, ms);
         }
     }
 }

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::health::Health;
 use crate::keys;
 use crate::metrics;
-use crate::schedule::Watermarks;
+use crate::watermarks::Watermarks;
 
 /// librdkafka callbacks of the worker's consumer.
 pub struct ConsumerCallbacks {

@@ -57,8 +57,9 @@ use crate::kafka::offsets::BatchOffsets;
 use crate::kafka::{client, producer::KafkaProducer};
 use crate::keys;
 use crate::metrics;
-use crate::schedule::{self, JobCache, Watermarks};
+use crate::schedule::{self, JobCache};
 use crate::store::{ApplyResult, Store};
+use crate::watermarks::Watermarks;
 
 use apply::Planned;
 use dead_letter::{DeadRecord, Held};

@@ -352,10 +352,10 @@ mod tests {
     fn pw(period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         Arc::new(PeriodWrite {
             id: period.to_string(),
-            key: format!("lb:{{p}}:{period}"),
-            dense_key: format!("lb:{{p}}:_dense:{period}"),
-            count_key: format!("lb:{{p}}:_dcount:{period}"),
-            times_key: format!("lb:{{p}}:_ts:{period}"),
+            key: keys::period_key("lb:{p}", period),
+            dense_key: keys::dense_key("lb:{p}", period),
+            count_key: keys::dense_count_key("lb:{p}", period),
+            times_key: keys::times_key("lb:{p}", period),
             expire_at,
             close_at: None,
         })

@@ -1,0 +1,253 @@
+//! The broker side of the benchmark: producing the generated stream, bare
+//! consumers (the broker ceiling), and running the rankflow binary until its
+//! group has committed the stream.
+
+use super::*;
+
+/// Produces `count` generated events, at `rate_per_sec` if it is not 0.
+/// Returns the time it took and, for a paced run, each record's time from
+/// send to the broker's acknowledgement (ms, sorted): how far the broker's
+/// write path lags.
+pub(super) async fn produce(
+    brokers: &str,
+    topic: &str,
+    count: u64,
+    seed: u64,
+    rate_per_sec: u64,
+) -> Result<(Duration, Vec<f64>), String> {
+    let producer: FutureProducer = client(brokers)
+        .set("linger.ms", PRODUCER_LINGER_MS)
+        .set("message.timeout.ms", "60000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut g = Generator::new(seed, 100_000, now - 1000, 0);
+    let started = Instant::now();
+    let mut pending = Vec::new();
+    let mut acks = Vec::new();
+    for i in 0..count {
+        if rate_per_sec > 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / rate_per_sec as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let s = g.next_sample();
+        let f = producer
+            .send_result(FutureRecord::to(topic).key(&s.key).payload(&s.value))
+            .map_err(|(e, _)| e.to_string())?;
+        if rate_per_sec > 0 {
+            let sent = Instant::now();
+            acks.push(tokio::spawn(async move {
+                let r = f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string());
+                r.map(|_| sent.elapsed().as_secs_f64() * 1000.0)
+            }));
+            continue;
+        }
+        pending.push(f);
+        if pending.len() >= 50_000 {
+            for f in pending.drain(..) {
+                f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
+            }
+        }
+    }
+    for f in pending {
+        f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
+    }
+    let mut ack_ms = Vec::with_capacity(acks.len());
+    for a in acks {
+        ack_ms.push(a.await.map_err(|e| e.to_string())??);
+    }
+    ack_ms.sort_by(f64::total_cmp);
+    Ok((started.elapsed(), ack_ms))
+}
+
+pub(super) async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        client(brokers).create().map_err(|e| e.to_string())?;
+    let dlq = format!("{topic}.dlq");
+    let topics = vec![
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)),
+    ];
+    let names: Vec<String> = topics.iter().map(|t| t.name.to_string()).collect();
+    let res = admin.create_topics(&topics, &AdminOptions::new()).await.map_err(|e| e.to_string())?;
+    for (r, n) in res.into_iter().zip(names) {
+        r.map_err(|(_, e)| format!("create {n}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A consumer of its own group, assigned every partition of `topic` from the beginning.
+pub(super) fn assigned_consumer(
+    brokers: &str,
+    group_prefix: &str,
+    topic: &str,
+    partitions: i32,
+    extra: &[(&str, &str)],
+) -> Result<BaseConsumer, String> {
+    let mut config = client(brokers);
+    config
+        .set("group.id", format!("{group_prefix}-{}", uuid::Uuid::new_v4().simple()))
+        .set("enable.auto.commit", "false");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    let c: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// The broker ceiling: a bare consumer reading every record of the topic.
+pub(super) fn bare_read(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Duration, String> {
+    let c = assigned_consumer(brokers, "bench-read", topic, partitions, &[])?;
+    let started = Instant::now();
+    let mut n = 0u64;
+    let mut bytes = 0usize;
+    while n < count {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(format!("bare read stalled at {n} of {count}"));
+        }
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.map_err(|e| e.to_string())?;
+            bytes += m.payload().map_or(0, |p| p.len());
+            n += 1;
+        }
+    }
+    let d = started.elapsed();
+    std::hint::black_box(bytes);
+    Ok(d)
+}
+
+/// Record timestamp to read, in ms, for `count` records read as they arrive.
+pub(super) fn bare_read_latency(brokers: &str, topic: &str, partitions: i32, count: u64) -> Result<Vec<f64>, String> {
+    let c = assigned_consumer(
+        brokers,
+        "bench-lat-read",
+        topic,
+        partitions,
+        &[("fetch.wait.max.ms", &LATENCY_FETCH_WAIT_MS.to_string())],
+    )?;
+    let mut out = Vec::with_capacity(count as usize);
+    let started = Instant::now();
+    while (out.len() as u64) < count && started.elapsed() < Duration::from_secs(600) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            if let Some(ts) = m.timestamp().to_millis() {
+                out.push((chrono::Utc::now().timestamp_millis() - ts) as f64);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the topic back as parsed events with their coordinates, for the
+/// store-path and bare-write measurements (outside any timing).
+pub(super) fn read_events(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    router: &Router,
+) -> Result<Vec<(i32, i64, i64, Event)>, String> {
+    let c = assigned_consumer(brokers, "bench-load", topic, partitions, &[])?;
+    let mut out = Vec::with_capacity(count as usize);
+    let mut n = 0;
+    let started = Instant::now();
+    while n < count && started.elapsed() < Duration::from_secs(600) {
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.map_err(|e| e.to_string())?;
+            n += 1;
+            if let Parsed::Event(e) = event::parse(m.payload().unwrap_or_default(), 65536, |t| router.listens(t)) {
+                out.push((m.partition(), m.offset(), m.timestamp().to_millis().unwrap_or(e.ts_ms), e));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a group's committed offsets, with one client for the whole run: a
+/// client made for every look would load the broker it measures.
+pub(super) struct Committed {
+    pub(super) consumer: BaseConsumer,
+    pub(super) partitions: TopicPartitionList,
+}
+
+impl Committed {
+    pub(super) fn new(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<Committed, String> {
+        let consumer = client(brokers).set("group.id", group).create::<BaseConsumer>().map_err(|e| e.to_string())?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        Ok(Committed { consumer, partitions: tpl })
+    }
+
+    /// The sum of the committed offsets, -1 if the broker did not answer.
+    pub(super) fn sum(&self) -> i64 {
+        match self.consumer.committed_offsets(self.partitions.clone(), Duration::from_secs(10)) {
+            Ok(t) => t.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum(),
+            Err(_) => -1,
+        }
+    }
+}
+
+/// A consumer group's position on a topic.
+#[derive(Clone, Copy)]
+pub(super) struct GroupTopic<'a> {
+    pub(super) brokers: &'a str,
+    pub(super) group: &'a str,
+    pub(super) topic: &'a str,
+    pub(super) partitions: i32,
+}
+
+/// Runs the real binary until its group has committed `count` records.
+/// Returns the elapsed time, peak resident memory (KiB) and the CPU seconds
+/// the process used.
+pub(super) fn run_to_end(
+    exe: &Path,
+    dir: &Path,
+    cfg: &str,
+    at: &GroupTopic<'_>,
+    count: u64,
+) -> Result<(Duration, u64, f64), String> {
+    let GroupTopic { brokers, group, topic, partitions } = *at;
+    let path = dir.join(format!("{group}.toml"));
+    std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join(format!("{group}.log"))).map_err(|e| e.to_string())?;
+    let commits = Committed::new(brokers, group, topic, partitions)?;
+    let started = Instant::now();
+    let mut child = std::process::Command::new(exe)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stderr(log)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let mut peak = 0;
+    let result = loop {
+        peak = peak.max(proc_status_kib(pid, "VmHWM:"));
+        if commits.sum() >= count as i64 {
+            break Ok((started.elapsed(), peak));
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            break Err("end-to-end run did not finish in 15 minutes".to_string());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    peak = peak.max(proc_status_kib(pid, "VmHWM:"));
+    let cpu = proc_cpu_secs(pid);
+    stop(&mut child);
+    result.map(|(d, _)| (d, peak, cpu))
+}
+
+/// The bench producer's linger. tansu's cost is per produce request:
+/// at 5,000 events/s with a 5 ms linger the broker itself fell seconds
+/// behind (acks at p50 1.3 s); at 20 ms it keeps up (acks at p50 18 ms).
+/// The linger is part of every measured latency, rankflow's and the
+/// broker's alike, since record timestamps are taken when a record is sent.
+pub(super) const PRODUCER_LINGER_MS: &str = "20";

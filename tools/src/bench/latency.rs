@@ -1,0 +1,242 @@
+//! The latency run: the broker's own latency and rankflow's at a steady
+//! produce rate, on tansu or librdkafka's mock cluster.
+
+use super::*;
+
+/// Quantile from Prometheus histogram buckets (upper bounds, cumulative counts).
+pub(super) fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let target = q * total;
+    let mut prev = (0.0, 0.0);
+    for &(le, cum) in buckets {
+        if cum >= target {
+            let span = cum - prev.1;
+            let frac = if span > 0.0 { (target - prev.1) / span } else { 1.0 };
+            return prev.0 + (le - prev.0) * frac;
+        }
+        prev = (le, cum);
+    }
+    prev.0
+}
+
+/// rankflow's `/metrics` page.
+pub(super) async fn scrape(listen: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(listen).await.map_err(|e| e.to_string())?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// Waits until the rankflow serving `listen` holds `partitions` partitions,
+/// so that a latency run does not count the group's join.
+pub(super) async fn wait_assigned(listen: &str, partitions: i32) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let want = format!("rankflow_assigned_partitions {partitions}");
+    while Instant::now() < deadline {
+        if scrape(listen).await.is_ok_and(|text| text.lines().any(|l| l == want)) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("rankflow was not assigned {partitions} partitions within 90s (a broker group stall?)"))
+}
+
+pub(super) async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
+    let text = scrape(listen).await?;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("rankflow_event_latency_seconds_bucket{") {
+            if !rest.contains("source=\"record\"") {
+                continue;
+            }
+            let le = rest.split("le=\"").nth(1).and_then(|x| x.split('"').next()).unwrap_or("");
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(0.0) };
+            let v: f64 = l.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            out.push((le, v));
+        }
+    }
+    Ok(out)
+}
+
+/// Both consumers' `fetch.wait.max.ms` in the latency run. tansu answers a
+/// fetch only after its full wait, data or not, so this is part of the
+/// latency; a shorter wait means more fetches, each costing tansu CPU.
+pub(super) const LATENCY_FETCH_WAIT_MS: u32 = 5;
+
+/// The result of the latency runs: rankflow's record-timestamp-to-applied
+/// quantiles (ms), and the broker's own record-timestamp-to-read, measured
+/// by a bare consumer alone just before.
+pub(super) struct Latency {
+    pub(super) rate: u64,
+    pub(super) secs: u64,
+    pub(super) p50: f64,
+    pub(super) p99: f64,
+    pub(super) max: f64,
+    pub(super) floor_p50: f64,
+    pub(super) floor_p99: f64,
+    pub(super) floor_max: f64,
+    /// Produce acknowledgements (send to ack, ms) during rankflow's run and
+    /// during the bare consumer's: (p50, p99) each.
+    pub(super) acks: (f64, f64),
+    pub(super) floor_acks: (f64, f64),
+}
+
+/// p50 and p99 of sorted samples, (0, 0) for none.
+pub(super) fn p50_p99(sorted: &[f64]) -> (f64, f64) {
+    if sorted.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (percentile(sorted, 0.5), percentile(sorted, 0.99))
+    }
+}
+
+impl Latency {
+    pub(super) fn line(&self) -> String {
+        format!(
+            "latency at {} events/s for {}s (producer linger {PRODUCER_LINGER_MS} ms; record timestamp to applied, from \
+             rankflow_event_latency_seconds buckets): p50 {:.1} ms, p99 {:.1} ms, max <= {:.0} ms\n\
+             the broker's own, just before (a bare consumer alone, record timestamp to read): p50 {:.1} ms, p99 {:.1} ms, \
+             max {:.0} ms\n\
+             rankflow's share above the broker's: p50 +{:.1} ms, p99 +{:.1} ms\n\
+             the broker's produce acknowledgements (send to ack): p50 {:.1} ms, p99 {:.1} ms during rankflow's run; \
+             p50 {:.1} ms, p99 {:.1} ms during the bare consumer's",
+            self.rate,
+            self.secs,
+            self.p50,
+            self.p99,
+            self.max,
+            self.floor_p50,
+            self.floor_p99,
+            self.floor_max,
+            self.p50 - self.floor_p50,
+            self.p99 - self.floor_p99,
+            self.acks.0,
+            self.acks.1,
+            self.floor_acks.0,
+            self.floor_acks.1
+        )
+    }
+}
+
+/// The latency runs, one after the other, each on a fresh topic while
+/// events are produced at `rate` for `secs`: a bare consumer (the broker's
+/// own latency), then the rankflow binary.
+pub(super) async fn latency(
+    brokers: &str,
+    redis_url: &str,
+    conn: &RedisConn,
+    partitions: i32,
+    rate: u64,
+    secs: u64,
+    mock: Option<&Mock>,
+) -> Result<Latency, String> {
+    // The mock cluster does not take CreateTopics requests: its own call makes them.
+    let make_topic = async |topic: &str, partitions: i32| match mock {
+        Some(m) => {
+            for (t, p) in [(topic.to_string(), partitions), (format!("{topic}.dlq"), 1)] {
+                m.create_topic(&t, p, 1).map_err(|e| format!("mock cluster: create {t}: {e}"))?;
+            }
+            Ok(())
+        }
+        None => create_topic(brokers, topic, partitions).await,
+    };
+    let exe = rankflow_bin()?;
+    let dir = tempfile_dir()?;
+    let n = rate * secs;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+
+    // The broker's own latency first, alone: a bare consumer's record
+    // timestamp to read, the floor under rankflow's record-to-applied.
+    // Alone, because on two cores a second consumer on the same broker
+    // slows both.
+    eprintln!("bench: the broker's latency at {rate} events/s for {secs}s (a bare consumer)");
+    let floor_topic = format!("bench-{run}-latency-floor");
+    make_topic(&floor_topic, partitions).await?;
+    let reader = {
+        let (brokers, topic) = (brokers.to_string(), floor_topic.clone());
+        std::thread::spawn(move || bare_read_latency(&brokers, &topic, partitions, n))
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, floor_acks) = produce(brokers, &floor_topic, n, 9, rate).await?;
+    let mut floor = reader.join().map_err(|_| "latency reader panicked".to_string())??;
+    floor.sort_by(f64::total_cmp);
+    let (floor_p50, floor_p99) = p50_p99(&floor);
+    let floor_max = floor.last().copied().unwrap_or(0.0);
+
+    eprintln!("bench: rankflow's latency at {rate} events/s for {secs}s");
+    flush(conn).await?;
+    let topic = format!("bench-{run}-latency");
+    make_topic(&topic, partitions).await?;
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let group = format!("bench-lat-{run}");
+    let cfg = bench_config(
+        brokers,
+        redis_url,
+        &topic,
+        &group,
+        &listen,
+        &format!("\"fetch.wait.max.ms\" = {LATENCY_FETCH_WAIT_MS}\n"),
+    )
+    .replace("[http]", "[worker]\nbatch_linger = \"2ms\"\n[http]");
+    let path = dir.join("latency.toml");
+    std::fs::write(&path, &cfg).map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(&exe)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = wait_assigned(&listen, partitions).await {
+        stop(&mut child);
+        return Err(e);
+    }
+    // As long as the bare consumer had between its assignment and the first record.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, acks) = produce(brokers, &topic, n, 9, rate).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let commits = Committed::new(brokers, &group, &topic, partitions)?;
+    while commits.sum() < n as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let buckets = scrape_latency(&listen).await?;
+    stop(&mut child);
+    let _ = std::fs::remove_dir_all(&dir);
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let max = buckets.iter().find(|(_, c)| *c >= total).map_or(0.0, |b| b.0) * 1000.0;
+    Ok(Latency {
+        rate,
+        secs,
+        p50: bucket_quantile(&buckets, 0.50) * 1000.0,
+        p99: bucket_quantile(&buckets, 0.99) * 1000.0,
+        max,
+        floor_p50,
+        floor_p99,
+        floor_max,
+        acks: p50_p99(&acks),
+        floor_acks: p50_p99(&floor_acks),
+    })
+}
+
+pub(super) type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+/// `rankflow-tools bench latency`: the latency run alone. With `brokers` =
+/// "mock", against librdkafka's mock cluster, an in-memory Kafka broker that
+/// this process runs on a loopback port for the run: the same run with a
+/// broker far faster than tansu, to show rankflow's own share.
+pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate: u64, secs: u64) -> Result<(), String> {
+    let mock = if brokers == "mock" {
+        let m = rdkafka::mocking::MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?;
+        eprintln!("bench: librdkafka's mock cluster at {}", m.bootstrap_servers());
+        Some(m)
+    } else {
+        None
+    };
+    let brokers = mock.as_ref().map_or_else(|| brokers.to_string(), |m| m.bootstrap_servers());
+    let cfg_text = bench_config(&brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
+    let (_, conn, _) = open_store(&cfg_text).await?;
+    let lat = latency(&brokers, redis_url, &conn, partitions, rate, secs, mock.as_ref()).await?;
+    println!("{}", lat.line());
+    Ok(())
+}

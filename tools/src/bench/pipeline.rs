@@ -1,0 +1,109 @@
+//! `bench pipeline`: every row of the pipeline benchmark in one run.
+
+use super::*;
+
+/// What `rankflow-tools bench pipeline` runs: the backlog's size and partitions,
+/// the latency run's rate and length, the broker's process (for its CPU)
+/// and the rounds of the rows measured in rounds (Redis ceiling, store
+/// paths; broker ceiling and end to end).
+pub struct PipelineRun {
+    pub count: u64,
+    pub partitions: i32,
+    pub latency_rate: u64,
+    pub latency_secs: u64,
+    pub broker_pid: Option<u32>,
+    pub rounds: usize,
+}
+
+/// `rankflow-tools bench pipeline`.
+pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Result<(), String> {
+    let PipelineRun { count, partitions, latency_rate, latency_secs, broker_pid, rounds } = run;
+    let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
+    // CPU seconds over the run's events, as µs per event.
+    let per = |secs: f64| secs * 1e6 / count as f64;
+    let exe = rankflow_bin()?;
+    let dir = tempfile_dir()?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let topic = format!("bench-{run}");
+    let cfg_text = bench_config(brokers, redis_url, &topic, "unused", "127.0.0.1:0", "");
+    let (settings, conn, store) = open_store(&cfg_text).await?;
+    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+
+    create_topic(brokers, &topic, partitions).await?;
+    eprintln!("bench: producing {count} events to {topic} ({partitions} partitions)");
+    let (produced, _) = produce(brokers, &topic, count, 7, 0).await?;
+    let mut rows = vec![Row { what: "produce (bench producer)", per_sec: rate(count, produced), note: String::new() }];
+
+    let events = read_events(brokers, &topic, partitions, count, &router)?;
+    let (store_rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
+    drop(events);
+    let (redis_ceiling, store_rate, lean_rate) = (store_rows[0].per_sec, store_rows[1].per_sec, store_rows[2].per_sec);
+
+    // The broker ceiling and the end-to-end run, in rounds like the rows
+    // above: a bare read, then the binary, then again, so that a slow spell
+    // of the machine falls on one round. Each end-to-end round is a fresh
+    // group on a flushed Redis, reading the same topic from the start.
+    let rounds = rounds.max(1);
+    let (mut broker_rates, mut e2e_rates) = (Vec::new(), Vec::new());
+    let (mut broker_alone_cpu, mut e2e_secs, mut peak_kib, mut worker_cpu, mut redis_cpu, mut broker_used) =
+        (0.0, 0.0, 0, 0.0, 0.0, 0.0);
+    for round in 1..=rounds {
+        eprintln!("bench: broker ceiling (bare consumer, round {round} of {rounds})");
+        let cpu_before = broker_cpu();
+        broker_rates.push(rate(count, bare_read(brokers, &topic, partitions, count)?));
+        broker_alone_cpu += broker_cpu() - cpu_before;
+
+        eprintln!("bench: end to end (the rankflow binary until committed = log end, round {round} of {rounds})");
+        flush(&conn).await?;
+        let group = format!("bench-e2e-{run}-{round}");
+        let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
+        let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+        let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
+        let (took, peak, worker) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+        redis_cpu += redis_stats(&conn).await?.cpu - before;
+        broker_used += broker_cpu() - cpu_before;
+        e2e_rates.push(rate(count, took));
+        e2e_secs += took.as_secs_f64();
+        peak_kib = peak_kib.max(peak);
+        worker_cpu += worker;
+    }
+    // CPU per event over every round's events.
+    let per_all = |secs: f64| per(secs) / rounds as f64;
+    let broker = median(&broker_rates);
+    let mut note = "1.00x".to_string();
+    if broker_pid.is_some() {
+        note += &format!("; broker CPU {:.1} µs/record", per_all(broker_alone_cpu));
+    }
+    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
+    rows.extend(store_rows);
+
+    let (ratio, each) = round_ratios(&e2e_rates, &broker_rates);
+    let e2e_rate = median(&e2e_rates);
+    let mut cpu = format!("CPU µs/event: worker {:.1}, Redis {:.1}", per_all(worker_cpu), per_all(redis_cpu));
+    if broker_pid.is_some() {
+        cpu += &format!(", broker {:.1}", per_all(broker_used));
+    }
+    rows.push(Row {
+        what: "rankflow end to end",
+        per_sec: e2e_rate,
+        note: format!(
+            "{ratio:.2}x broker{each}, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}",
+            e2e_rate / redis_ceiling,
+            redis_cpu / e2e_secs * 100.0,
+            peak_kib / 1024
+        ),
+    });
+
+    let lat = latency(brokers, redis_url, &conn, partitions, latency_rate, latency_secs, None).await?;
+
+    let _ = std::fs::remove_dir_all(&dir);
+    print_rows(&rows, &notes);
+    println!("\n{}", lat.line());
+    println!(
+        "{}",
+        json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
+        "store_lean": lean_rate, "e2e": e2e_rate, "peak_rss_mib": peak_kib / 1024, "p50_ms": lat.p50, "p99_ms": lat.p99,
+        "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99})
+    );
+    Ok(())
+}
