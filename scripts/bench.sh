@@ -9,6 +9,8 @@
 # broker ceiling and end-to-end rows, default 3);
 # latency run: BENCH_LATENCY_RATE (default 5000 events/s) for
 # BENCH_LATENCY_SECONDS (default 30).
+# The Redis it starts is its own, so the benchmarks may wipe it (--wipe-redis)
+# between one command and the next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -33,10 +35,10 @@ pids+=($broker_pid)
 wait_port "$rport"; wait_port "$kport"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
-"$bin" bench pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
+"$bin" bench --wipe-redis pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
-"$bin" bench read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
+"$bin" bench --wipe-redis read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
 # broker inside the bench process) instead of tansu: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.
-"$bin" bench latency --brokers mock --redis "redis://127.0.0.1:$rport" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"
+"$bin" bench --wipe-redis latency --brokers mock --redis "redis://127.0.0.1:$rport" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"

@@ -1,5 +1,6 @@
 //! Scoring events: parsing and validating one Kafka record value against
-//! SPEC section 1, and the reasons a record or a board refuses it.
+//! the event rules (the README's Events section), and the reasons a record
+//! or a board refuses it.
 //!
 //! Parsing is pure and allocation-light: unknown fields are skipped without
 //! being built, and every rule failure becomes a [`Reason`] with a detail

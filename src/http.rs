@@ -1,5 +1,5 @@
-//! The HTTP server: `/metrics`, `/healthz`, `/readyz` and the read API of
-//! SPEC section 8.
+//! The HTTP server: `/metrics`, `/healthz`, `/readyz` and the read API (the
+//! README's HTTP API section).
 //!
 //! Reads go straight to Redis through small Lua scripts, so a page or a
 //! player's rank describes one instant. Every parameter is validated before
@@ -261,7 +261,7 @@ fn parse_num(q: &HashMap<String, String>, name: &'static str, default: usize, ma
     }
 }
 
-/// Rank policies of SPEC section 4.
+/// Rank policies: ordinal, competition and dense.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RankPolicy {
     /// Position + 1.

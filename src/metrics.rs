@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC section 9), registered once in one registry.
+//! Prometheus metrics (the README's Metrics table), registered once in one registry.
 //!
 //! Every family is created here, so `dashboards/` and the tests can check
 //! names against one list. Labels are boards, reasons, topics and

@@ -62,7 +62,7 @@ impl PeriodKind {
         }
     }
 
-    /// SPEC section 7: hourly 2d, daily 8d, weekly 5w, monthly 13 months,
+    /// The default retentions: hourly 2d, daily 8d, weekly 5w, monthly 13 months,
     /// yearly 3 years, all_time never. Months and years are humantime's
     /// (30.44 and 365.25 days), the same units a user writes in the config.
     pub fn default_retention(self) -> Option<Duration> {

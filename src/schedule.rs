@@ -1,5 +1,5 @@
 //! The scheduler: sealed periods (`close_after`) and rolling boards
-//! (`rolling`), as due work in a Redis sorted set (SPEC section 7).
+//! (`rolling`), as due work in a Redis sorted set.
 //!
 //! Jobs are strings, `seal|<key base>|<period id>` and
 //! `roll|<key base>|<rolling name>`, in the zset `{prefix}:{.sched}:due`

@@ -1,4 +1,4 @@
-//! The fault suite of SPEC section 5: each scenario runs the real worker
+//! The fault suite of the exactly-once guarantee: each scenario runs the real worker
 //! against tansu and redis-server, injects a fault, and checks the boards
 //! against the independent model of `support/stream.rs`.
 //!

@@ -270,6 +270,24 @@ pub struct WriteParams {
     pub sealed: bool,
 }
 
+#[cfg(test)]
+impl WriteParams {
+    /// A `sum` board without ties, limits or sealing, values up to 1000, for unit tests.
+    pub(crate) fn plain_sum() -> WriteParams {
+        WriteParams {
+            op: WriteOp::Sum,
+            shift: 1,
+            max_value: 1000,
+            desc: true,
+            top_k: 0,
+            rate_events: 0,
+            rate_window_ms: 0,
+            dense: true,
+            sealed: false,
+        }
+    }
+}
+
 /// The Redis write a board makes, as the apply script names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WriteOp {

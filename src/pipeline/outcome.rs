@@ -93,21 +93,11 @@ pub fn fold<'a>(item: &Item, tallies: &[(usize, Tally)], board_id: impl Fn(usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::board::{BoardWrite, WriteOp, WriteParams};
+    use crate::board::{BoardWrite, WriteParams};
     use crate::event::Event;
 
     fn write() -> Decision {
-        let params = WriteParams {
-            op: WriteOp::Sum,
-            shift: 1,
-            max_value: 1000,
-            desc: true,
-            top_k: 0,
-            rate_events: 0,
-            rate_window_ms: 0,
-            dense: true,
-            sealed: false,
-        };
+        let params = WriteParams::plain_sum();
         Decision::Write(BoardWrite { base: "lb:{points}".into(), params, periods: Vec::new(), num: 5, tie: 0, ts: 0 })
     }
 

@@ -384,24 +384,15 @@ mod tests {
     }
 
     #[test]
-    fn invocations_share_period_keys_and_index_them_from_one() {
+    /// Two events on one tag: alice's writes a day and all time, bob's all time only.
+    fn two_event_invocation() -> Invocation {
         let id1 = uuid::Uuid::from_u128(1);
         let id2 = uuid::Uuid::from_u128(2);
         let k1 = vec![pw("d:2026-08-14", Some(100)), pw("all", None)];
         let k2 = vec![pw("all", None)];
         let batch = TagBatch {
             base: "lb:{p}",
-            params: WriteParams {
-                op: WriteOp::Sum,
-                shift: 1,
-                max_value: 1000,
-                desc: true,
-                top_k: 0,
-                rate_events: 0,
-                rate_window_ms: 0,
-                dense: true,
-                sealed: false,
-            },
+            params: WriteParams::plain_sum(),
             items: vec![
                 ApplyItem {
                     field: "t:0",
@@ -425,7 +416,12 @@ mod tests {
                 },
             ],
         };
-        let inv = build_invocation(&batch, 60);
+        build_invocation(&batch, 60)
+    }
+
+    #[test]
+    fn invocations_share_period_keys_and_index_them_from_one() {
+        let inv = two_event_invocation();
         assert_eq!(
             inv.keys,
             [
@@ -504,9 +500,13 @@ mod tests {
             "2", "9", "2", "-3", "2", // bob's event, shape 2
         ];
         assert_eq!(got, want);
+    }
 
+    #[test]
+    fn a_call_sent_behind_another_waits_for_its_last_offset_of_each_shared_partition() {
         // Sent behind a batch still in flight, the call waits for that
         // batch's last offset of each partition it shares on the same tag.
+        let inv = two_event_invocation();
         let mut next = Prepared { calls: vec![("lb:{p}".to_string(), inv, 2)] };
         let before = Tails(vec![
             ("lb:{other}".to_string(), vec![("t:1".to_string(), 50)]),

@@ -4,7 +4,7 @@
 //!
 //! The model shares no code with rankflow: periods, expiry and routing are
 //! computed here again, in the simplest way (UTC boards only), from the
-//! rules of SPEC sections 1 to 7.
+//! rules the README states for events, periods, expiry and boards.
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
