@@ -383,7 +383,6 @@ mod tests {
         assert!(decode_reply(&[], 0).is_none());
     }
 
-    #[test]
     /// Two events on one tag: alice's writes a day and all time, bob's all time only.
     fn two_event_invocation() -> Invocation {
         let id1 = uuid::Uuid::from_u128(1);
