@@ -33,6 +33,7 @@ pids+=($!)
 broker_pid=$!
 pids+=($broker_pid)
 wait_port "$rport"; wait_port "$kport"
+scripts/tansu-index.sh "$dir/broker.db"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
 "$bin" bench --wipe-redis pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \

@@ -44,6 +44,7 @@ if port_open 19092; then echo "demo: broker already running on 19092"; else
   (cd "$dir" && exec tansu broker --listener-url tcp://127.0.0.1:19092 \
     --advertised-listener-url tcp://127.0.0.1:19092 --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
   pids+=($!); wait_port 19092 tansu
+  scripts/tansu-index.sh "$dir/broker.db"
 fi
 
 "$bin" create-topics --config "$cfg" --partitions 4

@@ -20,6 +20,8 @@ command -v g++ >/dev/null || missing+=(g++)
 command -v perl >/dev/null || missing+=(perl)
 command -v curl >/dev/null || missing+=(curl)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
+# python3 (with its sqlite3 module): free ports in the scripts, and tansu's header index (scripts/tansu-index.sh).
+command -v python3 >/dev/null || missing+=(python3)
 # Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
 command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v promtool >/dev/null || missing+=(prometheus)

@@ -135,6 +135,16 @@ pub fn tansu_bin() -> PathBuf {
     Path::new(&home).join("bin/tansu")
 }
 
+/// Creates the header index tansu 0.6's sqlite schema lacks (see
+/// `scripts/tansu-index.sh`): without it, every fetch scans every dead
+/// letter's headers. A harness workaround for the broker, changing nothing
+/// rankflow does or any assertion checks.
+fn index_tansu_headers(db: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tansu-index.sh");
+    let out = Command::new(&script).arg(db).output().expect("scripts/tansu-index.sh runs");
+    assert!(out.status.success(), "indexing tansu's headers failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A tansu broker with sqlite storage in its own directory.
 pub struct Broker {
     child: Option<Child>,
@@ -172,6 +182,7 @@ impl Broker {
             .expect("tansu is installed (scripts/setup.sh)");
         self.child = Some(child);
         wait_for_port(self.port, "tansu", Duration::from_secs(30));
+        index_tansu_headers(&self.dir.path().join("broker.db"));
     }
 
     pub fn brokers(&self) -> String {

@@ -63,6 +63,18 @@ struct BenchStack {
     /// Length of the latency run, seconds.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Share of bad records in the generated stream (dead-lettered), as in a real stream.
+    #[arg(long, default_value_t = 0.01)]
+    bad_ratio: f64,
+    /// Share of producer duplicates in the generated stream (counted once).
+    #[arg(long, default_value_t = 0.02)]
+    dup_ratio: f64,
+}
+
+impl BenchStack {
+    fn stream(&self) -> bench::Stream {
+        bench::Stream { bad_ratio: self.bad_ratio, dup_ratio: self.dup_ratio }
+    }
 }
 
 #[derive(Subcommand)]
@@ -143,11 +155,12 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
                 latency_secs: s.seconds,
                 broker_pid,
                 rounds,
+                stream: s.stream(),
             };
             report(bench::pipeline(&s.brokers, &s.redis, run).await)
         }
         BenchCommand::Latency { stack: s } => {
-            report(bench::latency_only(&s.brokers, &s.redis, s.partitions, s.rate, s.seconds).await)
+            report(bench::latency_only(&s.brokers, &s.redis, s.partitions, s.rate, s.seconds, s.stream()).await)
         }
         BenchCommand::Store { redis, events, partitions, rounds } => {
             report(bench::store(&redis, events, partitions, rounds).await)

@@ -4,7 +4,8 @@
 
 use super::*;
 
-/// Produces `count` generated events, at `rate_per_sec` if it is not 0.
+/// Produces `count` generated records (`stream` says how many are bad or
+/// duplicates), at `rate_per_sec` if it is not 0.
 /// Returns the time it took and, for a paced run, each record's time from
 /// send to the broker's acknowledgement (ms, sorted): how far the broker's
 /// write path lags.
@@ -14,6 +15,7 @@ pub(super) async fn produce(
     count: u64,
     seed: u64,
     rate_per_sec: u64,
+    stream: Stream,
 ) -> Result<(Duration, Vec<f64>), String> {
     let producer: FutureProducer = client(brokers)
         .set("linger.ms", PRODUCER_LINGER_MS)
@@ -22,7 +24,9 @@ pub(super) async fn produce(
         .create()
         .map_err(|e| e.to_string())?;
     let now = chrono::Utc::now().timestamp_millis();
-    let mut g = Generator::new(seed, 100_000, now - 1000, 0);
+    let mut g = Generator::new(seed, 100_000, now - 1000, 0)
+        .with_bad_records(stream.bad_ratio)
+        .with_duplicates(stream.dup_ratio);
     let started = Instant::now();
     let mut pending = Vec::new();
     let mut acks = Vec::new();

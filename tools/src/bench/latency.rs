@@ -123,15 +123,23 @@ impl Latency {
 /// The latency runs, one after the other, each on a fresh topic while
 /// events are produced at `rate` for `secs`: a bare consumer (the broker's
 /// own latency), then the rankflow binary.
+/// A latency run's load: partitions, produce rate, length and stream.
+#[derive(Clone, Copy)]
+pub(super) struct LatencyRun {
+    pub(super) partitions: i32,
+    pub(super) rate: u64,
+    pub(super) secs: u64,
+    pub(super) stream: Stream,
+}
+
 pub(super) async fn latency(
     brokers: &str,
     redis_url: &str,
     conn: &RedisConn,
-    partitions: i32,
-    rate: u64,
-    secs: u64,
+    run: LatencyRun,
     mock: Option<&Mock>,
 ) -> Result<Latency, String> {
+    let LatencyRun { partitions, rate, secs, stream } = run;
     // The mock cluster does not take CreateTopics requests: its own call makes them.
     let make_topic = async |topic: &str, partitions: i32| match mock {
         Some(m) => {
@@ -159,7 +167,7 @@ pub(super) async fn latency(
         std::thread::spawn(move || bare_read_latency(&brokers, &topic, partitions, n))
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, floor_acks) = produce(brokers, &floor_topic, n, 9, rate).await?;
+    let (_, floor_acks) = produce(brokers, &floor_topic, n, 9, rate, stream).await?;
     let mut floor = reader.join().map_err(|_| "latency reader panicked".to_string())??;
     floor.sort_by(f64::total_cmp);
     let (floor_p50, floor_p99) = p50_p99(&floor);
@@ -194,7 +202,7 @@ pub(super) async fn latency(
     }
     // As long as the bare consumer had between its assignment and the first record.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, acks) = produce(brokers, &topic, n, 9, rate).await?;
+    let (_, acks) = produce(brokers, &topic, n, 9, rate, stream).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let commits = Committed::new(brokers, &group, &topic, partitions)?;
     while commits.sum() < n as i64 && Instant::now() < deadline {
@@ -225,7 +233,14 @@ pub(super) type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer:
 /// "mock", against librdkafka's mock cluster, an in-memory Kafka broker that
 /// this process runs on a loopback port for the run: the same run with a
 /// broker far faster than tansu, to show rankflow's own share.
-pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate: u64, secs: u64) -> Result<(), String> {
+pub async fn latency_only(
+    brokers: &str,
+    redis_url: &str,
+    partitions: i32,
+    rate: u64,
+    secs: u64,
+    stream: Stream,
+) -> Result<(), String> {
     let mock = if brokers == "mock" {
         let m = rdkafka::mocking::MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?;
         eprintln!("bench: librdkafka's mock cluster at {}", m.bootstrap_servers());
@@ -236,7 +251,7 @@ pub async fn latency_only(brokers: &str, redis_url: &str, partitions: i32, rate:
     let brokers = mock.as_ref().map_or_else(|| brokers.to_string(), |m| m.bootstrap_servers());
     let cfg_text = bench_config(&brokers, redis_url, "unused", "unused", "127.0.0.1:0", "");
     let (_, conn, _) = open_store(&cfg_text).await?;
-    let lat = latency(&brokers, redis_url, &conn, partitions, rate, secs, mock.as_ref()).await?;
+    let lat = latency(&brokers, redis_url, &conn, LatencyRun { partitions, rate, secs, stream }, mock.as_ref()).await?;
     println!("{}", lat.line());
     Ok(())
 }

@@ -104,6 +104,20 @@ pub(super) struct Row {
     pub(super) note: String,
 }
 
+/// What the generated stream holds besides good events, as a real stream
+/// does: bad records (dead-lettered) and producer duplicates (counted once).
+#[derive(Clone, Copy, Debug)]
+pub struct Stream {
+    pub bad_ratio: f64,
+    pub dup_ratio: f64,
+}
+
+impl Stream {
+    fn describe(&self) -> String {
+        format!("{:.1}% bad records, {:.1}% producer duplicates", self.bad_ratio * 100.0, self.dup_ratio * 100.0)
+    }
+}
+
 /// Set once every key in the benchmark's Redis database is its own: the
 /// database was empty at the first [`flush`], or `--wipe-redis` allowed it.
 pub(super) static OWNS_REDIS: AtomicBool = AtomicBool::new(false);

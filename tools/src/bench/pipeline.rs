@@ -13,11 +13,12 @@ pub struct PipelineRun {
     pub latency_secs: u64,
     pub broker_pid: Option<u32>,
     pub rounds: usize,
+    pub stream: Stream,
 }
 
 /// `rankflow-tools bench pipeline`.
 pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Result<(), String> {
-    let PipelineRun { count, partitions, latency_rate, latency_secs, broker_pid, rounds } = run;
+    let PipelineRun { count, partitions, latency_rate, latency_secs, broker_pid, rounds, stream } = run;
     let broker_cpu = || broker_pid.map_or(0.0, proc_cpu_secs);
     // CPU seconds over the run's events, as µs per event.
     let per = |secs: f64| secs * 1e6 / count as f64;
@@ -30,8 +31,8 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
 
     create_topic(brokers, &topic, partitions).await?;
-    eprintln!("bench: producing {count} events to {topic} ({partitions} partitions)");
-    let (produced, _) = produce(brokers, &topic, count, 7, 0).await?;
+    eprintln!("bench: producing {count} records to {topic} ({partitions} partitions; {})", stream.describe());
+    let (produced, _) = produce(brokers, &topic, count, 7, 0, stream).await?;
     let mut rows = vec![Row { what: "produce (bench producer)", per_sec: rate(count, produced), note: String::new() }];
 
     let events = read_events(brokers, &topic, partitions, count, &router)?;
@@ -94,9 +95,17 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         ),
     });
 
-    let lat = latency(brokers, redis_url, &conn, partitions, latency_rate, latency_secs, None).await?;
+    let lat = latency(
+        brokers,
+        redis_url,
+        &conn,
+        LatencyRun { partitions, rate: latency_rate, secs: latency_secs, stream },
+        None,
+    )
+    .await?;
 
     let _ = std::fs::remove_dir_all(&dir);
+    println!("\nstream: {count} records, {}", stream.describe());
     print_rows(&rows, &notes);
     println!("\n{}", lat.line());
     println!(
