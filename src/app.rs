@@ -2,6 +2,7 @@
 //! scheduler and the pipeline on one Redis connection, and stops them on
 //! SIGTERM or SIGINT within `shutdown_timeout`.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +17,14 @@ use crate::store::{RedisConn, Store};
 use crate::{http, pipeline, schedule};
 
 /// Runs the worker and the HTTP server until SIGTERM; returns the exit status.
+///
+/// The HTTP server starts first, so `/healthz` answers from the first
+/// second while Redis is still being connected (`/readyz` says so).
 pub async fn run(settings: Settings) -> i32 {
     let settings = Arc::new(settings);
     let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone(), settings.worker.shutdown_timeout + Duration::from_millis(500));
+    let status = Arc::new(AtomicI32::new(0));
+    spawn_signal_handler(cancel.clone(), settings.worker.shutdown_timeout + Duration::from_millis(500), status.clone());
 
     let listener = match tokio::net::TcpListener::bind(settings.http.listen).await {
         Ok(l) => l,
@@ -28,6 +33,12 @@ pub async fn run(settings: Settings) -> i32 {
             return 2;
         }
     };
+    let router = Arc::new(Router::new(settings.boards.clone(), &settings.redis.key_prefix));
+    let health = Arc::new(Health::default());
+    let state = http::AppState::new(router.clone(), health.clone(), settings.http.max_limit);
+    info!(listen = %settings.http.listen, "HTTP server listening.");
+    let http_task = tokio::spawn(http::serve(listener, state.clone(), cancel.clone()));
+
     info!(redis = ?settings.redis, "Connecting to Redis.");
     let connect = || RedisConn::connect(&settings.redis);
     let Some(conn) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
@@ -37,13 +48,8 @@ pub async fn run(settings: Settings) -> i32 {
     if let Err(e) = store.load_script().await {
         warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");
     }
-    let router = Arc::new(Router::new(settings.boards.clone(), &settings.redis.key_prefix));
-    let health = Arc::new(Health::default());
-    health.redis_up.store(true, std::sync::atomic::Ordering::Relaxed);
-
-    let state = http::AppState::new(router.clone(), conn, health.clone(), settings.http.max_limit);
-    info!(listen = %settings.http.listen, "HTTP server listening.");
-    let http_task = tokio::spawn(http::serve(listener, state, cancel.clone()));
+    health.redis_up.store(true, Ordering::Relaxed);
+    state.connected(conn);
 
     if settings.schedules() {
         tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), cancel.clone()));
@@ -64,9 +70,7 @@ pub async fn run(settings: Settings) -> i32 {
             }
         },
     };
-    cancel.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
-    match result {
+    let code = match result {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             error!(error = %e, "The worker could not start.");
@@ -76,16 +80,22 @@ pub async fn run(settings: Settings) -> i32 {
             error!(error = %e, "The worker task failed.");
             1
         }
-    }
+    };
+    // Recorded before shutdown starts: if the watchdog ends the process
+    // first, it exits with this status, not with success.
+    status.store(code, Ordering::SeqCst);
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
+    code
 }
 
 /// SIGTERM or SIGINT cancels the token once, and starts a watchdog: a
-/// plain thread that ends the process with status 0 if shutdown has not
-/// finished `deadline` later. The runtime's own timeout normally comes
+/// plain thread that ends the process if shutdown has not finished
+/// `deadline` later, with `status` (0 unless a failure was recorded). The runtime's own timeout normally comes
 /// first; the watchdog holds even if every runtime thread is stuck in a
 /// blocking librdkafka call. Whatever is abandoned is uncommitted, so it is
 /// replayed and recognised by its recorded offset.
-fn spawn_signal_handler(cancel: CancellationToken, deadline: Duration) {
+fn spawn_signal_handler(cancel: CancellationToken, deadline: Duration, status: Arc<AtomicI32>) {
     let fire = cancel.clone();
     std::thread::spawn(move || {
         while !fire.is_cancelled() {
@@ -93,7 +103,7 @@ fn spawn_signal_handler(cancel: CancellationToken, deadline: Duration) {
         }
         std::thread::sleep(deadline);
         eprintln!("rankflow: shutdown still running after {deadline:?}; exiting, in-flight work abandoned (it is replayed safely)");
-        std::process::exit(0);
+        std::process::exit(status.load(Ordering::SeqCst));
     });
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -32,15 +32,32 @@ const READ_LUA: &str = include_str!("scripts/read.lua");
 #[derive(Clone)]
 pub struct AppState {
     pub router: Arc<Router>,
-    pub redis: RedisConn,
+    /// Set once Redis is connected; until then reads answer 503 and
+    /// `/readyz` says Redis is still being connected.
+    redis: Arc<OnceLock<RedisConn>>,
     pub health: Arc<Health>,
     pub max_limit: usize,
     script: Arc<redis::Script>,
 }
 
 impl AppState {
-    pub fn new(router: Arc<Router>, redis: RedisConn, health: Arc<Health>, max_limit: usize) -> AppState {
+    /// The handlers' state before Redis is connected (see [`AppState::connected`]).
+    pub fn new(router: Arc<Router>, health: Arc<Health>, max_limit: usize) -> AppState {
+        let redis = Arc::new(OnceLock::new());
         AppState { router, redis, health, max_limit, script: Arc::new(redis::Script::new(READ_LUA)) }
+    }
+
+    /// Hands the handlers the Redis connection, once it is up.
+    pub fn connected(&self, conn: RedisConn) {
+        let _ = self.redis.set(conn);
+    }
+
+    fn redis(&self) -> Result<RedisConn, ApiError> {
+        self.redis.get().cloned().ok_or_else(|| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            parameter: None,
+            message: "Redis is not connected yet".into(),
+        })
     }
 }
 
@@ -100,14 +117,36 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// 200 when Redis answers and a broker connection is up; otherwise 503,
+/// with the reasons.
 async fn readyz(State(s): State<AppState>) -> Response {
-    let mut conn = s.redis.clone();
-    let redis_ok = redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok();
-    s.health.redis_up.store(redis_ok, Ordering::Relaxed);
-    metrics::get().redis_up.set(i64::from(redis_ok));
+    let mut reasons = Vec::new();
+    let redis_ok = match s.redis.get() {
+        None => {
+            reasons.push("Redis is not connected yet");
+            false
+        }
+        Some(conn) => {
+            let ok = redis::cmd("PING").query_async::<String>(&mut conn.clone()).await.is_ok();
+            s.health.redis_up.store(ok, Ordering::Relaxed);
+            metrics::get().redis_up.set(i64::from(ok));
+            if !ok {
+                reasons.push("Redis does not answer PING");
+            }
+            ok
+        }
+    };
     let kafka_ok = s.health.kafka_up.load(Ordering::Relaxed);
-    let body = json!({ "redis": redis_ok, "kafka": kafka_ok });
-    let status = if redis_ok && kafka_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if !kafka_ok {
+        reasons.push("no Kafka broker connection is up yet");
+    }
+    let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok });
+    let status = if reasons.is_empty() {
+        StatusCode::OK
+    } else {
+        body["reason"] = json!(reasons.join("; "));
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body)).into_response()
 }
 
@@ -296,7 +335,7 @@ async fn read_script<T: redis::FromRedisValue>(
     op: &str,
     args: &[String],
 ) -> Result<T, ApiError> {
-    let mut conn = s.redis.clone();
+    let mut conn = s.redis()?;
     let mut inv = s.script.key(&t.key);
     inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
     for a in args {

@@ -91,6 +91,10 @@ impl ConsumerContext for ConsumerCallbacks {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let m = metrics::get();
         if let Rebalance::Assign(tpl) = rebalance {
+            // An assignment comes from the group coordinator: a broker is
+            // up, whatever the next statistics say (they come every second).
+            self.health.kafka_up.store(true, Ordering::Relaxed);
+            m.kafka_up.set(1);
             // A partition paused while held for the dead-letter topic, then
             // revoked, must not come back paused: nothing tracks it any more.
             if let Err(e) = consumer.resume(tpl) {

@@ -143,7 +143,9 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     let marks = Arc::new(Watermarks::default());
     let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
-    let statistics_ms = if settings.seals() { 1000 } else { 5000 };
+    // Every second: consumer lag and broker health are fresh within a
+    // second of start, and boards that seal periods raise watermarks from it.
+    let statistics_ms = 1000;
     let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
         .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
         .map_err(WorkerError::Consumer)?;
@@ -259,7 +261,11 @@ impl Pipeline {
                 None => Err(Next::Stop),
             },
             m = self.consumer.recv() => match m {
-                Ok(m) => Ok(record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m)),
+                Ok(m) => {
+                    // A record came from a broker: Kafka is up.
+                    self.cx.health.kafka_up.store(true, Ordering::Relaxed);
+                    Ok(record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m))
+                }
                 Err(e) => {
                     warn!(error = %e, "Reading from Kafka failed; retrying.");
                     tokio::time::sleep(Duration::from_millis(100)).await;

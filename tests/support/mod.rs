@@ -63,6 +63,13 @@ impl Redis {
     }
 
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    /// A Redis on `port`, for a test that points a worker at the port first.
+    pub fn start_on(port: u16) -> Redis {
+        let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new() };
+        r.spawn();
+        r
+    }
+
     pub fn start_with(extra: &[&str]) -> Redis {
         let mut r = Redis {
             child: None,
@@ -497,6 +504,19 @@ impl Worker {
         if let Some(mut c) = self.child.take() {
             kill(&mut c);
         }
+    }
+
+    /// Waits for the process to exit by itself, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// Sends SIGTERM and waits for the exit status, at most `timeout`.

@@ -34,7 +34,9 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
 
     let health = Arc::new(rankflow::health::Health::default());
-    let app = rankflow::http::app(rankflow::http::AppState::new(router.clone(), conn.clone(), health, 1000));
+    let state = rankflow::http::AppState::new(router.clone(), health, 1000);
+    state.connected(conn.clone());
+    let app = rankflow::http::app(state);
     let key = "lb:{big}:all";
     let dense_key = "lb:{big}:_dense:all";
     let mut rng = rand_seed(6);
