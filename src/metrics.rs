@@ -34,6 +34,7 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     pub jobs: IntCounterVec,
     pub periods_sealed: IntCounterVec,
+    pub scheduler_restarts: IntCounter,
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -58,6 +59,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_build_info",
     "rankflow_jobs_total",
     "rankflow_periods_sealed_total",
+    "rankflow_scheduler_restarts_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -186,6 +188,15 @@ impl Metrics {
                 "Periods this worker sealed into ...:final (each period is sealed once across all workers).",
                 &["board"],
             ),
+            scheduler_restarts: {
+                let c = IntCounter::new(
+                    "rankflow_scheduler_restarts_total",
+                    "Times the scheduler stopped (failed or panicked) and was started again.",
+                )
+                .expect("static metric definition");
+                r.register(Box::new(c.clone())).expect("metric registered once");
+                c
+            },
             registry: r,
         }
     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::board::{Board, Mode, Order, Router};
 use crate::config::Settings;
@@ -165,23 +165,95 @@ impl JobCache {
     }
 }
 
-/// Runs the scheduler until `cancel` fires.
+/// Runs the scheduler until `cancel` fires, starting it again (after a
+/// backoff up to `worker.max_backoff`) whenever it stops: a scheduler that
+/// cannot create its producer, or that panics, must not die silently while
+/// the worker goes on. Each restart is logged and counted
+/// (`rankflow_scheduler_restarts_total`, alerted on).
 pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, cancel: CancellationToken) {
-    let producer = match KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka)) {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(error = %e, "Cannot create the sealed-topic producer; the scheduler does not run.");
-            return;
+    let max_backoff = settings.worker.max_backoff;
+    supervise(&cancel, max_backoff, || {
+        let (settings, router, store, cancel) = (settings.clone(), router.clone(), store.clone(), cancel.clone());
+        async move { run_once(&settings, &router, &store, &cancel).await }
+    })
+    .await;
+}
+
+/// Runs `start()` on a task of its own until `cancel` fires, and starts it
+/// again whenever it returns or panics before that, waiting 100 ms, 200 ms,
+/// ... up to `max_backoff` in between. Returns how many times it restarted.
+pub async fn supervise<F, Fut>(cancel: &CancellationToken, max_backoff: Duration, mut start: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let mut delay = Duration::from_millis(100).min(max_backoff);
+    let mut restarts = 0;
+    loop {
+        let outcome = tokio::spawn(start()).await;
+        if cancel.is_cancelled() {
+            return restarts;
         }
-    };
-    let s = Scheduler {
-        settings: &settings,
-        router: &router,
-        store: &store,
-        producer: Arc::new(producer),
-        partitions: None,
-    };
-    s.run(&cancel).await;
+        match outcome {
+            Ok(Ok(())) => error!("The scheduler stopped; starting it again."),
+            Ok(Err(e)) => {
+                error!(error = %e, retry_in_ms = delay.as_millis() as u64, "The scheduler failed; starting it again.")
+            }
+            Err(e) => {
+                error!(error = %e, retry_in_ms = delay.as_millis() as u64, "The scheduler panicked; starting it again.")
+            }
+        }
+        restarts += 1;
+        metrics::get().scheduler_restarts.inc();
+        tokio::select! {
+            _ = cancel.cancelled() => return restarts,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(max_backoff);
+    }
+}
+
+/// One life of the scheduler: until `cancel` fires, or an error it cannot go on from.
+async fn run_once(
+    settings: &Settings,
+    router: &Router,
+    store: &Store,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
+        .map_err(|e| format!("cannot create the sealed-topic producer: {e}"))?;
+    let s = Scheduler { settings, router, store, producer: Arc::new(producer), partitions: None };
+    s.run(cancel).await;
+    Ok(())
+}
+
+/// What `seal.lua` answered.
+#[derive(Debug, PartialEq)]
+struct SealReply {
+    /// This call sealed the period (an earlier one may have).
+    newly: bool,
+    /// Its top was already published.
+    published: bool,
+    /// Members of the final board.
+    total: i64,
+    /// The final board's top: (member, stored score).
+    top: Vec<(String, f64)>,
+}
+
+/// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
+/// past its end).
+fn parse_seal_reply(reply: &[redis::Value]) -> Result<SealReply, String> {
+    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(2) {
+        return Err(format!("seal.lua answered {} values, not 3 followed by (member, score) pairs", reply.len()));
+    }
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(|e| format!("seal.lua: {e}"));
+    let mut top = Vec::with_capacity((reply.len() - 3) / 2);
+    for pair in reply[3..].chunks_exact(2) {
+        let member: String = redis::from_redis_value(pair[0].clone()).map_err(|e| format!("seal.lua: {e}"))?;
+        let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| format!("seal.lua: {e}"))?;
+        top.push((member, stored));
+    }
+    Ok(SealReply { newly: int(&reply[0])? == 1, published: int(&reply[1])? == 1, total: int(&reply[2])?, top })
 }
 
 struct Scheduler<'a> {
@@ -361,8 +433,7 @@ impl Scheduler<'_> {
             keys::published_field(&live),
         ];
         let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
-        let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
-        let (newly, published, total) = (int(0) == 1, int(1) == 1, int(2));
+        let SealReply { newly, published, total, top } = parse_seal_reply(&reply)?;
         if newly {
             metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
             info!(board = %board.id(), key = %live, members = total, "Period sealed.");
@@ -370,12 +441,13 @@ impl Scheduler<'_> {
         if published {
             return Ok(Outcome::Done);
         }
-        let mut entries = Vec::new();
-        for (i, pair) in reply[3..].chunks(2).enumerate() {
-            let member: String = redis::from_redis_value(pair[0].clone()).map_err(|e| e.to_string())?;
-            let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| e.to_string())?;
-            entries.push(json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(stored as i64) }));
-        }
+        let entries: Vec<serde_json::Value> = top
+            .iter()
+            .enumerate()
+            .map(|(i, (member, stored))| {
+                json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) })
+            })
+            .collect();
         let split = keys::split_of_base(base);
         let payload = json!({
             "board": board.id(),
@@ -494,7 +566,48 @@ pub fn jobs_for<'a>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
     use super::*;
+
+    #[tokio::test]
+    async fn a_scheduler_that_fails_or_panics_is_started_again_until_shutdown() {
+        let cancel = CancellationToken::new();
+        let starts = Arc::new(AtomicU32::new(0));
+        let before = metrics::get().scheduler_restarts.get();
+        let restarts = supervise(&cancel, Duration::from_millis(20), || {
+            let (starts, cancel) = (starts.clone(), cancel.clone());
+            async move {
+                match starts.fetch_add(1, Ordering::SeqCst) {
+                    0 => Err("no producer".to_string()),
+                    1 => panic!("a scheduler bug"),
+                    2 => Ok(()),
+                    _ => {
+                        // The fourth life runs until shutdown.
+                        cancel.cancel();
+                        Ok(())
+                    }
+                }
+            }
+        })
+        .await;
+        assert_eq!(starts.load(Ordering::SeqCst), 4);
+        assert_eq!(restarts, 3);
+        assert!(metrics::get().scheduler_restarts.get() >= before + 3);
+    }
+
+    #[test]
+    fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
+        use redis::Value::{BulkString, Int};
+        let s = |t: &str| BulkString(t.as_bytes().to_vec());
+        for bad in [vec![], vec![Int(1), Int(0)], vec![Int(1), Int(0), Int(2), s("alice")]] {
+            assert!(parse_seal_reply(&bad).is_err(), "{bad:?}");
+        }
+        let good = [Int(1), Int(0), Int(2), s("alice"), s("120"), s("bob"), s("100")];
+        let reply = parse_seal_reply(&good).unwrap();
+        assert_eq!((reply.newly, reply.published, reply.total), (true, false, 2));
+        assert_eq!(reply.top, [("alice".to_string(), 120.0), ("bob".to_string(), 100.0)]);
+    }
 
     #[test]
     fn jobs_round_trip_even_when_the_prefix_holds_a_bar() {
@@ -526,17 +639,5 @@ mod tests {
                 "lb:{p}:d:2026-10-30"
             ]
         );
-    }
-
-    #[test]
-    fn watermarks_only_rise() {
-        let w = Watermarks::default();
-        w.raise("t:0", 10);
-        w.raise("t:0", 5);
-        w.raise("t:1", 7);
-        let m = w.take();
-        assert_eq!(m["t:0"], 10);
-        assert_eq!(m["t:1"], 7);
-        assert!(w.take().is_empty());
     }
 }
