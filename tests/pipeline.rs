@@ -40,6 +40,42 @@ async fn a_stream_with_duplicates_and_bad_records_matches_the_model_exactly() {
     assert_eq!(offsets_fields(&mut conn, &topic).await, 0, "{}", String::from_utf8_lossy(&out.stdout));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_retried_after_one_board_tag_failed_counts_every_event_as_what_happened() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
+    let s = stream::generate(3_000, 7);
+    let mut conn = redis.conn().await;
+    // The `best` board's offsets hash is a string: every call on that tag
+    // fails (WRONGTYPE) while the other tags' calls of the same batches land.
+    let _: () = redis::cmd("SET").arg("lb:{best}:_offsets").arg("in the way").query_async(&mut conn).await.unwrap();
+    broker.produce(&topic, &s.records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while w.metric("rankflow_redis_errors_total", &[("op", "apply")]).await < 2.0 {
+        assert!(std::time::Instant::now() < deadline, "no failed apply:\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _: () = redis::cmd("DEL").arg("lb:{best}:_offsets").query_async(&mut conn).await.unwrap();
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
+
+    s.assert_boards(&mut conn).await;
+    let m = samples(&w.http_get("/metrics").await.1);
+    for board in ["points", "best", "laps"] {
+        let applied = *s.applied_per_board.get(board).unwrap_or(&0) as f64;
+        assert_eq!(sum(&m, "rankflow_events_applied_total", &[("board", board)]), applied, "applied on {board}");
+        let dups = *s.duplicates_per_board.get(board).unwrap_or(&0) as f64;
+        assert_eq!(
+            sum(&m, "rankflow_events_duplicate_total", &[("board", board), ("kind", "event_id")]),
+            dups,
+            "producer duplicates on {board}"
+        );
+    }
+    // Nothing was redelivered: no event may count as one.
+    assert_eq!(sum(&m, "rankflow_events_duplicate_total", &[("kind", "offset")]), 0.0);
+}
+
 /// Every `_offsets` hash field that names `topic`, over all board tags, with
 /// the offset it records.
 async fn topic_offsets(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> Vec<(String, i64)> {

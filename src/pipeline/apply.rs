@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -11,12 +12,13 @@ use tokio::task::JoinHandle;
 use tracing::{debug, Instrument};
 
 use crate::board::Decision;
+use crate::health::Health;
 use crate::kafka::offsets::BatchOffsets;
 use crate::keys;
 use crate::metrics;
 use crate::retry::retry;
 use crate::schedule;
-use crate::store::{push_write, Prepared, TagBatch};
+use crate::store::{push_write, Landed, Prepared, TagBatch};
 
 use super::inflight::Results;
 use super::outcome::Routes;
@@ -142,36 +144,38 @@ pub fn spawn_apply(
     let (store, cancel, health) = (cx.store.clone(), cx.cancel.clone(), cx.health.clone());
     let max_backoff = cx.settings.worker.max_backoff;
     let apply = async move {
-        // An empty batch has nothing to send.
-        let mut results = calls.is_empty().then(Vec::new);
         let m = metrics::get();
-        let landed = |started: Instant| {
+        let landed_ok = |started: Instant, health: &Health| {
             m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
             health.redis_up.store(true, Ordering::Relaxed);
             m.redis_up.set(1);
         };
-        if let (None, Some(after)) = (&results, after) {
-            let started = Instant::now();
-            match store.apply_prepared(&calls).await {
-                Ok(r) => {
-                    landed(started);
-                    results = Some(r);
-                }
-                Err(e) => {
-                    debug!(error = %e, "A batch sent behind another did not apply; it is sent again once that one has landed.");
-                    after.await.ok()?;
-                    calls.unconditional();
+        let mut landed = Landed::new(&calls);
+        match after {
+            // An empty batch has nothing to send.
+            Some(after) if !landed.is_complete() => {
+                let started = Instant::now();
+                match store.apply_pending(&calls, &mut landed).await {
+                    Ok(()) => landed_ok(started, &health),
+                    Err(e) => {
+                        debug!(error = %e, "A batch sent behind another did not apply; what did not is sent again once that one has landed.");
+                        after.await.ok()?;
+                        calls.unconditional();
+                    }
                 }
             }
+            _ => {}
         }
-        let results = match results {
-            Some(r) => r,
-            None => {
-                retry("apply a batch to Redis", &cancel, max_backoff, || async {
+        // Only the calls that have not landed are sent again.
+        if !landed.is_complete() {
+            let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
+            retry("apply a batch to Redis", &cancel, max_backoff, || {
+                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
+                async move {
                     let started = Instant::now();
-                    let r = store.apply_prepared(&calls).await;
+                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
                     match &r {
-                        Ok(_) => landed(started),
+                        Ok(()) => landed_ok(started, &health),
                         Err(_) => {
                             m.redis_errors.with_label_values(&["apply"]).inc();
                             health.redis_up.store(false, Ordering::Relaxed);
@@ -179,10 +183,12 @@ pub fn spawn_apply(
                         }
                     }
                     r
-                })
-                .await?
-            }
-        };
+                }
+            })
+            .await?;
+            landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
+        }
+        let results = landed.into_results().expect("every call landed");
         let _ = done.send(());
         Some(results)
     };

@@ -44,6 +44,28 @@ pub enum StoreError {
     BadReply { base: String, got: usize, expected: usize },
 }
 
+/// Which calls of a prepared batch Redis has applied, with their answers.
+pub struct Landed {
+    results: Vec<Option<Vec<ApplyResult>>>,
+}
+
+impl Landed {
+    /// Nothing landed yet.
+    pub fn new(prepared: &Prepared) -> Landed {
+        Landed { results: vec![None; prepared.calls.len()] }
+    }
+
+    /// Whether every call has landed.
+    pub fn is_complete(&self) -> bool {
+        self.results.iter().all(Option::is_some)
+    }
+
+    /// Every call's answers, once all have landed.
+    pub fn into_results(self) -> Option<Vec<Vec<ApplyResult>>> {
+        self.results.into_iter().collect()
+    }
+}
+
 /// The write side of Redis: the apply and erase scripts on one connection.
 #[derive(Clone)]
 pub struct Store {
@@ -88,8 +110,30 @@ impl Store {
 
     /// Sends prepared calls, all at once (pipelined on the connection).
     pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
-        let calls = prepared.calls.iter().map(|(base, inv, n)| self.apply_one(base, inv, *n));
-        futures::future::try_join_all(calls).await
+        let mut landed = Landed::new(prepared);
+        self.apply_pending(prepared, &mut landed).await?;
+        Ok(landed.into_results().expect("every call landed"))
+    }
+
+    /// Sends the calls of `prepared` that have not landed yet, all at once,
+    /// and records in `landed` each one Redis applied. Fails with the first
+    /// error when any call failed; the calls that did land keep their
+    /// answers, so a retry resends only the others. (Resending a call that
+    /// landed would change nothing in Redis, but its events would answer as
+    /// redeliveries, and be counted as duplicates instead of applied.)
+    pub async fn apply_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
+        let pending = prepared.calls.iter().zip(&landed.results).enumerate().filter(|(_, (_, r))| r.is_none());
+        let sends = pending.map(|(i, ((base, inv, n), _))| async move { (i, self.apply_one(base, inv, *n).await) });
+        let mut first_error = None;
+        for (i, result) in futures::future::join_all(sends).await {
+            match result {
+                Ok(r) => landed.results[i] = Some(r),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
