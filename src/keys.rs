@@ -22,12 +22,13 @@
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
+//! | `{prefix}:{.tags}:bases` | set | every board tag's key base, for erasure |
 //! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
 //! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
 //!
-//! `.sched` cannot be a board id (ids are `[a-z0-9_-]`), so the scheduler's
-//! hash tag never meets a board's.
+//! `.sched` and `.tags` cannot be board ids (ids are `[a-z0-9_-]`), so
+//! those hash tags never meet a board's.
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
@@ -136,6 +137,12 @@ pub fn sealed_key(base: &str) -> String {
     format!("{base}:_sealed")
 }
 
+/// The registry of board tags: a set of every key base rankflow has
+/// written, which an erasure walks (never a keyspace scan).
+pub fn tags_key(prefix: &str) -> String {
+    format!("{prefix}:{{.tags}}:bases")
+}
+
 /// The scheduler's keys, all under one hash tag: `(due, lease, watermarks)`.
 pub fn sched_keys(prefix: &str) -> (String, String, String) {
     (format!("{prefix}:{{.sched}}:due"), format!("{prefix}:{{.sched}}:lease"), format!("{prefix}:{{.sched}}:wm"))
@@ -198,6 +205,7 @@ mod tests {
         assert_eq!(period_key(&b, &final_id("d:2026-08-14")), "lb:{points}:d:2026-08-14:final");
         assert_eq!(period_key(&b, &rolling_id("last7d")), "lb:{points}:r:last7d");
         assert_eq!(sched_keys("lb").0, "lb:{.sched}:due");
+        assert_eq!(tags_key("lb"), "lb:{.tags}:bases");
         assert_eq!(split_of_base("lb:{laps:monza}"), Some(("laps", "monza")));
         assert_eq!(split_of_base("lb:{points}"), None);
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");

@@ -214,3 +214,33 @@ async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again()
     assert_eq!(zset_values(&mut conn, "lb:{points}:all").await, map(&[("alice", 7), ("bob", 20)]));
     assert_eq!(zset_values(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_producer_retry_of_an_erasure_is_a_duplicate_and_keeps_the_points_earned_since() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
+    let erase = ("alice".to_string(), erase.to_string().into_bytes(), Some(now));
+    let records = vec![
+        rec("match", "alice", 31, now - 1000, now),
+        rec("match", "bob", 20, now - 1000, now),
+        erase.clone(),
+        rec("bonus", "alice", 7, now, now),
+        // The producer retries the erasure: same event id, a later offset.
+        erase,
+        rec("bonus", "alice", 5, now, now),
+    ];
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    let mut conn = redis.conn().await;
+    assert_eq!(zset_values(&mut conn, "lb:{points}:all").await, map(&[("alice", 12), ("bob", 20)]), "{}", w.log());
+    // `best` packs ties: only who is on it is compared.
+    assert_eq!(zset_values(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
+    assert!(w.log().contains("changed nothing"), "{}", w.log());
+    // The tags were found through the registry of tags.
+    let mut tags: Vec<String> = redis::cmd("SMEMBERS").arg("lb:{.tags}:bases").query_async(&mut conn).await.unwrap();
+    tags.sort();
+    assert_eq!(tags, ["lb:{best}", "lb:{points}"]);
+}

@@ -77,13 +77,37 @@ pub async fn prepare(cx: &Context, records: Vec<Record>, items: Vec<Item>) -> Op
             routes[t].push((i, d));
         }
     }
-    // Jobs first: a period or rolling board with data always has its job.
-    if !enqueue_jobs(cx, &items).await {
+    // The tags in the registry and the jobs first: a tag with data can
+    // always be found by an erasure, and a period or rolling board with data
+    // always has its job.
+    if !register_tags(cx, &tags).await || !enqueue_jobs(cx, &items).await {
         return None;
     }
     let calls = cx.store.prepare(&tags);
     drop(tags);
     Some((Planned { records, offsets, items, routes }, calls))
+}
+
+/// Adds the batch's board tags that this worker has not registered yet to
+/// the registry of tags. `false`: abandoned on shutdown.
+async fn register_tags(cx: &Context, tags: &[TagBatch<'_>]) -> bool {
+    let new: Vec<String> = {
+        let known = cx.tags.lock().unwrap_or_else(|e| e.into_inner());
+        tags.iter().filter(|t| !known.contains(t.base)).map(|t| t.base.to_string()).collect()
+    };
+    if new.is_empty() {
+        return true;
+    }
+    let registry = keys::tags_key(cx.router.prefix());
+    let sent = retry("register board tags", &cx.cancel, cx.settings.worker.max_backoff, || {
+        cx.store.register_tags(&registry, &new)
+    })
+    .await;
+    if sent.is_none() {
+        return false;
+    }
+    cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(new);
+    true
 }
 
 /// Sends the scheduler jobs (seals, rolling refreshes) the batch's periods

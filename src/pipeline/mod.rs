@@ -38,6 +38,7 @@ mod inflight;
 mod outcome;
 mod record;
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,6 +108,8 @@ pub(crate) struct Context {
     jobs: Mutex<JobCache>,
     /// Per-partition record times applied, for boards that seal periods.
     marks: Arc<Watermarks>,
+    /// Board tags this worker knows are in the registry of tags (see `apply::register_tags`).
+    tags: Mutex<HashSet<String>>,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -157,7 +160,20 @@ pub async fn run(
     metrics::get().init_boards(router.boards().iter().map(|b| b.id()));
     info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
 
-    let cx = Context { settings, router, store, health, producer, cancel, jobs: Mutex::default(), marks };
+    let cx = Context {
+        settings,
+        router,
+        store,
+        health,
+        producer,
+        cancel,
+        jobs: Mutex::default(),
+        marks,
+        tags: Mutex::default(),
+    };
+    if !erase::seed_registry(&cx).await {
+        return Ok(()); // shutdown while Redis was retried
+    }
     let mut p = Pipeline {
         cx,
         consumer,
@@ -343,8 +359,8 @@ impl Pipeline {
             }
         }
         let (offsets, fields, _) = apply::note(&records);
-        if let ([record], [Item::Erase { player_id }]) = (records.as_slice(), items.as_slice()) {
-            if erase::erase_everywhere(&self.cx, &fields[0], record.offset, player_id).await.is_none() {
+        if let ([record], [Item::Erase { event_id, player_id }]) = (records.as_slice(), items.as_slice()) {
+            if erase::erase_everywhere(&self.cx, &fields[0], record.offset, event_id, player_id).await.is_none() {
                 info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
                 return false;
             }

@@ -195,6 +195,6 @@ mod tests {
         let rejected = Item::Rejected(Rejection::new(Reason::InvalidJson, "not JSON"));
         assert!(matches!(outcome(&rejected), Final::DeadLetter(r) if r[0].reason == Reason::InvalidJson));
         assert_eq!(outcome(&Item::Skipped), Final::Skipped);
-        assert_eq!(outcome(&Item::Erase { player_id: "p".into() }), Final::Skipped);
+        assert_eq!(outcome(&Item::Erase { event_id: uuid::Uuid::nil(), player_id: "p".into() }), Final::Skipped);
     }
 }

@@ -39,7 +39,7 @@ pub enum Item {
     /// An event type no board takes: final at once, nothing to write.
     Skipped,
     /// `player_erased`: always alone in its batch.
-    Erase { player_id: String },
+    Erase { event_id: uuid::Uuid, player_id: String },
     /// Rejected before any board saw it.
     Rejected(Rejection),
     Event {
@@ -110,7 +110,7 @@ fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Ite
             m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
             return Item::Rejected(r);
         }
-        Parsed::Erase { player_id, .. } => return Item::Erase { player_id },
+        Parsed::Erase { event_id, player_id } => return Item::Erase { event_id, player_id },
         Parsed::Event(e) => e,
     };
     // Decisions use the record's timestamp, so a replay decides alike;

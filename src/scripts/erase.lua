@@ -1,6 +1,8 @@
 -- erase.lua: removes one player from every key of ONE board tag, atomically,
--- at most once per record (the same offset check as apply.lua, so a replayed
--- erasure cannot erase scores the player earned after it).
+-- at most once per record and once per event id: the same offset check and
+-- the same dedupe markers as apply.lua, so neither a replayed erasure nor a
+-- producer's retry of it (same event id, later offset) can erase scores the
+-- player earned after it.
 --
 -- KEYS[1]   the tag's offsets hash
 -- KEYS[2]   the tag's registry of period keys (a set, filled by apply.lua)
@@ -12,8 +14,11 @@
 -- ARGV[7]   value counts prefix ("<prefix>:{tag}:_dcount:"), likewise
 -- ARGV[8]   event times prefix ("<prefix>:{tag}:_ts:"), likewise
 -- ARGV[9]   the member's rate-limit window key
+-- ARGV[10]  dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n as in apply.lua
+-- ARGV[11]  dedupe ttl, seconds
+-- ARGV[12]  the event id (its 16 bytes)
 --
--- Returns 1 erased (or nothing to erase), 3 redelivered offset.
+-- Returns 1 erased (or nothing to erase), 2 duplicate event id, 3 redelivered offset.
 
 local field, off_s, member = ARGV[1], ARGV[2], ARGV[3]
 local shift, period_prefix = tonumber(ARGV[4]), ARGV[5]
@@ -21,6 +26,18 @@ local dense_prefix, counts_prefix, times_prefix = ARGV[6], ARGV[7], ARGV[8]
 local last = redis.call('HGET', KEYS[1], field)
 if last and tonumber(off_s) <= tonumber(last) then return 3 end
 redis.call('HSET', KEYS[1], field, off_s)
+
+-- The marker, in the hashes apply.lua keeps (see its header).
+local seen_prefix, ttl, id = ARGV[10], tonumber(ARGV[11]), ARGV[12]
+local fmt = function(n) return string.format('%d', n) end
+local hash_n = math.floor(tonumber(redis.call('TIME')[1]) / ttl)
+if redis.call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
+local seen_now = seen_prefix .. fmt(hash_n)
+if redis.call('HEXISTS', seen_now, id) == 1 or redis.call('HEXISTS', seen_prefix .. fmt(hash_n - 1), id) == 1 then
+  return 2
+end
+redis.call('HSET', seen_now, id, 1)
+redis.call('EXPIREAT', seen_now, fmt((hash_n + 2) * ttl + math.floor(ttl / 2)))
 
 local prefix_len = #period_prefix + 1
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do

@@ -40,6 +40,8 @@ pub enum StoreError {
     Erase { base: String, source: RedisError },
     #[error("listing board tags failed: {0}")]
     Scan(String),
+    #[error("reading or writing the registry of board tags failed: {0}")]
+    Registry(#[source] RedisError),
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
 }
@@ -184,17 +186,19 @@ impl Store {
     }
 
     /// Removes `member` from every key of every tag in `tags` (key base and
-    /// packing shift), at most once per record (see `scripts/erase.lua`).
+    /// packing shift), at most once per record and once per event id (see
+    /// `scripts/erase.lua`). Answers, per tag, what the script did.
     pub async fn erase(
         &self,
         tags: &[(String, i64)],
         field: &str,
         offset: i64,
+        event_id: &uuid::Uuid,
         member: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<ApplyResult>, StoreError> {
         let calls = tags.iter().map(|(base, shift)| async move {
             let keys = [keys::offsets_key(base), keys::registry_key(base)];
-            let args = [
+            let text = [
                 field.to_string(),
                 offset.to_string(),
                 member.to_string(),
@@ -204,11 +208,37 @@ impl Store {
                 keys::dense_count_prefix(base),
                 keys::times_prefix(base),
                 keys::rate_key(base, member),
+                keys::dedupe_prefix(base),
+                self.dedupe_ttl_secs.to_string(),
             ];
+            let mut args: Vec<Vec<u8>> = text.into_iter().map(String::into_bytes).collect();
+            args.push(event_id.as_bytes().to_vec());
             let reply: Result<i64, RedisError> = self.eval(&self.erase_script, ERASE_LUA, &keys, &args).await?;
-            reply.map(|_| ()).map_err(|source| StoreError::Erase { base: base.clone(), source })
+            reply.map(ApplyResult::from_code).map_err(|source| StoreError::Erase { base: base.clone(), source })
         });
-        futures::future::try_join_all(calls).await.map(|_| ())
+        futures::future::try_join_all(calls).await
+    }
+
+    /// The key base of every board tag registered in `registry` (see
+    /// `keys::tags_key`): where an erasure looks, instead of scanning the keyspace.
+    pub async fn tag_bases(&self, registry: &str) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SMEMBERS").arg(registry).query_async(&mut conn).await.map_err(StoreError::Registry)
+    }
+
+    /// Adds board tags to the registry of tags.
+    pub async fn register_tags(&self, registry: &str, bases: &[String]) -> Result<(), StoreError> {
+        if bases.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        redis::cmd("SADD")
+            .arg(registry)
+            .arg(bases)
+            .query_async::<i64>(&mut conn)
+            .await
+            .map_err(StoreError::Registry)?;
+        Ok(())
     }
 
     /// `PING`, for readiness.

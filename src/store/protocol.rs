@@ -25,7 +25,7 @@ pub enum ApplyResult {
 }
 
 impl ApplyResult {
-    fn from_code(code: i64) -> ApplyResult {
+    pub(super) fn from_code(code: i64) -> ApplyResult {
         match code {
             1 => ApplyResult::Applied,
             2 => ApplyResult::DuplicateEvent,
