@@ -37,7 +37,11 @@ pub async fn run(settings: Settings) -> i32 {
     let health = Arc::new(Health::default());
     let state = http::AppState::new(router.clone(), health.clone(), settings.http.max_limit);
     info!(listen = %settings.http.listen, "HTTP server listening.");
-    let http_task = tokio::spawn(http::serve(listener, state.clone(), cancel.clone()));
+    let limits = http::Limits {
+        request_timeout: settings.http.request_timeout,
+        max_concurrent: settings.http.max_concurrent_requests,
+    };
+    let http_task = tokio::spawn(http::serve(listener, state.clone(), limits, cancel.clone()));
 
     info!(redis = ?settings.redis, "Connecting to Redis.");
     let connect = || RedisConn::connect(&settings.redis);

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -74,13 +75,81 @@ pub fn app(state: AppState) -> HttpRouter {
         .with_state(state)
 }
 
-/// Serves until `cancel` fires.
+/// What one client may cost the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Headers must arrive within this, and a request be answered within it (408).
+    pub request_timeout: Duration,
+    /// Requests in progress at once; one more is answered 503.
+    pub max_concurrent: usize,
+}
+
+/// Largest request head (request line and headers) read; a larger one is
+/// answered 431. hyper's read buffer cannot be smaller than 8 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Largest request body accepted; a larger one is answered 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The routes with the limits around them.
+pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
+    use axum::error_handling::HandleErrorLayer;
+    use tower::ServiceBuilder;
+    let overload = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+            let body = json!({ "error": "too many requests in progress; try again" });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+        }))
+        .load_shed()
+        // Global: axum layers each route apart, and the cap is the server's.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent));
+    app(state)
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
+        .layer(overload)
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+}
+
+/// Serves until `cancel` fires, then lets the requests in progress finish.
+/// Each connection must send its request headers within
+/// `limits.request_timeout` and within [`MAX_HEADER_BYTES`], so a slow
+/// client cannot hold a connection forever.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
+    limits: Limits,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(async move { cancel.cancelled().await }).await
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let app = limited_app(state, limits);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, do not spin.
+                    tracing::warn!(error = %e, "Accepting an HTTP connection failed.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = cancel.cancelled() => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.request_timeout)
+            .max_buf_size(MAX_HEADER_BYTES)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "An HTTP connection ended with an error.");
+            }
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// An API error: status and JSON body `{error, parameter?}`.

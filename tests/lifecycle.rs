@@ -1,7 +1,8 @@
-//! Start-up and shutdown as an orchestrator sees them: liveness from the
-//! first second, readiness that says why it is not ready and turns true as
-//! soon as partitions are assigned, and an exit status that keeps a
-//! start-up failure.
+//! Start-up, shutdown and the HTTP server's limits as an orchestrator and
+//! its clients see them: liveness from the first second, readiness that says
+//! why it is not ready and turns true as soon as partitions are assigned, an
+//! exit status that keeps a start-up failure, and clients that cannot hold
+//! or flood the server.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use support::stream::BOARDS;
 use support::*;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A GET that must be answered within `within`.
 async fn get_within(port: u16, path: &str, within: Duration) -> (u16, String) {
@@ -36,6 +37,7 @@ async fn liveness_answers_while_redis_is_down_at_start_and_a_start_failure_keeps
         worker_section: "shutdown_timeout = \"100ms\"\nmax_backoff = \"200ms\"\n".into(),
         rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
         redis_extra: String::new(),
+        http_extra: String::new(),
     };
     let mut w = Worker::spawn(&cfg);
     wait_http(w.http_port, Duration::from_secs(10)).await;
@@ -76,4 +78,93 @@ async fn readiness_reports_kafka_up_as_soon_as_partitions_are_assigned() {
     let (status, body) = w.http_get("/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"kafka\":true"), "{body}");
+}
+
+/// A worker whose HTTP server runs with `http_extra`, beside a Redis but no
+/// broker (the HTTP server needs none).
+fn http_only_worker(redis: &Redis, http_extra: &str) -> Worker {
+    let mut cfg = WorkerConfig {
+        brokers: "127.0.0.1:1".into(),
+        redis_url: redis.url(),
+        topic: random_name("scores"),
+        dead_letter_topic: random_name("dlq"),
+        group: random_name("group"),
+        http_port: free_port(),
+        boards: BOARDS.into(),
+        extra_kafka_options: Vec::new(),
+        worker_section: "shutdown_timeout = \"2s\"\n".into(),
+        rust_log: "info,librdkafka=error,rdkafka=error".into(),
+        redis_extra: String::new(),
+        http_extra: String::new(),
+    };
+    cfg.http_extra = http_extra.into();
+    Worker::spawn(&cfg)
+}
+
+/// Sends raw bytes and reads the answer until the server closes the
+/// connection (or `within` passes, which fails the test).
+async fn raw_exchange(port: u16, request: &[u8], within: Duration) -> String {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // The server may answer, and close, before it has read all of a request it refuses.
+    let _ = s.write_all(request).await;
+    let mut buf = Vec::new();
+    match tokio::time::timeout(within, s.read_to_end(&mut buf)).await {
+        Ok(_) => String::from_utf8_lossy(&buf).into_owned(),
+        Err(_) => panic!("the server kept the connection open for {within:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_client_is_cut_off_and_oversized_requests_are_refused_with_their_status() {
+    let redis = Redis::start();
+    let w = http_only_worker(&redis, "request_timeout = \"500ms\"\n");
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+
+    // Headers that never end: the connection is closed after request_timeout.
+    let answer =
+        raw_exchange(w.http_port, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n", Duration::from_secs(10)).await;
+    assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // A body past the limit: 413, before the body is read.
+    let big =
+        format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", 1 << 20);
+    let answer = raw_exchange(w.http_port, big.as_bytes(), Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
+    // Headers past the limit: 431.
+    let long = format!(
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+        "x".repeat(64 * 1024)
+    );
+    let answer = raw_exchange(w.http_port, long.as_bytes(), Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+
+    // Still serving.
+    let (status, _) = get_within(w.http_port, "/healthz", Duration::from_secs(2)).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_past_the_concurrency_cap_are_answered_503_and_a_stuck_one_408() {
+    let redis = Redis::start();
+    let w = http_only_worker(&redis, "request_timeout = \"3s\"\nmax_concurrent_requests = 1\n");
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !w.log().contains("Worker started") {
+        assert!(std::time::Instant::now() < deadline, "the worker never connected to Redis:\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Redis frozen: a read waits for it, holding the only place.
+    redis.pause();
+    let port = w.http_port;
+    let stuck = tokio::spawn(async move { http_get(port, "/v1/boards/points/top").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = get_within(w.http_port, "/healthz", Duration::from_secs(2)).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("too many requests"), "{body}");
+    let (status, body) = stuck.await.unwrap();
+    redis.resume();
+    assert_eq!(status, 408, "{body}");
+    let (status, _) = get_within(w.http_port, "/healthz", Duration::from_secs(2)).await;
+    assert_eq!(status, 200);
 }

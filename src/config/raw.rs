@@ -88,11 +88,22 @@ pub struct RawHttp {
     pub listen: Typed<SocketAddr>,
     /// Largest `limit` (and `radius` * 2 + 1) a read may ask for, 1 to 100000.
     pub max_limit: u64,
+    /// How long a client may take to send a request's headers, and a
+    /// request to be answered; past it the connection is closed (headers)
+    /// or the request answered 408. At least 100ms.
+    pub request_timeout: Typed<Duration>,
+    /// Requests served at once; more are answered 503 at once, 1 to 100000.
+    pub max_concurrent_requests: u64,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
-        RawHttp { listen: Typed::default_text("127.0.0.1:9898"), max_limit: 1000 }
+        RawHttp {
+            listen: Typed::default_text("127.0.0.1:9898"),
+            max_limit: 1000,
+            request_timeout: Typed::default_text("10s"),
+            max_concurrent_requests: 512,
+        }
     }
 }
 

@@ -63,6 +63,22 @@ impl Redis {
     }
 
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a server [`Redis::pause`] froze.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").args([sig, &c.id().to_string()]).status();
+        }
+    }
+
     /// A Redis on `port`, for a test that points a worker at the port first.
     pub fn start_on(port: u16) -> Redis {
         let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new() };
@@ -401,6 +417,8 @@ pub struct WorkerConfig {
     pub rust_log: String,
     /// Extra lines of the `[redis]` section (e.g. `cluster = true`, `dedupe_ttl = "1s"`).
     pub redis_extra: String,
+    /// Extra lines of the `[http]` section (e.g. `request_timeout = "500ms"`).
+    pub http_extra: String,
 }
 
 impl WorkerConfig {
@@ -417,6 +435,7 @@ impl WorkerConfig {
             worker_section: "batch_size = 500\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into(),
             rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
             redis_extra: String::new(),
+            http_extra: String::new(),
         }
     }
 
@@ -427,7 +446,7 @@ impl WorkerConfig {
         }
         format!(
             "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
-             [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[worker]\n{}\n{}",
+             [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n{}\n\n[worker]\n{}\n{}",
             self.brokers,
             self.topic,
             self.group,
@@ -435,6 +454,7 @@ impl WorkerConfig {
             self.redis_url,
             self.redis_extra,
             self.http_port,
+            self.http_extra,
             self.worker_section,
             self.boards
         )
