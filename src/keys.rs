@@ -22,7 +22,7 @@
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
-//! | `{prefix}:{.tags}:bases` | set | every board tag's key base, for erasure |
+//! | `{prefix}:{.tags}:_bases` | set | every board tag's key base, for erasure |
 //! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
 //! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
@@ -140,7 +140,7 @@ pub fn sealed_key(base: &str) -> String {
 /// The registry of board tags: a set of every key base rankflow has
 /// written, which an erasure walks (never a keyspace scan).
 pub fn tags_key(prefix: &str) -> String {
-    format!("{prefix}:{{.tags}}:bases")
+    format!("{prefix}:{{.tags}}:_bases")
 }
 
 /// The scheduler's keys, all under one hash tag: `(due, lease, watermarks)`.
@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(period_key(&b, &final_id("d:2026-08-14")), "lb:{points}:d:2026-08-14:final");
         assert_eq!(period_key(&b, &rolling_id("last7d")), "lb:{points}:r:last7d");
         assert_eq!(sched_keys("lb").0, "lb:{.sched}:due");
-        assert_eq!(tags_key("lb"), "lb:{.tags}:bases");
+        assert_eq!(tags_key("lb"), "lb:{.tags}:_bases");
         assert_eq!(split_of_base("lb:{laps:monza}"), Some(("laps", "monza")));
         assert_eq!(split_of_base("lb:{points}"), None);
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");

@@ -240,7 +240,7 @@ async fn a_producer_retry_of_an_erasure_is_a_duplicate_and_keeps_the_points_earn
     assert_eq!(zset_values(&mut conn, "lb:{best}:all").await.keys().collect::<Vec<_>>(), vec!["bob"]);
     assert!(w.log().contains("changed nothing"), "{}", w.log());
     // The tags were found through the registry of tags.
-    let mut tags: Vec<String> = redis::cmd("SMEMBERS").arg("lb:{.tags}:bases").query_async(&mut conn).await.unwrap();
+    let mut tags: Vec<String> = redis::cmd("SMEMBERS").arg("lb:{.tags}:_bases").query_async(&mut conn).await.unwrap();
     tags.sort();
     assert_eq!(tags, ["lb:{best}", "lb:{points}"]);
 }

@@ -47,16 +47,7 @@ async fn metrics_count_what_the_model_expects_and_cover_every_dashboard_and_aler
     let mut m = samples(&text);
 
     assert_eq!(sum(&m, "rankflow_records_consumed_total", &[("topic", &topic)]), s.records.len() as f64);
-    for board in ["points", "best", "laps"] {
-        let applied = *s.applied_per_board.get(board).unwrap_or(&0) as f64;
-        assert_eq!(sum(&m, "rankflow_events_applied_total", &[("board", board)]), applied, "applied on {board}");
-        let dups = *s.duplicates_per_board.get(board).unwrap_or(&0) as f64;
-        assert_eq!(
-            sum(&m, "rankflow_events_duplicate_total", &[("board", board), ("kind", "event_id")]),
-            dups,
-            "duplicates on {board}"
-        );
-    }
+    s.assert_board_counts(&m);
     assert_eq!(sum(&m, "rankflow_events_skipped_total", &[]), s.skipped_records as f64);
     let mut by_reason: HashMap<&str, f64> = HashMap::new();
     for (_, reason) in &s.dead {

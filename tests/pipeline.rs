@@ -62,16 +62,7 @@ async fn a_batch_retried_after_one_board_tag_failed_counts_every_event_as_what_h
 
     s.assert_boards(&mut conn).await;
     let m = samples(&w.http_get("/metrics").await.1);
-    for board in ["points", "best", "laps"] {
-        let applied = *s.applied_per_board.get(board).unwrap_or(&0) as f64;
-        assert_eq!(sum(&m, "rankflow_events_applied_total", &[("board", board)]), applied, "applied on {board}");
-        let dups = *s.duplicates_per_board.get(board).unwrap_or(&0) as f64;
-        assert_eq!(
-            sum(&m, "rankflow_events_duplicate_total", &[("board", board), ("kind", "event_id")]),
-            dups,
-            "producer duplicates on {board}"
-        );
-    }
+    s.assert_board_counts(&m);
     // Nothing was redelivered: no event may count as one.
     assert_eq!(sum(&m, "rankflow_events_duplicate_total", &[("kind", "offset")]), 0.0);
 }

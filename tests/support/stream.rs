@@ -337,6 +337,26 @@ pub fn generate_with(n: usize, seed: u64, dup_ratio: f64) -> Stream {
 }
 
 impl Stream {
+    /// Checks the per-board counters of a worker's metrics (`samples` of
+    /// its `/metrics`) against the model: events applied and producer
+    /// duplicates on every board.
+    pub fn assert_board_counts(&self, m: &[(String, HashMap<String, String>, f64)]) {
+        for board in ["points", "best", "laps"] {
+            let applied = *self.applied_per_board.get(board).unwrap_or(&0) as f64;
+            assert_eq!(
+                super::sum(m, "rankflow_events_applied_total", &[("board", board)]),
+                applied,
+                "applied on {board}"
+            );
+            let dups = *self.duplicates_per_board.get(board).unwrap_or(&0) as f64;
+            assert_eq!(
+                super::sum(m, "rankflow_events_duplicate_total", &[("board", board), ("kind", "event_id")]),
+                dups,
+                "duplicates on {board}"
+            );
+        }
+    }
+
     /// Asserts that Redis holds exactly the model's boards, with the model's
     /// expiry times, and no other board key.
     pub async fn assert_boards(&self, conn: &mut redis::aio::MultiplexedConnection) {
