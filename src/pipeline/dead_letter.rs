@@ -121,21 +121,68 @@ pub async fn send(
     waiting
 }
 
-/// Partitions waiting for the dead-letter topic. Such a partition is paused;
-/// its stored offset stops at its first held record, so nothing after it is
-/// committed, while every other partition goes on.
+/// Dead letters not yet acknowledged, per partition. A partition's stored
+/// offset stops at its first such record, so nothing after it is committed
+/// before the dead-letter topic has it; meanwhile the partition goes on
+/// (its later records are applied, their offsets wait). Only a partition
+/// whose dead letters *failed* (not queued, or refused by the broker) is
+/// paused, until they are acknowledged; every other partition goes on.
 #[derive(Default)]
 pub struct Held {
-    /// (topic, partition) -> (held records, highest offset processed).
-    partitions: BTreeMap<(Arc<str>, i32), (Vec<DeadRecord>, i64)>,
-    /// When the held records are tried again.
-    pub next_try: Option<Instant>,
+    partitions: BTreeMap<(Arc<str>, i32), HeldPartition>,
+    /// When the records in flight are next looked at.
+    poll_at: Option<Instant>,
+    /// When failed records are sent again (with backoff).
+    retry_at: Option<Instant>,
     backoff: Duration,
+}
+
+struct HeldPartition {
+    records: Vec<DeadRecord>,
+    /// The highest offset of the partition processed so far.
+    processed: i64,
+    /// Paused because a dead letter of it failed.
+    paused: bool,
+}
+
+/// What a check of the held records asks of the consumer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A dead letter of this partition failed: pause it.
+    Pause(Arc<str>, i32),
+    /// Every dead letter of this partition is acknowledged: store this
+    /// offset (its last processed + 1), and resume it if it was paused.
+    Release { topic: Arc<str>, partition: i32, next: i64, resume: bool },
+}
+
+/// How often dead letters in flight are checked for their acknowledgement.
+const ACK_POLL: Duration = Duration::from_millis(10);
+
+impl HeldPartition {
+    fn failed(&self) -> bool {
+        self.records.iter().any(|r| r.inflight.is_none())
+    }
 }
 
 impl Held {
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty()
+    }
+
+    /// When the held records want looking at: soon while any is in flight,
+    /// at the retry time while some only wait to be sent again.
+    pub fn next_try(&self) -> Option<Instant> {
+        if self.partitions.is_empty() {
+            return None;
+        }
+        match (self.poll_at, self.retry_at) {
+            (Some(p), Some(r)) => Some(p.min(r)),
+            (p, r) => p.or(r),
+        }
+    }
+
+    fn any_in_flight(&self) -> bool {
+        self.partitions.values().any(|p| p.records.iter().any(|r| r.inflight.is_some()))
     }
 
     /// The offset to store for a partition whose batch is final at `next`
@@ -145,84 +192,91 @@ impl Held {
             .partitions
             .iter()
             .find(|((t, p), _)| *p == partition && &**t == topic)
-            .and_then(|(_, (records, _))| records.iter().map(|r| r.offset).min());
+            .and_then(|(_, h)| h.records.iter().map(|r| r.offset).min());
         first_held.map_or(next, |stop| stop.min(next))
     }
 
     /// Notes that a held partition has processed up to `last`: once its
     /// records are acknowledged, it stores `last + 1`.
     pub fn note_processed(&mut self, topic: &str, partition: i32, last: i64) {
-        if let Some((_, (_, processed))) =
-            self.partitions.iter_mut().find(|((t, p), _)| *p == partition && &**t == topic)
-        {
-            *processed = (*processed).max(last);
+        if let Some((_, h)) = self.partitions.iter_mut().find(|((t, p), _)| *p == partition && &**t == topic) {
+            h.processed = h.processed.max(last);
         }
     }
 
-    /// Holds records the dead-letter topic did not take. Returns the
-    /// partitions held from now on, which the caller pauses.
-    pub fn hold(&mut self, records: Vec<DeadRecord>, max_backoff: Duration) -> Vec<(Arc<str>, i32)> {
-        let mut newly = Vec::new();
-        // Nothing to hold: no retry is due (a due time with nothing held
-        // would wake the run loop at once, over and over).
-        if records.is_empty() {
-            return newly;
-        }
+    /// Holds records just handed to the producer (or that it refused).
+    pub fn hold(&mut self, records: Vec<DeadRecord>) {
         for r in records {
-            let key = (r.topic.clone(), r.partition);
-            let (held, processed) = self.partitions.entry(key.clone()).or_insert_with(|| {
-                newly.push(key);
-                (Vec::new(), r.offset)
+            let h = self.partitions.entry((r.topic.clone(), r.partition)).or_insert_with(|| HeldPartition {
+                records: Vec::new(),
+                processed: r.offset,
+                paused: false,
             });
-            *processed = (*processed).max(r.offset);
-            held.push(r);
+            h.processed = h.processed.max(r.offset);
+            h.records.push(r);
         }
-        if self.next_try.is_none() {
-            self.backoff = Duration::from_millis(500).min(max_backoff);
-            self.next_try = Some(Instant::now() + self.backoff);
+        if self.poll_at.is_none() && self.any_in_flight() {
+            self.poll_at = Some(Instant::now() + ACK_POLL);
         }
-        newly
+        if self.retry_at.is_none() && self.partitions.values().any(HeldPartition::failed) {
+            self.retry_at = Some(Instant::now());
+        }
     }
 
     /// Drops the partitions `assigned` says are no longer ours: their held
     /// records are never stored, and their next owner reads them again.
     pub fn keep_assigned(&mut self, assigned: impl Fn(&str, i32) -> bool) {
         self.partitions.retain(|(t, p), _| assigned(t, *p));
-        if self.partitions.is_empty() {
-            self.next_try = None;
+    }
+
+    /// The held records to look at now: those in flight (to see whether they
+    /// were acknowledged), and the failed ones once their retry is due.
+    /// [`Held::put_back`] takes back what is still not acknowledged.
+    pub fn take_due(&mut self, now: Instant) -> Vec<DeadRecord> {
+        let resend = self.retry_at.is_none_or(|at| now >= at);
+        let mut out = Vec::new();
+        for h in self.partitions.values_mut() {
+            let (due, keep): (Vec<_>, Vec<_>) = h.records.drain(..).partition(|r| resend || r.inflight.is_some());
+            h.records = keep;
+            out.extend(due);
         }
+        out
     }
 
-    /// Every held record, for another try; [`Held::retried`] takes back those still waiting.
-    pub fn take_records(&mut self) -> Vec<DeadRecord> {
-        self.partitions.values_mut().flat_map(|(r, _)| r.drain(..)).collect()
-    }
-
-    /// After a try: `waiting` are the records still not acknowledged.
-    /// Returns each partition that has none left, with the offset it now
-    /// stores (its last processed + 1); the caller resumes it.
-    pub fn retried(&mut self, waiting: Vec<DeadRecord>, max_backoff: Duration) -> Vec<(Arc<str>, i32, i64)> {
+    /// After a look: `waiting` are the records still not acknowledged.
+    /// Returns what the consumer must do: pause the partitions whose dead
+    /// letters failed, store and resume those whose dead letters are all in.
+    pub fn put_back(&mut self, waiting: Vec<DeadRecord>, now: Instant, max_backoff: Duration) -> Vec<Change> {
         for r in waiting {
-            if let Some((pending, _)) = self.partitions.get_mut(&(r.topic.clone(), r.partition)) {
-                pending.push(r);
+            if let Some(h) = self.partitions.get_mut(&(r.topic.clone(), r.partition)) {
+                h.records.push(r);
             }
         }
-        let drained: Vec<(Arc<str>, i32, i64)> = self
-            .partitions
-            .iter()
-            .filter(|(_, (r, _))| r.is_empty())
-            .map(|((t, p), (_, processed))| (t.clone(), *p, processed + 1))
-            .collect();
-        for (t, p, _) in &drained {
-            self.partitions.remove(&(t.clone(), *p));
+        let mut changes = Vec::new();
+        let mut any_failed = false;
+        for ((topic, partition), h) in &mut self.partitions {
+            if h.records.is_empty() {
+                let (topic, partition) = (topic.clone(), *partition);
+                changes.push(Change::Release { topic, partition, next: h.processed + 1, resume: h.paused });
+            } else if h.failed() {
+                any_failed = true;
+                if !h.paused {
+                    h.paused = true;
+                    changes.push(Change::Pause(topic.clone(), *partition));
+                }
+            }
         }
-        if self.is_empty() {
-            self.next_try = None;
-        } else {
-            self.backoff = (self.backoff * 2).min(max_backoff);
-            self.next_try = Some(Instant::now() + self.backoff);
+        self.partitions.retain(|_, h| !h.records.is_empty());
+        self.poll_at = self.any_in_flight().then(|| now + ACK_POLL);
+        if !any_failed {
+            self.retry_at = None;
+            self.backoff = Duration::ZERO;
+        } else if self.retry_at.is_none_or(|at| now >= at) {
+            self.backoff =
+                (self.backoff * 2).clamp(Duration::from_millis(500), max_backoff.max(Duration::from_millis(1)));
+            self.retry_at = Some(now + self.backoff);
         }
-        drained
+        changes
     }
 }
 
@@ -235,44 +289,77 @@ mod tests {
         DeadRecord::new(record, &[Rejection::new(Reason::InvalidJson, "not JSON")])
     }
 
-    #[tokio::test]
-    async fn a_held_partition_stores_no_offset_past_its_first_held_record_until_the_topic_takes_them() {
+    /// A record whose delivery is in flight; the sender settles it.
+    fn in_flight(
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+    ) -> (DeadRecord, tokio::sync::oneshot::Sender<rdkafka::error::KafkaResult<()>>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut r = dead(topic, partition, offset);
+        r.inflight = Some(rx);
+        (r, tx)
+    }
+
+    #[test]
+    fn a_partition_with_dead_letters_in_flight_goes_on_but_stores_no_offset_past_the_first() {
         let t: Arc<str> = Arc::from("scores");
         let mut held = Held::default();
-        let max = Duration::from_secs(10);
-        assert_eq!(held.hold(vec![dead(&t, 0, 7), dead(&t, 0, 9)], max), [(t.clone(), 0)]);
-        assert!(held.next_try.is_some());
-        // A later batch of the same partition (paused, but it was in flight) and another partition.
+        let (a, _ack_a) = in_flight(&t, 0, 7);
+        let (b, _ack_b) = in_flight(&t, 0, 9);
+        held.hold(vec![a, b]);
         held.note_processed("scores", 0, 12);
         assert_eq!(held.offset_to_store("scores", 0, 13), 7);
         assert_eq!(held.offset_to_store("scores", 1, 40), 40);
-        // A second hold on the same partition pauses nothing new.
-        assert!(held.hold(vec![dead(&t, 0, 10)], max).is_empty());
+        // Still in flight: nothing to pause or release, and a look soon.
+        let now = Instant::now();
+        let looked = held.take_due(now);
+        assert_eq!(looked.len(), 2);
+        assert!(held.put_back(looked, now, Duration::from_secs(10)).is_empty());
+        assert_eq!(held.next_try(), Some(now + ACK_POLL));
+        // Acknowledged (send() drops acknowledged records): the partition stores past all it processed.
+        held.take_due(now);
+        let changes = held.put_back(Vec::new(), now, Duration::from_secs(10));
+        assert_eq!(changes, [Change::Release { topic: t.clone(), partition: 0, next: 13, resume: false }]);
+        assert!(held.is_empty() && held.next_try().is_none());
+    }
 
-        // One record still fails: the partition stays held, and retries back off.
-        let records = held.take_records();
-        assert_eq!(records.len(), 3);
-        let still: Vec<DeadRecord> = records.into_iter().filter(|r| r.offset == 9).collect();
-        assert!(held.retried(still, max).is_empty());
-        assert_eq!(held.offset_to_store("scores", 0, 13), 9);
-        // Then it succeeds: the partition stores past everything it processed.
-        held.take_records();
-        assert_eq!(held.retried(Vec::new(), max), [(t.clone(), 0, 13)]);
-        assert!(held.is_empty() && held.next_try.is_none());
+    #[test]
+    fn a_partition_whose_dead_letters_fail_is_paused_retried_with_backoff_and_resumed_once_they_land() {
+        let t: Arc<str> = Arc::from("scores");
+        let mut held = Held::default();
+        let max = Duration::from_secs(10);
+        held.hold(vec![dead(&t, 0, 7)]); // the producer refused it: no delivery in flight
+        let (ok, _ack) = in_flight(&t, 1, 3);
+        held.hold(vec![ok]);
+        let now = Instant::now();
+        let looked = held.take_due(now);
+        assert_eq!(held.put_back(looked, now, max), [Change::Pause(t.clone(), 0)]);
+        // Before the retry is due, the failed record is not sent again; the one in flight is looked at.
+        let looked = held.take_due(now);
+        assert_eq!(looked.iter().map(|r| r.offset).collect::<Vec<_>>(), [3]);
+        assert!(held.put_back(looked, now, max).is_empty(), "paused once, not again");
+        assert_eq!(held.offset_to_store("scores", 0, 100), 7);
+        // Due (the first backoff is 500 ms): sent again, and this time acknowledged.
+        let later = now + Duration::from_millis(501);
+        let looked = held.take_due(later);
+        assert_eq!(looked.len(), 2);
+        let still: Vec<DeadRecord> = looked.into_iter().filter(|r| r.partition == 1).collect();
+        let changes = held.put_back(still, later, max);
+        assert_eq!(changes, [Change::Release { topic: t.clone(), partition: 0, next: 8, resume: true }]);
     }
 
     #[test]
     fn a_revoked_partitions_held_records_are_dropped_never_stored() {
         let t: Arc<str> = Arc::from("scores");
         let mut held = Held::default();
-        held.hold(vec![dead(&t, 0, 7), dead(&t, 1, 3)], Duration::from_secs(1));
+        held.hold(vec![dead(&t, 0, 7), dead(&t, 1, 3)]);
         held.keep_assigned(|_, p| p == 1);
         assert_eq!(held.offset_to_store("scores", 0, 100), 100);
         assert_eq!(held.offset_to_store("scores", 1, 100), 3);
         held.keep_assigned(|_, _| false);
-        assert!(held.is_empty() && held.next_try.is_none());
+        assert!(held.is_empty() && held.next_try().is_none());
     }
-
     #[test]
     fn a_dead_letter_carries_every_reason_and_its_source_position() {
         use rdkafka::message::Headers;

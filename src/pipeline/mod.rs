@@ -63,7 +63,7 @@ use crate::store::{ApplyResult, Store};
 use crate::watermarks::Watermarks;
 
 use apply::Planned;
-use dead_letter::{DeadRecord, Held};
+use dead_letter::{Change, DeadRecord, Held};
 use inflight::Queue;
 use outcome::Final;
 use record::{Item, Record, TopicNames};
@@ -89,12 +89,6 @@ const IDLE_COMMIT: Duration = Duration::from_millis(20);
 /// (a record now and then, each followed by a lull) commits at most five
 /// times a second.
 const IDLE_COMMIT_GAP: Duration = Duration::from_millis(200);
-
-/// How long a dead-letter delivery is waited for before its partition is held.
-const DEAD_LETTER_WAIT: Duration = Duration::from_secs(5);
-
-/// How long a held partition's records are waited for on each retry.
-const HELD_RETRY_WAIT: Duration = Duration::from_secs(2);
 
 /// Everything the steps share and never change.
 pub(crate) struct Context {
@@ -185,7 +179,7 @@ pub async fn run(
         batch_no: 0,
     };
     loop {
-        p.retry_held_if_due().await;
+        p.check_dead_letters().await;
         let (records, items) = match p.next_batch().await {
             Next::Batch(records, items) => (records, items),
             Next::Again => continue,
@@ -259,7 +253,7 @@ impl Pipeline {
     /// held dead letters and flushes watermarks; each of those ends the wait
     /// with [`Next::Again`].
     async fn wait_for_record(&mut self) -> Result<(Record, Item), Next> {
-        let retry_at = self.held.next_try;
+        let retry_at = self.held.next_try();
         let uncommitted = self.consumer.context().uncommitted.load(Ordering::Relaxed);
         let commit_at = (self.inflight.is_empty() && uncommitted)
             .then(|| (Instant::now() + IDLE_COMMIT).max(self.last_idle_commit + IDLE_COMMIT_GAP));
@@ -443,46 +437,52 @@ impl Pipeline {
             }
             self.flush_watermarks().await;
         }
-        // While the dead-letter topic is known to fail, new dead records wait
-        // with the others instead of blocking the loop on another attempt.
-        let failed = if !dead.is_empty() && self.held.is_empty() {
+        // Dead letters go to the producer at once; their acknowledgements
+        // are looked at as the loop goes on (see `check_dead_letters`).
+        if !dead.is_empty() {
             let topic = &self.cx.settings.kafka.dead_letter_topic;
-            dead_letter::send(&self.cx.producer, topic, dead, Some(DEAD_LETTER_WAIT)).await
-        } else {
-            dead
-        };
-        for (topic, partition) in self.held.hold(failed, self.cx.settings.worker.max_backoff) {
-            commit::set_paused(&self.consumer, &topic, partition, true);
+            let queued = dead_letter::send(&self.cx.producer, topic, dead, Some(Duration::ZERO)).await;
+            self.held.hold(queued);
         }
         for (topic, partition, next) in offsets.to_store() {
             self.held.note_processed(topic, partition, next - 1);
             let next = self.held.offset_to_store(topic, partition, next);
             commit::store_offset(&self.consumer, topic, partition, next);
         }
+        self.check_dead_letters().await;
     }
 
-    /// Tries the held dead records again once due; a partition whose
-    /// records are all acknowledged stores its offset and resumes.
-    async fn retry_held_if_due(&mut self) {
+    /// Looks at the dead letters not yet acknowledged, once due: a
+    /// partition whose dead letters are all in stores its offset (and
+    /// resumes, if a failure had paused it); one whose dead letters failed
+    /// is paused, and they are sent again with backoff.
+    async fn check_dead_letters(&mut self) {
         if self.held.is_empty() {
             return;
         }
         let consumer = &self.consumer;
         self.held.keep_assigned(|t, p| commit::is_assigned(consumer, t, p));
-        if self.held.next_try.is_none_or(|due| Instant::now() < due) {
+        let now = Instant::now();
+        if self.held.next_try().is_none_or(|due| now < due) {
             return;
         }
-        let records = self.held.take_records();
-        let n = records.len();
+        let due = self.held.take_due(now);
         let topic = &self.cx.settings.kafka.dead_letter_topic;
-        let waiting = dead_letter::send(&self.cx.producer, topic, records, Some(HELD_RETRY_WAIT)).await;
-        for (topic, partition, next) in self.held.retried(waiting, self.cx.settings.worker.max_backoff) {
-            commit::store_offset(&self.consumer, &topic, partition, next);
-            commit::set_paused(&self.consumer, &topic, partition, false);
-            info!(topic = %topic, partition, "The dead-letter topic took the held records; the partition goes on.");
-        }
-        if !self.held.is_empty() {
-            debug!(records = n, "Dead-letter retry failed; trying again later.");
+        let waiting = dead_letter::send(&self.cx.producer, topic, due, Some(Duration::ZERO)).await;
+        for change in self.held.put_back(waiting, now, self.cx.settings.worker.max_backoff) {
+            match change {
+                Change::Pause(topic, partition) => {
+                    warn!(topic = %topic, partition, "Dead letters of this partition failed; it waits until the dead-letter topic takes them.");
+                    commit::set_paused(&self.consumer, &topic, partition, true);
+                }
+                Change::Release { topic, partition, next, resume } => {
+                    commit::store_offset(&self.consumer, &topic, partition, next);
+                    if resume {
+                        commit::set_paused(&self.consumer, &topic, partition, false);
+                        info!(topic = %topic, partition, "The dead-letter topic took the held records; the partition goes on.");
+                    }
+                }
+            }
         }
     }
 
