@@ -138,6 +138,14 @@ async fn workers_join_and_leave_under_load(strategy: &str, seed: u64) {
     let w3 = Worker::spawn_with_port(&cfg, free_port());
     tokio::time::sleep(Duration::from_secs(2)).await;
     wait_committed_past(&s, &cfg.group, c, &w1);
+    // The third worker's join completes with a rebalance, which can take
+    // longer than the rest of the stream now takes to apply: wait for it, so
+    // that the second worker leaves a group of three.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !w3.log().contains("Partitions assigned") {
+        assert!(Instant::now() < deadline, "third worker was never assigned:\n{}", w3.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The second worker leaves while the others keep going.
     assert!(w2.sigterm(Duration::from_secs(25)).is_some_and(|st| st.success()), "{}", w2.log());
     s.broker.wait_committed_to_end(&cfg.group, &s.topic, PARTITIONS, Duration::from_secs(240));

@@ -12,11 +12,14 @@
 //!    by their offset) (`apply`);
 //! 3. [`settle`](Pipeline::settle), once it has landed: each record's
 //!    outcome (`outcome::fold`); the records no board applied (and that were
-//!    no duplicate) to the dead-letter topic; a partition whose dead letters
-//!    the broker has not acknowledged is paused and held (`dead_letter::Held`),
-//!    while every other partition goes on;
-//! 4. then, per partition, the batch's last offset + 1 stored (for a held
-//!    partition: the offset of its first held record). librdkafka commits
+//!    no duplicate) handed to the dead-letter producer, their
+//!    acknowledgements looked at as the loop goes on
+//!    ([`check_dead_letters`](Pipeline::check_dead_letters)); a partition
+//!    whose dead letters failed is paused until they land
+//!    (`dead_letter::Held`), while every other partition goes on;
+//! 4. then, per partition, the batch's last offset + 1 stored (for a
+//!    partition with dead letters not yet acknowledged: the offset of the
+//!    first of them, until they are). librdkafka commits
 //!    stored offsets every `auto.commit.interval.ms`, on revocation and on
 //!    shutdown; the loop also commits them as soon as it is idle.
 //!
@@ -28,8 +31,9 @@
 //!
 //! The pipeline never stores an offset past a record whose outcome is not
 //! final. While Redis is retried it holds at most two more batches, and a
-//! held partition is paused, so memory stays bounded by three batches and
-//! librdkafka's `queued.max.messages.kbytes`.
+//! partition whose dead letters failed is paused, so memory stays bounded by
+//! three batches, the dead letters in flight and librdkafka's
+//! `queued.max.messages.kbytes`.
 
 mod apply;
 mod dead_letter;
