@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};
@@ -65,34 +64,6 @@ async fn a_batch_retried_after_one_board_tag_failed_counts_every_event_as_what_h
     s.assert_board_counts(&m);
     // Nothing was redelivered: no event may count as one.
     assert_eq!(sum(&m, "rankflow_events_duplicate_total", &[("kind", "offset")]), 0.0);
-}
-
-/// Every `_offsets` hash field that names `topic`, over all board tags, with
-/// the offset it records.
-async fn topic_offsets(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> Vec<(String, i64)> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
-    let mut out = Vec::new();
-    for k in keys {
-        let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&k).query_async(conn).await.unwrap();
-        out.extend(fields.into_iter().filter(|(f, _)| f.starts_with(&format!("{topic}:"))));
-    }
-    out
-}
-
-/// How many `_offsets` hash fields name `topic`.
-async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> usize {
-    topic_offsets(conn, topic).await.len()
-}
-
-/// How many records of `topic` the boards have applied: per partition, the
-/// furthest offset any board tag has recorded, plus one, summed.
-async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> i64 {
-    let mut furthest: HashMap<String, i64> = HashMap::new();
-    for (f, o) in topic_offsets(conn, topic).await {
-        let e = furthest.entry(f).or_insert(-1);
-        *e = (*e).max(o);
-    }
-    furthest.values().map(|o| o + 1).sum()
 }
 
 /// Waits up to 120 s until the boards have applied at least `at_least`

@@ -776,3 +776,31 @@ impl RedisCluster {
         (all, holding)
     }
 }
+
+/// Every `_offsets` hash field that names `topic`, over all board tags, with
+/// the offset it records.
+pub async fn topic_offsets(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> Vec<(String, i64)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*:_offsets").query_async(conn).await.unwrap();
+    let mut out = Vec::new();
+    for k in keys {
+        let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&k).query_async(conn).await.unwrap();
+        out.extend(fields.into_iter().filter(|(f, _)| f.starts_with(&format!("{topic}:"))));
+    }
+    out
+}
+
+/// How many `_offsets` hash fields name `topic`.
+pub async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> usize {
+    topic_offsets(conn, topic).await.len()
+}
+
+/// How many records of `topic` the boards have applied: per partition, the
+/// furthest offset any board tag has recorded, plus one, summed.
+pub async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> i64 {
+    let mut furthest: HashMap<String, i64> = HashMap::new();
+    for (f, o) in topic_offsets(conn, topic).await {
+        let e = furthest.entry(f).or_insert(-1);
+        *e = (*e).max(o);
+    }
+    furthest.values().map(|o| o + 1).sum()
+}
