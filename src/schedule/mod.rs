@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::board::{Board, Mode, Order, Router};
 use crate::config::Settings;
@@ -45,9 +45,13 @@ use crate::period::{Period, PeriodKind};
 use crate::store::Store;
 pub use crate::watermarks::Watermarks;
 
-const SCHED_LUA: &str = include_str!("scripts/sched.lua");
-const SEAL_LUA: &str = include_str!("scripts/seal.lua");
-const ROLL_LUA: &str = include_str!("scripts/roll.lua");
+mod supervisor;
+
+pub use supervisor::supervise;
+
+const SCHED_LUA: &str = include_str!("../scripts/sched.lua");
+const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
+const ROLL_LUA: &str = include_str!("../scripts/roll.lua");
 static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
 static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
 static ROLL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ROLL_LUA));
@@ -177,40 +181,6 @@ pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, can
         async move { run_once(&settings, &router, &store, &cancel).await }
     })
     .await;
-}
-
-/// Runs `start()` on a task of its own until `cancel` fires, and starts it
-/// again whenever it returns or panics before that, waiting 100 ms, 200 ms,
-/// ... up to `max_backoff` in between. Returns how many times it restarted.
-pub async fn supervise<F, Fut>(cancel: &CancellationToken, max_backoff: Duration, mut start: F) -> u64
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
-{
-    let mut delay = Duration::from_millis(100).min(max_backoff);
-    let mut restarts = 0;
-    loop {
-        let outcome = tokio::spawn(start()).await;
-        if cancel.is_cancelled() {
-            return restarts;
-        }
-        match outcome {
-            Ok(Ok(())) => error!("The scheduler stopped; starting it again."),
-            Ok(Err(e)) => {
-                error!(error = %e, retry_in_ms = delay.as_millis() as u64, "The scheduler failed; starting it again.")
-            }
-            Err(e) => {
-                error!(error = %e, retry_in_ms = delay.as_millis() as u64, "The scheduler panicked; starting it again.")
-            }
-        }
-        restarts += 1;
-        metrics::get().scheduler_restarts.inc();
-        tokio::select! {
-            _ = cancel.cancelled() => return restarts,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(max_backoff);
-    }
 }
 
 /// One life of the scheduler: until `cancel` fires, or an error it cannot go on from.
@@ -566,35 +536,7 @@ pub fn jobs_for<'a>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
     use super::*;
-
-    #[tokio::test]
-    async fn a_scheduler_that_fails_or_panics_is_started_again_until_shutdown() {
-        let cancel = CancellationToken::new();
-        let starts = Arc::new(AtomicU32::new(0));
-        let before = metrics::get().scheduler_restarts.get();
-        let restarts = supervise(&cancel, Duration::from_millis(20), || {
-            let (starts, cancel) = (starts.clone(), cancel.clone());
-            async move {
-                match starts.fetch_add(1, Ordering::SeqCst) {
-                    0 => Err("no producer".to_string()),
-                    1 => panic!("a scheduler bug"),
-                    2 => Ok(()),
-                    _ => {
-                        // The fourth life runs until shutdown.
-                        cancel.cancel();
-                        Ok(())
-                    }
-                }
-            }
-        })
-        .await;
-        assert_eq!(starts.load(Ordering::SeqCst), 4);
-        assert_eq!(restarts, 3);
-        assert!(metrics::get().scheduler_restarts.get() >= before + 3);
-    }
 
     #[test]
     fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
