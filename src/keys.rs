@@ -22,6 +22,8 @@
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
+//! | `{prefix}:{tag}:_roll:r:<name>`, `..:<d>` | zset | a rolling board's build in progress: the staged union, and day `d`'s staged copy (in the registry while they exist); the staged dense index is `_dense:_roll:r:<name>` |
+//! | `{prefix}:{tag}:_roll:<name>` | hash | where that build is: `window`, `phase`, `d`, `at` |
 //! | `{prefix}:{.tags}:_bases` | set | every board tag's key base, for erasure |
 //! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
@@ -130,6 +132,18 @@ pub fn final_id(period_id: &str) -> String {
 /// The view id of a rolling board, `r:last7d`; its key is `period_key(base, id)`.
 pub fn rolling_id(name: &str) -> String {
     format!("r:{name}")
+}
+
+/// The id of a rolling board's build in progress, `_roll:r:last7d`: its
+/// staged union is `period_key(base, id)`, the staged dense index
+/// `dense_key(base, id)`, and day `d`'s staged copy `period_key(base, "{id}:{d}")`.
+pub fn rolling_build_id(name: &str) -> String {
+    format!("_roll:{}", rolling_id(name))
+}
+
+/// The hash that records where a rolling board's build is (`roll.lua`).
+pub fn rolling_state_key(base: &str, name: &str) -> String {
+    format!("{base}:_roll:{name}")
 }
 
 /// Which periods of the tag are sealed (see the table above).

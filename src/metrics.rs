@@ -179,7 +179,7 @@ impl Metrics {
             jobs: counter_vec(
                 &r,
                 "rankflow_jobs_total",
-                "Scheduled job runs by kind (seal, roll) and outcome (done, waiting, failed, inexact).",
+                "Scheduled job runs by kind (seal, roll) and outcome (done, waiting, failed, inexact, continued: a slice of a rolling build).",
                 &["kind", "outcome"],
             ),
             periods_sealed: counter_vec(
@@ -210,6 +210,7 @@ impl Metrics {
                 self.jobs.with_label_values(&[k, o]);
             }
         }
+        self.jobs.with_label_values(&["roll", "continued"]);
         for r in ["ok", "error"] {
             self.commits.with_label_values(&[r]);
         }

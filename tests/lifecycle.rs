@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::stream::BOARDS;
+use support::stream::{self, BOARDS};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -78,6 +78,22 @@ async fn readiness_reports_kafka_up_as_soon_as_partitions_are_assigned() {
     let (status, body) = w.http_get("/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"kafka\":true"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consumer_lag_is_exported_from_the_first_stored_offset_not_the_first_statistics() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
+    let s = stream::generate(2_000, 5);
+    broker.produce(&topic, &s.records).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    // librdkafka's statistics would not come for ten minutes.
+    cfg.extra_kafka_options.push(("statistics.interval.ms".into(), "600000".into()));
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
+    let m = samples(&w.http_get("/metrics").await.1);
+    let lag: Vec<_> = m.iter().filter(|(n, _, _)| n == "rankflow_consumer_lag").collect();
+    assert_eq!(lag.len(), 2, "one lag series per partition: {lag:?}");
+    assert!(lag.iter().all(|(_, _, v)| *v == 0.0), "every record applied, so no lag: {lag:?}");
 }
 
 /// A worker whose HTTP server runs with `http_extra`, beside a Redis but no

@@ -28,11 +28,15 @@ pub struct ConsumerCallbacks {
     /// An offset was stored since the loop last committed on going idle
     /// (set by `commit::store_offset`).
     pub(crate) uncommitted: AtomicBool,
+    /// librdkafka's statistics have reported a partition's lag: from then
+    /// on they keep `rankflow_consumer_lag`; until then `commit::store_offset`
+    /// does, so the series exist from the first stored offset.
+    pub(crate) lag_reported: AtomicBool,
 }
 
 impl ConsumerCallbacks {
     pub fn new(health: Arc<Health>, idle: Option<(Arc<Watermarks>, i64)>) -> ConsumerCallbacks {
-        ConsumerCallbacks { health, idle, uncommitted: AtomicBool::new(false) }
+        ConsumerCallbacks { health, idle, uncommitted: AtomicBool::new(false), lag_reported: AtomicBool::new(false) }
     }
 }
 
@@ -47,6 +51,7 @@ impl ClientContext for ConsumerCallbacks {
             for p in t.partitions.values() {
                 if p.partition >= 0 && p.consumer_lag >= 0 {
                     m.consumer_lag.with_label_values(&[topic.as_str(), &p.partition.to_string()]).set(p.consumer_lag);
+                    self.lag_reported.store(true, Ordering::Relaxed);
                 }
                 // Every record of an assigned partition is applied (its stored
                 // or committed offset is at the log end, or it is empty): it

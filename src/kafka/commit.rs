@@ -17,6 +17,7 @@ use tracing::{debug, debug_span, warn};
 
 use super::callbacks::ConsumerCallbacks;
 use super::producer::KafkaProducer;
+use crate::metrics;
 
 /// The worker's consumer.
 pub type WorkerConsumer = StreamConsumer<ConsumerCallbacks>;
@@ -32,10 +33,37 @@ pub fn store_offset(consumer: &WorkerConsumer, topic: &str, partition: i32, next
     match consumer.store_offsets(&tpl) {
         Ok(()) => {
             consumer.context().uncommitted.store(true, Ordering::Relaxed);
+            if !consumer.context().lag_reported.load(Ordering::Relaxed) {
+                if let Some(high) = cached_high_watermark(consumer, topic, partition) {
+                    let lag = (high - next).max(0);
+                    metrics::get().consumer_lag.with_label_values(&[topic, &partition.to_string()]).set(lag);
+                }
+            }
             debug!(next_offset = next, "Stored the partition's offset.")
         }
         Err(e) => debug!(error = %e, "Partition no longer assigned; its result is dropped, not stored."),
     }
+}
+
+/// The high watermark of a partition as librdkafka last heard it in a fetch
+/// response, without asking the broker; `None` before the first one.
+fn cached_high_watermark(consumer: &WorkerConsumer, topic: &str, partition: i32) -> Option<i64> {
+    use rdkafka::bindings as rdsys;
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: `rk` is the live handle of `consumer`, borrowed for the call;
+    // the topic string and both out-pointers outlive it. The call only
+    // reads librdkafka's cached partition state under its own lock.
+    let err = unsafe {
+        rdsys::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (RDKafkaErrorCode::from(err) == RDKafkaErrorCode::NoError && high >= 0).then_some(high)
 }
 
 /// Pauses or resumes one partition (dead-letter holding).

@@ -23,9 +23,11 @@
 //! and the publication recorded, so a job taken over after a publication
 //! that Redis recorded does not publish again.
 //!
-//! **Rolling boards** are recomputed by `scripts/roll.lua` every `refresh`
-//! with `ZUNIONSTORE` over the last `days` daily keys (today, in the board's
-//! time zone, by the wall clock).
+//! **Rolling boards** are recomputed every `refresh` from the last `days`
+//! daily keys (today, in the board's time zone, by the wall clock), in
+//! bounded steps of `scripts/roll.lua` swapped in whole (see `rolling.rs`);
+//! one claim runs steps for [`ROLL_SLICE`] and hands the job back, due at
+//! once, while the build is unfinished.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
@@ -36,25 +38,26 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::board::{Board, Mode, Order, Router};
+use crate::board::{Board, Router};
 use crate::config::Settings;
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
-use crate::period::{Period, PeriodKind};
+use crate::period::Period;
 use crate::store::Store;
 pub use crate::watermarks::Watermarks;
 
+mod rolling;
 mod supervisor;
+
+pub use rolling::{rolling_keys, Refresh, Step, STEP_BUDGET};
 
 pub use supervisor::supervise;
 
 const SCHED_LUA: &str = include_str!("../scripts/sched.lua");
 const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
-const ROLL_LUA: &str = include_str!("../scripts/roll.lua");
 static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
 static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
-static ROLL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ROLL_LUA));
 
 /// A scheduled job, as its string in the due zset names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -243,6 +246,9 @@ enum Outcome {
     Again(i64, &'static str),
 }
 
+/// How long one claim of a rolling job runs steps before handing the job back.
+const ROLL_SLICE: Duration = Duration::from_millis(250);
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -251,10 +257,14 @@ impl Scheduler<'_> {
     async fn run(mut self, cancel: &CancellationToken) {
         let interval = self.settings.sealing.check_interval;
         info!(interval = ?interval, "Scheduler started.");
+        // After a slice of a rolling build that is not finished, the next claim comes at once.
+        let mut continued = false;
         loop {
+            let pause = if continued { Duration::ZERO } else { interval };
+            continued = false;
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
             let claimed = match self.claim().await {
                 Ok(c) => c,
@@ -290,6 +300,7 @@ impl Scheduler<'_> {
                     Outcome::Done => (0, "done"),
                     Outcome::Again(at, why) => (at, why),
                 };
+                continued |= outcome == "continued";
                 if let Some(job) = &job {
                     metrics::get().jobs.with_label_values(&[job.kind(), outcome]).inc();
                 }
@@ -450,61 +461,30 @@ impl Scheduler<'_> {
         Ok(Outcome::Done)
     }
 
+    /// Runs steps of a rolling board's refresh for up to [`ROLL_SLICE`], then
+    /// hands the job back as due now if the build is not finished, so other
+    /// jobs (and other workers) take turns with a large board.
     async fn roll(&mut self, base: &str, name: &str) -> Result<Outcome, String> {
         let board = self.board_of(base)?.clone();
         let Some(rolling) = board.rolling().iter().find(|r| r.name == name) else {
             return Ok(Outcome::Done);
         };
-        let now = now_ms();
-        let keys_ = rolling_keys(&board, base, name, rolling.days, now).map_err(|e| e.to_string())?;
-        let today = Period::containing(PeriodKind::Daily, board.timezone(), now).map_err(|e| e.to_string())?;
-        // Kept a day past today, so a scheduler that stops leaves no stale board for long.
-        let expire_at = today.end_ms.unwrap_or(now).div_euclid(1000) + 86_400;
-        let agg = match (board.mode(), board.order()) {
-            (Mode::Sum, _) => "SUM",
-            (_, Order::Desc) => "MAX",
-            (_, Order::Asc) => "MIN",
-        };
-        let args = [
-            agg.to_string(),
-            board.packing().shift().to_string(),
-            if board.dense_rank() { "1" } else { "0" }.to_string(),
-            expire_at.to_string(),
-            board.max_members().unwrap_or(0).to_string(),
-            board.order().as_str().to_string(),
-        ];
-        let card: i64 = eval(self.store, &ROLL, ROLL_LUA, &keys_, &args).await?;
-        let next = now + rolling.refresh.as_millis() as i64;
-        match card {
-            -1 => {
-                warn!(board = %board.id(), rolling = name, "A rolling sum could pass 2^53 and lose exactness; it was not recomputed.");
-                Ok(Outcome::Again(next, "inexact"))
+        let refresh = Refresh::new(&board, base, name, rolling.days, now_ms()).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        loop {
+            match refresh.step(self.store, STEP_BUDGET).await? {
+                Step::More(_) if started.elapsed() < ROLL_SLICE => tokio::task::yield_now().await,
+                Step::More(_) => return Ok(Outcome::Again(now_ms(), "continued")),
+                Step::Inexact => {
+                    warn!(board = %board.id(), rolling = name, "A rolling sum passed 2^53 - 1 and would lose exactness; the board was not recomputed.");
+                    return Ok(Outcome::Again(now_ms() + rolling.refresh.as_millis() as i64, "inexact"));
+                }
+                // Nothing in the window: the job ends; the tag's next event enqueues it again.
+                Step::Done(0) => return Ok(Outcome::Done),
+                Step::Done(_) => return Ok(Outcome::Again(now_ms() + rolling.refresh.as_millis() as i64, "done")),
             }
-            // Nothing in the window: the job ends; the tag's next event enqueues it again.
-            0 => Ok(Outcome::Done),
-            _ => Ok(Outcome::Again(next, "done")),
         }
     }
-}
-
-/// KEYS of `roll.lua`: the rolling key, its dense index, the registry, then
-/// the daily keys of the `days` days ending with the day containing `now_ms`.
-pub fn rolling_keys(
-    board: &Board,
-    base: &str,
-    name: &str,
-    days: u32,
-    now_ms: i64,
-) -> Result<Vec<String>, crate::period::PeriodError> {
-    let id = keys::rolling_id(name);
-    let mut out = vec![keys::period_key(base, &id), keys::dense_key(base, &id), keys::registry_key(base)];
-    let mut day = Period::containing(PeriodKind::Daily, board.timezone(), now_ms)?;
-    for _ in 0..days {
-        out.push(keys::period_key(base, &day.id));
-        let start = day.start_ms.unwrap_or(now_ms);
-        day = Period::containing(PeriodKind::Daily, board.timezone(), start - 1)?;
-    }
-    Ok(out)
 }
 
 /// The jobs one planned write needs that `seen` (one batch's) does not hold
@@ -560,26 +540,5 @@ mod tests {
             assert_eq!(Job::decode(&job.encode()), Some(job.clone()));
         }
         assert_eq!(Job::decode("nap|x|y"), None);
-    }
-
-    #[test]
-    fn rolling_keys_walk_back_over_days_in_the_board_zone() {
-        let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Sum, &[PeriodKind::Daily]);
-        spec.timezone = "America/New_York".parse().unwrap();
-        let board = Board::new(spec);
-        // 2026-11-02 03:00 UTC is still Nov 1 in New York (the DST change is that day).
-        let now = chrono::DateTime::parse_from_rfc3339("2026-11-02T03:00:00Z").unwrap().timestamp_millis();
-        let k = rolling_keys(&board, "lb:{p}", "last3d", 3, now).unwrap();
-        assert_eq!(
-            k,
-            [
-                "lb:{p}:r:last3d",
-                "lb:{p}:_dense:r:last3d",
-                "lb:{p}:_keys",
-                "lb:{p}:d:2026-11-01",
-                "lb:{p}:d:2026-10-31",
-                "lb:{p}:d:2026-10-30"
-            ]
-        );
     }
 }

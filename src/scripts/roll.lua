@@ -1,69 +1,187 @@
--- roll.lua: recomputes one rolling board of ONE board tag from its daily keys,
--- atomically: readers see the old union or the new one, never a mix.
+-- roll.lua: one bounded step of recomputing one rolling board of ONE board
+-- tag from its daily keys. Each call does at most ARGV[7] members' work, so
+-- no call holds Redis for long whatever the board's size; the new union is
+-- built in staging keys and swapped in by the last step with RENAME, so
+-- readers see the old union or the new one, never a mix.
 --
--- KEYS[1] the rolling key    KEYS[2] its dense index    KEYS[3] the tag's registry
--- KEYS[3 + d] daily key d, d = 1..days (missing days count as empty)
+-- KEYS[1] the rolling key        KEYS[2] its dense index   KEYS[3] the tag's registry
+-- KEYS[4] the build's state      KEYS[5] the staged union  KEYS[6] the staged dense index
+-- KEYS[5 + 2d] daily key d and KEYS[6 + 2d] its staged copy, d = 1..days
 -- ARGV[1] SUM | MAX | MIN    ARGV[2] SHIFT (packing)   ARGV[3] "1": keep the dense index
 -- ARGV[4] EXPIREAT seconds   ARGV[5] top-K (0: none)   ARGV[6] "desc" or "asc"
+-- ARGV[7] the most members one call reads or writes
 --
--- SUM is exact only while every partial sum stays within 2^53: the script
--- first bounds the sum of each day's largest |value| and, past 2^53 - 1,
--- changes nothing and returns -1. Otherwise it returns the union's size
--- (0 deletes the rolling key, as ZUNIONSTORE does).
+-- The build goes through phases, recorded in the state hash with where it is:
+--   copy   ZSCAN each day into its copy (ZADD: a member ZSCAN returns twice,
+--          or whose score moved meanwhile, is set again, never counted twice);
+--   merge  the first copy becomes the union (RENAME), the others are merged
+--          into it by rank (copies no longer change): ZINCRBY for SUM,
+--          ZADD GT for MAX, ZADD LT for MIN;
+--   trim   top-K boards drop all but their best K;
+--   dense  the dense index of the union, by rank;
+--   then the swap.
+-- A build whose window moved (a new day, or another number of days) starts
+-- again. Every staged key is in the tag's registry while it exists, so an
+-- erasure during a build reaches it. A SUM is exact while every partial sum
+-- stays within 2^53 - 1 (see score.rs): a member's running sum past it ends
+-- the build with the old union untouched.
+--
+-- Returns {"more", members done} while work remains, {"done", size of the
+-- union} once swapped in (0: the union is empty and the rolling key deleted),
+-- or {"inexact", 0}.
 
 local agg, shift, dense_on = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local top_k, desc = tonumber(ARGV[5]), ARGV[6] == 'desc'
-local dest, dense = KEYS[1], KEYS[2]
-local args = {dest, #KEYS - 3}
-for d = 4, #KEYS do args[#args + 1] = KEYS[d] end
+local expire_at, top_k, desc = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'desc'
+local budget = tonumber(ARGV[7])
+local dest, dense, registry, state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local staged, staged_dense = KEYS[5], KEYS[6]
+local days = (#KEYS - 6) / 2
+local MAX_EXACT = 9007199254740991
+local day = function(d) return KEYS[5 + 2 * d] end
+local copy = function(d) return KEYS[6 + 2 * d] end
+local window = day(1) .. '|' .. days
 
-if agg == 'SUM' then
-  local bound = 0
-  for d = 4, #KEYS do
-    local lo = redis.call('ZRANGE', KEYS[d], 0, 0, 'WITHSCORES')
-    local hi = redis.call('ZRANGE', KEYS[d], -1, -1, 'WITHSCORES')
-    local m = 0
-    if lo[2] then m = math.abs(tonumber(lo[2])) end
-    if hi[2] and math.abs(tonumber(hi[2])) > m then m = math.abs(tonumber(hi[2])) end
-    bound = bound + m
+local function drop_staged()
+  redis.call('UNLINK', staged, staged_dense)
+  redis.call('SREM', registry, staged)
+  for d = 1, days do
+    redis.call('UNLINK', copy(d))
+    redis.call('SREM', registry, copy(d))
   end
-  if bound > 9007199254740991 then return -1 end
 end
 
-args[#args + 1] = 'AGGREGATE'
-args[#args + 1] = agg
-local card = redis.call('ZUNIONSTORE', unpack(args))
-if top_k > 0 and card > top_k then
-  if desc then
-    redis.call('ZREMRANGEBYRANK', dest, 0, card - top_k - 1)
-  else
-    redis.call('ZREMRANGEBYRANK', dest, top_k, -1)
-  end
-  card = top_k
+-- A staged zset just written: registered (an erasure removes a missing key
+-- from the registry, so each write registers again) and expiring.
+local function touched(key)
+  redis.call('SADD', registry, key)
+  redis.call('EXPIREAT', key, expire_at)
 end
 
--- The dense index: one member per distinct value, rebuilt from the union.
-redis.call('DEL', dense)
-if dense_on and card > 0 then
-  local seen, batch = {}, {}
-  local scores = redis.call('ZRANGE', dest, 0, -1, 'WITHSCORES')
-  for i = 2, #scores, 2 do
-    local v = math.floor(tonumber(scores[i]) / shift)
-    if not seen[v] then
-      seen[v] = true
-      batch[#batch + 1] = v
-      batch[#batch + 1] = string.format('%d', v)
-      if #batch >= 1000 then
-        redis.call('ZADD', dense, unpack(batch))
-        batch = {}
+local function zadd_pairs(key, flags, items)
+  for i = 1, #items, 1000 do
+    local args = {key}
+    for _, f in ipairs(flags) do args[#args + 1] = f end
+    for j = i, math.min(i + 999, #items), 2 do
+      args[#args + 1] = items[j + 1]
+      args[#args + 1] = items[j]
+    end
+    redis.call('ZADD', unpack(args))
+  end
+end
+
+local st = {}
+local flat = redis.call('HGETALL', state)
+for i = 1, #flat, 2 do st[flat[i]] = flat[i + 1] end
+if st.window ~= window then
+  drop_staged()
+  st = {window = window, phase = 'copy', d = '1', at = '0'}
+end
+local phase, d, at = st.phase, tonumber(st.d), st.at
+local done = 0
+
+while done < budget and phase ~= 'swap' do
+  if phase == 'copy' then
+    local r = redis.call('ZSCAN', day(d), at, 'COUNT', budget - done)
+    local items = r[2]
+    if #items > 0 then
+      zadd_pairs(copy(d), {}, items)
+      touched(copy(d))
+    end
+    done = done + #items / 2 + 1
+    at = r[1]
+    if at == '0' then
+      d = d + 1
+      if d > days then
+        phase, d, at = 'merge', 2, '0'
+        if redis.call('EXISTS', copy(1)) == 1 then
+          redis.call('RENAME', copy(1), staged)
+          redis.call('SREM', registry, copy(1))
+          touched(staged)
+        end
       end
     end
+  elseif phase == 'merge' then
+    if d > days then
+      phase, at = 'trim', '0'
+    else
+      local from = tonumber(at)
+      local items = redis.call('ZRANGE', copy(d), from, from + budget - done - 1, 'WITHSCORES')
+      if #items == 0 then
+        redis.call('UNLINK', copy(d))
+        redis.call('SREM', registry, copy(d))
+        d, at = d + 1, '0'
+      else
+        if agg == 'SUM' then
+          for i = 1, #items, 2 do
+            local sum = tonumber(redis.call('ZINCRBY', staged, items[i + 1], items[i]))
+            if math.abs(sum) > MAX_EXACT then
+              drop_staged()
+              redis.call('DEL', state)
+              return {'inexact', 0}
+            end
+          end
+        else
+          zadd_pairs(staged, {agg == 'MAX' and 'GT' or 'LT'}, items)
+        end
+        touched(staged)
+        at = string.format('%d', from + #items / 2)
+      end
+      done = done + #items / 2 + 1
+    end
+  elseif phase == 'trim' then
+    local excess = top_k > 0 and redis.call('ZCARD', staged) - top_k or 0
+    if excess <= 0 then
+      phase, at = dense_on and 'dense' or 'swap', '0'
+    else
+      local n = math.min(excess, budget - done)
+      if desc then
+        redis.call('ZREMRANGEBYRANK', staged, 0, n - 1)
+      else
+        redis.call('ZREMRANGEBYRANK', staged, -n, -1)
+      end
+      done = done + n
+    end
+  elseif phase == 'dense' then
+    local from = tonumber(at)
+    local items = redis.call('ZRANGE', staged, from, from + budget - done - 1, 'WITHSCORES')
+    if #items == 0 then
+      phase = 'swap'
+    else
+      local seen, batch = {}, {}
+      for i = 2, #items, 2 do
+        local v = string.format('%d', math.floor(tonumber(items[i]) / shift))
+        if not seen[v] then
+          seen[v] = true
+          batch[#batch + 1] = v
+          batch[#batch + 1] = v
+        end
+      end
+      zadd_pairs(staged_dense, {}, batch)
+      redis.call('EXPIREAT', staged_dense, expire_at)
+      at = string.format('%d', from + #items / 2)
+    end
+    done = done + #items / 2 + 1
   end
-  if #batch > 0 then redis.call('ZADD', dense, unpack(batch)) end
 end
+
+if phase ~= 'swap' then
+  redis.call('HSET', state, 'window', window, 'phase', phase, 'd', d, 'at', at)
+  redis.call('EXPIREAT', state, expire_at)
+  return {'more', done}
+end
+
+-- The swap: O(1) renames; the old union is freed off the main thread (UNLINK).
+local card = redis.call('ZCARD', staged)
+redis.call('UNLINK', dest, dense)
 if card > 0 then
-  redis.call('EXPIREAT', dest, ARGV[4])
-  if dense_on then redis.call('EXPIREAT', dense, ARGV[4]) end
-  redis.call('SADD', KEYS[3], dest)
+  redis.call('RENAME', staged, dest)
+  redis.call('EXPIREAT', dest, expire_at)
+  redis.call('SADD', registry, dest)
+  if dense_on and redis.call('EXISTS', staged_dense) == 1 then
+    redis.call('RENAME', staged_dense, dense)
+    redis.call('EXPIREAT', dense, expire_at)
+  end
 end
-return card
+drop_staged()
+redis.call('DEL', state)
+return {'done', card}

@@ -1,0 +1,137 @@
+//! Rolling boards: the union of a board's last `days` daily keys, rebuilt by
+//! `scripts/roll.lua` in bounded steps and swapped in whole.
+//!
+//! A refresh is a build kept in Redis (the state hash and staged keys of
+//! [`keys::rolling_build_id`]): each [`step`] does at most `budget` members'
+//! work, so a large board never holds Redis for long, and a build that a
+//! worker leaves half done is carried on by whichever worker runs the job
+//! next. Readers see the previous union until the last step renames the new
+//! one into place.
+
+use crate::board::{Board, Mode, Order};
+use crate::keys;
+use crate::period::{Period, PeriodError, PeriodKind};
+use crate::store::Store;
+
+const ROLL_LUA: &str = include_str!("../scripts/roll.lua");
+static ROLL: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| redis::Script::new(ROLL_LUA));
+
+/// The most members one call of `roll.lua` reads or writes: a few
+/// milliseconds of Redis time.
+pub const STEP_BUDGET: usize = 1000;
+
+/// What one step of a refresh did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Work remains; this many members were handled.
+    More(u64),
+    /// The new union (of this many members; 0: none, the key is deleted) is in place.
+    Done(u64),
+    /// A member's running sum left the exact range; the old union is untouched.
+    Inexact,
+}
+
+/// One rolling board of one tag, as the script sees it at one instant.
+#[derive(Clone, Debug)]
+pub struct Refresh {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl Refresh {
+    /// The refresh of rolling board `name` (`days` days ending with the day
+    /// containing `now_ms`) of the tag at `base`.
+    pub fn new(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Refresh, PeriodError> {
+        let today = Period::containing(PeriodKind::Daily, board.timezone(), now_ms)?;
+        // Kept a day past today, so a scheduler that stops leaves no stale board for long.
+        let expire_at = today.end_ms.unwrap_or(now_ms).div_euclid(1000) + 86_400;
+        let agg = match (board.mode(), board.order()) {
+            (Mode::Sum, _) => "SUM",
+            (_, Order::Desc) => "MAX",
+            (_, Order::Asc) => "MIN",
+        };
+        let args = vec![
+            agg.to_string(),
+            board.packing().shift().to_string(),
+            if board.dense_rank() { "1" } else { "0" }.to_string(),
+            expire_at.to_string(),
+            board.max_members().unwrap_or(0).to_string(),
+            board.order().as_str().to_string(),
+        ];
+        Ok(Refresh { keys: rolling_keys(board, base, name, days, now_ms)?, args })
+    }
+
+    /// Runs one step of at most `budget` members.
+    pub async fn step(&self, store: &Store, budget: usize) -> Result<Step, String> {
+        let mut args = self.args.clone();
+        args.push(budget.max(1).to_string());
+        let reply: (String, u64) = store
+            .eval(&ROLL, ROLL_LUA, &self.keys, &args)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        match reply.0.as_str() {
+            "more" => Ok(Step::More(reply.1)),
+            "done" => Ok(Step::Done(reply.1)),
+            "inexact" => Ok(Step::Inexact),
+            other => Err(format!("roll.lua answered '{other}'")),
+        }
+    }
+}
+
+/// KEYS of `roll.lua`: the rolling key, its dense index, the registry, the
+/// build's state, staged union and staged dense index, then each daily key
+/// of the `days` days ending with the day containing `now_ms`, followed by
+/// its staged copy.
+pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Vec<String>, PeriodError> {
+    let id = keys::rolling_id(name);
+    let build = keys::rolling_build_id(name);
+    let mut out = vec![
+        keys::period_key(base, &id),
+        keys::dense_key(base, &id),
+        keys::registry_key(base),
+        keys::rolling_state_key(base, name),
+        keys::period_key(base, &build),
+        keys::dense_key(base, &build),
+    ];
+    let mut day = Period::containing(PeriodKind::Daily, board.timezone(), now_ms)?;
+    for d in 1..=days {
+        out.push(keys::period_key(base, &day.id));
+        out.push(keys::period_key(base, &format!("{build}:{d}")));
+        let start = day.start_ms.unwrap_or(now_ms);
+        day = Period::containing(PeriodKind::Daily, board.timezone(), start - 1)?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rolling_keys_walk_back_over_days_in_the_board_zone() {
+        let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Sum, &[PeriodKind::Daily]);
+        spec.timezone = "America/New_York".parse().unwrap();
+        let board = Board::new(spec);
+        // 2026-11-02 03:00 UTC is still Nov 1 in New York (the DST change is that day).
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-02T03:00:00Z").unwrap().timestamp_millis();
+        let k = rolling_keys(&board, "lb:{p}", "last3d", 3, now).unwrap();
+        assert_eq!(
+            k,
+            [
+                "lb:{p}:r:last3d",
+                "lb:{p}:_dense:r:last3d",
+                "lb:{p}:_keys",
+                "lb:{p}:_roll:last3d",
+                "lb:{p}:_roll:r:last3d",
+                "lb:{p}:_dense:_roll:r:last3d",
+                "lb:{p}:d:2026-11-01",
+                "lb:{p}:_roll:r:last3d:1",
+                "lb:{p}:d:2026-10-31",
+                "lb:{p}:_roll:r:last3d:2",
+                "lb:{p}:d:2026-10-30",
+                "lb:{p}:_roll:r:last3d:3",
+            ]
+        );
+    }
+}
