@@ -1,6 +1,8 @@
 //! Wiring: the worker process (`rankflow run`). Starts the HTTP server, the
-//! scheduler and the pipeline on one Redis connection, and stops them on
-//! SIGTERM or SIGINT within `shutdown_timeout`.
+//! scheduler and the pipeline, and stops them on SIGTERM or SIGINT within
+//! `shutdown_timeout`. The pipeline and the scheduler write on one Redis
+//! connection; the HTTP reads have a connection of their own, so that a
+//! read never queues behind a batch's script calls on the same socket.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -44,16 +46,19 @@ pub async fn run(settings: Settings) -> i32 {
     let http_task = tokio::spawn(http::serve(listener, state.clone(), limits, cancel.clone()));
 
     info!(redis = ?settings.redis, "Connecting to Redis.");
-    let connect = || RedisConn::connect(&settings.redis);
-    let Some(conn) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
+    let connect = || async {
+        let writes = RedisConn::connect(&settings.redis).await?;
+        Ok::<_, crate::store::StoreError>((writes, RedisConn::connect(&settings.redis).await?))
+    };
+    let Some((conn, reads)) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
         return 0;
     };
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    let store = Store::new(conn, settings.redis.dedupe_ttl);
     if let Err(e) = store.load_script().await {
         warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");
     }
     health.redis_up.store(true, Ordering::Relaxed);
-    state.connected(conn);
+    state.connected(reads);
 
     if settings.schedules() {
         tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), cancel.clone()));

@@ -208,16 +208,44 @@ pub(super) struct GroupTopic<'a> {
     pub(super) partitions: i32,
 }
 
-/// Runs the real binary until its group has committed `count` records.
-/// Returns the elapsed time, peak resident memory (KiB) and the CPU seconds
-/// the process used.
+/// One run of the binary over the stream.
+pub(super) struct Drain {
+    /// From start until the group has committed every record.
+    pub(super) total: Duration,
+    /// From the moment it held every partition (the group's join done)
+    /// until then: the drain itself, comparable with a bare consumer's
+    /// read, which joins no group.
+    pub(super) drain: Duration,
+    /// Peak resident memory, KiB.
+    pub(super) peak_kib: u64,
+    /// CPU seconds the process used.
+    pub(super) cpu: f64,
+    /// The times of HTTP reads made every 20 ms during the drain, ms, sorted.
+    pub(super) reads_ms: Vec<f64>,
+}
+
+/// Whether the rankflow serving metrics at `listen` holds `partitions` partitions.
+fn holds(listen: &str, partitions: i32) -> bool {
+    use std::io::{Read, Write};
+    let want = format!("rankflow_assigned_partitions {partitions}");
+    let Ok(mut s) = std::net::TcpStream::connect(listen) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut text = String::new();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_ok()
+        && s.read_to_string(&mut text).is_ok()
+        && text.lines().any(|l| l == want)
+}
+
+/// Runs the real binary (its config serving HTTP at `listen`) until its
+/// group has committed `count` records.
 pub(super) fn run_to_end(
     exe: &Path,
     dir: &Path,
     cfg: &str,
+    listen: &str,
     at: &GroupTopic<'_>,
     count: u64,
-) -> Result<(Duration, u64, f64), String> {
+) -> Result<Drain, String> {
     let GroupTopic { brokers, group, topic, partitions } = *at;
     let path = dir.join(format!("{group}.toml"));
     std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
@@ -233,20 +261,36 @@ pub(super) fn run_to_end(
         .map_err(|e| e.to_string())?;
     let pid = child.id();
     let mut peak = 0;
+    let mut assigned = None;
+    let mut last_check = started;
     let result = loop {
         peak = peak.max(proc_status_kib(pid, "VmHWM:"));
-        if commits.sum() >= count as i64 {
-            break Ok((started.elapsed(), peak));
+        if assigned.is_none() && holds(listen, partitions) {
+            assigned = Some((Instant::now(), super::probe::ReadProbe::start(listen)));
+        }
+        // The committed offsets every 100 ms, as a probe costs the broker a request.
+        if last_check.elapsed() >= Duration::from_millis(100) {
+            last_check = Instant::now();
+            if commits.sum() >= count as i64 {
+                break Ok(Instant::now());
+            }
         }
         if started.elapsed() > Duration::from_secs(900) {
             break Err("end-to-end run did not finish in 15 minutes".to_string());
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(if assigned.is_none() { 5 } else { 20 }));
+    };
+    // The reads stop with the drain, before the process does.
+    let (assigned, reads_ms) = match assigned {
+        Some((at, probe)) => (Some(at), probe.finish()),
+        None => (None, Vec::new()),
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
     let cpu = proc_cpu_secs(pid);
     stop(&mut child);
-    result.map(|(d, _)| (d, peak, cpu))
+    let end = result?;
+    let assigned = assigned.ok_or("rankflow finished without ever showing its partitions assigned")?;
+    Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads_ms })
 }
 
 /// The bench producer's linger. tansu's cost is per produce request:

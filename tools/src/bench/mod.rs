@@ -39,6 +39,7 @@ use crate::generator::Generator;
 mod kafka;
 mod latency;
 mod pipeline;
+mod probe;
 mod read;
 mod store_rows;
 

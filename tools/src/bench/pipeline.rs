@@ -45,7 +45,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     // of the machine falls on one round. Each end-to-end round is a fresh
     // group on a flushed Redis, reading the same topic from the start.
     let rounds = rounds.max(1);
-    let (mut broker_rates, mut e2e_rates) = (Vec::new(), Vec::new());
+    let (mut broker_rates, mut e2e_rates, mut joins, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut broker_alone_cpu, mut e2e_secs, mut peak_kib, mut worker_cpu, mut redis_cpu, mut broker_used) =
         (0.0, 0.0, 0, 0.0, 0.0, 0.0);
     for round in 1..=rounds {
@@ -54,19 +54,22 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         broker_rates.push(rate(count, bare_read(brokers, &topic, partitions, count)?));
         broker_alone_cpu += broker_cpu() - cpu_before;
 
-        eprintln!("bench: end to end (the rankflow binary until committed = log end, round {round} of {rounds})");
+        eprintln!("bench: end to end (the rankflow binary, from holding every partition until committed = log end, round {round} of {rounds})");
         flush(&conn).await?;
         let group = format!("bench-e2e-{run}-{round}");
-        let cfg = bench_config(brokers, redis_url, &topic, &group, "127.0.0.1:0", "");
+        let listen = format!("127.0.0.1:{}", free_port()?);
+        let cfg = bench_config(brokers, redis_url, &topic, &group, &listen, "");
         let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
         let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
-        let (took, peak, worker) = run_to_end(&exe, &dir, &cfg, &at, count)?;
+        let run = run_to_end(&exe, &dir, &cfg, &listen, &at, count)?;
         redis_cpu += redis_stats(&conn).await?.cpu - before;
         broker_used += broker_cpu() - cpu_before;
-        e2e_rates.push(rate(count, took));
-        e2e_secs += took.as_secs_f64();
-        peak_kib = peak_kib.max(peak);
-        worker_cpu += worker;
+        e2e_rates.push(rate(count, run.drain));
+        joins.push((run.total - run.drain).as_secs_f64());
+        e2e_secs += run.drain.as_secs_f64();
+        peak_kib = peak_kib.max(run.peak_kib);
+        worker_cpu += run.cpu;
+        reads.push(run.reads_ms);
     }
     // CPU per event over every round's events.
     let per_all = |secs: f64| per(secs) / rounds as f64;
@@ -88,10 +91,14 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         what: "rankflow end to end",
         per_sec: e2e_rate,
         note: format!(
-            "{ratio:.2}x broker{each}, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}",
+            "{ratio:.2}x broker{each}, {:.2}x Redis ceiling; Redis busy {:.0}%; peak RSS {} MiB; {cpu}; \
+             rates per round {} (broker {}); start and group join before the drain (not in the rate): {} s",
             e2e_rate / redis_ceiling,
             redis_cpu / e2e_secs * 100.0,
-            peak_kib / 1024
+            peak_kib / 1024,
+            e2e_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", "),
+            broker_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", "),
+            joins.iter().map(|j| format!("{j:.1}")).collect::<Vec<_>>().join(", ")
         ),
     });
 
@@ -107,6 +114,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let _ = std::fs::remove_dir_all(&dir);
     println!("\nstream: {count} records, {}", stream.describe());
     print_rows(&rows, &notes);
+    println!("\n{}", drain_reads_line(&reads));
     println!("\n{}", lat.line());
     println!(
         "{}",
@@ -115,4 +123,30 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99})
     );
     Ok(())
+}
+
+/// The HTTP reads made during each end-to-end round's drain: p50, p99 and
+/// max of each round, and of all of them together.
+fn drain_reads_line(rounds: &[Vec<f64>]) -> String {
+    let stats = |ms: &[f64]| {
+        if ms.is_empty() {
+            "no answered reads".to_string()
+        } else {
+            let max = ms[ms.len() - 1];
+            format!(
+                "p50 {:.1} / p99 {:.1} / max {max:.1} ms ({} reads)",
+                percentile(ms, 0.5),
+                percentile(ms, 0.99),
+                ms.len()
+            )
+        }
+    };
+    let mut all: Vec<f64> = rounds.iter().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+    let each: Vec<String> = rounds.iter().enumerate().map(|(i, r)| format!("round {}: {}", i + 1, stats(r))).collect();
+    format!(
+        "reads during the drain (top 10 and a player's rank over HTTP, one every 20 ms): {}; {}",
+        stats(&all),
+        each.join("; ")
+    )
 }
