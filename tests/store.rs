@@ -315,8 +315,20 @@ async fn a_batch_larger_than_one_read_of_the_script_is_applied_whole() {
     // The script reads its batch a few thousand values at a time: 12,000
     // events on 7,000 members, on two period shapes, with a repeated event id
     // every 50 events, must come out exactly as added up here.
+    a_large_batch_is_applied_whole(100_000).await;
+}
+
+#[tokio::test]
+async fn a_batch_split_over_many_calls_is_applied_as_one() {
+    // The same batch in calls of 7 events: repeated ids fall on both sides
+    // of a call boundary, and every call waits for the one before it.
+    a_large_batch_is_applied_whole(7).await;
+}
+
+async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
     let redis = Redis::start();
-    let s = store(&redis).await;
+    // No script loaded: the first calls find it missing, as after a Redis restart.
+    let s = store(&redis).await.with_max_events_per_call(max_events_per_call);
     let mut conn = redis.conn().await;
     let both = vec![pw("big", "d:2026-08-14", Some(4_000_000_000)), pw("big", "all", None)];
     let all_only = vec![both[1].clone()];

@@ -218,7 +218,7 @@ retention = { daily = "30d" }
     #[test]
     fn bad_durations_and_numbers_in_every_section_are_all_named_at_once() {
         let text = GOOD.replace("dedupe_ttl = \"7d\"", "dedupe_ttl = \"500ms\"")
-            + "[worker]\nbatch_linger = \"soon\"\nmax_backoff = \"1ms\"\nbatch_size = 0\n\
+            + "[worker]\nbatch_linger = \"soon\"\nmax_backoff = \"1ms\"\nbatch_size = 0\nmax_events_per_call = 0\n\
                [http]\nlisten = \"nowhere\"\n[sealing]\nlease = \"forever\"\ntopic = \"sealed topic!\"\n";
         let errs = errors(&text, none());
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
@@ -227,6 +227,7 @@ retention = { daily = "30d" }
             "worker.batch_linger",
             "worker.max_backoff",
             "worker.batch_size",
+            "worker.max_events_per_call",
             "http.listen",
             "sealing.lease",
             "sealing.topic",

@@ -128,6 +128,8 @@ impl Default for RawEvents {
 pub struct RawWorker {
     /// Most records applied in one Redis round trip, 1 to 100000.
     pub batch_size: u64,
+    /// Most events of one board tag in one apply-script call, 1 to 100000.
+    pub max_events_per_call: u64,
     /// How long a batch waits to fill once its first record is in.
     pub batch_linger: Typed<Duration>,
     /// SIGTERM: how long in-flight work may take before it is abandoned.
@@ -140,6 +142,7 @@ impl Default for RawWorker {
     fn default() -> Self {
         RawWorker {
             batch_size: 5000,
+            max_events_per_call: crate::store::DEFAULT_MAX_EVENTS_PER_CALL as u64,
             batch_linger: Typed::default_text("5ms"),
             shutdown_timeout: Typed::default_text("30s"),
             max_backoff: Typed::default_text("10s"),

@@ -102,11 +102,13 @@ pub fn events(v: RawEvents, e: &mut Errors) -> Option<EventSettings> {
 
 pub fn worker(w: RawWorker, e: &mut Errors) -> Option<WorkerSettings> {
     let batch_size = e.within("worker.batch_size", w.batch_size, 1..=100_000);
+    let max_events_per_call = e.within("worker.max_events_per_call", w.max_events_per_call, 1..=100_000);
     let batch_linger = e.take("worker.batch_linger", &w.batch_linger);
     let shutdown_timeout = e.take("worker.shutdown_timeout", &w.shutdown_timeout);
     let max_backoff = e.duration_at_least("worker.max_backoff", &w.max_backoff, Duration::from_millis(10), "10ms");
     Some(WorkerSettings {
         batch_size: batch_size? as usize,
+        max_events_per_call: max_events_per_call? as usize,
         batch_linger: batch_linger?,
         shutdown_timeout: shutdown_timeout?,
         max_backoff: max_backoff?,

@@ -102,6 +102,8 @@ pub struct EventSettings {
 #[non_exhaustive]
 pub struct WorkerSettings {
     pub batch_size: usize,
+    /// Most events of one board tag in one apply-script call.
+    pub max_events_per_call: usize,
     pub batch_linger: Duration,
     pub shutdown_timeout: Duration,
     pub max_backoff: Duration,

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
+use tracing::debug;
 
 use crate::keys;
 
@@ -21,11 +22,18 @@ pub mod maintenance;
 mod protocol;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
-pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, Prepared, TagBatch, Tails};
+pub use protocol::{
+    build_invocation, prepare, push_write, ApplyItem, ApplyResult, Invocation, Prepared, TagBatch, Tails,
+};
 use protocol::{decode_reply, ttl_secs};
 
 const APPLY_LUA: &str = include_str!("../scripts/apply.lua");
 const ERASE_LUA: &str = include_str!("../scripts/erase.lua");
+
+/// The most events one apply-script call carries unless configured
+/// (`[worker] max_events_per_call`): a few milliseconds of Redis's time, so
+/// that reads get in between a batch's calls.
+pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 250;
 
 /// Errors of the Redis store, each naming the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,15 +54,24 @@ pub enum StoreError {
     BadReply { base: String, got: usize, expected: usize },
 }
 
+impl StoreError {
+    /// Redis answered `NOSCRIPT`: its script cache is empty (a restart).
+    fn is_no_script(&self) -> bool {
+        matches!(self, StoreError::Apply { source, .. } if source.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+    }
+}
+
 /// Which calls of a prepared batch Redis has applied, with their answers.
 pub struct Landed {
     results: Vec<Option<Vec<ApplyResult>>>,
+    /// The tag batch each call carries events of, in call order.
+    batch_of: Vec<usize>,
 }
 
 impl Landed {
     /// Nothing landed yet.
     pub fn new(prepared: &Prepared) -> Landed {
-        Landed { results: vec![None; prepared.calls.len()] }
+        Landed { results: vec![None; prepared.calls.len()], batch_of: prepared.calls.iter().map(|c| c.batch).collect() }
     }
 
     /// Whether every call has landed.
@@ -62,9 +79,17 @@ impl Landed {
         self.results.iter().all(Option::is_some)
     }
 
-    /// Every call's answers, once all have landed.
+    /// Once all have landed, the answers per tag batch (a tag's calls put
+    /// back together, in event order).
     pub fn into_results(self) -> Option<Vec<Vec<ApplyResult>>> {
-        self.results.into_iter().collect()
+        let mut out: Vec<Vec<ApplyResult>> = Vec::new();
+        for (r, b) in self.results.into_iter().zip(self.batch_of) {
+            if out.len() <= b {
+                out.resize_with(b + 1, Vec::new);
+            }
+            out[b].extend(r?);
+        }
+        Some(out)
     }
 }
 
@@ -75,6 +100,7 @@ pub struct Store {
     script: redis::Script,
     erase_script: redis::Script,
     dedupe_ttl_secs: u64,
+    max_events_per_call: usize,
 }
 
 impl Store {
@@ -84,6 +110,7 @@ impl Store {
             script: redis::Script::new(APPLY_LUA),
             erase_script: redis::Script::new(ERASE_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
+            max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
         }
     }
 
@@ -102,12 +129,14 @@ impl Store {
     /// everything, so a batch can be sent while the caller gets on with the
     /// next one.
     pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
-        Prepared {
-            calls: batches
-                .iter()
-                .map(|b| (b.base.to_string(), build_invocation(b, self.dedupe_ttl_secs), b.items.len()))
-                .collect(),
-        }
+        protocol::prepare(batches, self.dedupe_ttl_secs, self.max_events_per_call)
+    }
+
+    /// Sets the most events one apply-script call carries (see
+    /// [`DEFAULT_MAX_EVENTS_PER_CALL`]).
+    pub fn with_max_events_per_call(mut self, n: usize) -> Store {
+        self.max_events_per_call = n.max(1);
+        self
     }
 
     /// Sends prepared calls, all at once (pipelined on the connection).
@@ -124,15 +153,38 @@ impl Store {
     /// landed would change nothing in Redis, but its events would answer as
     /// redeliveries, and be counted as duplicates instead of applied.)
     pub async fn apply_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
-        let pending = prepared.calls.iter().zip(&landed.results).enumerate().filter(|(_, (_, r))| r.is_none());
-        let sends = pending.map(|(i, ((base, inv, n), _))| async move { (i, self.apply_one(base, inv, *n).await) });
+        match self.send_pending(prepared, landed).await {
+            // Redis lost its script cache (a restart): the calls that found
+            // the script missing may have been overtaken by later ones that
+            // then found their preconditions unmet, so all that did not land
+            // go again, in order, once the script is loaded.
+            Err(e) if e.is_no_script() => {
+                self.load_script().await?;
+                self.send_pending(prepared, landed).await
+            }
+            other => other,
+        }
+    }
+
+    async fn send_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
+        let done: Vec<bool> = landed.results.iter().map(Option::is_some).collect();
+        let sends = prepared.to_send(&done).into_iter().map(|i| {
+            let c = &prepared.calls[i];
+            async move { (i, self.apply_one(&c.base, &c.inv, c.n).await) }
+        });
         let mut first_error = None;
         for (i, result) in futures::future::join_all(sends).await {
             match result {
-                Ok(r) => landed.results[i] = Some(r),
-                Err(e) => {
-                    first_error.get_or_insert(e);
+                // A call that had landed keeps its first answers.
+                Ok(r) if landed.results[i].is_none() => landed.results[i] = Some(r),
+                Ok(_) => {}
+                Err(e) if landed.results[i].is_none() => {
+                    // A missing script is the error that says what to do next.
+                    if first_error.is_none() || e.is_no_script() {
+                        first_error = Some(e);
+                    }
                 }
+                Err(e) => debug!(error = %e, "A call sent again ahead of a pending one failed; both are sent again."),
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -164,7 +216,9 @@ impl Store {
     }
 
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
-        let reply: Result<Vec<i64>, RedisError> = self.eval(&self.script, APPLY_LUA, &inv.keys, &inv.args).await?;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(inv.keys.len()).arg(&inv.keys).arg(&inv.args);
+        let reply: Result<Vec<i64>, RedisError> = cmd.query_async(&mut self.conn.clone()).await;
         let reply = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
         decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
             base: base.to_string(),
