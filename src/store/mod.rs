@@ -10,6 +10,7 @@
 //! the tag's recorded offset. This module never decides what a record's
 //! outcome means for Kafka; it only reports what Redis did.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -33,7 +34,7 @@ const ERASE_LUA: &str = include_str!("../scripts/erase.lua");
 /// The most events one apply-script call carries unless configured
 /// (`[worker] max_events_per_call`): a few milliseconds of Redis's time, so
 /// that reads get in between a batch's calls.
-pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 250;
+pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 1000;
 
 /// Errors of the Redis store, each naming the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,19 @@ impl StoreError {
     fn is_no_script(&self) -> bool {
         matches!(self, StoreError::Apply { source, .. } if source.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
     }
+}
+
+/// How many apply calls one worker has sent Redis and not had answered, at
+/// most: one running and one waiting in Redis's input buffer keep Redis busy,
+/// and a read from another client waits behind at most those two (Redis
+/// reads all a client has sent at once, so calls sent together would run
+/// back to back, however small each is).
+const CALLS_IN_REDIS: usize = 2;
+
+/// Orders apply calls across batches and bounds those in Redis.
+struct Gate {
+    order: tokio::sync::Mutex<()>,
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// Which calls of a prepared batch Redis has applied, with their answers.
@@ -101,6 +115,7 @@ pub struct Store {
     erase_script: redis::Script,
     dedupe_ttl_secs: u64,
     max_events_per_call: usize,
+    gate: Arc<Gate>,
 }
 
 impl Store {
@@ -111,6 +126,10 @@ impl Store {
             erase_script: redis::Script::new(ERASE_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
             max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
+            gate: Arc::new(Gate {
+                order: tokio::sync::Mutex::new(()),
+                slots: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_REDIS)),
+            }),
         }
     }
 
@@ -167,13 +186,39 @@ impl Store {
     }
 
     async fn send_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
+        use futures::{FutureExt, StreamExt};
         let done: Vec<bool> = landed.results.iter().map(Option::is_some).collect();
-        let sends = prepared.to_send(&done).into_iter().map(|i| {
-            let c = &prepared.calls[i];
-            async move { (i, self.apply_one(&c.base, &c.inv, c.n).await) }
-        });
+        let mut inflight = futures::stream::FuturesUnordered::new();
+        let mut answers = Vec::new();
+        {
+            // One batch at a time queues its calls, so batches reach Redis in order.
+            let _order = self.gate.order.lock().await;
+            for i in prepared.to_send(&done) {
+                // A slot in Redis, answering the calls in flight meanwhile.
+                let permit = loop {
+                    tokio::select! {
+                        biased;
+                        Some(a) = inflight.next(), if !inflight.is_empty() => answers.push(a),
+                        p = self.gate.slots.clone().acquire_owned() => break p.expect("the gate is never closed"),
+                    }
+                };
+                let c = &prepared.calls[i];
+                inflight.push(async move {
+                    let r = self.apply_one(&c.base, &c.inv, c.n).await;
+                    drop(permit);
+                    (i, r)
+                });
+                // Polled now, the call is queued on the connection, behind the one before.
+                while let Some(Some(a)) = inflight.next().now_or_never() {
+                    answers.push(a);
+                }
+            }
+        }
+        while let Some(a) = inflight.next().await {
+            answers.push(a);
+        }
         let mut first_error = None;
-        for (i, result) in futures::future::join_all(sends).await {
+        for (i, result) in answers {
             match result {
                 // A call that had landed keeps its first answers.
                 Ok(r) if landed.results[i].is_none() => landed.results[i] = Some(r),

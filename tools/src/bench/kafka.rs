@@ -220,8 +220,8 @@ pub(super) struct Drain {
     pub(super) peak_kib: u64,
     /// CPU seconds the process used.
     pub(super) cpu: f64,
-    /// The times of HTTP reads made every 20 ms during the drain, ms, sorted.
-    pub(super) reads_ms: Vec<f64>,
+    /// The reads made every 20 ms during the drain.
+    pub(super) reads: super::probe::Reads,
 }
 
 /// Whether the rankflow serving metrics at `listen` holds `partitions` partitions.
@@ -243,6 +243,7 @@ pub(super) fn run_to_end(
     dir: &Path,
     cfg: &str,
     listen: &str,
+    redis_url: &str,
     at: &GroupTopic<'_>,
     count: u64,
 ) -> Result<Drain, String> {
@@ -266,7 +267,7 @@ pub(super) fn run_to_end(
     let result = loop {
         peak = peak.max(proc_status_kib(pid, "VmHWM:"));
         if assigned.is_none() && holds(listen, partitions) {
-            assigned = Some((Instant::now(), super::probe::ReadProbe::start(listen)));
+            assigned = Some((Instant::now(), super::probe::ReadProbe::start(listen, redis_url)));
         }
         // The committed offsets every 100 ms, as a probe costs the broker a request.
         if last_check.elapsed() >= Duration::from_millis(100) {
@@ -281,16 +282,16 @@ pub(super) fn run_to_end(
         std::thread::sleep(Duration::from_millis(if assigned.is_none() { 5 } else { 20 }));
     };
     // The reads stop with the drain, before the process does.
-    let (assigned, reads_ms) = match assigned {
+    let (assigned, reads) = match assigned {
         Some((at, probe)) => (Some(at), probe.finish()),
-        None => (None, Vec::new()),
+        None => (None, super::probe::Reads { http: Vec::new(), redis: Vec::new() }),
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
     let cpu = proc_cpu_secs(pid);
     stop(&mut child);
     let end = result?;
     let assigned = assigned.ok_or("rankflow finished without ever showing its partitions assigned")?;
-    Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads_ms })
+    Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads })
 }
 
 /// The bench producer's linger. tansu's cost is per produce request:

@@ -84,9 +84,14 @@ pub(super) fn bench_config(
     listen: &str,
     extra_options: &str,
 ) -> String {
+    // BENCH_MAX_EVENTS_PER_CALL: the worker's `max_events_per_call`, for comparisons.
+    let worker = match std::env::var("BENCH_MAX_EVENTS_PER_CALL") {
+        Ok(n) => format!("[worker]\nmax_events_per_call = {n}\n"),
+        Err(_) => String::new(),
+    };
     format!(
         "[kafka]\nbrokers = \"{brokers}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{group}\"\ndead_letter_topic = \"{topic}.dlq\"\n\
-         [kafka.options]\n\"session.timeout.ms\" = 30000\n{extra_options}\n[redis]\nurl = \"{redis}\"\n[http]\nlisten = \"{listen}\"\n{BENCH_BOARDS}"
+         [kafka.options]\n\"session.timeout.ms\" = 30000\n{extra_options}\n[redis]\nurl = \"{redis}\"\n[http]\nlisten = \"{listen}\"\n{worker}{BENCH_BOARDS}"
     )
 }
 

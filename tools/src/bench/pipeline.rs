@@ -61,7 +61,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         let cfg = bench_config(brokers, redis_url, &topic, &group, &listen, "");
         let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
         let (before, cpu_before) = (redis_stats(&conn).await?.cpu, broker_cpu());
-        let run = run_to_end(&exe, &dir, &cfg, &listen, &at, count)?;
+        let run = run_to_end(&exe, &dir, &cfg, &listen, redis_url, &at, count)?;
         redis_cpu += redis_stats(&conn).await?.cpu - before;
         broker_used += broker_cpu() - cpu_before;
         e2e_rates.push(rate(count, run.drain));
@@ -69,7 +69,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         e2e_secs += run.drain.as_secs_f64();
         peak_kib = peak_kib.max(run.peak_kib);
         worker_cpu += run.cpu;
-        reads.push(run.reads_ms);
+        reads.push(run.reads);
     }
     // CPU per event over every round's events.
     let per_all = |secs: f64| per(secs) / rounds as f64;
@@ -125,9 +125,9 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     Ok(())
 }
 
-/// The HTTP reads made during each end-to-end round's drain: p50, p99 and
-/// max of each round, and of all of them together.
-fn drain_reads_line(rounds: &[Vec<f64>]) -> String {
+/// The reads made during each end-to-end round's drain: p50, p99 and max
+/// of all rounds together and of each, over HTTP and from Redis directly.
+fn drain_reads_line(rounds: &[super::probe::Reads]) -> String {
     let stats = |ms: &[f64]| {
         if ms.is_empty() {
             "no answered reads".to_string()
@@ -141,12 +141,21 @@ fn drain_reads_line(rounds: &[Vec<f64>]) -> String {
             )
         }
     };
-    let mut all: Vec<f64> = rounds.iter().flatten().copied().collect();
-    all.sort_by(f64::total_cmp);
-    let each: Vec<String> = rounds.iter().enumerate().map(|(i, r)| format!("round {}: {}", i + 1, stats(r))).collect();
+    let all = |pick: &dyn Fn(&super::probe::Reads) -> &Vec<f64>| {
+        let mut v: Vec<f64> = rounds.iter().flat_map(|r| pick(r).iter().copied()).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let each: Vec<String> = rounds
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("round {}: HTTP {}, Redis {}", i + 1, stats(&r.http), stats(&r.redis)))
+        .collect();
     format!(
-        "reads during the drain (top 10 and a player's rank over HTTP, one every 20 ms): {}; {}",
-        stats(&all),
+        "reads during the drain, one every 20 ms: over HTTP (top 10 and a player's rank) {}; \
+         the top 10 from Redis directly (ZRANGE) {}; {}",
+        stats(&all(&|r| &r.http)),
+        stats(&all(&|r| &r.redis)),
         each.join("; ")
     )
 }

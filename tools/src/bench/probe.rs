@@ -1,6 +1,8 @@
 //! Reads while a backlog drains: a game client asking for the top 10 and a
 //! player's rank, one request every 20 ms, timed from connect to the last
-//! byte of the answer.
+//! byte of the answer; and beside each, the same top 10 read from Redis
+//! directly (`ZRANGE ... REV`), which tells Redis's share of the wait from
+//! rankflow's.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,15 +19,22 @@ const EVERY: Duration = Duration::from_millis(20);
 /// A thread reading rankflow's HTTP API until [`ReadProbe::finish`].
 pub(super) struct ReadProbe {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<f64>>,
+    thread: JoinHandle<(Vec<f64>, Vec<f64>)>,
+}
+
+/// What a probe measured, ms, each sorted.
+pub(super) struct Reads {
+    pub(super) http: Vec<f64>,
+    pub(super) redis: Vec<f64>,
 }
 
 impl ReadProbe {
-    pub(super) fn start(listen: &str) -> ReadProbe {
+    pub(super) fn start(listen: &str, redis_url: &str) -> ReadProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, listen) = (stop.clone(), listen.to_string());
+        let mut redis = redis::Client::open(redis_url).and_then(|c| c.get_connection()).ok();
         let thread = std::thread::spawn(move || {
-            let mut ms = Vec::new();
+            let (mut http, mut bare) = (Vec::new(), Vec::new());
             let mut next = Instant::now();
             for i in 0.. {
                 if flag.load(Ordering::Relaxed) {
@@ -33,22 +42,36 @@ impl ReadProbe {
                 }
                 let started = Instant::now();
                 if get(&listen, PATHS[i % PATHS.len()]) {
-                    ms.push(started.elapsed().as_secs_f64() * 1000.0);
+                    http.push(started.elapsed().as_secs_f64() * 1000.0);
+                }
+                if let Some(conn) = redis.as_mut() {
+                    let started = Instant::now();
+                    let top: redis::RedisResult<Vec<(String, f64)>> = redis::cmd("ZRANGE")
+                        .arg("lb:{points}:all")
+                        .arg(0)
+                        .arg(9)
+                        .arg("REV")
+                        .arg("WITHSCORES")
+                        .query(conn);
+                    if top.is_ok() {
+                        bare.push(started.elapsed().as_secs_f64() * 1000.0);
+                    }
                 }
                 next += EVERY;
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
-            ms
+            (http, bare)
         });
         ReadProbe { stop, thread }
     }
 
-    /// Stops reading; each answered read's time, ms, sorted.
-    pub(super) fn finish(self) -> Vec<f64> {
+    /// Stops reading; what it measured.
+    pub(super) fn finish(self) -> Reads {
         self.stop.store(true, Ordering::Relaxed);
-        let mut ms = self.thread.join().unwrap_or_default();
-        ms.sort_by(f64::total_cmp);
-        ms
+        let (mut http, mut redis) = self.thread.join().unwrap_or_default();
+        http.sort_by(f64::total_cmp);
+        redis.sort_by(f64::total_cmp);
+        Reads { http, redis }
     }
 }
 

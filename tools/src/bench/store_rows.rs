@@ -249,7 +249,8 @@ pub(super) fn lean_boards() -> Result<Vec<rankflow::board::Board>, String> {
 pub(super) async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, Store), String> {
     let settings = config::load_str(cfg_text, Vec::new()).map_err(|e| e.to_string())?;
     let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl);
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
+        .with_max_events_per_call(settings.worker.max_events_per_call);
     store.load_script().await.map_err(|e| e.to_string())?;
     Ok((settings, conn, store))
 }
