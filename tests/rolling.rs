@@ -31,6 +31,15 @@ async fn store(settings: &Settings) -> Store {
     Store::new(RedisConn::connect(&settings.redis).await.unwrap(), settings.redis.dedupe_ttl)
 }
 
+/// A Redis, a store on it, the board `board` configures, a connection, and now (ms).
+async fn setup(board: &str) -> (Redis, Store, Board, redis::aio::MultiplexedConnection, i64) {
+    let redis = Redis::start();
+    let s = settings(&redis, board);
+    let store = store(&s).await;
+    let conn = redis.conn().await;
+    (redis, store, s.boards[0].clone(), conn, chrono::Utc::now().timestamp_millis())
+}
+
 /// The daily keys of the window ending on the day of `now`, today first.
 fn day_keys(board: &Board, days: u32, now: i64) -> Vec<String> {
     rolling_keys(board, BASE, "roll", days, now).unwrap()[6..].iter().step_by(2).cloned().collect()
@@ -89,11 +98,8 @@ impl Lcg {
 
 #[tokio::test]
 async fn a_large_union_is_built_in_bounded_steps_and_readers_see_the_old_one_until_the_swap() {
-    let redis = Redis::start();
-    let s = settings(&redis, "mode = \"sum\"\ndense_rank = true\nrolling = [{ name = \"roll\", days = 3 }]");
-    let (store, board) = (store(&s).await, s.boards[0].clone());
-    let mut conn = redis.conn().await;
-    let now = chrono::Utc::now().timestamp_millis();
+    let (_redis, store, board, mut conn, now) =
+        setup("mode = \"sum\"\ndense_rank = true\nrolling = [{ name = \"roll\", days = 3 }]").await;
     let mut rng = Lcg(7);
     let mut union: BTreeMap<String, i64> = BTreeMap::new();
     let mut rows = 0;
@@ -141,11 +147,8 @@ async fn a_large_union_is_built_in_bounded_steps_and_readers_see_the_old_one_unt
 
 #[tokio::test]
 async fn writes_and_an_erasure_during_a_build_are_not_lost_and_the_erased_player_does_not_come_back() {
-    let redis = Redis::start();
-    let s = settings(&redis, "mode = \"sum\"\nrolling = [{ name = \"roll\", days = 2 }]");
-    let (store, board) = (store(&s).await, s.boards[0].clone());
-    let mut conn = redis.conn().await;
-    let now = chrono::Utc::now().timestamp_millis();
+    let (_redis, store, board, mut conn, now) =
+        setup("mode = \"sum\"\nrolling = [{ name = \"roll\", days = 2 }]").await;
     let days = day_keys(&board, 2, now);
     let members: Vec<(String, i64)> = (0..2000).map(|i| (format!("p{i}"), i + 1)).collect();
     for key in &days {
@@ -196,14 +199,7 @@ async fn writes_and_an_erasure_during_a_build_are_not_lost_and_the_erased_player
 
 #[tokio::test]
 async fn best_boards_keep_their_best_k_and_a_build_the_day_overtook_starts_again() {
-    let redis = Redis::start();
-    let s = settings(
-        &redis,
-        "mode = \"best\"\norder = \"asc\"\nmax_members = 5\ndense_rank = true\nrolling = [{ name = \"roll\", days = 2 }]",
-    );
-    let (store, board) = (store(&s).await, s.boards[0].clone());
-    let mut conn = redis.conn().await;
-    let now = chrono::Utc::now().timestamp_millis();
+    let (_redis, store, board, mut conn, now) = setup("mode = \"best\"\norder = \"asc\"\nmax_members = 5\ndense_rank = true\nrolling = [{ name = \"roll\", days = 2 }]",).await;
     let tomorrow = now + DAY;
     let window = day_keys(&board, 2, tomorrow);
     let yesterday = day_keys(&board, 2, now)[1].clone();
@@ -238,11 +234,8 @@ async fn best_boards_keep_their_best_k_and_a_build_the_day_overtook_starts_again
 
 #[tokio::test]
 async fn a_sum_is_refused_only_when_a_members_running_sum_leaves_the_exact_range() {
-    let redis = Redis::start();
-    let s = settings(&redis, "mode = \"sum\"\nrolling = [{ name = \"roll\", days = 2 }]");
-    let (store, board) = (store(&s).await, s.boards[0].clone());
-    let mut conn = redis.conn().await;
-    let now = chrono::Utc::now().timestamp_millis();
+    let (_redis, store, board, mut conn, now) =
+        setup("mode = \"sum\"\nrolling = [{ name = \"roll\", days = 2 }]").await;
     let days = day_keys(&board, 2, now);
     let near = MAX_EXACT - 10;
     // Two players each near the edge on another day: every sum is exact.

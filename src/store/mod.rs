@@ -20,12 +20,12 @@ use crate::keys;
 
 mod conn;
 pub mod maintenance;
+mod prepared;
 mod protocol;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
-pub use protocol::{
-    build_invocation, prepare, push_write, ApplyItem, ApplyResult, Invocation, Prepared, TagBatch, Tails,
-};
+pub use prepared::{prepare, Prepared, Tails};
+pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
 
 const APPLY_LUA: &str = include_str!("../scripts/apply.lua");
@@ -148,7 +148,7 @@ impl Store {
     /// everything, so a batch can be sent while the caller gets on with the
     /// next one.
     pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
-        protocol::prepare(batches, self.dedupe_ttl_secs, self.max_events_per_call)
+        prepared::prepare(batches, self.dedupe_ttl_secs, self.max_events_per_call)
     }
 
     /// Sets the most events one apply-script call carries (see

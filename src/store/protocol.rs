@@ -90,135 +90,6 @@ pub fn push_write<'a>(
     t
 }
 
-/// One script call of a prepared batch.
-pub(super) struct Call {
-    /// Which of the batch's tag batches its events are from.
-    pub(super) batch: usize,
-    pub(super) base: String,
-    pub(super) inv: Invocation,
-    /// How many events it carries.
-    pub(super) n: usize,
-    /// Per partition field of the call: whether its precondition is on an
-    /// earlier call of the same batch and tag (a tag's events split over
-    /// several calls), which always holds once that call has run, rather
-    /// than on the batch before (see [`Prepared::after`]).
-    pub(super) chained: Vec<bool>,
-}
-
-/// A batch's encoded script calls: each tag's events in calls of at most
-/// `max_events` events, a tag's calls one after the other.
-pub struct Prepared {
-    pub(super) calls: Vec<Call>,
-}
-
-/// Encodes a batch's calls. A tag with more than `max_events` events gets
-/// several calls, so that no call holds Redis for long (reads get in
-/// between); each later call waits, with a precondition, for the offsets
-/// of the call before it on the tag, so that they apply in order even when
-/// one of them must be sent again.
-pub fn prepare(batches: &[TagBatch<'_>], dedupe_ttl_secs: u64, max_events: usize) -> Prepared {
-    let mut calls: Vec<Call> = Vec::new();
-    for (b, batch) in batches.iter().enumerate() {
-        let first = calls.len();
-        for items in batch.items.chunks(max_events.max(1)) {
-            let part = TagBatch { base: batch.base, params: batch.params, items: items.to_vec() };
-            let mut inv = build_invocation(&part, dedupe_ttl_secs);
-            let mut chained = vec![false; inv.tails.len()];
-            for (f, (field, _)) in inv.tails.iter().enumerate() {
-                let earlier = calls[first..].iter().rev().find_map(|c| c.inv.last_offset(field));
-                if let Some(last) = earlier {
-                    inv.args[inv.need_at + f] = last.to_string().into_bytes();
-                    chained[f] = true;
-                }
-            }
-            calls.push(Call { batch: b, base: batch.base.to_string(), inv, n: items.len(), chained });
-        }
-    }
-    Prepared { calls }
-}
-
-impl Prepared {
-    pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
-    /// Where this batch leaves each board tag: per tag, each partition
-    /// field's last offset, which a batch sent behind it waits for.
-    pub fn tails(&self) -> Tails {
-        let mut out: Vec<(String, Vec<(String, i64)>)> = Vec::new();
-        for c in &self.calls {
-            let t = match out.iter().position(|(b, _)| *b == c.base) {
-                Some(t) => t,
-                None => {
-                    out.push((c.base.clone(), Vec::new()));
-                    out.len() - 1
-                }
-            };
-            // A tag's later calls carry its later offsets.
-            for (field, last) in &c.inv.tails {
-                match out[t].1.iter_mut().find(|(g, _)| g == field) {
-                    Some(e) => e.1 = *last,
-                    None => out[t].1.push((field.clone(), *last)),
-                }
-            }
-        }
-        Tails(out)
-    }
-
-    /// Lets these calls be sent while the batch that left `before` is still
-    /// on its way to Redis: each call then runs only if its tag has recorded
-    /// the offsets that batch carries for the same partitions, and otherwise
-    /// fails with `STALE` having done nothing (see apply.lua). Without this,
-    /// a later batch applied ahead of a failed one would make the failed
-    /// one's events look redelivered when it is retried.
-    pub fn after(&mut self, before: &Tails) {
-        for c in &mut self.calls {
-            let Some((_, tails)) = before.0.iter().find(|(b, _)| *b == c.base) else { continue };
-            for (f, (field, _)) in c.inv.tails.iter().enumerate() {
-                if c.chained[f] {
-                    continue;
-                }
-                if let Some((_, last)) = tails.iter().find(|(g, _)| g == field) {
-                    c.inv.args[c.inv.need_at + f] = last.to_string().into_bytes();
-                }
-            }
-        }
-    }
-
-    /// Drops the preconditions [`Prepared::after`] set. Once the batch
-    /// before has landed they hold, unless Redis has lost its offsets (a
-    /// restart without persistence): then the calls must run all the same.
-    /// The preconditions between a tag's calls stay: the calls are sent
-    /// again together (see `Store::apply_pending`).
-    pub fn unconditional(&mut self) {
-        for c in &mut self.calls {
-            for f in 0..c.inv.tails.len() {
-                if !c.chained[f] {
-                    c.inv.args[c.inv.need_at + f] = b"-1".to_vec();
-                }
-            }
-        }
-    }
-
-    /// The calls to send while `landed` says which have landed: those that
-    /// have not, and, before each, the calls of its tag it is chained to
-    /// that have (sent again, they change nothing unless Redis lost them,
-    /// and then they restore what the pending call's precondition needs).
-    pub(super) fn to_send(&self, landed: &[bool]) -> Vec<usize> {
-        let pending = |i: usize| !landed[i];
-        (0..self.calls.len())
-            .filter(|&i| {
-                pending(i)
-                    || (i + 1..self.calls.len()).take_while(|&j| self.calls[j].base == self.calls[i].base).any(pending)
-            })
-            .collect()
-    }
-}
-
-/// Per board tag, each partition field's last offset in a batch (see [`Prepared::tails`]).
-#[derive(Clone, Debug, Default)]
-pub struct Tails(Vec<(String, Vec<(String, i64)>)>);
-
 /// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
 #[derive(Debug, PartialEq)]
 pub struct Invocation {
@@ -226,14 +97,14 @@ pub struct Invocation {
     /// Strings, then the batch as one MessagePack stream (see apply.lua).
     pub args: Vec<Vec<u8>>,
     /// Each partition field of the call, in ARGV order, with its last offset.
-    tails: Vec<(String, i64)>,
+    pub(super) tails: Vec<(String, i64)>,
     /// Where in `args` the fields' preconditions start.
-    need_at: usize,
+    pub(super) need_at: usize,
 }
 
 impl Invocation {
     /// The call's last offset of a partition field, if it has the field.
-    fn last_offset(&self, field: &str) -> Option<i64> {
+    pub(super) fn last_offset(&self, field: &str) -> Option<i64> {
         self.tails.iter().find(|(f, _)| f == field).map(|(_, o)| *o)
     }
 }
@@ -433,10 +304,10 @@ fn mp_int(buf: &mut Vec<u8>, n: i64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn pw(period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
+    pub(crate) fn pw(period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         Arc::new(PeriodWrite {
             id: period.to_string(),
             key: keys::period_key("lb:{p}", period),
@@ -471,7 +342,7 @@ mod tests {
     }
 
     /// Two events on one tag: alice's writes a day and all time, bob's all time only.
-    fn two_event_invocation() -> Invocation {
+    pub(crate) fn two_event_invocation() -> Invocation {
         let id1 = uuid::Uuid::from_u128(1);
         let id2 = uuid::Uuid::from_u128(2);
         let k1 = vec![pw("d:2026-08-14", Some(100)), pw("all", None)];
@@ -586,79 +457,5 @@ mod tests {
             "2", "9", "2", "-3", "2", // bob's event, shape 2
         ];
         assert_eq!(got, want);
-    }
-
-    #[test]
-    fn a_call_sent_behind_another_waits_for_its_last_offset_of_each_shared_partition() {
-        // Sent behind a batch still in flight, the call waits for that
-        // batch's last offset of each partition it shares on the same tag.
-        let inv = two_event_invocation();
-        let mut next =
-            Prepared { calls: vec![Call { batch: 0, base: "lb:{p}".to_string(), inv, n: 2, chained: vec![false; 2] }] };
-        let before = Tails(vec![
-            ("lb:{other}".to_string(), vec![("t:1".to_string(), 50)]),
-            ("lb:{p}".to_string(), vec![("t:1".to_string(), 8), ("t:2".to_string(), 3)]),
-        ]);
-        let needs = |p: &Prepared| -> Vec<String> {
-            let inv = &p.calls[0].inv;
-            inv.args[inv.need_at..inv.need_at + 2].iter().map(|a| String::from_utf8(a.clone()).unwrap()).collect()
-        };
-        next.after(&before);
-        assert_eq!(needs(&next), ["-1", "8"]);
-        next.unconditional();
-        assert_eq!(needs(&next), ["-1", "-1"]);
-        // Its own tails: each partition's last offset in the call.
-        assert_eq!(next.tails().0, [("lb:{p}".to_string(), vec![("t:0".to_string(), 7), ("t:1".to_string(), 9)])]);
-    }
-
-    #[test]
-    fn a_tag_with_more_events_than_a_call_takes_gets_calls_chained_on_each_other() {
-        let ids: Vec<uuid::Uuid> = (1..=5).map(uuid::Uuid::from_u128).collect();
-        let k = vec![pw("all", None)];
-        let at = [("t:0", 1), ("t:1", 10), ("t:0", 2), ("t:0", 3), ("t:1", 11)];
-        let items = at
-            .iter()
-            .zip(&ids)
-            .map(|(&(field, offset), id)| ApplyItem {
-                field,
-                offset,
-                member: "alice",
-                num: 1,
-                tie: 0,
-                ts: 1,
-                event_id: id,
-                periods: &k,
-            })
-            .collect();
-        let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };
-        let mut p = prepare(&[batch], 60, 2);
-        let needs = |p: &Prepared, i: usize| -> Vec<(String, String)> {
-            let inv = &p.calls[i].inv;
-            inv.tails
-                .iter()
-                .enumerate()
-                .map(|(f, (field, _))| (field.clone(), String::from_utf8(inv.args[inv.need_at + f].clone()).unwrap()))
-                .collect()
-        };
-        assert_eq!(p.calls.iter().map(|c| c.n).collect::<Vec<_>>(), [2, 2, 1]);
-        // Each later call waits for the offsets the calls before it on the tag carry.
-        let pair = |f: &str, n: &str| (f.to_string(), n.to_string());
-        assert_eq!(needs(&p, 0), [pair("t:0", "-1"), pair("t:1", "-1")]);
-        assert_eq!(needs(&p, 1), [pair("t:0", "1")]);
-        assert_eq!(needs(&p, 2), [pair("t:1", "10")]);
-        // Behind another batch, only the first call's fields wait for it, and
-        // dropping those preconditions keeps the chain.
-        p.after(&Tails(vec![("lb:{p}".to_string(), vec![("t:0".to_string(), 0), ("t:1".to_string(), 9)])]));
-        assert_eq!(needs(&p, 0), [pair("t:0", "0"), pair("t:1", "9")]);
-        assert_eq!(needs(&p, 1), [pair("t:0", "1")]);
-        p.unconditional();
-        assert_eq!(needs(&p, 0), [pair("t:0", "-1"), pair("t:1", "-1")]);
-        assert_eq!(needs(&p, 2), [pair("t:1", "10")]);
-        // The tag's tails are its last offsets over all its calls.
-        assert_eq!(p.tails().0, [("lb:{p}".to_string(), vec![("t:0".to_string(), 3), ("t:1".to_string(), 11)])]);
-        // Sent again: a pending call goes with the landed calls of its tag before it.
-        assert_eq!(p.to_send(&[true, false, true]), [0, 1]);
-        assert_eq!(p.to_send(&[true, true, false]), [0, 1, 2]);
-        assert_eq!(p.to_send(&[true, true, true]), Vec::<usize>::new());
     }
 }
