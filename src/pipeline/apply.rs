@@ -216,11 +216,12 @@ pub fn spawn_apply(
         let _ = done.send(());
         Some(results)
     };
-    // Polled once here, the task queues the batch's calls on the Redis
-    // connection before this returns: batches then reach Redis in the
-    // order they were sent, which the runtime's order of running new
-    // tasks would not ensure (a batch overtaken by the one behind it costs
-    // that one a refusal and a second round trip, never an effect).
+    // Polled once here, the task takes its place in the store's queue of
+    // batches (and sends its first calls, if the queue is free) before this
+    // returns: batches then reach Redis in the order they were sent, which
+    // the runtime's order of running new tasks would not ensure (a batch
+    // overtaken by the one behind it costs that one a refusal and a second
+    // round trip, never an effect). See `store::Gate`.
     let mut apply = Box::pin(apply.instrument(span));
     let waker = futures::task::noop_waker();
     match std::future::Future::poll(apply.as_mut(), &mut std::task::Context::from_waker(&waker)) {
