@@ -32,8 +32,8 @@ const APPLY_LUA: &str = include_str!("../scripts/apply.lua");
 const ERASE_LUA: &str = include_str!("../scripts/erase.lua");
 
 /// The most events one apply-script call carries unless configured
-/// (`[worker] max_events_per_call`): a few milliseconds of Redis's time, so
-/// that reads get in between a batch's calls.
+/// (`[worker] max_events_per_call`): 5-15 ms of Redis's time on a small
+/// machine, so that reads get in between a batch's calls.
 pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 1000;
 
 /// Errors of the Redis store, each naming the operation that failed.
@@ -73,6 +73,13 @@ const CALLS_IN_REDIS: usize = 2;
 struct Gate {
     order: tokio::sync::Mutex<()>,
     slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// `EVALSHA` of `script` on `keys` and `args`.
+fn evalsha<A: redis::ToRedisArgs>(script: &redis::Script, keys: &[String], args: &[A]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+    cmd
 }
 
 /// Which calls of a prepared batch Redis has applied, with their answers.
@@ -158,19 +165,20 @@ impl Store {
         self
     }
 
-    /// Sends prepared calls, all at once (pipelined on the connection).
+    /// Sends prepared calls, in order, at most two in Redis at a time (see [`CALLS_IN_REDIS`]).
     pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
         let mut landed = Landed::new(prepared);
         self.apply_pending(prepared, &mut landed).await?;
         Ok(landed.into_results().expect("every call landed"))
     }
 
-    /// Sends the calls of `prepared` that have not landed yet, all at once,
+    /// Sends the calls of `prepared` that have not landed yet, in order,
     /// and records in `landed` each one Redis applied. Fails with the first
     /// error when any call failed; the calls that did land keep their
-    /// answers, so a retry resends only the others. (Resending a call that
-    /// landed would change nothing in Redis, but its events would answer as
-    /// redeliveries, and be counted as duplicates instead of applied.)
+    /// answers. (A landed call is sent again only ahead of a pending call of
+    /// its tag, see `Prepared::to_send`, and its new answers are dropped:
+    /// they would report its events as redeliveries, counted as duplicates
+    /// instead of applied.)
     pub async fn apply_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
         match self.send_pending(prepared, landed).await {
             // Redis lost its script cache (a restart): the calls that found
@@ -243,8 +251,7 @@ impl Store {
         keys: &[String],
         args: &[A],
     ) -> Result<Result<T, RedisError>, StoreError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+        let cmd = evalsha(script, keys, args);
         let mut conn = self.conn.clone();
         Ok(match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -261,8 +268,8 @@ impl Store {
     }
 
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(inv.keys.len()).arg(&inv.keys).arg(&inv.args);
+        // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
+        let cmd = evalsha(&self.script, &inv.keys, &inv.args);
         let reply: Result<Vec<i64>, RedisError> = cmd.query_async(&mut self.conn.clone()).await;
         let reply = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
         decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
