@@ -49,6 +49,10 @@ fn wait_committed_past(s: &Setup, group: &str, at_least: i64, worker: &Worker) -
         if c > at_least {
             return c;
         }
+        assert!(
+            c < total(s),
+            "the stream ended before the step that waits for progress past {at_least}: make it longer"
+        );
         assert!(Instant::now() < deadline, "no progress past {at_least} (committed {c})\n{}", worker.log());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -70,21 +74,25 @@ async fn five_sigkills_at_random_moments_of_a_100k_stream_leave_the_boards_exact
     let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut rng = rand::rng();
+    let mut conn = s.redis.conn().await;
+    // Progress is read from what Redis has applied (the tags' recorded
+    // offsets), not from the group's commits, which move a second at a
+    // time: a fast worker can apply the rest of the stream between two.
     let mut last = 0;
     for kill in 0..5 {
         let mut w = Worker::spawn(&cfg);
-        wait_committed_past(&s, &cfg.group, last, &w);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while applied(&mut conn, &s.topic).await <= last {
+            assert!(Instant::now() < deadline, "no progress past {last} after restart {kill}\n{}", w.log());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         // A random moment once the worker is applying again, brought forward
         // if the worker gets through its share of what is left (so that
         // however fast it runs, every kill lands inside the stream).
-        // Progress is read from what Redis has applied (the tags' recorded
-        // offsets), not from the group's commits, which move a second at a
-        // time: a fast worker can apply the rest of the stream between two.
         let moment = Instant::now() + Duration::from_millis(rng.random_range(50..1500));
         let share = last + (total(&s) - last) / (6 - kill);
-        let mut conn = s.redis.conn().await;
         while Instant::now() < moment && applied(&mut conn, &s.topic).await < share {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         w.sigkill();
         let at_kill = committed_total(&s, &cfg.group);
@@ -92,7 +100,7 @@ async fn five_sigkills_at_random_moments_of_a_100k_stream_leave_the_boards_exact
         let next = random_name("group");
         s.broker.copy_offsets(&cfg.group, &next, &s.topic, PARTITIONS);
         cfg.group = next;
-        last = at_kill;
+        last = applied(&mut conn, &s.topic).await;
     }
     let _w = Worker::spawn(&cfg);
     s.broker.wait_committed_to_end(&cfg.group, &s.topic, PARTITIONS, Duration::from_secs(300));
@@ -130,7 +138,9 @@ async fn a_second_group_replaying_after_the_dedupe_ttl_changes_nothing() {
 }
 
 async fn workers_join_and_leave_under_load(strategy: &str, seed: u64) {
-    let s = setup(60_000, seed, Redis::start()).await;
+    // Long enough that the joins and the leave come while it is read, on a
+    // machine where one worker applies 30,000 records a second.
+    let s = setup(200_000, seed, Redis::start()).await;
     let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
     cfg.worker_section = "batch_size = 200\nmax_backoff = \"1s\"\n".into();
     cfg.extra_kafka_options.push(("partition.assignment.strategy".into(), strategy.into()));
@@ -216,7 +226,15 @@ async fn sigterm_mid_stream_exits_zero_in_time_and_commits_nothing_redis_lacks()
     let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
     cfg.worker_section = "batch_size = 200\nshutdown_timeout = \"10s\"\n".into();
     let mut w = Worker::spawn(&cfg);
-    wait_committed_past(&s, &cfg.group, total(&s) / 5, &w);
+    // Paced by what Redis has applied, not by the group's commits, which
+    // trail it by up to a second: on a fast machine the whole stream is
+    // applied within that second.
+    let mut conn = s.redis.conn().await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while applied(&mut conn, &s.topic).await < total(&s) / 5 {
+        assert!(Instant::now() < deadline, "no progress before SIGTERM\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let started = Instant::now();
     let status = w.sigterm(Duration::from_secs(30)).expect("rankflow exits after SIGTERM");
     assert!(status.success(), "exit status {status:?}\n{}", w.log());
