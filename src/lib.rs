@@ -22,7 +22,8 @@
 //!   routing an event to boards and planning their writes. [`period`]: period
 //!   ids, bounds and expiry in a time zone. [`score`]: the exact-integer and
 //!   tie-break packing of stored scores. [`keys`]: the Redis key layout,
-//!   stated once and handed to the scripts. [`watermarks`]: how far each
+//!   stated once and handed to the scripts. [`markers`]: what a dedupe
+//!   marker is and which bucket holds it. [`watermarks`]: how far each
 //!   partition has been applied.
 //!
 //! # The flow of one event
@@ -53,6 +54,7 @@ pub mod health;
 pub mod http;
 pub mod kafka;
 pub mod keys;
+pub mod markers;
 pub mod metrics;
 pub mod period;
 pub mod pipeline;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
 use rankflow::keys;
+use rankflow::markers::{self, Growth};
 use rankflow::score::Packing;
 use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
 use support::Redis;
@@ -37,9 +38,21 @@ async fn redis_time(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
     secs as f64 + micros as f64 / 1e6
 }
 
-/// Whether the marker hash `lb:{p}:_seen:<n>` holds event `id`.
+/// How the buckets of marker hash `key` have grown.
+async fn growth(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Growth {
+    let (level, split): (Option<u32>, Option<u64>) =
+        redis::cmd("HMGET").arg(key).arg("level").arg("split").query_async(conn).await.unwrap();
+    Growth { level: level.unwrap_or(0), split: split.unwrap_or(0) }
+}
+
+/// Whether the marker hash `lb:{p}:_seen:<n>` holds event `id`, looked up
+/// by the layout `rankflow::markers` states.
 async fn marked(conn: &mut redis::aio::MultiplexedConnection, n: u64, id: &Uuid) -> bool {
-    redis::cmd("HEXISTS").arg(keys::dedupe_hash_key("lb:{p}", n)).arg(id.as_bytes()).query_async(conn).await.unwrap()
+    let key = keys::dedupe_hash_key("lb:{p}", n);
+    let m = markers::marker(id);
+    let bucket = growth(conn, &key).await.bucket(&m);
+    let blob: Option<Vec<u8>> = redis::cmd("HGET").arg(&key).arg(bucket).query_async(conn).await.unwrap();
+    blob.is_some_and(|b| markers::bucket_holds(&b, &m))
 }
 
 fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
@@ -363,6 +376,47 @@ async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
         let values: std::collections::BTreeSet<i64> = sums.values().copied().collect();
         assert_eq!(dense(&mut conn, &key.replace("{big}:", "{big}:_dense:")).await.len(), values.len(), "{key}");
     }
+    let applied: std::collections::BTreeSet<Uuid> = ids.iter().copied().collect();
+    assert_markers_laid_out(&mut conn, "lb:{big}", &applied).await;
+    // The same events again at later offsets (a producer's retries): every one is known.
+    let again: Vec<ApplyItem> =
+        ids.iter().enumerate().map(|(i, id)| item(20_000 + i as i64, "x", 1, id, &all_only)).collect();
+    let r = s.apply(&[tag("lb:{big}", WriteOp::Sum, again)]).await.unwrap();
+    assert_eq!(r, vec![vec![ApplyResult::DuplicateEvent; ids.len()]]);
+}
+
+/// The tag's marker hashes hold exactly the markers of `ids`, each once and
+/// in the bucket `rankflow::markers` says, with `count` right and buckets
+/// split so that none is far above the mean load.
+async fn assert_markers_laid_out(
+    conn: &mut redis::aio::MultiplexedConnection,
+    base: &str,
+    ids: &std::collections::BTreeSet<Uuid>,
+) {
+    let hashes: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", keys::dedupe_prefix(base))).query_async(conn).await.unwrap();
+    let mut found = std::collections::BTreeSet::new();
+    for key in &hashes {
+        let g = growth(conn, key).await;
+        let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
+        let count: usize = String::from_utf8_lossy(&fields["count"]).parse().unwrap();
+        let mut held = 0;
+        for (field, blob) in &fields {
+            let Ok(b) = field.parse::<u64>() else { continue };
+            assert!(b < g.buckets(), "{key}: bucket {b} beyond {g:?}");
+            assert_eq!(blob.len() % 16, 0, "{key}: bucket {b}");
+            assert!(blob.len() / 16 <= 4 * markers::LOAD as usize, "{key}: bucket {b} holds {}", blob.len() / 16);
+            for m in blob.chunks_exact(16) {
+                let m: [u8; 16] = m.try_into().unwrap();
+                assert_eq!(g.bucket(&m), b, "{key}: a marker in the wrong bucket");
+                assert!(found.insert(markers::event_id(&m)), "{key}: a marker held twice");
+                held += 1;
+            }
+        }
+        assert_eq!(held, count, "{key}: count");
+        assert!(count as u64 <= markers::LOAD * g.buckets(), "{key}: {count} markers in {} buckets", g.buckets());
+    }
+    assert_eq!(&found, ids);
 }
 
 #[tokio::test]
@@ -466,8 +520,10 @@ async fn markers_are_found_when_redis_clock_goes_back_a_hash() {
     // was ahead (before a failover), or by this one before its clock stepped back.
     let _: () = redis::cmd("HSET")
         .arg(keys::dedupe_hash_key("lb:{p}", n + 1))
-        .arg(early.as_bytes())
-        .arg("1")
+        .arg("0")
+        .arg(&markers::marker(&early)[..])
+        .arg("count")
+        .arg(1)
         .query_async(&mut conn)
         .await
         .unwrap();

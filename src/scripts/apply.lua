@@ -7,20 +7,15 @@
 -- the marker set. A marker is never set without its writes, nor writes made
 -- without the marker, because the script is atomic.
 --
--- Dedupe markers: the tag's hashes "<prefix>:{tag}:_seen:<n>", one per
--- dedupe_ttl of Redis's clock (n = floor(TIME / ttl)), field = the event id's
--- 16 bytes. A marker is set in the current hash and looked up in it and the
--- one before, so an event id is known for at least ttl after it was set (and
--- at most 2 ttl). Hash n expires half a ttl after hash n + 1 has ended, and
--- the first call in hash n + 2 unlinks it before that (UNLINK frees a large
--- hash off Redis's main thread). This costs three commands per call instead
--- of a SET per event: the markers are read and written variadically.
+-- Dedupe markers: the tag's marker hashes "<prefix>:{tag}:_seen:<n>", kept by
+-- markers.lua (which the worker puts before this script; its header has the
+-- layout): a call reads all its markers with one HMGET per hash and sets
+-- those of the events it applied with one HSET.
 --
 -- The call works in three phases, so that its cost in commands does not grow
 -- with one command per event and period:
 --   1. read: one ZMSCORE per period key (and one HMGET of event times for
---      "latest") for every member of the batch, and one HMGET of the
---      batch's event ids per marker hash;
+--      "latest") for every member of the batch, and the markers' buckets;
 --   2. decide: the events, in order, against those values held in the
 --      script (a member that appears twice sees its own earlier write); only
 --      refusals and rate-limit windows are written here;
@@ -55,7 +50,7 @@
 -- ARGV[10]            rate limit key prefix ("<prefix>:{tag}:_rl:")
 -- ARGV[11]            "1" to keep the dense indexes, "0" for a board without dense ranks
 -- ARGV[12]            "1" if the board seals its periods (the last key is the sealed hash)
--- ARGV[13]            dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n
+-- ARGV[13]            dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[14]            the tag's registry of period keys ("<prefix>:{tag}:_keys")
 -- ARGV[15]            P
 -- ARGV[15 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
@@ -73,7 +68,8 @@
 --                     or L = -1 alone when those are all M members in order;
 --                     S, then S shapes: W, then W period-key indexes (1-based),
 --                     the distinct lists of period keys the events write;
---                     E, then the E event ids (16 bytes each), then per
+--                     E, then the E events' markers (16 bytes each, see
+--                     markers.lua), then per
 --                     event: f, offset, m, num, shape, [tie], [ts]
 --                     f: index of the event's field; m: index of its member; num:
 --                     the delta for "sum", the packed stored score otherwise;
@@ -313,26 +309,12 @@ local totals = {}
 local ne = take1()
 local out, nout = { ne }, 1
 
--- The markers: marked[i] is true when event i's id is in the current or
--- the previous marker hash. A hash after the current one exists only if
--- Redis's clock went back (a failover to a node whose clock is behind): it
--- is then the current one, so that no marker is missed.
-local ttl_n = tonumber(ttl)
-local hash_n = floor(tonumber(call('TIME')[1]) / ttl_n)
-if call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
-local seen_now, seen_before = seen_prefix .. fmt(hash_n), seen_prefix .. fmt(hash_n - 1)
+-- The markers: marked[i] is true when event i's marker is set already.
+local markers = Markers.open(seen_prefix, tonumber(ttl))
 local ids = take(ne)
-local marked = {}
-for s = 1, ne, CHUNK do
-  local e = math.min(s + CHUNK - 1, ne)
-  local now, before = call('HMGET', seen_now, unpack(ids, s, e)), call('HMGET', seen_before, unpack(ids, s, e))
-  for x = s, e do
-    marked[x] = now[x - s + 1] or before[x - s + 1]
-  end
-end
--- marks: the applied events' ids, each followed by the marker's value;
--- marks_in[id]: the id was applied earlier in this call.
-local marks, nmarks, marks_in = {}, 0, {}
+local marked = markers.seen(ids)
+-- marks_in[id]: the event was applied earlier in this call.
+local marks_in = {}
 -- moved[j][m] = true: on a "latest" board, member m's event time in period
 -- key j changed (its value may not have). Elsewhere a member moved if and
 -- only if its value did, which phase 3 sees by comparing.
@@ -391,8 +373,7 @@ while i < ne do
       end
       if code == 1 then
         marks_in[id] = true
-        marks[nmarks + 1], marks[nmarks + 2] = id, '1'
-        nmarks = nmarks + 2
+        markers.add(i)
         local tie = 0
         if with_tie then tie = ev[a + 6] end
         for w = 1, nw do
@@ -431,11 +412,7 @@ end
 for f, first in pairs(first_off) do
   if last_off[f] ~= first then call('HSET', offsets_key, fields[f], fmt(last_off[f])) end
 end
-if nmarks > 0 then
-  variadic('HSET', seen_now, marks, 2)
-  call('EXPIREAT', seen_now, fmt((hash_n + 2) * ttl_n + floor(ttl_n / 2)))
-end
-call('UNLINK', seen_prefix .. fmt(hash_n - 2))
+markers.flush()
 
 -- Net change of the member count of each value of period key j, by the
 -- value's decimal name.

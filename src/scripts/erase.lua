@@ -14,9 +14,9 @@
 -- ARGV[7]   value counts prefix ("<prefix>:{tag}:_dcount:"), likewise
 -- ARGV[8]   event times prefix ("<prefix>:{tag}:_ts:"), likewise
 -- ARGV[9]   the member's rate-limit window key
--- ARGV[10]  dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n as in apply.lua
+-- ARGV[10]  dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[11]  dedupe ttl, seconds
--- ARGV[12]  the event id (its 16 bytes)
+-- ARGV[12]  the event's marker (16 bytes, see markers.lua)
 --
 -- Returns 1 erased (or nothing to erase), 2 duplicate event id, 3 redelivered offset.
 
@@ -27,17 +27,12 @@ local last = redis.call('HGET', KEYS[1], field)
 if last and tonumber(off_s) <= tonumber(last) then return 3 end
 redis.call('HSET', KEYS[1], field, off_s)
 
--- The marker, in the hashes apply.lua keeps (see its header).
-local seen_prefix, ttl, id = ARGV[10], tonumber(ARGV[11]), ARGV[12]
-local fmt = function(n) return string.format('%d', n) end
-local hash_n = math.floor(tonumber(redis.call('TIME')[1]) / ttl)
-if redis.call('EXISTS', seen_prefix .. fmt(hash_n + 1)) == 1 then hash_n = hash_n + 1 end
-local seen_now = seen_prefix .. fmt(hash_n)
-if redis.call('HEXISTS', seen_now, id) == 1 or redis.call('HEXISTS', seen_prefix .. fmt(hash_n - 1), id) == 1 then
-  return 2
-end
-redis.call('HSET', seen_now, id, 1)
-redis.call('EXPIREAT', seen_now, fmt((hash_n + 2) * ttl + math.floor(ttl / 2)))
+-- The marker, in the hashes apply.lua keeps (see markers.lua, which the
+-- worker puts before this script).
+local markers = Markers.open(ARGV[10], tonumber(ARGV[11]))
+if markers.seen({ ARGV[12] })[1] then return 2 end
+markers.add(1)
+markers.flush()
 
 local prefix_len = #period_prefix + 1
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do

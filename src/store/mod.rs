@@ -10,7 +10,7 @@
 //! the tag's recorded offset. This module never decides what a record's
 //! outcome means for Kafka; it only reports what Redis did.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -28,8 +28,12 @@ pub use prepared::{prepare, Prepared, Tails};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
 
-const APPLY_LUA: &str = include_str!("../scripts/apply.lua");
-const ERASE_LUA: &str = include_str!("../scripts/erase.lua");
+// Both scripts keep dedupe markers, whose code is `markers.lua`, put before
+// each. (Put together at run time: cargo does not see a file that
+// `include_str!` reads inside `concat!` change.)
+const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
+static APPLY_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
+static ERASE_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/erase.lua")].concat());
 
 /// The most events one apply-script call carries unless configured
 /// (`[worker] max_events_per_call`): 5-15 ms of Redis's time on a small
@@ -129,8 +133,8 @@ impl Store {
     pub fn new(conn: RedisConn, dedupe_ttl: Duration) -> Store {
         Store {
             conn,
-            script: redis::Script::new(APPLY_LUA),
-            erase_script: redis::Script::new(ERASE_LUA),
+            script: redis::Script::new(&APPLY_LUA),
+            erase_script: redis::Script::new(&ERASE_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
             max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
             gate: Arc::new(Gate {
@@ -284,7 +288,7 @@ impl Store {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(APPLY_LUA)
+            .arg(&*APPLY_LUA)
             .query_async(&mut conn)
             .await
             .map_err(StoreError::LoadScript)?;
@@ -318,8 +322,8 @@ impl Store {
                 self.dedupe_ttl_secs.to_string(),
             ];
             let mut args: Vec<Vec<u8>> = text.into_iter().map(String::into_bytes).collect();
-            args.push(event_id.as_bytes().to_vec());
-            let reply: Result<i64, RedisError> = self.eval(&self.erase_script, ERASE_LUA, &keys, &args).await?;
+            args.push(crate::markers::marker(event_id).to_vec());
+            let reply: Result<i64, RedisError> = self.eval(&self.erase_script, &ERASE_LUA, &keys, &args).await?;
             reply.map(ApplyResult::from_code).map_err(|source| StoreError::Erase { base: base.clone(), source })
         });
         futures::future::try_join_all(calls).await

@@ -269,9 +269,9 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     }
     mp_int(&mut events, batch.items.len() as i64);
     for item in &batch.items {
-        // A str of the id's 16 bytes: Redis's cmsgpack reads no bin formats.
+        // A str of the marker's 16 bytes: Redis's cmsgpack reads no bin formats.
         rmp::encode::write_str_len(&mut events, 16).expect("writing to a Vec cannot fail");
-        events.extend_from_slice(item.event_id.as_bytes());
+        events.extend_from_slice(&crate::markers::marker(item.event_id));
     }
     events.extend_from_slice(&body);
     (events, fields)
@@ -435,9 +435,10 @@ pub(super) mod tests {
                     got.push(n.to_string());
                 }
                 Err(_) if rd[0] == 0xb0 => {
-                    // An event id: a str of its 16 bytes.
+                    // An event's marker: a str of 16 bytes, undone into its event id.
                     let len = rmp::decode::read_str_len(&mut rd).unwrap() as usize;
-                    got.push(uuid::Uuid::from_slice(&rd[..len]).unwrap().to_string());
+                    let marker: [u8; 16] = rd[..len].try_into().unwrap();
+                    got.push(crate::markers::event_id(&marker).to_string());
                     rd = &rd[len..];
                 }
                 Err(_) => got.push(rmp::decode::read_str(&mut rd, &mut buf).unwrap().to_string()),
@@ -451,7 +452,7 @@ pub(super) mod tests {
             "-1", // period key 2: every member in order (alice, bob)
             "2", "2", "1", "2", "1", "2", // shapes: keys 1 and 2; key 2
             "2", // events
-            "00000000-0000-0000-0000-000000000001", // their ids
+            "00000000-0000-0000-0000-000000000001", // their markers' ids
             "00000000-0000-0000-0000-000000000002",
             "1", "7", "1", "5", "1", // alice's event, shape 1
             "2", "9", "2", "-3", "2", // bob's event, shape 2

@@ -1,0 +1,261 @@
+-- markers.lua: a board tag's dedupe markers, shared by apply.lua and
+-- erase.lua (the worker puts this file before each of them; it defines
+-- Markers and runs nothing).
+--
+-- A marker is an event id's 16 bytes through a bijection the worker applies
+-- (src/markers.rs), so its first four bytes are uniform. The markers set
+-- while Redis's clock was in the nth dedupe_ttl are in the hash
+-- "<prefix>:{tag}:_seen:<n>", n = floor(TIME / ttl), in buckets:
+--   field "<b>" (decimal)    the concatenated 16-byte markers of bucket b
+--   fields level, split     how the buckets have grown (absent: 0 and 0)
+--   field count             how many markers the hash holds
+-- Linear hashing: a marker whose first four bytes read as h (big endian) is
+-- in bucket h mod 2^level, or h mod 2^(level+1) when that is below split.
+-- Whenever count passes LOAD per bucket, bucket split is split into split
+-- and split + 2^level, and split moves on (at 2^level: level + 1, split 0).
+-- A new hash starts at the level the one before it needed, so a tag with
+-- steady traffic splits buckets only in its first dedupe_ttl.
+-- A bucket is one value of about LOAD x 16 bytes: a marker costs Redis its
+-- 16 bytes and a share of one field, where a field per marker cost about 83
+-- bytes; and a call still reads and writes all its markers with one HMGET
+-- per hash and one HSET.
+--
+-- A marker is looked up in hash n and hash n - 1 and set in hash n, so an
+-- event id is known for at least ttl after it was set, and at most 2 ttl.
+-- A hash after the current one exists only if Redis's clock went back (a
+-- failover to a node whose clock is behind): it is then the current one, so
+-- that no marker is missed. Hash n expires half a ttl after hash n + 1 has
+-- ended; the first call in hash n + 2 unlinks it before that (UNLINK frees
+-- a large hash off Redis's main thread).
+--
+-- Use: local mk = Markers.open(prefix, ttl); mk.seen(markers) -> booleans
+-- (once); mk.add(i) for the ith of those to set; mk.flush() writes them.
+
+local Markers = {}
+do
+  local LOAD = 32
+  local call, floor, format, byte, find, sub, concat = redis.call, math.floor, string.format, string.byte, string.find, string.sub, table.concat
+  local unpack, min, tonumber = unpack, math.min, tonumber
+  local CHUNK = 1000
+
+  local function num(n)
+    return format('%d', n)
+  end
+
+  -- A hash's growth and the bucket values read so far.
+  local function open_hash(key)
+    local v = call('HMGET', key, 'level', 'split', 'count')
+    local level = tonumber(v[1]) or 0
+    return {
+      key = key,
+      exists = v[1] ~= false or v[3] ~= false,
+      level = level,
+      size = 2 ^ level,
+      split = tonumber(v[2]) or 0,
+      count = tonumber(v[3]) or 0,
+      -- blobs[b]: bucket b's value ('' for none), once read
+      blobs = {},
+    }
+  end
+
+  local function hash_of(s, at)
+    local a, b, c, d = byte(s, at, at + 3)
+    return ((a * 256 + b) * 256 + c) * 256 + d
+  end
+
+  local function bucket(h, size, split)
+    local b = h % size
+    if b < split then b = h % (2 * size) end
+    return b
+  end
+
+  -- Whether blob holds marker m at a marker's boundary.
+  local function holds(blob, m)
+    local p = find(blob, m, 1, true)
+    while p do
+      if p % 16 == 1 then return true end
+      p = find(blob, m, p + 1, true)
+    end
+    return false
+  end
+
+  -- Field names of buckets, made once per call.
+  local names = {}
+  local function name(b)
+    local s = names[b]
+    if not s then
+      s = num(b)
+      names[b] = s
+    end
+    return s
+  end
+
+  -- Reads the values of buckets bs (a list) of hash st into st.blobs.
+  local function fetch(st, bs)
+    local n = #bs
+    if not st.exists then
+      for x = 1, n do st.blobs[bs[x]] = '' end
+      return
+    end
+    for s = 1, n, CHUNK do
+      local e = min(s + CHUNK - 1, n)
+      local list = {}
+      for x = s, e do list[x - s + 1] = name(bs[x]) end
+      local got = call('HMGET', st.key, unpack(list))
+      for x = s, e do st.blobs[bs[x]] = got[x - s + 1] or '' end
+    end
+  end
+
+  -- The buckets in hash st of the markers whose hashes are hs, reading
+  -- those not read yet.
+  local function buckets_of(st, hs)
+    local out, want, wanted = {}, {}, {}
+    local size, split, blobs = st.size, st.split, st.blobs
+    for i = 1, #hs do
+      local b = bucket(hs[i], size, split)
+      out[i] = b
+      if blobs[b] == nil and not wanted[b] then
+        wanted[b] = true
+        want[#want + 1] = b
+      end
+    end
+    fetch(st, want)
+    return out
+  end
+
+  function Markers.open(prefix, ttl)
+    local n = floor(tonumber(call('TIME')[1]) / ttl)
+    if call('EXISTS', prefix .. num(n + 1)) == 1 then n = n + 1 end
+    local now, before = open_hash(prefix .. num(n)), open_hash(prefix .. num(n - 1))
+    -- A new hash starts with as many buckets as the one before ended with,
+    -- so that a tag whose traffic is steady never splits a bucket after
+    -- its first dedupe_ttl.
+    if not now.exists and before.exists then
+      while LOAD * now.size < before.count do
+        now.level, now.size = now.level + 1, now.size * 2
+      end
+    end
+    -- The markers looked up (ms), their hashes (hs) and their buckets in
+    -- hash n (now_bs); pending: the indexes of those to set.
+    local ms, hs, now_bs, pending = {}, {}, {}, {}
+    local mk = {}
+
+    -- seen(list)[i]: marker list[i] is in hash n or hash n - 1. Called once.
+    function mk.seen(list)
+      ms = list
+      for i = 1, #ms do hs[i] = hash_of(ms[i], 1) end
+      local out = {}
+      for _, st in ipairs({ now, before }) do
+        if st.exists or st == now then
+          local bs = buckets_of(st, hs)
+          if st == now then now_bs = bs end
+          local blobs = st.blobs
+          for i = 1, #ms do
+            if not out[i] then
+              local blob = blobs[bs[i]]
+              out[i] = blob ~= '' and holds(blob, ms[i])
+            end
+          end
+        end
+      end
+      return out
+    end
+
+    -- Sets the ith marker seen() looked up (written by flush).
+    function mk.add(i)
+      pending[#pending + 1] = i
+    end
+
+    -- Writes the markers added, splitting buckets as the count requires,
+    -- gives hash n its expiry and unlinks hash n - 2.
+    function mk.flush()
+      local added = #pending
+      if added > 0 then
+        local st = now
+        local blobs = st.blobs
+        -- The markers added per bucket: one string, or a list of them (a
+        -- bucket rarely takes two in a call once there are many).
+        local parts, dirty = {}, {}
+        for x = 1, added do
+          local i = pending[x]
+          local b, m = now_bs[i], ms[i]
+          local p = parts[b]
+          if p == nil then
+            parts[b] = m
+            dirty[#dirty + 1] = b
+          elseif type(p) == 'string' then
+            parts[b] = { p, m }
+          else
+            p[#p + 1] = m
+          end
+        end
+        for _, b in ipairs(dirty) do
+          local p = parts[b]
+          if type(p) == 'table' then p = concat(p) end
+          blobs[b] = blobs[b] .. p
+        end
+        -- The growth the new count calls for: a split per LOAD markers
+        -- past LOAD per bucket, bucket split first.
+        local count, size, split, level = st.count + added, st.size, st.split, st.level
+        local existing = size + split
+        -- sources: the buckets that existed and are split now, each once.
+        local sources, is_source = {}, {}
+        while count > LOAD * (size + split) do
+          if split < existing and not is_source[split] then
+            is_source[split] = true
+            sources[#sources + 1] = split
+          end
+          split = split + 1
+          if split == size then
+            split, size, level = 0, size * 2, level + 1
+          end
+        end
+        if #sources > 0 then
+          local unread = {}
+          for _, b in ipairs(sources) do
+            if blobs[b] == nil then unread[#unread + 1] = b end
+          end
+          fetch(st, unread)
+          -- Each source's markers go straight to their bucket under the
+          -- new growth: the source itself or buckets split off it, which
+          -- are new (so a marker moves once, however many splits).
+          local out, outs = {}, {}
+          for _, b in ipairs(sources) do
+            local blob = blobs[b]
+            out[b] = {}
+            outs[#outs + 1] = b
+            for p = 1, #blob, 16 do
+              local to = bucket(hash_of(blob, p), size, split)
+              local list = out[to]
+              if not list then
+                list = {}
+                out[to] = list
+                outs[#outs + 1] = to
+              end
+              list[#list + 1] = sub(blob, p, p + 15)
+            end
+          end
+          for _, b in ipairs(outs) do
+            blobs[b] = concat(out[b])
+            if not parts[b] then
+              parts[b] = true
+              dirty[#dirty + 1] = b
+            end
+          end
+        end
+        local args = { 'level', num(level), 'split', num(split), 'count', num(count) }
+        for _, b in ipairs(dirty) do
+          args[#args + 1] = name(b)
+          args[#args + 1] = blobs[b]
+        end
+        for s = 1, #args, 2 * CHUNK do
+          call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, #args)))
+        end
+        call('EXPIREAT', st.key, num((n + 2) * ttl + floor(ttl / 2)))
+      end
+      call('UNLINK', prefix .. num(n - 2))
+    end
+
+    return mk
+  end
+end
