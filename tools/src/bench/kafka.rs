@@ -222,18 +222,37 @@ pub(super) struct Drain {
     pub(super) cpu: f64,
     /// The reads made every 20 ms during the drain.
     pub(super) reads: super::probe::Reads,
+    /// (event, board tag) pairs applied, from its metrics at the end.
+    pub(super) applied: u64,
+}
+
+/// The `/metrics` page of the rankflow serving HTTP at `listen`, if it answers.
+fn metrics_text(listen: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(listen).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut text = String::new();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// Whether the rankflow serving metrics at `listen` holds `partitions` partitions.
 fn holds(listen: &str, partitions: i32) -> bool {
-    use std::io::{Read, Write};
     let want = format!("rankflow_assigned_partitions {partitions}");
-    let Ok(mut s) = std::net::TcpStream::connect(listen) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut text = String::new();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_ok()
-        && s.read_to_string(&mut text).is_ok()
-        && text.lines().any(|l| l == want)
+    metrics_text(listen).is_some_and(|text| text.lines().any(|l| l == want))
+}
+
+/// How many (event, board tag) pairs the rankflow at `listen` has applied:
+/// the sum of `rankflow_events_applied_total` over its boards (an event
+/// reaches one tag of each board it is applied to).
+fn applied_pairs(listen: &str) -> u64 {
+    metrics_text(listen).map_or(0, |text| {
+        text.lines()
+            .filter(|l| l.starts_with("rankflow_events_applied_total"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    })
 }
 
 /// Runs the real binary (its config serving HTTP at `listen`) until its
@@ -288,10 +307,11 @@ pub(super) fn run_to_end(
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
     let cpu = proc_cpu_secs(pid);
+    let applied = applied_pairs(listen);
     stop(&mut child);
     let end = result?;
     let assigned = assigned.ok_or("rankflow finished without ever showing its partitions assigned")?;
-    Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads })
+    Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads, applied })
 }
 
 /// The bench producer's linger. tansu's cost is per produce request:

@@ -32,12 +32,13 @@ use rankflow::board::{Decision, Router};
 use rankflow::config::{self, Settings};
 use rankflow::event::{self, Event, Parsed};
 use rankflow::keys;
-use rankflow::store::{push_write, RedisConn, Store, TagBatch, Tails};
+use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails};
 
 use crate::generator::Generator;
 
 mod kafka;
 mod latency;
+mod memory;
 mod pipeline;
 mod probe;
 mod read;

@@ -48,6 +48,8 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let (mut broker_rates, mut e2e_rates, mut joins, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut broker_alone_cpu, mut e2e_secs, mut peak_kib, mut worker_cpu, mut redis_cpu, mut broker_used) =
         (0.0, 0.0, 0, 0.0, 0.0, 0.0);
+    // What the last round's drain left in Redis.
+    let mut footprint = String::new();
     for round in 1..=rounds {
         eprintln!("bench: broker ceiling (bare consumer, round {round} of {rounds})");
         let cpu_before = broker_cpu();
@@ -70,6 +72,9 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         peak_kib = peak_kib.max(run.peak_kib);
         worker_cpu += run.cpu;
         reads.push(run.reads);
+        if round == rounds {
+            footprint = super::memory::Footprint::measure(&conn).await?.line(run.applied);
+        }
     }
     // CPU per event over every round's events.
     let per_all = |secs: f64| per(secs) / rounds as f64;
@@ -115,6 +120,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     println!("\nstream: {count} records, {}", stream.describe());
     print_rows(&rows, &notes);
     println!("\n{}", drain_reads_line(&reads));
+    println!("\nmemory after the drain: {footprint}");
     println!("\n{}", lat.line());
     println!(
         "{}",

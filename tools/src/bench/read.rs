@@ -30,7 +30,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
             (0, i as i64, now, e)
         })
         .collect();
-    let fill = store_path(&store, &router, &events, 2000).await?;
+    let (fill, _) = store_path(&store, &router, &events, 2000).await?;
     eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
 
     let health = Arc::new(rankflow::health::Health::default());

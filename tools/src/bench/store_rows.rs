@@ -59,12 +59,13 @@ pub(super) async fn bare_writes(
 /// rankflow's store path: pre-parsed events, planned, grouped by board tag
 /// and encoded in batches of `batch` records, two batches in flight, each
 /// sent behind the one before with preconditions on it, as the worker does.
+/// Answers how long it took and how many (event, board tag) pairs applied.
 pub(super) async fn store_path(
     store: &Store,
     router: &Router,
     events: &[(i32, i64, i64, Event)],
     batch: usize,
-) -> Result<Duration, String> {
+) -> Result<(Duration, u64), String> {
     let fields: HashMap<i32, String> = (0..64).map(|p| (p, keys::offsets_field("bench", p))).collect();
     let prepare = |chunk: &[(i32, i64, i64, Event)]| {
         let plans: Vec<Vec<(usize, Decision)>> = chunk.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
@@ -88,13 +89,17 @@ pub(super) async fn store_path(
                 calls.after(tails);
             }
             before = Some(calls.tails());
-            async move { store.apply_prepared(&calls).await.map(|_| ()).map_err(|e| e.to_string()) }
+            async move {
+                let answers = store.apply_prepared(&calls).await.map_err(|e| e.to_string())?;
+                Ok::<u64, String>(answers.iter().flatten().filter(|r| **r == ApplyResult::Applied).count() as u64)
+            }
         })
         .buffered(2);
+    let mut applied = 0;
     while let Some(r) = sent.next().await {
-        r?;
+        applied += r?;
     }
-    Ok(started.elapsed())
+    Ok((started.elapsed(), applied))
 }
 
 /// Redis's own CPU seconds so far (`INFO cpu`, user + sys) and the
@@ -204,6 +209,8 @@ pub(super) async fn store_rows(
     let mut rates = vec![Vec::new(); phases.len()];
     let mut took = vec![0.0; phases.len()];
     let mut used: Vec<RedisStats> = phases.iter().map(|_| RedisStats::default()).collect();
+    // What the store path left in Redis, after its last round.
+    let mut footprint = None;
     for round in 1..=rounds {
         for (p, (what, through)) in phases.iter().enumerate() {
             eprintln!("bench: {what} ({n} events, round {round} of {rounds})");
@@ -211,7 +218,13 @@ pub(super) async fn store_rows(
             let before = redis_stats(conn).await?;
             let elapsed = match through {
                 None => bare_writes(conn, &router, events).await?,
-                Some(r) => store_path(store, r, events, settings.worker.batch_size).await?,
+                Some(r) => {
+                    let (elapsed, applied) = store_path(store, r, events, settings.worker.batch_size).await?;
+                    if p == 1 && round == rounds {
+                        footprint = Some(super::memory::Footprint::measure(conn).await?.line(applied));
+                    }
+                    elapsed
+                }
             };
             let after = redis_stats(conn).await?;
             rates[p].push(rate(n, elapsed));
@@ -231,6 +244,9 @@ pub(super) async fn store_rows(
             format!("{ratio:.2}x Redis ceiling{each}; {busy}")
         };
         rows.push(Row { what, per_sec: median(&rates[p]), note });
+    }
+    if let Some(f) = footprint {
+        notes.push(format!("- memory after the store path: {f}"));
     }
     Ok((rows, notes))
 }
