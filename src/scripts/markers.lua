@@ -107,16 +107,21 @@ do
   end
 
   -- The buckets in hash st of the markers whose hashes are hs, reading
-  -- those not read yet.
+  -- those not read yet. (Inlined and counted by hand: this runs for every
+  -- marker, and a function call or a '#' costs as much as the rest.)
   local function buckets_of(st, hs)
-    local out, want, wanted = {}, {}, {}
+    local out, want, wanted, nw = {}, {}, {}, 0
     local size, split, blobs = st.size, st.split, st.blobs
+    local twice = 2 * size
     for i = 1, #hs do
-      local b = bucket(hs[i], size, split)
+      local h = hs[i]
+      local b = h % size
+      if b < split then b = h % twice end
       out[i] = b
       if blobs[b] == nil and not wanted[b] then
         wanted[b] = true
-        want[#want + 1] = b
+        nw = nw + 1
+        want[nw] = b
       end
     end
     fetch(st, want)
@@ -143,7 +148,10 @@ do
     -- seen(list)[i]: marker list[i] is in hash n or hash n - 1. Called once.
     function mk.seen(list)
       ms = list
-      for i = 1, #ms do hs[i] = hash_of(ms[i], 1) end
+      for i = 1, #ms do
+        local a, b, c, d = byte(ms[i], 1, 4)
+        hs[i] = ((a * 256 + b) * 256 + c) * 256 + d
+      end
       local out = {}
       for _, st in ipairs({ now, before }) do
         if st.exists or st == now then
@@ -153,7 +161,11 @@ do
           for i = 1, #ms do
             if not out[i] then
               local blob = blobs[bs[i]]
-              out[i] = blob ~= '' and holds(blob, ms[i])
+              if blob == '' then
+                out[i] = false
+              else
+                out[i] = holds(blob, ms[i])
+              end
             end
           end
         end
@@ -162,27 +174,30 @@ do
     end
 
     -- Sets the ith marker seen() looked up (written by flush).
+    local npending = 0
     function mk.add(i)
-      pending[#pending + 1] = i
+      npending = npending + 1
+      pending[npending] = i
     end
 
     -- Writes the markers added, splitting buckets as the count requires,
     -- gives hash n its expiry and unlinks hash n - 2.
     function mk.flush()
-      local added = #pending
+      local added = npending
       if added > 0 then
         local st = now
         local blobs = st.blobs
         -- The markers added per bucket: one string, or a list of them (a
         -- bucket rarely takes two in a call once there are many).
-        local parts, dirty = {}, {}
+        local parts, dirty, ndirty = {}, {}, 0
         for x = 1, added do
           local i = pending[x]
           local b, m = now_bs[i], ms[i]
           local p = parts[b]
           if p == nil then
             parts[b] = m
-            dirty[#dirty + 1] = b
+            ndirty = ndirty + 1
+            dirty[ndirty] = b
           elseif type(p) == 'string' then
             parts[b] = { p, m }
           else
@@ -239,17 +254,19 @@ do
             blobs[b] = concat(out[b])
             if not parts[b] then
               parts[b] = true
-              dirty[#dirty + 1] = b
+              ndirty = ndirty + 1
+              dirty[ndirty] = b
             end
           end
         end
-        local args = { 'level', num(level), 'split', num(split), 'count', num(count) }
-        for _, b in ipairs(dirty) do
-          args[#args + 1] = name(b)
-          args[#args + 1] = blobs[b]
+        local args, na = { 'level', num(level), 'split', num(split), 'count', num(count) }, 6
+        for x = 1, ndirty do
+          local b = dirty[x]
+          args[na + 1], args[na + 2] = name(b), blobs[b]
+          na = na + 2
         end
-        for s = 1, #args, 2 * CHUNK do
-          call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, #args)))
+        for s = 1, na, 2 * CHUNK do
+          call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, na)))
         end
         call('EXPIREAT', st.key, num((n + 2) * ttl + floor(ttl / 2)))
       end
