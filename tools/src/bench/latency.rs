@@ -187,7 +187,7 @@ pub(super) async fn latency(
         &listen,
         &format!("\"fetch.wait.max.ms\" = {LATENCY_FETCH_WAIT_MS}\n"),
     )
-    .replace("[http]", "[worker]\nbatch_linger = \"2ms\"\n[http]");
+    .replace("[worker]\n", "[worker]\nbatch_linger = \"2ms\"\n");
     let path = dir.join("latency.toml");
     std::fs::write(&path, &cfg).map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(&exe)

@@ -85,10 +85,11 @@ pub(super) fn bench_config(
     listen: &str,
     extra_options: &str,
 ) -> String {
-    // BENCH_MAX_EVENTS_PER_CALL: the worker's `max_events_per_call`, for comparisons.
+    // BENCH_MAX_EVENTS_PER_CALL: the worker's `max_events_per_call`, for
+    // comparisons. The section is always there, for callers to add to.
     let worker = match std::env::var("BENCH_MAX_EVENTS_PER_CALL") {
         Ok(n) => format!("[worker]\nmax_events_per_call = {n}\n"),
-        Err(_) => String::new(),
+        Err(_) => "[worker]\n".to_string(),
     };
     format!(
         "[kafka]\nbrokers = \"{brokers}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{group}\"\ndead_letter_topic = \"{topic}.dlq\"\n\
