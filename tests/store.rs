@@ -38,6 +38,12 @@ async fn redis_time(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
     secs as f64 + micros as f64 / 1e6
 }
 
+/// Sleeps until `at` (Redis seconds) has passed by a margin.
+async fn until(conn: &mut redis::aio::MultiplexedConnection, at: f64) {
+    let now = redis_time(conn).await;
+    tokio::time::sleep(Duration::from_secs_f64((at - now).max(0.0) + 0.1)).await;
+}
+
 /// How the buckets of marker hash `key` have grown.
 async fn growth(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Growth {
     let (level, split): (Option<u32>, Option<u64>) =
@@ -475,11 +481,6 @@ async fn an_event_id_is_a_duplicate_for_at_least_one_dedupe_ttl_and_at_most_two(
     let keys = vec![pw("p", "all", None)];
     let id = Uuid::from_u128(0xfeed);
     let batch = |offset| vec![tag("lb:{p}", WriteOp::Sum, vec![item(offset, "dana", 1, &id, &keys)])];
-    // Sleeps until `at` (Redis seconds) has passed by a margin.
-    async fn until(conn: &mut redis::aio::MultiplexedConnection, at: f64) {
-        let now = redis_time(conn).await;
-        tokio::time::sleep(Duration::from_secs_f64((at - now).max(0.0) + 0.1)).await;
-    }
     // Start just after a hash begins, so that each step below lands where meant.
     let n = (redis_time(&mut conn).await as u64) / TTL + 1;
     until(&mut conn, (n * TTL) as f64).await;
@@ -535,4 +536,41 @@ async fn markers_are_found_when_redis_clock_goes_back_a_hash() {
     // New markers go on in that later hash, where the next call looks first.
     assert!(marked(&mut conn, n + 1, &late).await);
     assert!(!marked(&mut conn, n, &late).await);
+}
+
+#[tokio::test]
+async fn a_new_marker_hash_starts_as_large_as_the_last_and_both_are_read() {
+    const TTL: u64 = 2;
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, TTL).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("p", "all", None)];
+    let first: Vec<Uuid> = (1..=5000u128).map(Uuid::from_u128).collect();
+    let later: Vec<Uuid> = (5001..=8000u128).map(Uuid::from_u128).collect();
+    fn batch<'a>(ids: &'a [Uuid], from: i64, keys: &'a [Arc<PeriodWrite>]) -> Vec<TagBatch<'a>> {
+        let items = ids.iter().enumerate().map(|(i, id)| item(from + i as i64, "fay", 1, id, keys)).collect();
+        vec![tag("lb:{p}", WriteOp::Sum, items)]
+    }
+    // Hash n takes the first markers, splitting its buckets as it fills.
+    let n = (redis_time(&mut conn).await as u64) / TTL + 1;
+    until(&mut conn, (n * TTL) as f64).await;
+    assert_eq!(s.apply(&batch(&first, 0, &keys)).await.unwrap(), vec![vec![ApplyResult::Applied; first.len()]]);
+    let grown = growth(&mut conn, &keys::dedupe_hash_key("lb:{p}", n)).await;
+    assert!(grown.buckets() * markers::LOAD >= first.len() as u64, "{grown:?}");
+
+    // In hash n + 1, the first markers are still found in hash n, and the
+    // new ones go to a hash that starts with a power of two of buckets
+    // enough for as many markers as hash n holds, so it does not split.
+    until(&mut conn, ((n + 1) * TTL) as f64).await;
+    let again = s.apply(&batch(&first, 10_000, &keys)).await.unwrap();
+    assert_eq!(again, vec![vec![ApplyResult::DuplicateEvent; first.len()]]);
+    assert_eq!(s.apply(&batch(&later, 20_000, &keys)).await.unwrap(), vec![vec![ApplyResult::Applied; later.len()]]);
+    let mut level = 0;
+    while markers::LOAD << level < first.len() as u64 {
+        level += 1;
+    }
+    assert_eq!(growth(&mut conn, &keys::dedupe_hash_key("lb:{p}", n + 1)).await, Growth { level, split: 0 });
+    let all: std::collections::BTreeSet<Uuid> = first.iter().chain(&later).copied().collect();
+    assert_markers_laid_out(&mut conn, "lb:{p}", &all).await;
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "fay").await, Some(8000.0));
 }
