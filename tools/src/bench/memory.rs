@@ -52,34 +52,23 @@ fn kind(key: &str) -> String {
 }
 
 impl Footprint {
-    /// Every key's `MEMORY USAGE` (exact: `SAMPLES 0`), by kind.
-    pub(super) async fn measure(conn: &RedisConn) -> Result<Footprint, String> {
+    /// Every key's `MEMORY USAGE` (exact: `SAMPLES 0`) and element count, by kind.
+    pub(super) async fn measure(conn: &RedisConn, settings: &Settings) -> Result<Footprint, String> {
         let mut c = conn.clone();
         let mut kinds: BTreeMap<String, Usage> = BTreeMap::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut c)
-                .await
-                .map_err(|e| format!("SCAN: {e}"))?;
+        let keys = rankflow::store::scan_keys(&settings.redis, "*").await?;
+        for chunk in keys.chunks(1000) {
             let mut pipe = redis::pipe();
-            for k in &keys {
+            for k in chunk {
                 pipe.cmd("MEMORY").arg("USAGE").arg(k).arg("SAMPLES").arg(0);
                 pipe.add_command(count_command(&kind(k), k));
             }
             let answers: Vec<Option<u64>> = pipe.query_async(&mut c).await.map_err(|e| format!("MEMORY USAGE: {e}"))?;
-            for (k, pair) in keys.iter().zip(answers.chunks(2)) {
+            for (k, pair) in chunk.iter().zip(answers.chunks(2)) {
                 let e = kinds.entry(kind(k)).or_default();
                 e.bytes += pair[0].unwrap_or(0);
                 e.elements += pair[1].unwrap_or(0);
                 e.keys += 1;
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
             }
         }
         Ok(Footprint { kinds })

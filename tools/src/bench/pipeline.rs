@@ -73,7 +73,7 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         worker_cpu += run.cpu;
         reads.push(run.reads);
         if round == rounds {
-            footprint = super::memory::Footprint::measure(&conn).await?.line(run.applied);
+            footprint = super::memory::Footprint::measure(&conn, &settings).await?.line(run.applied);
         }
     }
     // CPU per event over every round's events.

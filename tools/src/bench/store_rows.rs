@@ -221,7 +221,7 @@ pub(super) async fn store_rows(
                 Some(r) => {
                     let (elapsed, applied) = store_path(store, r, events, settings.worker.batch_size).await?;
                     if p == 1 && round == rounds {
-                        footprint = Some(super::memory::Footprint::measure(conn).await?.line(applied));
+                        footprint = Some(super::memory::Footprint::measure(conn, settings).await?.line(applied));
                     }
                     elapsed
                 }
