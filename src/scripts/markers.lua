@@ -132,9 +132,10 @@ do
     local n = floor(tonumber(call('TIME')[1]) / ttl)
     if call('EXISTS', prefix .. num(n + 1)) == 1 then n = n + 1 end
     local now, before = open_hash(prefix .. num(n)), open_hash(prefix .. num(n - 1))
-    -- A new hash starts with as many buckets as the one before ended with,
-    -- so that a tag whose traffic is steady never splits a bucket after
-    -- its first dedupe_ttl.
+    -- A new hash starts with the smallest power of two of buckets that
+    -- holds the markers of the one before at LOAD a bucket, so that a tag
+    -- whose traffic is steady never splits a bucket after its first
+    -- dedupe_ttl.
     if not now.exists and before.exists then
       while LOAD * now.size < before.count do
         now.level, now.size = now.level + 1, now.size * 2
