@@ -88,6 +88,8 @@ pub struct RawHttp {
     pub listen: Typed<SocketAddr>,
     /// Largest `limit` (and `radius` * 2 + 1) a read may ask for, 1 to 100000.
     pub max_limit: u64,
+    /// Most players one friends read (`POST .../players`) may name, 1 to 100000.
+    pub max_players: u64,
     /// How long a client may take to send a request's headers, and a
     /// request to be answered; past it the connection is closed (headers)
     /// or the request answered 408. At least 100ms.
@@ -101,6 +103,7 @@ impl Default for RawHttp {
         RawHttp {
             listen: Typed::default_text("127.0.0.1:9898"),
             max_limit: 1000,
+            max_players: 1000,
             request_timeout: Typed::default_text("10s"),
             max_concurrent_requests: 512,
         }

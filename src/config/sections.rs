@@ -83,12 +83,14 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
 pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
     let listen = e.take("http.listen", &h.listen);
     let max_limit = e.within("http.max_limit", h.max_limit, 1..=100_000);
+    let max_players = e.within("http.max_players", h.max_players, 1..=100_000);
     let request_timeout =
         e.duration_at_least("http.request_timeout", &h.request_timeout, Duration::from_millis(100), "100ms");
     let max_concurrent = e.within("http.max_concurrent_requests", h.max_concurrent_requests, 1..=100_000);
     Some(HttpSettings {
         listen: listen?,
         max_limit: max_limit? as usize,
+        max_players: max_players? as usize,
         request_timeout: request_timeout?,
         max_concurrent_requests: max_concurrent? as usize,
     })

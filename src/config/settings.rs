@@ -85,6 +85,7 @@ pub fn redact_url(url: &str) -> String {
 pub struct HttpSettings {
     pub listen: SocketAddr,
     pub max_limit: usize,
+    pub max_players: usize,
     pub request_timeout: Duration,
     pub max_concurrent_requests: usize,
 }

@@ -1,50 +1,68 @@
 -- read.lua: the read API's queries, each one atomic, so a page, a rank and
 -- the neighbours describe one instant.
 --
--- Stored scores are packed: value = floor(stored / SHIFT) (see src/score.rs).
--- "Better" means higher on desc boards and lower on asc boards.
+-- Stored scores are packed: value = floor(stored / SHIFT) (see src/score.rs),
+-- and the stored scores of value v are [v * SHIFT, (v + 1) * SHIFT).
+-- "Better" means higher on desc boards and lower on asc boards. Board order
+-- is Redis's: by stored score, best first, and among equal stored scores by
+-- member bytes (descending on desc boards, ascending on asc boards).
 --
 -- KEYS[1]   the period key
 -- KEYS[2]   its dense index (one member per distinct value)
--- ARGV[1]   "top" | "player" | "around"
+-- ARGV[1]   "top" | "player" | "around" | "players" | "rank_of" | "page"
 -- ARGV[2]   "desc" | "asc"
 -- ARGV[3]   SHIFT
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
 -- player:   ARGV[4] member
--- around:   ARGV[4] member, ARGV[5] radius
+-- around:   ARGV[4] member, ARGV[5] radius, ARGV[6] "1" to fill (the window
+--           moves away from an edge instead of shrinking)
+-- players:  ARGV[4..] members
+-- rank_of:  ARGV[4] a value
+-- page:     ARGV[4] stored score, ARGV[5] member (the entry a cursor was
+--           made at, which may have moved or left since), ARGV[6] limit,
+--           ARGV[7] "next" (the entries after it) | "prev" (those before it)
 --
 -- Replies (better = members with a strictly better value than the first
 -- entry's; dense_better = distinct values strictly better than it):
 -- top:      { total, start, better, dense_better, member1, stored1, ... }
 -- player:   false if absent, else { total, position (0-based), better, dense_better, stored }
 -- around:   false if absent, else { total, start, better, dense_better, member1, stored1, ... }
+-- players:  { total, then per member: stored (false if absent), position, better, dense_better }
+-- rank_of:  { total, better, better_or_equal, dense_better } for the value
+-- page:     { total, start, better, dense_better, member1, stored1, ... }
 
 local key, dense = KEYS[1], KEYS[2]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
+local call, floor, format, byte, min, max = redis.call, math.floor, string.format, string.byte, math.min, math.max
 
-local function value_of(stored)
-  return math.floor(tonumber(stored) / shift)
+-- An integer as Redis reads it (Lua's own tostring keeps only 14 digits).
+local function num(n)
+  return format('%d', n)
+end
+
+-- Members better than value v, and distinct values better than it.
+local function better_than(v)
+  if desc then
+    return call('ZCOUNT', key, num((v + 1) * shift), '+inf'), call('ZCOUNT', dense, '(' .. num(v), '+inf')
+  end
+  return call('ZCOUNT', key, '-inf', '(' .. num(v * shift)), call('ZCOUNT', dense, '-inf', '(' .. num(v))
 end
 
 local function better(stored)
-  local v = value_of(stored)
-  if desc then
-    return redis.call('ZCOUNT', key, (v + 1) * shift, '+inf'), redis.call('ZCOUNT', dense, '(' .. v, '+inf')
-  end
-  return redis.call('ZCOUNT', key, '-inf', '(' .. (v * shift)), redis.call('ZCOUNT', dense, '-inf', '(' .. v)
+  return better_than(floor(tonumber(stored) / shift))
 end
 
 local function page(start, stop)
   if desc then
-    return redis.call('ZRANGE', key, start, stop, 'REV', 'WITHSCORES')
+    return call('ZRANGE', key, start, stop, 'REV', 'WITHSCORES')
   end
-  return redis.call('ZRANGE', key, start, stop, 'WITHSCORES')
+  return call('ZRANGE', key, start, stop, 'WITHSCORES')
 end
 
 local function position(member)
-  if desc then return redis.call('ZREVRANK', key, member) end
-  return redis.call('ZRANK', key, member)
+  if desc then return call('ZREVRANK', key, member) end
+  return call('ZRANK', key, member)
 end
 
 local function listing(total, start, entries)
@@ -55,20 +73,93 @@ local function listing(total, start, entries)
   return out
 end
 
-local total = redis.call('ZCARD', key)
+-- Whether member a sorts before member b among equal stored scores, by
+-- bytes (Lua's own '<' follows the locale).
+local function member_before(a, b)
+  local n = min(#a, #b)
+  for i = 1, n do
+    local x, y = byte(a, i), byte(b, i)
+    if x ~= y then
+      if desc then return x > y end
+      return x < y
+    end
+  end
+  if desc then return #a > #b end
+  return #a < #b
+end
+
+-- How many entries come strictly before (stored, member) in board order,
+-- and whether that entry is on the board now: when it is not, the ties at
+-- stored are searched by halving, a member read at a time.
+local function before(stored_text, member)
+  local stored = tonumber(stored_text)
+  local now = call('ZSCORE', key, member)
+  if now and tonumber(now) == stored then return position(member), true end
+  local lo
+  if desc then
+    lo = call('ZCOUNT', key, '(' .. stored_text, '+inf')
+  else
+    lo = call('ZCOUNT', key, '-inf', '(' .. stored_text)
+  end
+  local hi = lo + call('ZCOUNT', key, stored_text, stored_text)
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if member_before(page(mid, mid)[1], member) then lo = mid + 1 else hi = mid end
+  end
+  return lo, false
+end
+
+local total = call('ZCARD', key)
 if op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
   return listing(total, offset, page(offset, offset + limit - 1))
 elseif op == 'player' then
-  local stored = redis.call('ZSCORE', key, ARGV[4])
+  local stored = call('ZSCORE', key, ARGV[4])
   if not stored then return false end
   local b, d = better(stored)
   return { total, position(ARGV[4]), b, d, stored }
-else
+elseif op == 'around' then
   local pos = position(ARGV[4])
   if not pos then return false end
   local radius = tonumber(ARGV[5])
-  local start = pos - radius
-  if start < 0 then start = 0 end
-  return listing(total, start, page(start, pos + radius))
+  local start, stop = pos - radius, pos + radius
+  if ARGV[6] == '1' then
+    if start < 0 then start, stop = 0, stop - start end
+    if stop > total - 1 then start, stop = start - (stop - (total - 1)), total - 1 end
+  end
+  return listing(total, max(start, 0), page(max(start, 0), stop))
+elseif op == 'players' then
+  local out = { total }
+  for i = 4, #ARGV do
+    local stored = call('ZSCORE', key, ARGV[i])
+    if stored then
+      local b, d = better(stored)
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = stored, position(ARGV[i]), b, d
+    else
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = false, 0, 0, 0
+    end
+  end
+  return out
+elseif op == 'rank_of' then
+  local v = tonumber(ARGV[4])
+  local b, d = better_than(v)
+  local be
+  if desc then
+    be = call('ZCOUNT', key, num(v * shift), '+inf')
+  else
+    be = call('ZCOUNT', key, '-inf', '(' .. num((v + 1) * shift))
+  end
+  return { total, b, be, d }
+else
+  local limit = tonumber(ARGV[6])
+  local at, present = before(ARGV[4], ARGV[5])
+  local start, stop
+  if ARGV[7] == 'next' then
+    if present then at = at + 1 end
+    start, stop = at, at + limit - 1
+  else
+    start, stop = max(at - limit, 0), at - 1
+  end
+  if stop < start then return { total, start, 0, 0 } end
+  return listing(total, start, page(start, stop))
 end

@@ -1,0 +1,279 @@
+//! The HTTP server: `/metrics`, `/healthz`, `/readyz` and the read API (the
+//! README's HTTP API section).
+//!
+//! Reads go straight to Redis through small Lua scripts, so a page or a
+//! player's rank describes one instant. Every parameter is validated before
+//! Redis is asked; a bad one is a 400 whose JSON body names it. This module
+//! never writes a board.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router as HttpRouter};
+use chrono::DateTime;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::board::Router;
+use crate::health::Health;
+use crate::keys;
+use crate::metrics;
+use crate::period::Period;
+use crate::store::RedisConn;
+
+mod cursor;
+mod ranks;
+mod reads;
+mod target;
+
+const READ_LUA: &str = include_str!("../scripts/read.lua");
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub router: Arc<Router>,
+    /// Set once Redis is connected; until then reads answer 503 and
+    /// `/readyz` says Redis is still being connected.
+    redis: Arc<OnceLock<RedisConn>>,
+    pub health: Arc<Health>,
+    pub max_limit: usize,
+    /// Most players a friends read may name.
+    pub max_players: usize,
+    script: Arc<redis::Script>,
+}
+
+impl AppState {
+    /// The handlers' state before Redis is connected (see [`AppState::connected`]).
+    pub fn new(router: Arc<Router>, health: Arc<Health>, max_limit: usize) -> AppState {
+        let redis = Arc::new(OnceLock::new());
+        let script = Arc::new(redis::Script::new(READ_LUA));
+        AppState { router, redis, health, max_limit, max_players: 1000, script }
+    }
+
+    /// Caps friends reads at `n` players (`http.max_players`).
+    pub fn with_max_players(mut self, n: usize) -> AppState {
+        self.max_players = n;
+        self
+    }
+
+    /// Hands the handlers the Redis connection, once it is up.
+    pub fn connected(&self, conn: RedisConn) {
+        let _ = self.redis.set(conn);
+    }
+
+    fn redis(&self) -> Result<RedisConn, ApiError> {
+        self.redis.get().cloned().ok_or_else(|| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            parameter: None,
+            message: "Redis is not connected yet".into(),
+        })
+    }
+}
+
+/// The application's routes.
+pub fn app(state: AppState) -> HttpRouter {
+    HttpRouter::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(|| async { metrics::get().render() }))
+        .route("/v1/boards", get(list_boards))
+        .route("/v1/boards/{board}/top", get(reads::top))
+        .route("/v1/boards/{board}/players", axum::routing::post(reads::players))
+        .route("/v1/boards/{board}/players/{player}", get(reads::player))
+        .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
+        .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
+        .with_state(state)
+}
+
+/// What one client may cost the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Headers must arrive within this, and a request be answered within it (408).
+    pub request_timeout: Duration,
+    /// Requests in progress at once; one more is answered 503.
+    pub max_concurrent: usize,
+}
+
+/// Largest request head (request line and headers) read; a larger one is
+/// answered 431. hyper's read buffer cannot be smaller than 8 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Largest request body accepted; a larger one is answered 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The routes with the limits around them.
+pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
+    use axum::error_handling::HandleErrorLayer;
+    use tower::ServiceBuilder;
+    let overload = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+            let body = json!({ "error": "too many requests in progress; try again" });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+        }))
+        .load_shed()
+        // Global: axum layers each route apart, and the cap is the server's.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent));
+    app(state)
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
+        .layer(overload)
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+}
+
+/// Serves until `cancel` fires, then lets the requests in progress finish.
+/// Each connection must send its request headers within
+/// `limits.request_timeout` and within [`MAX_HEADER_BYTES`], so a slow
+/// client cannot hold a connection forever.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    limits: Limits,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let app = limited_app(state, limits);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, do not spin.
+                    tracing::warn!(error = %e, "Accepting an HTTP connection failed.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = cancel.cancelled() => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.request_timeout)
+            .max_buf_size(MAX_HEADER_BYTES)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "An HTTP connection ended with an error.");
+            }
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// An API error: status and JSON body `{error, parameter?}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    parameter: Option<&'static str>,
+    message: String,
+}
+
+impl ApiError {
+    fn bad(parameter: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, parameter: Some(parameter), message: message.into() }
+    }
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::NOT_FOUND, parameter: None, message: message.into() }
+    }
+    fn unavailable(err: redis::RedisError) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            parameter: None,
+            message: format!("Redis is unavailable: {err}"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message });
+        if let Some(p) = self.parameter {
+            body["parameter"] = json!(p);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// 200 when Redis answers and a broker connection is up; otherwise 503,
+/// with the reasons.
+async fn readyz(State(s): State<AppState>) -> Response {
+    let mut reasons = Vec::new();
+    let redis_ok = match s.redis.get() {
+        None => {
+            reasons.push("Redis is not connected yet");
+            false
+        }
+        Some(conn) => {
+            let ok = redis::cmd("PING").query_async::<String>(&mut conn.clone()).await.is_ok();
+            s.health.redis_up.store(ok, Ordering::Relaxed);
+            metrics::get().redis_up.set(i64::from(ok));
+            if !ok {
+                reasons.push("Redis does not answer PING");
+            }
+            ok
+        }
+    };
+    let kafka_ok = s.health.kafka_up.load(Ordering::Relaxed);
+    if !kafka_ok {
+        reasons.push("no Kafka broker connection is up yet");
+    }
+    let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok });
+    let status = if reasons.is_empty() {
+        StatusCode::OK
+    } else {
+        body["reason"] = json!(reasons.join("; "));
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+async fn list_boards(State(s): State<AppState>) -> Json<Value> {
+    let now = now_ms();
+    let boards: Vec<Value> = s
+        .router
+        .boards()
+        .iter()
+        .map(|b| {
+            let periods: Vec<Value> = b
+                .periods()
+                .iter()
+                .map(|&k| {
+                    let p = Period::containing(k, b.timezone(), now).unwrap_or_else(|_| Period::all_time());
+                    json!({
+                        "name": k.name(),
+                        "current": p.id,
+                        "next_reset": p.end_ms.and_then(DateTime::from_timestamp_millis).map(|t| t.to_rfc3339()),
+                    })
+                })
+                .collect();
+            json!({
+                "id": b.id(),
+                "mode": b.mode().as_str(),
+                "order": b.order().as_str(),
+                "timezone": b.timezone().name(),
+                "split_by": b.split_by(),
+                "on": b.on(),
+                "periods": periods,
+                "rolling": b.rolling().iter().map(|r| json!({
+                    "name": r.name,
+                    "period": keys::rolling_id(&r.name),
+                    "days": r.days,
+                    "refresh_seconds": r.refresh.as_secs(),
+                })).collect::<Vec<_>>(),
+                "close_after_seconds": b.close_after().map(|d| d.as_secs()),
+            })
+        })
+        .collect();
+    Json(json!({ "boards": boards }))
+}

@@ -1,0 +1,146 @@
+//! Ranks from `read.lua`'s replies: the three rank policies of a run of
+//! entries, and the entries of a listing (a page, around-me, a friends set).
+//! Pure: no Redis here, only its reply values.
+
+use serde_json::{json, Value};
+
+use super::target::{RankPolicy, Target};
+use crate::board::{Board, Order};
+
+/// `read.lua`'s name of a board's order.
+pub(super) fn order_arg(board: &Board) -> &'static str {
+    match board.order() {
+        Order::Desc => "desc",
+        Order::Asc => "asc",
+    }
+}
+
+/// The three ranks of one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Ranks {
+    pub ordinal: i64,
+    pub competition: i64,
+    pub dense: i64,
+}
+
+impl Ranks {
+    pub fn under(&self, policy: RankPolicy) -> i64 {
+        match policy {
+            RankPolicy::Ordinal => self.ordinal,
+            RankPolicy::Competition => self.competition,
+            RankPolicy::Dense => self.dense,
+        }
+    }
+}
+
+/// Ranks of a contiguous run of entries in board order, from the first
+/// entry's position and the counts of strictly better members and values.
+/// Within the run, an entry whose value equals the previous one shares its
+/// competition and dense rank; otherwise competition rank is its ordinal and
+/// dense rank is one more than the previous entry's.
+pub(super) fn ranks_of_run(start: i64, better: i64, dense_better: i64, values: &[i64]) -> Vec<Ranks> {
+    let mut out: Vec<Ranks> = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        let ordinal = start + i as i64 + 1;
+        let r = match out.last() {
+            None => Ranks { ordinal, competition: better + 1, dense: dense_better + 1 },
+            Some(prev) if values[i - 1] == *v => Ranks { ordinal, ..*prev },
+            Some(prev) => Ranks { ordinal, competition: ordinal, dense: prev.dense + 1 },
+        };
+        out.push(r);
+    }
+    out
+}
+
+/// The ranks of one entry alone, from its position and the counts of
+/// strictly better members and values.
+pub(super) fn ranks_at(position: i64, better: i64, dense_better: i64) -> Ranks {
+    Ranks { ordinal: position + 1, competition: better + 1, dense: dense_better + 1 }
+}
+
+/// Percentile of a player among `total` (themselves counted) with `better`
+/// players strictly better: the share of the board at or below them.
+pub(super) fn percentile(total: i64, better: i64) -> f64 {
+    let p = 100.0 * (total - better) as f64 / total.max(1) as f64;
+    (p * 100.0).round() / 100.0
+}
+
+pub(super) fn int(v: Option<&redis::Value>) -> i64 {
+    match v {
+        Some(redis::Value::Int(i)) => *i,
+        Some(other) => redis::from_redis_value::<i64>(other.clone()).unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// A stored score as Redis replies it (a string), exact: stored scores are
+/// integers within 2^53.
+pub(super) fn stored_of(raw: &redis::Value) -> i64 {
+    let stored: f64 = redis::from_redis_value(raw.clone()).unwrap_or(0.0);
+    stored as i64
+}
+
+/// One entry of a listing.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Entry {
+    pub member: String,
+    pub stored: i64,
+    pub value: i64,
+    pub ranks: Ranks,
+}
+
+impl Entry {
+    pub fn json(&self, policy: RankPolicy) -> Value {
+        json!({ "rank": self.ranks.under(policy), "player_id": self.member, "score": self.value })
+    }
+}
+
+/// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`:
+/// the board's total and the entries, ranked.
+pub(super) fn listing(t: &Target<'_>, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
+    let total = int(reply.first());
+    let pairs: Vec<(String, i64)> = reply
+        .get(4..)
+        .unwrap_or_default()
+        .chunks(2)
+        .map(|p| (redis::from_redis_value(p[0].clone()).unwrap_or_default(), stored_of(&p[1])))
+        .collect();
+    let values: Vec<i64> = pairs.iter().map(|(_, s)| t.board.packing().decode(*s)).collect();
+    let ranks = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &values);
+    let entries = pairs
+        .into_iter()
+        .zip(values)
+        .zip(ranks)
+        .map(|(((member, stored), value), ranks)| Entry { member, stored, value, ranks })
+        .collect();
+    (total, entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_fixture_ranks_three_ways() {
+        // carol 100, bob 100, alice 90 in descending board order.
+        let r = ranks_of_run(0, 0, 0, &[100, 100, 90]);
+        let triple: Vec<(i64, i64, i64)> = r.iter().map(|r| (r.ordinal, r.competition, r.dense)).collect();
+        assert_eq!(triple, [(1, 1, 1), (2, 1, 1), (3, 3, 2)]);
+    }
+
+    #[test]
+    fn a_page_starting_inside_a_tie_continues_its_ranks() {
+        // Page from position 5: four members are strictly better, in two distinct values.
+        let r = ranks_of_run(5, 4, 2, &[50, 50, 40, 30, 30]);
+        let triple: Vec<(i64, i64, i64)> = r.iter().map(|r| (r.ordinal, r.competition, r.dense)).collect();
+        assert_eq!(triple, [(6, 5, 3), (7, 5, 3), (8, 8, 4), (9, 9, 5), (10, 9, 5)]);
+    }
+
+    #[test]
+    fn percentiles_count_the_player_among_the_total() {
+        assert_eq!(percentile(4, 0), 100.0);
+        assert_eq!(percentile(4, 3), 25.0);
+        assert_eq!(percentile(3, 1), 66.67);
+        assert_eq!(percentile(0, 0), 0.0);
+    }
+}

@@ -1,0 +1,284 @@
+//! The read API's handlers: a page of the top (by offset or cursor), a
+//! player, around a player, a set of players (friends) and the rank a score
+//! would have. Each is one call of `read.lua`, so it describes one instant.
+
+use std::collections::{HashMap, HashSet};
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::cursor::{Cursor, Direction};
+use super::ranks::{int, listing, order_arg, percentile, ranks_at, stored_of, Entry};
+use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
+use super::{ApiError, AppState};
+
+/// Runs one query of `read.lua` on the target's keys.
+async fn read_script<T: redis::FromRedisValue>(
+    s: &AppState,
+    t: &Target<'_>,
+    op: &str,
+    args: &[String],
+) -> Result<T, ApiError> {
+    let mut conn = s.redis()?;
+    let mut inv = s.script.key(&t.key);
+    inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
+    for a in args {
+        inv.arg(a);
+    }
+    inv.invoke_async(&mut conn).await.map_err(ApiError::unavailable)
+}
+
+fn entries_json(entries: &[Entry], policy: RankPolicy) -> Vec<Value> {
+    entries.iter().map(|e| e.json(policy)).collect()
+}
+
+/// The cursor of `e` paging `direction` on the target.
+fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
+    Cursor {
+        direction,
+        board: t.board.id().to_string(),
+        split: t.split.clone(),
+        period: t.period.clone(),
+        stored: e.stored,
+        member: e.member.clone(),
+    }
+    .encode()
+}
+
+/// The `cursor` parameter, decoded; the query then names the cursor's split
+/// and period unless it names them itself (a mismatch is checked once the
+/// target is resolved).
+fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiError> {
+    let Some(token) = q.get("cursor") else {
+        return Ok(None);
+    };
+    if q.contains_key("offset") {
+        return Err(ApiError::bad(
+            "cursor",
+            "cursor and offset cannot be combined: a cursor says where the page starts",
+        ));
+    }
+    let c = Cursor::decode(token).ok_or_else(|| ApiError::bad("cursor", "cursor is not a cursor this API made"))?;
+    q.entry("period".into()).or_insert_with(|| c.period.clone());
+    if !c.split.is_empty() {
+        q.entry("split".into()).or_insert_with(|| c.split.clone());
+    }
+    Ok(Some(c))
+}
+
+pub(super) async fn top(
+    State(s): State<AppState>,
+    Path(board_id): Path<String>,
+    Query(mut q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let cursor = take_cursor(&mut q)?;
+    let t = resolve(&s, &board_id, &q)?;
+    let limit = parse_num(&q, "limit", 10, s.max_limit)?;
+    let offset = parse_num(&q, "offset", 0, 100_000_000)?;
+    let policy = rank_policy(&q, t.board)?;
+    let reply: Vec<redis::Value> = match &cursor {
+        None => read_script(&s, &t, "top", &[offset.to_string(), limit.to_string()]).await?,
+        Some(c) => {
+            if c.board != t.board.id() || c.split != t.split || c.period != t.period {
+                return Err(ApiError::bad(
+                    "cursor",
+                    format!(
+                        "the cursor was made for board '{}' period '{}'{}, not this read",
+                        c.board,
+                        c.period,
+                        if c.split.is_empty() { String::new() } else { format!(" split '{}'", c.split) }
+                    ),
+                ));
+            }
+            let args =
+                [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.script_arg().to_string()];
+            read_script(&s, &t, "page", &args).await?
+        }
+    };
+    let (total, mut entries) = listing(&t, &reply);
+    if limit == 0 {
+        entries.clear();
+    }
+    let mut body = json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "total": total,
+        "entries": entries_json(&entries, policy),
+    });
+    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+        let start = first.ranks.ordinal - 1;
+        if start + (entries.len() as i64) < total {
+            body["next_cursor"] = json!(cursor_at(&t, last, Direction::Next));
+        }
+        if start > 0 {
+            body["prev_cursor"] = json!(cursor_at(&t, first, Direction::Prev));
+        }
+    }
+    Ok(Json(body))
+}
+
+pub(super) async fn player(
+    State(s): State<AppState>,
+    Path((board_id, player_id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let t = resolve(&s, &board_id, &q)?;
+    let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "player", std::slice::from_ref(&player_id)).await?;
+    let Some(reply) = reply else {
+        return Err(unranked(&player_id, &t));
+    };
+    let total = int(reply.first());
+    let r = ranks_at(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
+    let score = reply.get(4).map(|v| t.board.packing().decode(stored_of(v))).unwrap_or(0);
+    Ok(Json(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "player_id": player_id,
+        "score": score,
+        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank().then_some(r.dense) },
+        "percentile": percentile(total, r.competition - 1),
+        "total": total,
+    })))
+}
+
+pub(super) async fn around(
+    State(s): State<AppState>,
+    Path((board_id, player_id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let t = resolve(&s, &board_id, &q)?;
+    let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
+    let fill = match q.get("fill").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad("fill", "fill must be true or false")),
+    };
+    let policy = rank_policy(&q, t.board)?;
+    let args = [player_id.clone(), radius.to_string(), if fill { "1" } else { "0" }.to_string()];
+    let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "around", &args).await?;
+    let Some(reply) = reply else {
+        return Err(unranked(&player_id, &t));
+    };
+    let (total, entries) = listing(&t, &reply);
+    Ok(Json(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "player_id": player_id,
+        "total": total,
+        "entries": entries_json(&entries, policy),
+    })))
+}
+
+/// The distinct player ids of a friends body `{"players": ["id", ...]}`, in
+/// the order given, or a message saying what is wrong with it.
+fn friends_body(body: &[u8], max: usize) -> Result<Vec<String>, String> {
+    let shape = "the body must be a JSON object {\"players\": [\"id\", ...]}";
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("{shape}: {e}"))?;
+    let list = v.get("players").and_then(Value::as_array).ok_or(shape)?;
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for p in list {
+        let id = p.as_str().ok_or_else(|| format!("{shape}: every player id must be a string"))?;
+        if seen.insert(id) {
+            out.push(id.to_string());
+        }
+    }
+    if out.is_empty() || out.len() > max {
+        return Err(format!("players must name 1 to {max} distinct player ids, it names {}", out.len()));
+    }
+    Ok(out)
+}
+
+/// A friends, party or clan read: the named players' global ranks and their
+/// ranks within the set, best first, in one atomic read.
+pub(super) async fn players(
+    State(s): State<AppState>,
+    Path(board_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let t = resolve(&s, &board_id, &q)?;
+    let policy = rank_policy(&q, t.board)?;
+    let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
+    let reply: Vec<redis::Value> = read_script(&s, &t, "players", &ids).await?;
+    let total = int(reply.first());
+    let mut found = Vec::new();
+    let mut not_found = Vec::new();
+    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(4)) {
+        if matches!(row[0], redis::Value::Nil) {
+            not_found.push(id);
+            continue;
+        }
+        let stored = stored_of(&row[0]);
+        let ranks = ranks_at(int(row.get(1)), int(row.get(2)), int(row.get(3)));
+        found.push(Entry { member: id, stored, value: t.board.packing().decode(stored), ranks });
+    }
+    // Board order: by position, which the read took at one instant.
+    found.sort_by_key(|e| e.ranks.ordinal);
+    let entries: Vec<Value> = found
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let mut v = e.json(policy);
+            v["rank_in_set"] = json!(i + 1);
+            v
+        })
+        .collect();
+    Ok(Json(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "total": total,
+        "entries": entries,
+        "not_found": not_found,
+    })))
+}
+
+/// The rank a player with `score` would have, were they on the board.
+pub(super) async fn rank_of(
+    State(s): State<AppState>,
+    Path(board_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let t = resolve(&s, &board_id, &q)?;
+    let max = t.board.packing().max_value();
+    let score = match q.get("score").map(|v| v.parse::<i64>()) {
+        Some(Ok(v)) if v.abs() <= max => v,
+        Some(Ok(_)) => return Err(ApiError::bad("score", format!("score must be from -{max} to {max} on this board"))),
+        Some(Err(_)) => return Err(ApiError::bad("score", "score must be an integer")),
+        None => return Err(ApiError::bad("score", "score is required")),
+    };
+    let reply: Vec<redis::Value> = read_script(&s, &t, "rank_of", &[score.to_string()]).await?;
+    let (total, better, better_or_equal, dense_better) =
+        (int(reply.first()), int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
+    // A newcomer ranks after the players already at the score.
+    let ordinal = better_or_equal + 1;
+    Ok(Json(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "score": score,
+        "total": total,
+        "rank": {
+            "ordinal": ordinal,
+            "competition": better + 1,
+            "dense": t.board.dense_rank().then_some(dense_better + 1),
+        },
+        "percentile": percentile(total + 1, better),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_friends_body_names_distinct_players_in_order() {
+        assert_eq!(friends_body(br#"{"players": ["b", "a", "b"]}"#, 2).unwrap(), ["b", "a"]);
+        for bad in [&b"[]"[..], b"{}", b"nope", br#"{"players": "a"}"#, br#"{"players": [1]}"#, br#"{"players": []}"#] {
+            assert!(friends_body(bad, 5).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let err = friends_body(br#"{"players": ["a", "b", "c"]}"#, 2).unwrap_err();
+        assert!(err.contains("1 to 2"), "{err}");
+    }
+}

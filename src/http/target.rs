@@ -1,0 +1,162 @@
+//! What a read names: the board, its split and period, and the Redis keys
+//! they map to; the shared query parameters (numbers, the rank policy).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, NaiveDate, TimeZone};
+
+use super::{now_ms, ApiError, AppState};
+use crate::board::Board;
+use crate::keys;
+use crate::period::{Period, PeriodKind};
+/// The board, period and keys a read names.
+pub(super) struct Target<'a> {
+    pub board: &'a Board,
+    /// The split read (`""` on a board without splits).
+    pub split: String,
+    /// The period id (`d:2026-08-14`), sealed (`d:2026-08-14:final`) or rolling (`r:last7d`).
+    pub period: String,
+    pub key: String,
+    pub dense_key: String,
+}
+
+pub(super) fn resolve<'a>(
+    s: &'a AppState,
+    board_id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Target<'a>, ApiError> {
+    let board = s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let split = match (&board.split_by(), q.get("split")) {
+        (Some(_), Some(v)) if crate::event::valid_split_value(v) => Some(v.as_str()),
+        (Some(_), Some(_)) => return Err(ApiError::bad("split", "split must be 1 to 64 of [A-Za-z0-9_-]")),
+        (Some(attr), None) => {
+            return Err(ApiError::bad("split", format!("board '{}' is split by '{attr}': name a split", board.id())))
+        }
+        (None, Some(_)) => return Err(ApiError::bad("split", format!("board '{}' has no splits", board.id()))),
+        (None, None) => None,
+    };
+    let at_ms = match q.get("at") {
+        None => now_ms(),
+        Some(text) => parse_at(text, board)
+            .ok_or_else(|| ApiError::bad("at", "at must be a date (2026-08-14) or an RFC 3339 time"))?,
+    };
+    let default_kind =
+        if board.periods().contains(&PeriodKind::AllTime) { PeriodKind::AllTime } else { board.periods()[0] };
+    let base = keys::base(s.router.prefix(), board.id(), split);
+    let raw = q.get("period").map(String::as_str).unwrap_or("");
+    let (text, sealed) = match raw.strip_suffix(":final") {
+        Some(t) => (t, true),
+        None => (raw, false),
+    };
+    // A rolling board, by name (`last7d`) or id (`r:last7d`).
+    let rolling_name = text.strip_prefix("r:").unwrap_or(text);
+    if board.rolling().iter().any(|r| r.name == rolling_name) {
+        if sealed {
+            return Err(ApiError::bad("period", "rolling boards are never sealed"));
+        }
+        let id = keys::rolling_id(rolling_name);
+        return Ok(Target {
+            board,
+            split: split.unwrap_or_default().to_string(),
+            key: keys::period_key(&base, &id),
+            dense_key: keys::dense_key(&base, &id),
+            period: id,
+        });
+    }
+    if text.starts_with("r:") {
+        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
+    }
+    let period = match Some(text) {
+        None | Some("") => {
+            Period::containing(default_kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
+        }
+        Some(text) if text.contains(':') || text == "all" => {
+            let p = Period::from_id(text, board.timezone()).map_err(|e| ApiError::bad("period", e.to_string()))?;
+            if !board.periods().contains(&p.kind) {
+                return Err(ApiError::bad("period", format!("board '{}' keeps no {} periods", board.id(), p.kind)));
+            }
+            p
+        }
+        Some(text) => {
+            let kind = PeriodKind::parse(text)
+                .ok_or_else(|| ApiError::bad("period", format!("'{text}' is not a period name or id")))?;
+            if !board.periods().contains(&kind) {
+                return Err(ApiError::bad("period", format!("board '{}' keeps no {kind} periods", board.id())));
+            }
+            Period::containing(kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
+        }
+    };
+    let id = if sealed {
+        if board.close_after().is_none() {
+            return Err(ApiError::bad(
+                "period",
+                format!("board '{}' does not seal its periods (no close_after)", board.id()),
+            ));
+        }
+        if period.kind == PeriodKind::AllTime {
+            return Err(ApiError::bad("period", "all_time is never sealed"));
+        }
+        keys::final_id(&period.id)
+    } else {
+        period.id
+    };
+    Ok(Target {
+        board,
+        split: split.unwrap_or_default().to_string(),
+        key: keys::period_key(&base, &id),
+        dense_key: keys::dense_key(&base, &id),
+        period: id,
+    })
+}
+
+/// `at` as a date (noon of that day in the board's zone) or an RFC 3339 time.
+fn parse_at(text: &str, board: &Board) -> Option<i64> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.timestamp_millis());
+    }
+    let d = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+    board.timezone().from_local_datetime(&d.and_hms_opt(12, 0, 0)?).earliest().map(|t| t.timestamp_millis())
+}
+
+pub(super) fn parse_num(
+    q: &HashMap<String, String>,
+    name: &'static str,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    match q.get(name) {
+        None => Ok(default),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n <= max => Ok(n),
+            _ => Err(ApiError::bad(name, format!("{name} must be an integer from 0 to {max}"))),
+        },
+    }
+}
+
+/// Rank policies: ordinal, competition and dense.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum RankPolicy {
+    /// Position + 1.
+    Ordinal,
+    /// 1 + players with a strictly better score.
+    Competition,
+    /// 1 + distinct better scores.
+    Dense,
+}
+
+pub(super) fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy, ApiError> {
+    match q.get("rank").map(String::as_str) {
+        None | Some("ordinal") => Ok(RankPolicy::Ordinal),
+        Some("competition") => Ok(RankPolicy::Competition),
+        Some("dense") if board.dense_rank() => Ok(RankPolicy::Dense),
+        Some("dense") => {
+            Err(ApiError::bad("rank", format!("board '{}' keeps no dense-rank index (dense_rank = false)", board.id())))
+        }
+        Some(_) => Err(ApiError::bad("rank", "rank must be ordinal, competition or dense")),
+    }
+}
+
+/// The 404 of a player absent from a board: unranked, never rank 0 or last.
+pub(super) fn unranked(player_id: &str, t: &Target<'_>) -> ApiError {
+    ApiError::not_found(format!("player '{player_id}' is unranked on {} {}", t.board.id(), t.period))
+}
