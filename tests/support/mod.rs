@@ -605,11 +605,22 @@ impl Drop for Worker {
 
 /// A minimal HTTP/1.1 GET over loopback; returns status and body.
 pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    http_request(port, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")).await
+}
+
+/// A minimal HTTP/1.1 POST of a JSON body over loopback; returns status and body.
+pub async fn http_post(port: u16, path: &str, body: &str) -> (u16, String) {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    http_request(port, &(head + body)).await
+}
+
+async fn http_request(port: u16, request: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to rankflow http");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
     let text = String::from_utf8_lossy(&buf).to_string();
