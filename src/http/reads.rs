@@ -13,6 +13,7 @@ use super::cursor::{Cursor, Direction};
 use super::ranks::{int, listing, order_arg, percentile, ranks_at, stored_of, Entry};
 use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
+use crate::board::Order;
 
 /// Runs one query of `read.lua` on the target's keys.
 async fn read_script<T: redis::FromRedisValue>(
@@ -202,28 +203,34 @@ pub(super) async fn players(
     let t = resolve(&s, &board_id, &q)?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
-    let reply: Vec<redis::Value> = read_script(&s, &t, "players", &ids).await?;
+    let mut args = vec![policy.name().to_string()];
+    args.extend(ids.iter().cloned());
+    let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
     let total = int(reply.first());
-    let mut found = Vec::new();
+    let mut found: Vec<(String, i64, i64)> = Vec::new();
     let mut not_found = Vec::new();
-    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(4)) {
+    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(2)) {
         if matches!(row[0], redis::Value::Nil) {
             not_found.push(id);
-            continue;
+        } else {
+            found.push((id, stored_of(&row[0]), int(row.get(1)) + 1));
         }
-        let stored = stored_of(&row[0]);
-        let ranks = ranks_at(int(row.get(1)), int(row.get(2)), int(row.get(3)));
-        found.push(Entry { member: id, stored, value: t.board.packing().decode(stored), ranks });
     }
-    // Board order: by position, which the read took at one instant.
-    found.sort_by_key(|e| e.ranks.ordinal);
+    // Board order: stored score best first, then member bytes as Redis orders them.
+    found.sort_by(|a, b| match t.board.order() {
+        Order::Desc => b.1.cmp(&a.1).then_with(|| b.0.as_bytes().cmp(a.0.as_bytes())),
+        Order::Asc => a.1.cmp(&b.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())),
+    });
     let entries: Vec<Value> = found
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, e)| {
-            let mut v = e.json(policy);
-            v["rank_in_set"] = json!(i + 1);
-            v
+        .map(|(i, (member, stored, rank))| {
+            json!({
+                "rank": rank,
+                "rank_in_set": i + 1,
+                "player_id": member,
+                "score": t.board.packing().decode(stored),
+            })
         })
         .collect();
     Ok(Json(json!({

@@ -144,6 +144,17 @@ pub(super) enum RankPolicy {
     Dense,
 }
 
+impl RankPolicy {
+    /// The policy's name in queries and in `read.lua`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RankPolicy::Ordinal => "ordinal",
+            RankPolicy::Competition => "competition",
+            RankPolicy::Dense => "dense",
+        }
+    }
+}
+
 pub(super) fn rank_policy(q: &HashMap<String, String>, board: &Board) -> Result<RankPolicy, ApiError> {
     match q.get("rank").map(String::as_str) {
         None | Some("ordinal") => Ok(RankPolicy::Ordinal),

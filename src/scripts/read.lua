@@ -16,7 +16,8 @@
 -- player:   ARGV[4] member
 -- around:   ARGV[4] member, ARGV[5] radius, ARGV[6] "1" to fill (the window
 --           moves away from an edge instead of shrinking)
--- players:  ARGV[4..] members
+-- players:  ARGV[4] the rank policy ("ordinal" | "competition" | "dense"),
+--           ARGV[5..] members
 -- rank_of:  ARGV[4] a value
 -- page:     ARGV[4] stored score, ARGV[5] member (the entry a cursor was
 --           made at, which may have moved or left since), ARGV[6] limit,
@@ -27,7 +28,9 @@
 -- top:      { total, start, better, dense_better, member1, stored1, ... }
 -- player:   false if absent, else { total, position (0-based), better, dense_better, stored }
 -- around:   false if absent, else { total, start, better, dense_better, member1, stored1, ... }
--- players:  { total, then per member: stored (false if absent), position, better, dense_better }
+-- players:  { total, then per member: stored (false if absent), and the count
+--           its rank is one more than: position for "ordinal", better for
+--           "competition", dense_better for "dense" }
 -- rank_of:  { total, better, better_or_equal, dense_better } for the value
 -- page:     { total, start, better, dense_better, member1, stored1, ... }
 
@@ -129,14 +132,24 @@ elseif op == 'around' then
   end
   return listing(total, max(start, 0), page(max(start, 0), stop))
 elseif op == 'players' then
-  local out = { total }
-  for i = 4, #ARGV do
-    local stored = call('ZSCORE', key, ARGV[i])
-    if stored then
-      local b, d = better(stored)
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = stored, position(ARGV[i]), b, d
-    else
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = false, 0, 0, 0
+  -- Only the policy asked for is counted: one command per player found.
+  local policy, out, n = ARGV[4], { total }, 1
+  for s = 5, #ARGV, 1000 do
+    local e = min(s + 999, #ARGV)
+    local scores = call('ZMSCORE', key, unpack(ARGV, s, e))
+    for i = s, e do
+      local stored = scores[i - s + 1]
+      local count = 0
+      if not stored then
+        stored = false
+      elseif policy == 'ordinal' then
+        count = position(ARGV[i])
+      else
+        local b, d = better(stored)
+        count = policy == 'dense' and d or b
+      end
+      out[n + 1], out[n + 2] = stored, count
+      n = n + 2
     end
   end
   return out

@@ -40,34 +40,75 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     let key = "lb:{big}:all";
     let dense_key = "lb:{big}:_dense:all";
     let mut rng = rand_seed(6);
+    // Cursors of pages of 100: after entry 100, and 5,000 pages deep (or
+    // half way down a smaller board).
+    let deep = (5000 * 100).min(members / 2 / 100 * 100).max(100);
+    let mut cursors = Vec::new();
+    for offset in [0, deep - 100] {
+        let req = axum::http::Request::get(format!("/v1/boards/big/top?limit=100&offset={offset}"))
+            .body(axum::body::Body::empty())
+            .map_err(|e| e.to_string())?;
+        let resp = app.clone().oneshot(req).await.map_err(|e| e.to_string())?;
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 24).await.map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        cursors.push(v["next_cursor"].as_str().ok_or("a page of the top carried no next_cursor")?.to_string());
+    }
+    let deep_name = format!("cursor page of 100, {} pages deep", deep / 100);
+    let reads = [
+        "top 10",
+        "top 100",
+        "player rank",
+        "around me (radius 2)",
+        "dense rank (top page)",
+        "friends (100 players)",
+        "cursor page of 100, page 2",
+        deep_name.as_str(),
+    ];
     let mut results: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
-    for what in ["top 10", "player rank", "around me (radius 2)", "dense rank (top page)"] {
+    for what in reads {
         let (mut api, mut bare) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
         for _ in 0..samples {
             let player = format!("player-{:07}", rand::Rng::random_range(&mut rng, 0..members));
+            let friends: Vec<String> =
+                (0..100).map(|_| format!("player-{:07}", rand::Rng::random_range(&mut rng, 0..members))).collect();
             let uri = match what {
                 "top 10" => "/v1/boards/big/top?limit=10".to_string(),
+                "top 100" => "/v1/boards/big/top?limit=100".to_string(),
                 "player rank" => format!("/v1/boards/big/players/{player}"),
                 "around me (radius 2)" => format!("/v1/boards/big/players/{player}/around?radius=2"),
-                _ => format!(
+                "friends (100 players)" => "/v1/boards/big/players".to_string(),
+                "cursor page of 100, page 2" => format!("/v1/boards/big/top?limit=100&cursor={}", cursors[0]),
+                "dense rank (top page)" => format!(
                     "/v1/boards/big/top?limit=10&rank=dense&offset={}",
                     rand::Rng::random_range(&mut rng, 0..members - 10)
                 ),
+                _ => format!("/v1/boards/big/top?limit=100&cursor={}", cursors[1]),
             };
-            let req = axum::http::Request::get(uri).body(axum::body::Body::empty()).map_err(|e| e.to_string())?;
+            let req = if what.starts_with("friends") {
+                let body = serde_json::json!({ "players": friends }).to_string();
+                axum::http::Request::post(uri).body(axum::body::Body::from(body))
+            } else {
+                axum::http::Request::get(uri).body(axum::body::Body::empty())
+            }
+            .map_err(|e| e.to_string())?;
             let t = Instant::now();
             let resp = app.clone().oneshot(req).await.map_err(|e| e.to_string())?;
-            let _ = axum::body::to_bytes(resp.into_body(), 1 << 20).await;
+            let _ = axum::body::to_bytes(resp.into_body(), 1 << 24).await;
             api.push(t.elapsed().as_secs_f64() * 1000.0);
 
             let mut c = conn.clone();
             let t = Instant::now();
             match what {
-                "top 10" => {
+                "top 10" | "top 100" | "cursor page of 100, page 2" => {
+                    let (start, n) = match what {
+                        "top 10" => (0, 10),
+                        "top 100" => (0, 100),
+                        _ => (100, 100),
+                    };
                     let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
                         .arg(key)
-                        .arg(0)
-                        .arg(9)
+                        .arg(start)
+                        .arg(start + n - 1)
                         .arg("REV")
                         .arg("WITHSCORES")
                         .query_async(&mut c)
@@ -100,7 +141,14 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
                         .await
                         .map_err(|e| e.to_string())?;
                 }
-                _ => {
+                "friends (100 players)" => {
+                    let mut p = redis::pipe();
+                    for f in &friends {
+                        p.zscore(key, f).zrevrank(key, f);
+                    }
+                    let _: Vec<Option<f64>> = p.query_async(&mut c).await.map_err(|e| e.to_string())?;
+                }
+                "dense rank (top page)" => {
                     let s: Option<f64> = redis::cmd("ZSCORE")
                         .arg(key)
                         .arg(&player)
@@ -111,6 +159,17 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
                         .arg(dense_key)
                         .arg(format!("({}", s.unwrap_or(0.0)))
                         .arg("+inf")
+                        .query_async(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                _ => {
+                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(deep)
+                        .arg(deep + 99)
+                        .arg("REV")
+                        .arg("WITHSCORES")
                         .query_async(&mut c)
                         .await
                         .map_err(|e| e.to_string())?;
@@ -128,9 +187,12 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         bare.sort_by(f64::total_cmp);
         let cmds = match what {
             "top 10" => "ZRANGE 0 9 REV WITHSCORES",
+            "top 100" => "ZRANGE 0 99 REV WITHSCORES",
             "player rank" => "ZSCORE + ZREVRANK (pipelined)",
             "around me (radius 2)" => "ZREVRANK, then ZRANGE",
-            _ => "ZSCORE, then ZCOUNT on the dense index",
+            "dense rank (top page)" => "ZSCORE, then ZCOUNT on the dense index",
+            "friends (100 players)" => "ZSCORE + ZREVRANK of each (pipelined)",
+            _ => "ZRANGE of the same 100 by offset",
         };
         println!(
             "| {what} | {:.3} | {:.3} | {:.3} | {:.3} | {cmds} |",
