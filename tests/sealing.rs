@@ -239,6 +239,21 @@ split_by = "track"
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["period"], json!(format!("{}:final", hour_id(h2))));
     assert_eq!(body["total"], json!(model[&("hr".to_string(), hour_id(h2))].len()));
+    // Cursors page a sealed period too, and carry it: the pages of 3 make
+    // up the whole sealed board.
+    let sealed = format!("{}:final", hour_id(h2));
+    let (_, all) = http_get(w1.http_port, &format!("/v1/boards/hr/top?period={sealed}&limit=1000")).await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let mut paged = body["entries"].as_array().unwrap().clone();
+    let mut page = body.clone();
+    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
+        let (status, text) = http_get(w1.http_port, &format!("/v1/boards/hr/top?limit=3&cursor={next}")).await;
+        assert_eq!(status, 200, "{text}");
+        page = serde_json::from_str(&text).unwrap();
+        assert_eq!(page["period"], json!(sealed));
+        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(paged, *all["entries"].as_array().unwrap());
 
     // Produced after the close: rejected. Produced before it but arriving
     // after the seal: rejected too, and the sealed board does not move.

@@ -40,12 +40,13 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     let key = "lb:{big}:all";
     let dense_key = "lb:{big}:_dense:all";
     let mut rng = rand_seed(6);
-    // Cursors of pages of 100: after entry 100, and 5,000 pages deep (or
-    // half way down a smaller board).
-    let deep = (5000 * 100).min(members / 2 / 100 * 100).max(100);
+    // Cursors of pages of 100 (fewer on a board under 400 members): after
+    // the first page, and 5,000 pages deep (or half way down a smaller board).
+    let size = 100.min(members / 4).max(1);
+    let deep = (5000 * size).min(members / 2 / size * size).max(size);
     let mut cursors = Vec::new();
-    for offset in [0, deep - 100] {
-        let req = axum::http::Request::get(format!("/v1/boards/big/top?limit=100&offset={offset}"))
+    for offset in [0, deep - size] {
+        let req = axum::http::Request::get(format!("/v1/boards/big/top?limit={size}&offset={offset}"))
             .body(axum::body::Body::empty())
             .map_err(|e| e.to_string())?;
         let resp = app.clone().oneshot(req).await.map_err(|e| e.to_string())?;
@@ -53,7 +54,8 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
         cursors.push(v["next_cursor"].as_str().ok_or("a page of the top carried no next_cursor")?.to_string());
     }
-    let deep_name = format!("cursor page of 100, {} pages deep", deep / 100);
+    let deep_name = format!("cursor page of {size}, {} pages deep", deep / size);
+    let near_name = format!("cursor page of {size}, page 2");
     let reads = [
         "top 10",
         "top 100",
@@ -61,7 +63,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         "around me (radius 2)",
         "dense rank (top page)",
         "friends (100 players)",
-        "cursor page of 100, page 2",
+        near_name.as_str(),
         deep_name.as_str(),
     ];
     let mut results: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
@@ -77,12 +79,12 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
                 "player rank" => format!("/v1/boards/big/players/{player}"),
                 "around me (radius 2)" => format!("/v1/boards/big/players/{player}/around?radius=2"),
                 "friends (100 players)" => "/v1/boards/big/players".to_string(),
-                "cursor page of 100, page 2" => format!("/v1/boards/big/top?limit=100&cursor={}", cursors[0]),
+                w if w == near_name => format!("/v1/boards/big/top?limit={size}&cursor={}", cursors[0]),
                 "dense rank (top page)" => format!(
                     "/v1/boards/big/top?limit=10&rank=dense&offset={}",
                     rand::Rng::random_range(&mut rng, 0..members - 10)
                 ),
-                _ => format!("/v1/boards/big/top?limit=100&cursor={}", cursors[1]),
+                _ => format!("/v1/boards/big/top?limit={size}&cursor={}", cursors[1]),
             };
             let req = if what.starts_with("friends") {
                 let body = serde_json::json!({ "players": friends }).to_string();
@@ -99,11 +101,11 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
             let mut c = conn.clone();
             let t = Instant::now();
             match what {
-                "top 10" | "top 100" | "cursor page of 100, page 2" => {
+                w if w == "top 10" || w == "top 100" || w == near_name => {
                     let (start, n) = match what {
                         "top 10" => (0, 10),
                         "top 100" => (0, 100),
-                        _ => (100, 100),
+                        _ => (size, size),
                     };
                     let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
                         .arg(key)
@@ -167,7 +169,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
                     let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
                         .arg(key)
                         .arg(deep)
-                        .arg(deep + 99)
+                        .arg(deep + size - 1)
                         .arg("REV")
                         .arg("WITHSCORES")
                         .query_async(&mut c)
@@ -192,7 +194,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
             "around me (radius 2)" => "ZREVRANK, then ZRANGE",
             "dense rank (top page)" => "ZSCORE, then ZCOUNT on the dense index",
             "friends (100 players)" => "ZSCORE + ZREVRANK of each (pipelined)",
-            _ => "ZRANGE of the same 100 by offset",
+            _ => "ZRANGE of the same page by offset",
         };
         println!(
             "| {what} | {:.3} | {:.3} | {:.3} | {:.3} | {cmds} |",
