@@ -253,6 +253,7 @@ split_by = "track"
         assert_eq!(page["period"], json!(sealed));
         paged.extend(page["entries"].as_array().unwrap().iter().cloned());
     }
+    assert!(paged.len() > 3, "the sealed board fits one page of 3");
     assert_eq!(paged, *all["entries"].as_array().unwrap());
 
     // Produced after the close: rejected. Produced before it but arriving
@@ -390,6 +391,33 @@ close_after = "10m"
     assert_eq!(body["total"], json!(3));
     let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last9d").await;
     assert_eq!((status, body.contains("period")), (400, true), "{body}");
+    // Cursors, friends and what-if ranks read a rolling board like a period.
+    let (_, all) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=10").await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let (_, first) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=1").await;
+    let mut page: Value = serde_json::from_str(&first).unwrap();
+    let mut paged = page["entries"].as_array().unwrap().clone();
+    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
+        page = serde_json::from_str(&w.http_get(&format!("/v1/boards/hi/top?limit=1&cursor={next}")).await.1).unwrap();
+        assert_eq!(page["period"], json!("r:last3d"));
+        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(paged, *all["entries"].as_array().unwrap());
+    assert_eq!(paged.len(), 3);
+    let (status, set) = http_post(
+        w.http_port,
+        "/v1/boards/pts/players?period=last3d&rank=competition",
+        r#"{"players": ["nobody", "alice"]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{set}");
+    let set: Value = serde_json::from_str(&set).unwrap();
+    assert_eq!(set["entries"][0]["rank"], json!(better + 1));
+    assert_eq!(set["not_found"], json!(["nobody"]));
+    let (_, what_if) = w.http_get("/v1/boards/pts/rank-of?period=last3d&score=5000").await;
+    let what_if: Value = serde_json::from_str(&what_if).unwrap();
+    assert_eq!(what_if["rank"]["competition"], json!(better + 1));
+    assert_eq!(what_if["rank"]["ordinal"], json!(sum3.values().filter(|&&v| v >= 5000).count() + 1));
 
     // The hour alice played in is sealed.
     wait_records(&broker, &sealed, 1, Duration::from_secs(60), &|| w.log());
