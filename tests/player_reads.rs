@@ -401,4 +401,12 @@ async fn a_cursor_scan_sees_every_unchanged_member_once_in_order_while_others_mo
     let mut sorted = kept.clone();
     sorted.sort_by(board_order);
     assert_eq!(kept, sorted, "unchanged members out of board order");
+
+    // A friends read of http.max_players (1,000 by default) of the longest
+    // ids fits the body limit.
+    let mut ids: Vec<String> = (0..999).map(|i| format!("{i:0>128}")).collect();
+    ids.push(name(1));
+    let (status, set) = post(&w, "/v1/boards/moving/players", &json!({ "players": ids }).to_string()).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!((set["entries"].as_array().unwrap().len(), set["not_found"].as_array().unwrap().len()), (1, 999));
 }

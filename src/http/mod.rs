@@ -103,8 +103,18 @@ pub struct Limits {
 /// answered 431. hyper's read buffer cannot be smaller than 8 KiB.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// Largest request body accepted; a larger one is answered 413.
+/// Largest request body accepted (a larger one is answered 413), unless a
+/// friends read of `http.max_players` ids needs more: see [`body_limit`].
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Bytes a friends body may spend per id: a player id is at most 128 bytes,
+/// plus its quotes, comma and a space.
+const BODY_BYTES_PER_PLAYER: usize = 132;
+
+/// The body limit of a server whose friends reads name up to `max_players`.
+pub fn body_limit(max_players: usize) -> usize {
+    MAX_BODY_BYTES.max(max_players * BODY_BYTES_PER_PLAYER + 64)
+}
 
 /// The routes with the limits around them.
 pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
@@ -118,10 +128,11 @@ pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
         .load_shed()
         // Global: axum layers each route apart, and the cap is the server's.
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent));
+    let body_limit = body_limit(state.max_players);
     app(state)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
         .layer(overload)
-        .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
 }
 
 /// Serves until `cancel` fires, then lets the requests in progress finish.
@@ -276,4 +287,17 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "boards": boards }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_limit_takes_a_friends_read_of_max_players_longest_ids() {
+        assert_eq!(body_limit(4), MAX_BODY_BYTES);
+        let ids: Vec<String> = (0..1000).map(|i| format!("{i:0>128}")).collect();
+        let body = json!({ "players": ids }).to_string();
+        assert!(body.len() <= body_limit(1000), "{} > {}", body.len(), body_limit(1000));
+    }
 }
