@@ -11,29 +11,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 
-const BOARDS: &str = r#"
-[[board]]
-id = "member"
-on = ["match"]
-mode = "best"
-periods = ["all_time", "daily"]
-
-[[board]]
-id = "earliest"
-on = ["match"]
-mode = "best"
-periods = ["all_time"]
-tie_break = "earliest"
-
-[[board]]
-id = "laps"
-on = ["lap"]
-mode = "best"
-order = "asc"
-periods = ["all_time"]
-split_by = "track"
-"#;
-
 fn event(kind: &str, player: &str, score: i64, ts_ms: i64, attrs: Value) -> (String, Vec<u8>, Option<i64>) {
     let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player, "score": score, "ts": ts_ms, "attrs": attrs});
     (player.to_string(), v.to_string().into_bytes(), Some(ts_ms))
@@ -94,7 +71,7 @@ async fn fixture() -> (Stack, Worker) {
         lap("carol", 80_000, "spa", now),
     ];
     stack.broker.produce(&stack.topic, &records).await;
-    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, BOARDS);
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, READ_BOARDS);
     cfg.http_extra = "max_players = 4".into();
     let w = Worker::spawn(&cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));

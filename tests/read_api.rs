@@ -9,36 +9,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 
-const BOARDS: &str = r#"
-[[board]]
-id = "member"
-on = ["match"]
-mode = "best"
-periods = ["all_time", "daily"]
-
-[[board]]
-id = "earliest"
-on = ["match"]
-mode = "best"
-periods = ["all_time"]
-tie_break = "earliest"
-
-[[board]]
-id = "total"
-on = ["match"]
-mode = "sum"
-periods = ["all_time"]
-tie_break = "earliest"
-
-[[board]]
-id = "laps"
-on = ["lap"]
-mode = "best"
-order = "asc"
-periods = ["all_time"]
-split_by = "track"
-"#;
-
 fn event(player: &str, score: i64, ts_ms: i64) -> (String, Vec<u8>, Option<i64>) {
     let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": player, "score": score, "ts": ts_ms});
     (player.to_string(), v.to_string().into_bytes(), Some(ts_ms))
@@ -81,7 +51,7 @@ async fn the_read_api_ranks_the_seed_fixture_three_ways_and_breaks_ties_by_time(
         lap("carol", 80_000, "spa", now),
     ];
     broker.produce(&topic, &records).await;
-    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, READ_BOARDS);
     let w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
     wait_http(w.http_port, Duration::from_secs(10)).await;

@@ -815,3 +815,35 @@ pub async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) 
     }
     furthest.values().map(|o| o + 1).sum()
 }
+
+/// The read tests' boards: member and earliest ties on `desc` boards (best
+/// and sum), and an `asc` board split by track.
+pub const READ_BOARDS: &str = r#"
+[[board]]
+id = "member"
+on = ["match"]
+mode = "best"
+periods = ["all_time", "daily"]
+
+[[board]]
+id = "earliest"
+on = ["match"]
+mode = "best"
+periods = ["all_time"]
+tie_break = "earliest"
+
+[[board]]
+id = "total"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+tie_break = "earliest"
+
+[[board]]
+id = "laps"
+on = ["lap"]
+mode = "best"
+order = "asc"
+periods = ["all_time"]
+split_by = "track"
+"#;
