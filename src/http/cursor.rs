@@ -23,15 +23,8 @@ pub enum Direction {
 }
 
 impl Direction {
-    fn code(self) -> &'static str {
-        match self {
-            Direction::Next => "n",
-            Direction::Prev => "p",
-        }
-    }
-
-    /// The name `read.lua` knows it by.
-    pub fn script_arg(self) -> &'static str {
+    /// Its name, in the token and for `read.lua`.
+    pub fn name(self) -> &'static str {
         match self {
             Direction::Next => "next",
             Direction::Prev => "prev",
@@ -57,7 +50,7 @@ const VERSION: i64 = 1;
 
 impl Cursor {
     pub fn encode(&self) -> String {
-        let v = json!([VERSION, self.direction.code(), self.board, self.split, self.period, self.stored, self.member]);
+        let v = json!([VERSION, self.direction.name(), self.board, self.split, self.period, self.stored, self.member]);
         URL_SAFE_NO_PAD.encode(v.to_string())
     }
 
@@ -70,8 +63,8 @@ impl Cursor {
             return None;
         }
         let direction = match a[1].as_str()? {
-            "n" => Direction::Next,
-            "p" => Direction::Prev,
+            "next" => Direction::Next,
+            "prev" => Direction::Prev,
             _ => return None,
         };
         let text = |i: usize| a[i].as_str().map(str::to_string);
@@ -117,7 +110,8 @@ mod tests {
             assert_eq!(Cursor::decode(bad), None, "{bad}");
         }
         // Valid base64 of the wrong JSON.
-        for v in [json!([2, "n", "b", "", "all", 1, "m"]), json!([1, "x", "b", "", "all", 1, "m"]), json!({"a": 1})] {
+        for v in [json!([2, "next", "b", "", "all", 1, "m"]), json!([1, "x", "b", "", "all", 1, "m"]), json!({"a": 1})]
+        {
             assert_eq!(Cursor::decode(&URL_SAFE_NO_PAD.encode(v.to_string())), None, "{v}");
         }
     }

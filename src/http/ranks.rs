@@ -5,15 +5,6 @@
 use serde_json::{json, Value};
 
 use super::target::{RankPolicy, Target};
-use crate::board::{Board, Order};
-
-/// `read.lua`'s name of a board's order.
-pub(super) fn order_arg(board: &Board) -> &'static str {
-    match board.order() {
-        Order::Desc => "desc",
-        Order::Asc => "asc",
-    }
-}
 
 /// The three ranks of one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +34,7 @@ pub(super) fn ranks_of_run(start: i64, better: i64, dense_better: i64, values: &
     for (i, v) in values.iter().enumerate() {
         let ordinal = start + i as i64 + 1;
         let r = match out.last() {
-            None => Ranks { ordinal, competition: better + 1, dense: dense_better + 1 },
+            None => ranks_at(start + i as i64, better, dense_better),
             Some(prev) if values[i - 1] == *v => Ranks { ordinal, ..*prev },
             Some(prev) => Ranks { ordinal, competition: ordinal, dense: prev.dense + 1 },
         };

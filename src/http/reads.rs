@@ -10,10 +10,18 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, listing, order_arg, percentile, ranks_at, stored_of, Entry};
+use super::ranks::{int, listing, percentile, ranks_at, stored_of, Entry};
 use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
-use crate::board::Order;
+use crate::board::{Board, Order};
+
+/// `read.lua`'s name of a board's order.
+fn order_arg(board: &Board) -> &'static str {
+    match board.order() {
+        Order::Desc => "desc",
+        Order::Asc => "asc",
+    }
+}
 
 /// Runs one query of `read.lua` on the target's keys.
 async fn read_script<T: redis::FromRedisValue>(
@@ -93,15 +101,11 @@ pub(super) async fn top(
                     ),
                 ));
             }
-            let args =
-                [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.script_arg().to_string()];
+            let args = [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.name().to_string()];
             read_script(&s, &t, "page", &args).await?
         }
     };
-    let (total, mut entries) = listing(&t, &reply);
-    if limit == 0 {
-        entries.clear();
-    }
+    let (total, entries) = listing(&t, &reply);
     let mut body = json!({
         "board": t.board.id(),
         "period": t.period,

@@ -44,16 +44,25 @@ local function num(n)
   return format('%d', n)
 end
 
--- Members better than value v, and distinct values better than it.
-local function better_than(v)
-  if desc then
-    return call('ZCOUNT', key, num((v + 1) * shift), '+inf'), call('ZCOUNT', dense, '(' .. num(v), '+inf')
-  end
-  return call('ZCOUNT', key, '-inf', '(' .. num(v * shift)), call('ZCOUNT', dense, '-inf', '(' .. num(v))
+-- Members with a value better than v.
+local function members_better(v)
+  if desc then return call('ZCOUNT', key, num((v + 1) * shift), '+inf') end
+  return call('ZCOUNT', key, '-inf', '(' .. num(v * shift))
+end
+
+-- Distinct values better than v.
+local function values_better(v)
+  if desc then return call('ZCOUNT', dense, '(' .. num(v), '+inf') end
+  return call('ZCOUNT', dense, '-inf', '(' .. num(v))
+end
+
+local function value_of(stored)
+  return floor(tonumber(stored) / shift)
 end
 
 local function better(stored)
-  return better_than(floor(tonumber(stored) / shift))
+  local v = value_of(stored)
+  return members_better(v), values_better(v)
 end
 
 local function page(start, stop)
@@ -115,6 +124,8 @@ end
 local total = call('ZCARD', key)
 if op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+  -- limit 0: no entries (ZRANGE 0 -1 would read the whole board).
+  if limit < 1 then return { total, offset, 0, 0 } end
   return listing(total, offset, page(offset, offset + limit - 1))
 elseif op == 'player' then
   local stored = call('ZSCORE', key, ARGV[4])
@@ -144,9 +155,10 @@ elseif op == 'players' then
         stored = false
       elseif policy == 'ordinal' then
         count = position(ARGV[i])
+      elseif policy == 'dense' then
+        count = values_better(value_of(stored))
       else
-        local b, d = better(stored)
-        count = policy == 'dense' and d or b
+        count = members_better(value_of(stored))
       end
       out[n + 1], out[n + 2] = stored, count
       n = n + 2
@@ -155,7 +167,7 @@ elseif op == 'players' then
   return out
 elseif op == 'rank_of' then
   local v = tonumber(ARGV[4])
-  local b, d = better_than(v)
+  local b, d = members_better(v), values_better(v)
   local be
   if desc then
     be = call('ZCOUNT', key, num(v * shift), '+inf')
