@@ -24,16 +24,6 @@ fn lap(player: &str, ms: i64, track: &str, ts_ms: i64) -> (String, Vec<u8>, Opti
     event("lap", player, ms, ts_ms, json!({ "track": track }))
 }
 
-async fn get(w: &Worker, path: &str) -> (u16, Value) {
-    let (status, body) = w.http_get(path).await;
-    (status, serde_json::from_str(&body).unwrap_or_else(|_| json!({ "raw": body })))
-}
-
-async fn post(w: &Worker, path: &str, body: &str) -> (u16, Value) {
-    let (status, body) = http_post(w.http_port, path, body).await;
-    (status, serde_json::from_str(&body).unwrap_or_else(|_| json!({ "raw": body })))
-}
-
 /// (player, rank, rank_in_set) of a friends answer.
 fn set_ranks(body: &Value) -> Vec<(String, i64, i64)> {
     body["entries"]
@@ -85,28 +75,28 @@ async fn friends_rank_globally_and_within_the_set_under_each_policy() {
     let body = r#"{"players": ["alice", "zed", "carol", "alice", "bob"]}"#;
 
     // Member ties: carol before bob; zed is not on the board; alice counts once.
-    let (status, set) = post(&w, "/v1/boards/member/players?period=all_time", body).await;
+    let (status, set) = w.post_json("/v1/boards/member/players?period=all_time", body).await;
     assert_eq!(status, 200, "{set}");
     assert_eq!(set["total"], 6);
     assert_eq!(set["not_found"], json!(["zed"]));
     assert_eq!(set_ranks(&set), triples(&[("carol", 1, 1), ("bob", 2, 2), ("alice", 3, 3)]));
     assert_eq!(set["entries"][2]["score"], 90);
-    let (_, set) = post(&w, "/v1/boards/member/players?rank=competition", body).await;
+    let (_, set) = w.post_json("/v1/boards/member/players?rank=competition", body).await;
     assert_eq!(set_ranks(&set), triples(&[("carol", 1, 1), ("bob", 1, 2), ("alice", 3, 3)]));
-    let (_, set) = post(&w, "/v1/boards/member/players?period=daily&rank=dense", body).await;
+    let (_, set) = w.post_json("/v1/boards/member/players?period=daily&rank=dense", body).await;
     assert_eq!(set_ranks(&set), triples(&[("carol", 1, 1), ("bob", 1, 2), ("alice", 2, 3)]));
 
     // A set that leaves out the leaders ranks within itself from 1.
-    let (_, set) = post(&w, "/v1/boards/member/players", r#"{"players": ["frank", "dave"]}"#).await;
+    let (_, set) = w.post_json("/v1/boards/member/players", r#"{"players": ["frank", "dave"]}"#).await;
     assert_eq!(set_ranks(&set), triples(&[("dave", 4, 1), ("frank", 6, 2)]));
 
     // Earliest ties: bob reached 100 first.
-    let (_, set) = post(&w, "/v1/boards/earliest/players", body).await;
+    let (_, set) = w.post_json("/v1/boards/earliest/players", body).await;
     assert_eq!(set_ranks(&set), triples(&[("bob", 1, 1), ("carol", 2, 2), ("alice", 3, 3)]));
     assert_eq!(set["entries"][0]["score"], 100);
 
     // Ascending split board: lower is better; carol drives another track.
-    let (_, set) = post(&w, "/v1/boards/laps/players?split=monza", body).await;
+    let (_, set) = w.post_json("/v1/boards/laps/players?split=monza", body).await;
     assert_eq!(set_ranks(&set), triples(&[("bob", 1, 1), ("alice", 2, 2)]));
     let mut missing: Vec<String> = serde_json::from_value(set["not_found"].clone()).unwrap();
     missing.sort();
@@ -122,14 +112,14 @@ async fn friends_rank_globally_and_within_the_set_under_each_policy() {
         r#"{"players": []}"#,
         r#"{"players": ["a", "b", "c", "d", "e"]}"#,
     ] {
-        let (status, body) = post(&w, "/v1/boards/member/players", bad).await;
+        let (status, body) = w.post_json("/v1/boards/member/players", bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert_eq!(body["parameter"], "players", "{bad}: {body}");
     }
     // Repeated ids count once against max_players (4 here).
-    let (status, _) = post(&w, "/v1/boards/member/players", r#"{"players": ["a", "b", "c", "d", "a"]}"#).await;
+    let (status, _) = w.post_json("/v1/boards/member/players", r#"{"players": ["a", "b", "c", "d", "a"]}"#).await;
     assert_eq!(status, 200);
-    let (status, body) = post(&w, "/v1/boards/member/players?rank=fancy", body).await;
+    let (status, body) = w.post_json("/v1/boards/member/players?rank=fancy", body).await;
     assert_eq!((status, body["parameter"].clone()), (400, json!("rank")));
 }
 
@@ -146,7 +136,7 @@ async fn rank_of_places_a_newcomer_after_the_players_at_its_score() {
         ("earliest", 100, 3, 1, 1),
         ("earliest", 80, 5, 4, 3),
     ] {
-        let (status, r) = get(&w, &format!("/v1/boards/{board}/rank-of?score={score}")).await;
+        let (status, r) = w.get_json(&format!("/v1/boards/{board}/rank-of?score={score}")).await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(
             r["rank"],
@@ -156,14 +146,14 @@ async fn rank_of_places_a_newcomer_after_the_players_at_its_score() {
         assert_eq!((r["total"].clone(), r["score"].clone()), (json!(6), json!(score)));
     }
     // Percentile as if counted with the board: 7 players, 6 strictly better.
-    let (_, r) = get(&w, "/v1/boards/member/rank-of?score=10").await;
+    let (_, r) = w.get_json("/v1/boards/member/rank-of?score=10").await;
     assert_eq!(r["percentile"], 14.29);
-    let (_, r) = get(&w, "/v1/boards/member/rank-of?score=500&period=daily").await;
+    let (_, r) = w.get_json("/v1/boards/member/rank-of?score=500&period=daily").await;
     assert_eq!(r["percentile"], 100.0);
 
     // Ascending: bob 69,500, alice 71,000 on monza.
     for (score, ordinal, competition) in [(69_500, 2, 1), (70_000, 2, 2), (71_000, 3, 2), (60_000, 1, 1)] {
-        let (_, r) = get(&w, &format!("/v1/boards/laps/rank-of?score={score}&split=monza")).await;
+        let (_, r) = w.get_json(&format!("/v1/boards/laps/rank-of?score={score}&split=monza")).await;
         assert_eq!(
             (r["rank"]["ordinal"].clone(), r["rank"]["competition"].clone()),
             (json!(ordinal), json!(competition)),
@@ -171,7 +161,7 @@ async fn rank_of_places_a_newcomer_after_the_players_at_its_score() {
         );
     }
     // An empty board: rank 1 of 1.
-    let (_, r) = get(&w, "/v1/boards/laps/rank-of?score=1&split=suzuka").await;
+    let (_, r) = w.get_json("/v1/boards/laps/rank-of?score=1&split=suzuka").await;
     assert_eq!(
         (r["rank"]["ordinal"].clone(), r["total"].clone(), r["percentile"].clone()),
         (json!(1), json!(0), json!(100.0))
@@ -183,7 +173,7 @@ async fn rank_of_places_a_newcomer_after_the_players_at_its_score() {
         "/v1/boards/member/rank-of?score=abc",
         "/v1/boards/member/rank-of?score=99999999999999999999",
     ] {
-        let (status, body) = get(&w, path).await;
+        let (status, body) = w.get_json(path).await;
         assert_eq!((status, body["parameter"].clone()), (400, json!("score")), "{path}: {body}");
     }
 }
@@ -202,53 +192,53 @@ async fn around_filled_answers_a_full_window_at_both_edges() {
         ("erin", 10, true, vec!["carol", "bob", "alice", "dave", "erin", "frank"]),
     ] {
         let (status, a) =
-            get(&w, &format!("/v1/boards/member/players/{player}/around?radius={radius}&fill={fill}")).await;
+            w.get_json(&format!("/v1/boards/member/players/{player}/around?radius={radius}&fill={fill}")).await;
         assert_eq!(status, 200, "{a}");
         assert_eq!(players(&a), want, "{player} radius {radius} fill {fill}");
     }
     // Ranks stay those of the board (competition: carol and bob share 1).
-    let (_, a) = get(&w, "/v1/boards/member/players/carol/around?radius=1&fill=true&rank=competition").await;
+    let (_, a) = w.get_json("/v1/boards/member/players/carol/around?radius=1&fill=true&rank=competition").await;
     let ranks: Vec<i64> = a["entries"].as_array().unwrap().iter().map(|e| e["rank"].as_i64().unwrap()).collect();
     assert_eq!(ranks, [1, 1, 3]);
     // Ascending edge.
-    let (_, a) = get(&w, "/v1/boards/laps/players/alice/around?radius=1&fill=true&split=monza").await;
+    let (_, a) = w.get_json("/v1/boards/laps/players/alice/around?radius=1&fill=true&split=monza").await;
     assert_eq!(players(&a), ["bob", "alice"]);
-    let (status, body) = get(&w, "/v1/boards/member/players/bob/around?fill=yes").await;
+    let (status, body) = w.get_json("/v1/boards/member/players/bob/around?fill=yes").await;
     assert_eq!((status, body["parameter"].clone()), (400, json!("fill")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cursors_page_both_ways_and_refuse_what_is_not_theirs() {
     let (_stack, w) = fixture().await;
-    let (_, all) = get(&w, "/v1/boards/member/top?limit=10&rank=competition").await;
+    let (_, all) = w.get_json("/v1/boards/member/top?limit=10&rank=competition").await;
     assert!(all.get("next_cursor").is_none() && all.get("prev_cursor").is_none(), "{all}");
     // Pages of two, forwards: the same entries and ranks as one page of all.
     let mut seen = Vec::new();
-    let (_, mut page) = get(&w, "/v1/boards/member/top?limit=2&rank=competition").await;
+    let (_, mut page) = w.get_json("/v1/boards/member/top?limit=2&rank=competition").await;
     assert!(page.get("prev_cursor").is_none());
     let mut pages = vec![page.clone()];
     loop {
         seen.extend(page["entries"].as_array().unwrap().iter().cloned());
         let Some(next) = page.get("next_cursor").and_then(Value::as_str) else { break };
-        page = get(&w, &format!("/v1/boards/member/top?limit=2&rank=competition&cursor={next}")).await.1;
+        page = w.get_json(&format!("/v1/boards/member/top?limit=2&rank=competition&cursor={next}")).await.1;
         pages.push(page.clone());
     }
     assert_eq!(seen, *all["entries"].as_array().unwrap());
     assert_eq!(pages.len(), 3);
     // And back: the prev cursor of page 3 gives page 2, of page 2 page 1.
     let prev = pages[2]["prev_cursor"].as_str().unwrap();
-    let (_, back) = get(&w, &format!("/v1/boards/member/top?limit=2&rank=competition&cursor={prev}")).await;
+    let (_, back) = w.get_json(&format!("/v1/boards/member/top?limit=2&rank=competition&cursor={prev}")).await;
     assert_eq!(back["entries"], pages[1]["entries"]);
     let prev = back["prev_cursor"].as_str().unwrap();
-    let (_, back) = get(&w, &format!("/v1/boards/member/top?limit=2&rank=competition&cursor={prev}")).await;
+    let (_, back) = w.get_json(&format!("/v1/boards/member/top?limit=2&rank=competition&cursor={prev}")).await;
     assert_eq!(back["entries"], pages[0]["entries"]);
     assert!(back.get("prev_cursor").is_none(), "{back}");
 
     // Ascending split board: the cursor carries its split.
-    let (_, first) = get(&w, "/v1/boards/laps/top?split=monza&limit=1").await;
+    let (_, first) = w.get_json("/v1/boards/laps/top?split=monza&limit=1").await;
     assert_eq!(players(&first), ["bob"]);
     let next = first["next_cursor"].as_str().unwrap();
-    let (status, second) = get(&w, &format!("/v1/boards/laps/top?limit=1&cursor={next}")).await;
+    let (status, second) = w.get_json(&format!("/v1/boards/laps/top?limit=1&cursor={next}")).await;
     assert_eq!(status, 200, "{second}");
     assert_eq!(players(&second), ["alice"]);
     assert_eq!(second["entries"][0]["rank"], 2);
@@ -262,7 +252,7 @@ async fn cursors_page_both_ways_and_refuse_what_is_not_theirs() {
         format!("/v1/boards/member/top?period=daily&cursor={cursor}"),
         format!("/v1/boards/laps/top?split=spa&cursor={next}"),
     ] {
-        let (status, body) = get(&w, &path).await;
+        let (status, body) = w.get_json(&path).await;
         assert_eq!((status, body["parameter"].clone()), (400, json!("cursor")), "{path}: {body}");
     }
 }
@@ -328,9 +318,9 @@ async fn a_cursor_scan_sees_every_unchanged_member_once_in_order_while_others_mo
 
     // Let the first moves land, then scan in pages of 7, a little apart.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = get(&w, "/v1/boards/moving/top?limit=1000").await.1;
+    let before = w.get_json("/v1/boards/moving/top?limit=1000").await.1;
     let mut scanned: Vec<(String, i64)> = Vec::new();
-    let (_, mut page) = get(&w, "/v1/boards/moving/top?limit=7").await;
+    let (_, mut page) = w.get_json("/v1/boards/moving/top?limit=7").await;
     let mut moved_at_cursor = 0;
     loop {
         for e in page["entries"].as_array().unwrap() {
@@ -347,18 +337,18 @@ async fn a_cursor_scan_sees_every_unchanged_member_once_in_order_while_others_mo
             broker.produce(&topic, &[score(&last, to, now + 200_000 + moved_at_cursor)]).await;
             let path = format!("/v1/boards/moving/players/{last}");
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while get(&w, &path).await.1["score"] != to {
+            while w.get_json(&path).await.1["score"] != to {
                 assert!(std::time::Instant::now() < deadline, "the move of {last} never landed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             moved_at_cursor += 1;
         }
         tokio::time::sleep(Duration::from_millis(15)).await;
-        let (status, p) = get(&w, &format!("/v1/boards/moving/top?limit=7&cursor={next}")).await;
+        let (status, p) = w.get_json(&format!("/v1/boards/moving/top?limit=7&cursor={next}")).await;
         assert_eq!(status, 200, "{p}");
         page = p;
     }
-    let after = get(&w, "/v1/boards/moving/top?limit=1000").await.1;
+    let after = w.get_json("/v1/boards/moving/top?limit=1000").await.1;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let rounds = writer.await.unwrap();
     assert!(rounds >= 3, "the writer ran {rounds} rounds only");
@@ -383,7 +373,7 @@ async fn a_cursor_scan_sees_every_unchanged_member_once_in_order_while_others_mo
     // ids fits the body limit.
     let mut ids: Vec<String> = (0..999).map(|i| format!("{i:0>128}")).collect();
     ids.push(name(1));
-    let (status, set) = post(&w, "/v1/boards/moving/players", &json!({ "players": ids }).to_string()).await;
+    let (status, set) = w.post_json("/v1/boards/moving/players", &json!({ "players": ids }).to_string()).await;
     assert_eq!(status, 200, "{set}");
     assert_eq!((set["entries"].as_array().unwrap().len(), set["not_found"].as_array().unwrap().len()), (1, 999));
 }

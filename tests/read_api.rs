@@ -19,11 +19,6 @@ fn lap(player: &str, ms: i64, track: &str, ts_ms: i64) -> (String, Vec<u8>, Opti
     (player.to_string(), v.to_string().into_bytes(), Some(ts_ms))
 }
 
-async fn get(w: &Worker, path: &str) -> (u16, Value) {
-    let (status, body) = w.http_get(path).await;
-    (status, serde_json::from_str(&body).unwrap_or_else(|_| json!({ "raw": body })))
-}
-
 fn ranks(body: &Value) -> Vec<(String, i64)> {
     body["entries"]
         .as_array()
@@ -57,60 +52,60 @@ async fn the_read_api_ranks_the_seed_fixture_three_ways_and_breaks_ties_by_time(
     wait_http(w.http_port, Duration::from_secs(10)).await;
 
     // Member ties: carol before bob (member bytes, descending).
-    let (status, top) = get(&w, "/v1/boards/member/top?period=all_time").await;
+    let (status, top) = w.get_json("/v1/boards/member/top?period=all_time").await;
     assert_eq!(status, 200, "{top}");
     assert_eq!(top["total"], 3);
     assert_eq!(top["entries"][0]["score"], 100);
     assert_eq!(ranks(&top), pairs(&[("carol", 1), ("bob", 2), ("alice", 3)]));
-    let (_, top) = get(&w, "/v1/boards/member/top?period=all_time&rank=competition").await;
+    let (_, top) = w.get_json("/v1/boards/member/top?period=all_time&rank=competition").await;
     assert_eq!(ranks(&top), pairs(&[("carol", 1), ("bob", 1), ("alice", 3)]));
-    let (_, top) = get(&w, "/v1/boards/member/top?period=all_time&rank=dense").await;
+    let (_, top) = w.get_json("/v1/boards/member/top?period=all_time&rank=dense").await;
     assert_eq!(ranks(&top), pairs(&[("carol", 1), ("bob", 1), ("alice", 2)]));
     // A page that starts inside the tie continues its ranks.
-    let (_, page) = get(&w, "/v1/boards/member/top?period=all&offset=1&limit=2&rank=competition").await;
+    let (_, page) = w.get_json("/v1/boards/member/top?period=all&offset=1&limit=2&rank=competition").await;
     assert_eq!(ranks(&page), pairs(&[("bob", 1), ("alice", 3)]));
-    let (status, alice) = get(&w, "/v1/boards/member/players/alice").await;
+    let (status, alice) = w.get_json("/v1/boards/member/players/alice").await;
     assert_eq!(status, 200);
     assert_eq!(alice["score"], 90);
     assert_eq!(alice["rank"], json!({"ordinal": 3, "competition": 3, "dense": 2}));
     assert_eq!(alice["total"], 3);
-    let (_, bob) = get(&w, "/v1/boards/member/players/bob?period=daily").await;
+    let (_, bob) = w.get_json("/v1/boards/member/players/bob?period=daily").await;
     assert_eq!(bob["rank"], json!({"ordinal": 2, "competition": 1, "dense": 1}));
     assert_eq!(bob["percentile"], 100.0);
 
     // Earliest ties: bob reached 100 first, on best and sum boards; scores come back decoded.
     for board in ["earliest", "total"] {
-        let (_, top) = get(&w, &format!("/v1/boards/{board}/top")).await;
+        let (_, top) = w.get_json(&format!("/v1/boards/{board}/top")).await;
         assert_eq!(ranks(&top), pairs(&[("bob", 1), ("carol", 2), ("alice", 3)]), "{board}");
         assert_eq!(top["entries"][0]["score"], 100, "{board}");
-        let (_, top) = get(&w, &format!("/v1/boards/{board}/top?rank=dense")).await;
+        let (_, top) = w.get_json(&format!("/v1/boards/{board}/top?rank=dense")).await;
         assert_eq!(ranks(&top), pairs(&[("bob", 1), ("carol", 1), ("alice", 2)]), "{board}");
-        let (_, carol) = get(&w, &format!("/v1/boards/{board}/players/carol")).await;
+        let (_, carol) = w.get_json(&format!("/v1/boards/{board}/players/carol")).await;
         assert_eq!(carol["score"], 100);
         assert_eq!(carol["rank"], json!({"ordinal": 2, "competition": 1, "dense": 1}), "{board}");
     }
 
     // Around me, at the top and bottom edges.
-    let (_, a) = get(&w, "/v1/boards/member/players/carol/around?radius=1").await;
+    let (_, a) = w.get_json("/v1/boards/member/players/carol/around?radius=1").await;
     assert_eq!(ranks(&a), pairs(&[("carol", 1), ("bob", 2)]));
-    let (_, a) = get(&w, "/v1/boards/member/players/alice/around?radius=1&rank=competition").await;
+    let (_, a) = w.get_json("/v1/boards/member/players/alice/around?radius=1&rank=competition").await;
     assert_eq!(ranks(&a), pairs(&[("bob", 1), ("alice", 3)]));
-    let (_, a) = get(&w, "/v1/boards/member/players/bob/around?radius=5&rank=dense").await;
+    let (_, a) = w.get_json("/v1/boards/member/players/bob/around?radius=5&rank=dense").await;
     assert_eq!(ranks(&a), pairs(&[("carol", 1), ("bob", 1), ("alice", 2)]));
 
     // Ascending split boards: lower is better.
-    let (_, monza) = get(&w, "/v1/boards/laps/top?split=monza").await;
+    let (_, monza) = w.get_json("/v1/boards/laps/top?split=monza").await;
     assert_eq!(ranks(&monza), pairs(&[("bob", 1), ("alice", 2)]));
     assert_eq!(monza["entries"][0]["score"], 69_500);
 
     // Unranked players are 404, never rank 0 or last.
-    let (status, body) = get(&w, "/v1/boards/member/players/dave").await;
+    let (status, body) = w.get_json("/v1/boards/member/players/dave").await;
     assert_eq!(status, 404, "{body}");
-    let (status, _) = get(&w, "/v1/boards/member/players/dave/around").await;
+    let (status, _) = w.get_json("/v1/boards/member/players/dave/around").await;
     assert_eq!(status, 404);
-    let (status, _) = get(&w, "/v1/boards/laps/players/carol?split=monza").await;
+    let (status, _) = w.get_json("/v1/boards/laps/players/carol?split=monza").await;
     assert_eq!(status, 404);
-    let (status, _) = get(&w, "/v1/boards/nope/top").await;
+    let (status, _) = w.get_json("/v1/boards/nope/top").await;
     assert_eq!(status, 404);
 
     // Bad parameters are 400 naming the parameter.
@@ -127,13 +122,13 @@ async fn the_read_api_ranks_the_seed_fixture_three_ways_and_breaks_ties_by_time(
         ("/v1/boards/laps/top", "split"),
         ("/v1/boards/member/players/bob/around?radius=x", "radius"),
     ] {
-        let (status, body) = get(&w, path).await;
+        let (status, body) = w.get_json(path).await;
         assert_eq!(status, 400, "{path}: {body}");
         assert_eq!(body["parameter"], param, "{path}: {body}");
     }
 
     // The board list names the current periods and their next reset.
-    let (_, boards) = get(&w, "/v1/boards").await;
+    let (_, boards) = w.get_json("/v1/boards").await;
     let member = boards["boards"].as_array().unwrap().iter().find(|b| b["id"] == "member").unwrap();
     let daily = member["periods"].as_array().unwrap().iter().find(|p| p["name"] == "daily").unwrap();
     let today = chrono::Utc::now().format("d:%Y-%m-%d").to_string();

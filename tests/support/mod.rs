@@ -560,6 +560,18 @@ impl Worker {
         http_get(self.http_port, path).await
     }
 
+    /// A GET whose body is read as JSON (a body that is not JSON comes back as `{"raw": body}`).
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        let (status, body) = self.http_get(path).await;
+        (status, as_json(body))
+    }
+
+    /// A POST of a JSON body, its answer read as [`Worker::get_json`] reads one.
+    pub async fn post_json(&self, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let (status, body) = http_post(self.http_port, path, body).await;
+        (status, as_json(body))
+    }
+
     /// A metric's value now, summed over the series whose labels include `filter`.
     pub async fn metric(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
         sum(&samples(&self.http_get("/metrics").await.1), name, filter)
@@ -601,6 +613,10 @@ impl Drop for Worker {
             kill(&mut c);
         }
     }
+}
+
+fn as_json(body: String) -> serde_json::Value {
+    serde_json::from_str(&body).unwrap_or_else(|_| serde_json::json!({ "raw": body }))
 }
 
 /// A minimal HTTP/1.1 GET over loopback; returns status and body.
