@@ -37,10 +37,11 @@ pub enum Reason {
     InvalidSplit,
     RateLimited,
     PeriodClosed,
+    InvalidMeta,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -57,6 +58,7 @@ impl Reason {
         Reason::InvalidSplit,
         Reason::RateLimited,
         Reason::PeriodClosed,
+        Reason::InvalidMeta,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -78,6 +80,7 @@ impl Reason {
             Reason::InvalidSplit => "invalid_split",
             Reason::RateLimited => "rate_limited",
             Reason::PeriodClosed => "period_closed",
+            Reason::InvalidMeta => "invalid_meta",
         }
     }
 
@@ -131,6 +134,26 @@ pub struct Event {
     /// Event time, epoch milliseconds.
     pub ts_ms: i64,
     pub attrs: BTreeMap<String, String>,
+    /// The event's `meta` object as compact JSON (at most
+    /// [`Limits::max_meta_bytes`]), kept beside the score it explains on
+    /// boards with `meta = true`.
+    pub meta: Option<String>,
+}
+
+/// The size limits [`parse`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest record value (`too_large` beyond it).
+    pub max_event_bytes: usize,
+    /// Largest `meta` object, as compact JSON (`invalid_meta` beyond it).
+    pub max_meta_bytes: usize,
+}
+
+impl Default for Limits {
+    /// The config's defaults: 64 KiB values, 512-byte meta.
+    fn default() -> Self {
+        Limits { max_event_bytes: 64 * 1024, max_meta_bytes: 512 }
+    }
 }
 
 /// The event type that erases a player from every board.
@@ -162,19 +185,21 @@ struct RawEvent {
     score: Option<Value>,
     ts: Option<Value>,
     attrs: Option<Value>,
+    meta: Option<Value>,
 }
 
 /// Parses and validates one record value. `listens` says whether any board
 /// takes an event type.
-pub fn parse(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -> Parsed {
-    match parse_inner(value, max_bytes, listens) {
+pub fn parse(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> Parsed {
+    match parse_inner(value, limits, listens) {
         Ok(p) => p,
         Err(r) => Parsed::Rejected(r),
     }
 }
 
-fn parse_inner(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -> Result<Parsed, Rejection> {
+fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> Result<Parsed, Rejection> {
     use Reason::*;
+    let max_bytes = limits.max_event_bytes;
     if value.len() > max_bytes {
         return Err(Rejection::new(TooLarge, format!("value is {} bytes, the limit is {max_bytes}", value.len())));
     }
@@ -251,7 +276,29 @@ fn parse_inner(value: &[u8], max_bytes: usize, listens: impl Fn(&str) -> bool) -
         }
         Some(_) => return Err(Rejection::new(InvalidAttrs, "field 'attrs' must be an object of strings")),
     };
-    Ok(Parsed::Event(Event { event_id, kind, player_id, score, ts_ms, attrs }))
+    let meta = match raw.meta {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_meta(v, limits.max_meta_bytes)?),
+    };
+    Ok(Parsed::Event(Event { event_id, kind, player_id, score, ts_ms, attrs, meta }))
+}
+
+/// `meta`: an object of string to string, at most `max` bytes as compact JSON.
+fn parse_meta(v: Value, max: usize) -> Result<String, Rejection> {
+    let Value::Object(map) = v else {
+        return Err(Rejection::new(Reason::InvalidMeta, "field 'meta' must be an object of strings"));
+    };
+    if let Some((k, _)) = map.iter().find(|(_, v)| !v.is_string()) {
+        return Err(Rejection::new(Reason::InvalidMeta, format!("meta.{k} must be a string")));
+    }
+    let compact = Value::Object(map).to_string();
+    if compact.len() > max {
+        return Err(Rejection::new(
+            Reason::InvalidMeta,
+            format!("field 'meta' is {} bytes as compact JSON, the limit is {max}", compact.len()),
+        ));
+    }
+    Ok(compact)
 }
 
 /// Scores are integers: a decimal fraction cannot be stored exactly in a
@@ -290,7 +337,7 @@ mod tests {
     use super::*;
 
     fn p(json: &str) -> Parsed {
-        parse(json.as_bytes(), 65536, |t| t == "match_finished")
+        parse(json.as_bytes(), Limits::default(), |t| t == "match_finished")
     }
 
     fn reason(json: &str) -> Reason {
@@ -346,19 +393,41 @@ mod tests {
         assert_eq!(reason(&OK.replace("+02:00", "")), InvalidTs);
         assert_eq!(reason(&OK.replace(r#""2026-08-14T13:00:00+02:00""#, "1.5")), InvalidTs);
         assert_eq!(reason(&OK.replace(r#"{"region":"eu"}"#, r#"{"region":1}"#)), InvalidAttrs);
-        assert_eq!(parse(OK.as_bytes(), 10, |_| true).rejection().unwrap().reason, TooLarge);
+        let tiny = Limits { max_event_bytes: 10, ..Limits::default() };
+        assert_eq!(parse(OK.as_bytes(), tiny, |_| true).rejection().unwrap().reason, TooLarge);
+        let with_meta = |meta: &str| OK.replace(r#""extra""#, &format!(r#""meta":{meta},"extra""#));
+        assert_eq!(reason(&with_meta(r#"{"name":7}"#)), InvalidMeta);
+        assert_eq!(reason(&with_meta(r#""Alice""#)), InvalidMeta);
+        assert_eq!(reason(&with_meta(r#"["a"]"#)), InvalidMeta);
+        assert_eq!(reason(&with_meta(&format!(r#"{{"name":"{}"}}"#, "x".repeat(600)))), InvalidMeta);
     }
 
     #[test]
     fn an_erasure_needs_only_its_id_and_player() {
         let json = r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased","player_id":"alice"}"#;
-        assert!(
-            matches!(parse(json.as_bytes(), 65536, |_| false), Parsed::Erase { player_id, .. } if player_id == "alice")
-        );
+        assert!(matches!(
+            parse(json.as_bytes(), Limits::default(), |_| false),
+            Parsed::Erase { player_id, .. } if player_id == "alice"
+        ));
         assert_eq!(
             reason(r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased"}"#),
             Reason::MissingField
         );
+    }
+
+    #[test]
+    fn meta_is_kept_as_compact_json_up_to_its_limit() {
+        let Parsed::Event(e) = p(OK) else { panic!() };
+        assert_eq!(e.meta, None);
+        let json = OK.replace(r#""extra""#, r#""meta": { "name" : "Alice", "team": "red" },"extra""#);
+        let Parsed::Event(e) = p(&json) else { panic!() };
+        assert_eq!(e.meta.as_deref(), Some(r#"{"name":"Alice","team":"red"}"#));
+        // Exactly at the limit passes; one byte over does not.
+        let fits = OK.replace(r#""extra""#, &format!(r#""meta":{{"n":"{}"}},"extra""#, "x".repeat(504)));
+        assert!(matches!(p(&fits), Parsed::Event(e) if e.meta.as_ref().unwrap().len() == 512));
+        let over = fits.replace("xxxx", "xxxxx");
+        assert_eq!(reason(&over), Reason::InvalidMeta);
+        assert!(matches!(p(&OK.replace(r#""extra""#, r#""meta":null,"extra""#)), Parsed::Event(e) if e.meta.is_none()));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 //! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it (keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
+//! | `{prefix}:{tag}:_meta:<period>` | hash | boards with `meta = true`: member -> the compact JSON `meta` of the event that explains its score (no field: none), same expiry; `_meta:<period>:final` and `_meta:r:<name>` for sealed snapshots and rolling boards |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
@@ -79,6 +80,16 @@ pub fn times_key(base: &str, period_id: &str) -> String {
 /// What [`times_key`] puts before the period id.
 pub fn times_prefix(base: &str) -> String {
     format!("{base}:_ts:")
+}
+
+/// `meta = true` boards: the metadata of each member of a period board.
+pub fn meta_key(base: &str, period_id: &str) -> String {
+    format!("{}{period_id}", meta_prefix(base))
+}
+
+/// What [`meta_key`] puts before the period id.
+pub fn meta_prefix(base: &str) -> String {
+    format!("{base}:_meta:")
 }
 
 /// Prefix the apply script completes with a member for its rate-limit window.
@@ -226,5 +237,6 @@ mod tests {
         assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);
         assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));
         assert_eq!(dedupe_prefix(&b), "lb:{points}:_seen:");
+        assert_eq!(meta_key(&b, "w:2026-W33"), "lb:{points}:_meta:w:2026-W33");
     }
 }

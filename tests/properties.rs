@@ -92,7 +92,10 @@ fn the_parser_never_panics_on_arbitrary_bytes_and_gives_every_rejection_a_reason
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases()));
     runner
         .run(&prop::collection::vec(any::<u8>(), 0..300), |bytes| {
-            check(&bytes, event::parse(&bytes, 256, |t| t == "match"));
+            check(
+                &bytes,
+                event::parse(&bytes, event::Limits { max_event_bytes: 256, ..Default::default() }, |t| t == "match"),
+            );
             Ok(())
         })
         .unwrap();
@@ -104,7 +107,7 @@ fn the_parser_decides_every_json_shape_and_rejects_with_the_reason_of_the_field(
     runner
         .run(&prop_oneof![1 => any_json(), 4 => event_shaped()], |value| {
             let bytes = serde_json::to_vec(&value).unwrap();
-            let parsed = event::parse(&bytes, 65536, |t| t == "match");
+            let parsed = event::parse(&bytes, Default::default(), |t| t == "match");
             if let Parsed::Rejected(r) = &parsed {
                 // A rejection names the field it is about, or says the value is no object.
                 let named = ["event_id", "type", "player_id", "score", "ts", "attrs", "JSON object"]

@@ -28,6 +28,20 @@ fn record(
     event_record(kind, player, score, ts, record_ts, Some(attrs))
 }
 
+/// The record with `meta` added to its event.
+fn with_meta(mut r: (String, Vec<u8>, Option<i64>), meta: Value) -> (String, Vec<u8>, Option<i64>) {
+    let mut v: Value = serde_json::from_slice(&r.1).unwrap();
+    v["meta"] = meta;
+    r.1 = v.to_string().into_bytes();
+    r
+}
+
+/// A meta hash: member -> meta.
+async fn metas(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, Value> {
+    let raw: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
+    raw.into_iter().map(|(m, v)| (m, serde_json::from_str(&v).unwrap())).collect()
+}
+
 fn hour_id(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap().format("h:%Y-%m-%dT%H").to_string()
 }
@@ -291,7 +305,8 @@ fn noon_zone(now: i64) -> (String, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn rolling_boards_equal_the_union_of_their_days_and_an_erasure_reaches_rolling_and_sealed_keys() {
+async fn rolling_boards_equal_the_union_of_their_days_with_their_metadata_and_an_erasure_reaches_rolling_and_sealed_keys(
+) {
     let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
     let sealed = random_name("sealed");
     broker.create_topic(&sealed, 1).await;
@@ -312,6 +327,7 @@ mode = "sum"
 periods = ["daily"]
 timezone = "{zone}"
 rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
+meta = true
 
 [[board]]
 id = "hi"
@@ -321,6 +337,7 @@ periods = ["daily"]
 timezone = "{zone}"
 max_members = 3
 rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
+meta = true
 
 [[board]]
 id = "sess"
@@ -328,12 +345,18 @@ on = ["session"]
 mode = "sum"
 periods = ["hourly"]
 close_after = "10m"
+meta = true
 "#
     );
     // Events on today, the two days before, and the day before those (outside the window).
     let mut rng = Lcg(11);
     let mut sum3: BTreeMap<String, i64> = BTreeMap::new();
     let mut max3: BTreeMap<String, i64> = BTreeMap::new();
+    // Metadata, per day d and player: the day's last event (sum) and the
+    // first event that reached the day's best (best), with that best.
+    let mut last_meta: BTreeMap<(i64, String), Value> = BTreeMap::new();
+    let mut best_meta: BTreeMap<(i64, String), (i64, Value)> = BTreeMap::new();
+    let mut n = 0;
     let mut records = Vec::new();
     for d in 0..4 {
         let day_start = {
@@ -350,14 +373,40 @@ close_after = "10m"
                 let m = max3.entry(player.clone()).or_insert(score);
                 *m = (*m).max(score);
             }
-            records.push(record("match", &player, score, ts, now, json!({})));
+            n += 1;
+            let meta = json!({ "n": n.to_string() });
+            // One player's records share a partition (keyed by player), so they apply in this order.
+            last_meta.insert((d, player.clone()), meta.clone());
+            let best = best_meta.entry((d, player.clone())).or_insert((score, meta.clone()));
+            if score > best.0 {
+                *best = (score, meta.clone());
+            }
+            records.push(with_meta(record("match", &player, score, ts, now, json!({})), meta));
         }
     }
     // alice: on the rolling boards, and in an hour that gets sealed.
-    records.push(record("match", "alice", 5000, h + 1, now, json!({})));
-    records.push(record("session", "alice", 5000, h + 1, h + 2, json!({})));
+    let alice = json!({ "name": "Alice" });
+    records.push(with_meta(record("match", "alice", 5000, h + 1, now, json!({})), alice.clone()));
+    records.push(with_meta(record("session", "alice", 5000, h + 1, h + 2, json!({})), json!({ "seat": "7" })));
     sum3.insert("alice".into(), 5000);
     max3.insert("alice".into(), 5000);
+    // The union's metadata: the sum's from the newest day a player is on;
+    // the best's from the day with the best value, the older day on a tie.
+    let mut sum_meta: BTreeMap<String, Value> = BTreeMap::from([("alice".to_string(), alice.clone())]);
+    let mut max_meta: BTreeMap<String, (i64, Value)> = BTreeMap::from([("alice".to_string(), (5000, alice.clone()))]);
+    for ((d, player), meta) in &last_meta {
+        if *d < 3 && player != "alice" {
+            sum_meta.entry(player.clone()).or_insert_with(|| meta.clone());
+        }
+    }
+    for ((d, player), (best, meta)) in &best_meta {
+        if *d < 3 && player != "alice" {
+            let m = max_meta.entry(player.clone()).or_insert((*best, meta.clone()));
+            if *best >= m.0 {
+                *m = (*best, meta.clone());
+            }
+        }
+    }
     broker.produce(&topic, &records).await;
     let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     let w = Worker::spawn(&cfg);
@@ -368,21 +417,37 @@ close_after = "10m"
     let mut top3: Vec<(&String, &i64)> = max3.iter().collect();
     top3.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
     let top3: BTreeMap<String, i64> = top3.into_iter().take(3).map(|(p, s)| (p.clone(), *s)).collect();
+    let top3_meta: BTreeMap<String, Value> = top3.keys().map(|p| (p.clone(), max_meta[p].1.clone())).collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (a, b) =
             (zset_values(&mut conn, "lb:{pts}:r:last3d").await, zset_values(&mut conn, "lb:{hi}:r:last3d").await);
-        if a == sum3 && b == top3 {
+        let (am, bm) =
+            (metas(&mut conn, "lb:{pts}:_meta:r:last3d").await, metas(&mut conn, "lb:{hi}:_meta:r:last3d").await);
+        if a == sum3 && b == top3 && am == sum_meta && bm == top3_meta {
             break;
         }
-        assert!(Instant::now() < deadline, "rolling boards\n{a:?}\n{b:?}\nexpected\n{sum3:?}\n{top3:?}\n{}", w.log());
+        assert!(
+            Instant::now() < deadline,
+            "rolling boards\n{a:?}\n{b:?}\nexpected\n{sum3:?}\n{top3:?}\nmetas\n{am:?}\n{bm:?}\nexpected\n{sum_meta:?}\n{top3_meta:?}\n{}",
+            w.log()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Top-K trimming keeps each day's metadata to the members it keeps.
+    let days: Vec<String> = redis::cmd("KEYS").arg("lb:{hi}:d:*").query_async(&mut conn).await.unwrap();
+    assert_eq!(days.len(), 4, "{days:?}");
+    for day in &days {
+        let kept: Vec<String> = zset_values(&mut conn, day).await.into_keys().collect();
+        let with_meta: Vec<String> = metas(&mut conn, &day.replace(":d:", ":_meta:d:")).await.into_keys().collect();
+        assert_eq!((kept.len(), &with_meta), (3, &kept), "{day}");
     }
     // Readable like a period, with dense ranks from its own index.
     let (status, body) = w.http_get("/v1/boards/pts/players/alice?period=last3d").await;
     assert_eq!(status, 200, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["score"], json!(5000));
+    assert_eq!(body["meta"], alice);
     let better = sum3.values().filter(|&&v| v > 5000).count();
     assert_eq!(body["rank"]["competition"], json!(better + 1));
     let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last3d&rank=dense").await;
@@ -404,6 +469,7 @@ close_after = "10m"
     }
     assert_eq!(paged, *all["entries"].as_array().unwrap());
     assert_eq!(paged.len(), 3);
+    assert!(paged.iter().all(|e| e["meta"] == top3_meta[e["player_id"].as_str().unwrap()]), "{paged:?}");
     let (status, set) = http_post(
         w.http_port,
         "/v1/boards/pts/players?period=last3d&rank=competition",
@@ -423,6 +489,15 @@ close_after = "10m"
     wait_records(&broker, &sealed, 1, Duration::from_secs(60), &|| w.log());
     let final_key = format!("lb:{{sess}}:{}:final", hour_id(h));
     assert_eq!(zset_values(&mut conn, &final_key).await, BTreeMap::from([("alice".to_string(), 5000)]));
+    // With its metadata: in the snapshot, its reads and the published top.
+    let seat = json!({ "seat": "7" });
+    let final_meta = format!("lb:{{sess}}:_meta:{}:final", hour_id(h));
+    assert_eq!(metas(&mut conn, &final_meta).await, BTreeMap::from([("alice".to_string(), seat.clone())]));
+    let (_, top) = w.http_get(&format!("/v1/boards/sess/top?period={}:final", hour_id(h))).await;
+    let top: Value = serde_json::from_str(&top).unwrap();
+    assert_eq!(top["entries"][0]["meta"], seat, "{top}");
+    let published: Value = serde_json::from_slice(broker.read_all(&sealed, 1)[0].payload().unwrap()).unwrap();
+    assert_eq!(published["entries"], json!([{ "rank": 1, "player_id": "alice", "score": 5000, "meta": seat }]));
 
     // Erased: gone from every key, sealed and rolling ones included.
     let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
@@ -445,7 +520,7 @@ close_after = "10m"
     }
     assert!(traces.is_empty(), "alice is still in {traces:?}");
     // She was the sealed hour's only player: the final board and its dense index are gone.
-    assert!(!keys.contains(&final_key), "{keys:?}");
+    assert!(!keys.contains(&final_key) && !keys.contains(&final_meta), "{keys:?}");
     assert!(!keys.iter().any(|k| k.contains(":_dense:h:")), "{keys:?}");
     // And the next refresh, from the erased days, still has no alice.
     tokio::time::sleep(Duration::from_millis(2500)).await;

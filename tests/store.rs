@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +62,7 @@ async fn marked(conn: &mut redis::aio::MultiplexedConnection, n: u64, id: &Uuid)
 }
 
 fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods }
+    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods, meta: None }
 }
 
 fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
@@ -72,6 +72,7 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
         count_key: format!("lb:{{{tag}}}:_dcount:{period}"),
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
+        meta_key: format!("lb:{{{tag}}}:_meta:{period}"),
         expire_at,
         close_at: None,
     })
@@ -90,6 +91,7 @@ fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         rate_window_ms: 0,
         dense: true,
         sealed: false,
+        meta: false,
     }
 }
 
@@ -211,6 +213,53 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     assert_eq!(zscore(&mut conn, "lb:{lo}:all", "bob").await, Some(90.0));
     assert_eq!(dense(&mut conn, "lb:{hi}:_dense:all").await, ["120"]);
     assert_eq!(dense(&mut conn, "lb:{lo}:_dense:all").await, ["90"]);
+}
+
+/// `i` with the event's meta.
+fn with_meta<'a>(i: ApplyItem<'a>, meta: &'a str) -> ApplyItem<'a> {
+    ApplyItem { meta: Some(meta), ..i }
+}
+
+async fn hash(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn metadata_moves_with_the_value_it_explains_and_leaves_with_a_trimmed_member() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let at = chrono::Utc::now().timestamp() + 3600;
+    let keys = vec![pw("m", "d:2026-08-14", Some(at))];
+    let (board, meta) = ("lb:{m}:d:2026-08-14", "lb:{m}:_meta:d:2026-08-14");
+    let ids: Vec<Uuid> = (0..7).map(Uuid::from_u128).collect();
+    let params = WriteParams { meta: true, top_k: 2, ..params(WriteOp::Gt, 1, MAX) };
+    let entries = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    // One call: alice 100 (a1), a tie at 100 (a2: the first keeps it), bob
+    // 90 without meta, and carol 80 (c1), whom top-K trimming (2) drops.
+    let items = vec![
+        with_meta(item(0, "alice", 100, &ids[0], &keys), r#"{"n":"a1"}"#),
+        with_meta(item(1, "alice", 100, &ids[1], &keys), r#"{"n":"a2"}"#),
+        item(2, "bob", 90, &ids[2], &keys),
+        with_meta(item(3, "carol", 80, &ids[3], &keys), r#"{"n":"c1"}"#),
+    ];
+    s.apply(&[TagBatch { base: "lb:{m}", params, items }]).await.unwrap();
+    assert_eq!(hash(&mut conn, meta).await, entries(&[("alice", r#"{"n":"a1"}"#)]));
+    let expires: i64 = redis::cmd("EXPIRETIME").arg(meta).query_async(&mut conn).await.unwrap();
+    assert_eq!(expires, at, "the meta hash expires with its period");
+    // The next call: bob raised with meta b1, alice raised without meta (which
+    // clears a1), carol back at 95 with c2 and trimmed again.
+    let items = vec![
+        with_meta(item(4, "bob", 110, &ids[4], &keys), r#"{"n":"b1"}"#),
+        item(5, "alice", 120, &ids[5], &keys),
+        with_meta(item(6, "carol", 95, &ids[6], &keys), r#"{"n":"c2"}"#),
+    ];
+    s.apply(&[TagBatch { base: "lb:{m}", params, items }]).await.unwrap();
+    let board_now: Vec<String> = redis::cmd("ZRANGE").arg(board).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(board_now, ["bob", "alice"]);
+    assert_eq!(hash(&mut conn, meta).await, entries(&[("bob", r#"{"n":"b1"}"#)]));
 }
 
 #[tokio::test]

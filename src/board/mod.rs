@@ -99,6 +99,8 @@ pub struct BoardSpec {
     pub rate_limit: Option<(u64, i64)>,
     /// Whether the dense-rank index is kept (reads with `rank=dense` need it).
     pub dense_rank: bool,
+    /// Whether each entry keeps the `meta` of the event that explains its score.
+    pub meta: bool,
     /// Periods are sealed this long after they end; `None`: never.
     pub close_after: Option<Duration>,
     /// Rolling unions of the daily keys.
@@ -123,6 +125,7 @@ impl BoardSpec {
             max_members: None,
             rate_limit: None,
             dense_rank: true,
+            meta: false,
             close_after: None,
             rolling: Vec::new(),
         }
@@ -190,6 +193,11 @@ impl Board {
         self.spec.dense_rank
     }
 
+    /// Whether each entry keeps the `meta` of the event that explains its score.
+    pub fn meta(&self) -> bool {
+        self.spec.meta
+    }
+
     /// Periods are sealed this long after they end; `None`: never.
     pub fn close_after(&self) -> Option<Duration> {
         self.spec.close_after
@@ -238,6 +246,7 @@ impl Board {
             rate_window_ms: self.spec.rate_limit.map_or(0, |r| r.1),
             dense: self.spec.dense_rank,
             sealed: self.spec.close_after.is_some(),
+            meta: self.spec.meta,
         }
     }
 }
@@ -268,6 +277,8 @@ pub struct WriteParams {
     pub dense: bool,
     /// Whether periods are sealed: writes to a sealed period are refused.
     pub sealed: bool,
+    /// Whether each entry keeps its explaining event's `meta`.
+    pub meta: bool,
 }
 
 #[cfg(test)]
@@ -284,6 +295,7 @@ impl WriteParams {
             rate_window_ms: 0,
             dense: true,
             sealed: false,
+            meta: false,
         }
     }
 }
@@ -321,6 +333,8 @@ pub struct PeriodWrite {
     pub count_key: String,
     /// `latest` boards: each member's event time, `lb:{points}:_ts:d:2026-08-14`.
     pub times_key: String,
+    /// `meta = true` boards: each member's metadata, `lb:{points}:_meta:d:2026-08-14`.
+    pub meta_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
     /// Boards with `close_after`: when the period closes, epoch ms.

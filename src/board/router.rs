@@ -114,6 +114,7 @@ impl Router {
             dense_key: keys::dense_key(base, &period.id),
             count_key: keys::dense_count_key(base, &period.id),
             times_key: keys::times_key(base, &period.id),
+            meta_key: keys::meta_key(base, &period.id),
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),
             id: period.id,
@@ -208,6 +209,7 @@ mod tests {
             score: 10,
             ts_ms: chrono::DateTime::parse_from_rfc3339(ts).unwrap().timestamp_millis(),
             attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            meta: None,
         }
     }
 

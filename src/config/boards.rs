@@ -76,6 +76,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         max_members: b.max_members,
         rate_limit,
         dense_rank: b.dense_rank,
+        meta: b.meta,
         close_after,
         rolling,
     }))

@@ -172,7 +172,9 @@ retention = { daily = "30d" }
         assert_eq!(s.redis.dedupe_ttl, Duration::from_secs(7 * 86400));
         assert_eq!(s.redis.key_prefix, "lb");
         assert_eq!(s.http.listen.port(), 9898);
-        assert_eq!(s.events.max_event_bytes, 65536);
+        assert_eq!(s.events.limits.max_event_bytes, 65536);
+        assert_eq!(s.events.limits.max_meta_bytes, 512);
+        assert!(!s.boards[0].meta());
         assert_eq!(s.events.max_future_skew, Duration::from_secs(300));
         assert_eq!(s.boards.len(), 2);
         assert_eq!(s.boards[1].order(), Order::Asc);

@@ -115,6 +115,10 @@ impl Default for RawHttp {
 pub struct RawEvents {
     /// Largest record value accepted; larger ones are rejected (`too_large`).
     pub max_event_bytes: u64,
+    /// Largest `meta` object of an event, as compact JSON, 2 to 65536;
+    /// larger ones (and any `meta` that is not an object of strings) are
+    /// rejected (`invalid_meta`).
+    pub max_meta_bytes: u64,
     /// How far an event's `ts` may be ahead of its Kafka record timestamp
     /// before it is rejected (`future_timestamp`).
     pub max_future_skew: Typed<Duration>,
@@ -122,7 +126,12 @@ pub struct RawEvents {
 
 impl Default for RawEvents {
     fn default() -> Self {
-        RawEvents { max_event_bytes: 64 * 1024, max_future_skew: Typed::default_text("5m") }
+        let limits = crate::event::Limits::default();
+        RawEvents {
+            max_event_bytes: limits.max_event_bytes as u64,
+            max_meta_bytes: limits.max_meta_bytes as u64,
+            max_future_skew: Typed::default_text("5m"),
+        }
     }
 }
 
@@ -241,6 +250,12 @@ pub struct RawBoard {
     /// reads with `rank=dense` answer 400.
     #[serde(default = "default_true")]
     pub dense_rank: bool,
+    /// Keep each entry's metadata: the `meta` of the event that explains
+    /// its score (`best`: the event that set the best, the first on a tie;
+    /// `latest`: the newest by event time; `sum`: the last applied), read
+    /// with every entry. Default false.
+    #[serde(default)]
+    pub meta: bool,
     /// Rolling boards over the daily keys: `[{ name = "last7d", days = 7, refresh = "1m" }]`.
     #[serde(default)]
     pub rolling: Vec<RawRolling>,

@@ -98,8 +98,11 @@ pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
 
 pub fn events(v: RawEvents, e: &mut Errors) -> Option<EventSettings> {
     let max_event_bytes = e.within("events.max_event_bytes", v.max_event_bytes, 1..=16 * 1024 * 1024);
+    let max_meta_bytes = e.within("events.max_meta_bytes", v.max_meta_bytes, 2..=64 * 1024);
     let max_future_skew = e.take("events.max_future_skew", &v.max_future_skew)?;
-    Some(EventSettings { max_event_bytes: max_event_bytes? as usize, max_future_skew })
+    let limits =
+        crate::event::Limits { max_event_bytes: max_event_bytes? as usize, max_meta_bytes: max_meta_bytes? as usize };
+    Some(EventSettings { limits, max_future_skew })
 }
 
 pub fn worker(w: RawWorker, e: &mut Errors) -> Option<WorkerSettings> {

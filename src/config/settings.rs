@@ -94,7 +94,8 @@ pub struct HttpSettings {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EventSettings {
-    pub max_event_bytes: usize,
+    /// The record value and `meta` size limits.
+    pub limits: crate::event::Limits,
     pub max_future_skew: Duration,
 }
 

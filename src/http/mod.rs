@@ -283,6 +283,7 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                     "refresh_seconds": r.refresh.as_secs(),
                 })).collect::<Vec<_>>(),
                 "close_after_seconds": b.close_after().map(|d| d.as_secs()),
+                "meta": b.meta(),
             })
         })
         .collect();

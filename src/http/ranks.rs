@@ -71,6 +71,13 @@ pub(super) fn stored_of(raw: &redis::Value) -> i64 {
     stored as i64
 }
 
+/// An entry's metadata as `read.lua` answers it (nil: none), as the JSON
+/// object it was stored as.
+pub(super) fn meta_of(raw: Option<&redis::Value>) -> Option<Value> {
+    let text: String = redis::from_redis_value(raw?.clone()).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// One entry of a listing.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Entry {
@@ -78,31 +85,43 @@ pub(super) struct Entry {
     pub stored: i64,
     pub value: i64,
     pub ranks: Ranks,
+    /// The entry's metadata, on boards that keep it.
+    pub meta: Option<Value>,
 }
 
 impl Entry {
     pub fn json(&self, policy: RankPolicy) -> Value {
-        json!({ "rank": self.ranks.under(policy), "player_id": self.member, "score": self.value })
+        let mut v = json!({ "rank": self.ranks.under(policy), "player_id": self.member, "score": self.value });
+        if let Some(meta) = &self.meta {
+            v["meta"] = meta.clone();
+        }
+        v
     }
 }
 
-/// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`:
-/// the board's total and the entries, ranked.
+/// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`
+/// (`m1, s1, meta1, ...` on boards that keep metadata): the board's total
+/// and the entries, ranked.
 pub(super) fn listing(t: &Target<'_>, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
     let total = int(reply.first());
-    let pairs: Vec<(String, i64)> = reply
+    let stride = if t.meta_key.is_some() { 3 } else { 2 };
+    let rows: Vec<(String, i64, Option<Value>)> = reply
         .get(4..)
         .unwrap_or_default()
-        .chunks(2)
-        .map(|p| (redis::from_redis_value(p[0].clone()).unwrap_or_default(), stored_of(&p[1])))
+        .chunks(stride)
+        .filter(|p| p.len() == stride)
+        .map(|p| {
+            let meta = if stride == 3 { meta_of(p.get(2)) } else { None };
+            (redis::from_redis_value(p[0].clone()).unwrap_or_default(), stored_of(&p[1]), meta)
+        })
         .collect();
-    let values: Vec<i64> = pairs.iter().map(|(_, s)| t.board.packing().decode(*s)).collect();
+    let values: Vec<i64> = rows.iter().map(|(_, s, _)| t.board.packing().decode(*s)).collect();
     let ranks = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &values);
-    let entries = pairs
+    let entries = rows
         .into_iter()
         .zip(values)
         .zip(ranks)
-        .map(|(((member, stored), value), ranks)| Entry { member, stored, value, ranks })
+        .map(|(((member, stored, meta), value), ranks)| Entry { member, stored, value, ranks, meta })
         .collect();
     (total, entries)
 }

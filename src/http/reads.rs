@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, listing, percentile, ranks_at, stored_of, Entry};
+use super::ranks::{int, listing, meta_of, percentile, ranks_at, stored_of, Entry};
 use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::{Board, Order};
@@ -32,7 +32,11 @@ async fn read_script<T: redis::FromRedisValue>(
 ) -> Result<T, ApiError> {
     let mut conn = s.redis()?;
     let mut inv = s.script.key(&t.key);
-    inv.key(&t.dense_key).arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
+    inv.key(&t.dense_key);
+    if let Some(meta) = &t.meta_key {
+        inv.key(meta);
+    }
+    inv.arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
     for a in args {
         inv.arg(a);
     }
@@ -137,7 +141,7 @@ pub(super) async fn player(
     let total = int(reply.first());
     let r = ranks_at(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
     let score = reply.get(4).map(|v| t.board.packing().decode(stored_of(v))).unwrap_or(0);
-    Ok(Json(json!({
+    let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
         "player_id": player_id,
@@ -145,7 +149,11 @@ pub(super) async fn player(
         "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank().then_some(r.dense) },
         "percentile": percentile(total, r.competition - 1),
         "total": total,
-    })))
+    });
+    if let Some(meta) = meta_of(reply.get(5)) {
+        body["meta"] = meta;
+    }
+    Ok(Json(body))
 }
 
 pub(super) async fn around(
@@ -211,13 +219,14 @@ pub(super) async fn players(
     args.extend(ids.iter().cloned());
     let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
     let total = int(reply.first());
-    let mut found: Vec<(String, i64, i64)> = Vec::new();
+    let stride = if t.meta_key.is_some() { 3 } else { 2 };
+    let mut found: Vec<(String, i64, i64, Option<Value>)> = Vec::new();
     let mut not_found = Vec::new();
-    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(2)) {
+    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
         if matches!(row[0], redis::Value::Nil) {
             not_found.push(id);
         } else {
-            found.push((id, stored_of(&row[0]), int(row.get(1)) + 1));
+            found.push((id, stored_of(&row[0]), int(row.get(1)) + 1, meta_of(row.get(2))));
         }
     }
     // Board order: stored score best first, then member bytes as Redis orders them.
@@ -228,13 +237,17 @@ pub(super) async fn players(
     let entries: Vec<Value> = found
         .into_iter()
         .enumerate()
-        .map(|(i, (member, stored, rank))| {
-            json!({
+        .map(|(i, (member, stored, rank, meta))| {
+            let mut entry = json!({
                 "rank": rank,
                 "rank_in_set": i + 1,
                 "player_id": member,
                 "score": t.board.packing().decode(stored),
-            })
+            });
+            if let Some(meta) = meta {
+                entry["meta"] = meta;
+            }
+            entry
         })
         .collect();
     Ok(Json(json!({

@@ -18,6 +18,8 @@ pub(super) struct Target<'a> {
     pub period: String,
     pub key: String,
     pub dense_key: String,
+    /// The period's meta hash, on boards that keep metadata.
+    pub meta_key: Option<String>,
 }
 
 pub(super) fn resolve<'a>(
@@ -60,6 +62,7 @@ pub(super) fn resolve<'a>(
             split: split.unwrap_or_default().to_string(),
             key: keys::period_key(&base, &id),
             dense_key: keys::dense_key(&base, &id),
+            meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
             period: id,
         });
     }
@@ -105,6 +108,7 @@ pub(super) fn resolve<'a>(
         split: split.unwrap_or_default().to_string(),
         key: keys::period_key(&base, &id),
         dense_key: keys::dense_key(&base, &id),
+        meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
         period: id,
     })
 }

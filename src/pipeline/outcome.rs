@@ -110,6 +110,7 @@ mod tests {
             score: 5,
             ts_ms: 0,
             attrs: Default::default(),
+            meta: None,
         };
         Item::Event { event, decisions, results }
     }

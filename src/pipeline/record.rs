@@ -101,7 +101,7 @@ pub fn take(
 fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Item {
     let m = metrics::get();
     let payload = msg.payload().unwrap_or_default();
-    let event = match event::parse(payload, settings.events.max_event_bytes, |t| router.listens(t)) {
+    let event = match event::parse(payload, settings.events.limits, |t| router.listens(t)) {
         Parsed::Skipped(_) => {
             m.events_skipped.inc();
             return Item::Skipped;

@@ -33,8 +33,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::FutureRecord;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -43,11 +41,11 @@ use crate::config::Settings;
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
-use crate::period::Period;
 use crate::store::Store;
 pub use crate::watermarks::Watermarks;
 
 mod rolling;
+mod seal;
 mod supervisor;
 
 pub use rolling::{rolling_keys, Refresh, Step, STEP_BUDGET};
@@ -55,9 +53,7 @@ pub use rolling::{rolling_keys, Refresh, Step, STEP_BUDGET};
 pub use supervisor::supervise;
 
 const SCHED_LUA: &str = include_str!("../scripts/sched.lua");
-const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
 static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
-static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
 
 /// A scheduled job, as its string in the due zset names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,35 +194,6 @@ async fn run_once(
     let s = Scheduler { settings, router, store, producer: Arc::new(producer), partitions: None };
     s.run(cancel).await;
     Ok(())
-}
-
-/// What `seal.lua` answered.
-#[derive(Debug, PartialEq)]
-struct SealReply {
-    /// This call sealed the period (an earlier one may have).
-    newly: bool,
-    /// Its top was already published.
-    published: bool,
-    /// Members of the final board.
-    total: i64,
-    /// The final board's top: (member, stored score).
-    top: Vec<(String, f64)>,
-}
-
-/// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
-/// past its end).
-fn parse_seal_reply(reply: &[redis::Value]) -> Result<SealReply, String> {
-    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(2) {
-        return Err(format!("seal.lua answered {} values, not 3 followed by (member, score) pairs", reply.len()));
-    }
-    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(|e| format!("seal.lua: {e}"));
-    let mut top = Vec::with_capacity((reply.len() - 3) / 2);
-    for pair in reply[3..].chunks_exact(2) {
-        let member: String = redis::from_redis_value(pair[0].clone()).map_err(|e| format!("seal.lua: {e}"))?;
-        let stored: f64 = redis::from_redis_value(pair[1].clone()).map_err(|e| format!("seal.lua: {e}"))?;
-        top.push((member, stored));
-    }
-    Ok(SealReply { newly: int(&reply[0])? == 1, published: int(&reply[1])? == 1, total: int(&reply[2])?, top })
 }
 
 struct Scheduler<'a> {
@@ -382,85 +349,6 @@ impl Scheduler<'_> {
         }))
     }
 
-    async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
-        let board = self.board_of(base)?.clone();
-        let period = Period::from_id(period_id, board.timezone()).map_err(|e| e.to_string())?;
-        let Some(close_at) = board.close_at(&period) else {
-            return Ok(Outcome::Done);
-        };
-        let check = self.settings.sealing.check_interval.as_millis() as i64;
-        if now_ms() < close_at {
-            return Ok(Outcome::Again(close_at, "waiting"));
-        }
-        if !self.complete(close_at).await? {
-            return Ok(Outcome::Again(now_ms() + check, "waiting"));
-        }
-        let expire_at = period.expire_at_secs(board.retention(period.kind)).unwrap_or(0);
-        let final_id = keys::final_id(period_id);
-        let live = keys::period_key(base, period_id);
-        let keys_ = [
-            live.clone(),
-            keys::period_key(base, &final_id),
-            keys::dense_key(base, period_id),
-            keys::dense_key(base, &final_id),
-            keys::sealed_key(base),
-            keys::registry_key(base),
-        ];
-        let args = [
-            close_at.to_string(),
-            expire_at.to_string(),
-            self.settings.sealing.top.to_string(),
-            board.order().as_str().to_string(),
-            keys::published_field(&live),
-        ];
-        let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
-        let SealReply { newly, published, total, top } = parse_seal_reply(&reply)?;
-        if newly {
-            metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
-            info!(board = %board.id(), key = %live, members = total, "Period sealed.");
-        }
-        if published {
-            return Ok(Outcome::Done);
-        }
-        let entries: Vec<serde_json::Value> = top
-            .iter()
-            .enumerate()
-            .map(|(i, (member, stored))| {
-                json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) })
-            })
-            .collect();
-        let split = keys::split_of_base(base);
-        let payload = json!({
-            "board": board.id(),
-            "split": split.map(|(_, s)| s),
-            "period": period_id,
-            "key": keys::period_key(base, &final_id),
-            "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
-            "total": total,
-            "entries": entries,
-        })
-        .to_string();
-        let record_key = match split {
-            Some((b, s)) => format!("{b}:{s}|{period_id}"),
-            None => format!("{}|{period_id}", board.id()),
-        };
-        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
-        self.producer
-            .deliver(record)
-            .await
-            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
-        let mut conn = self.store.conn();
-        let _: i64 = redis::cmd("HSET")
-            .arg(keys::sealed_key(base))
-            .arg(keys::published_field(&live))
-            .arg(1)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
-        Ok(Outcome::Done)
-    }
-
     /// Runs steps of a rolling board's refresh for up to [`ROLL_SLICE`], then
     /// hands the job back as due now if the build is not finished, so other
     /// jobs (and other workers) take turns with a large board.
@@ -517,19 +405,6 @@ pub fn jobs_for<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
-        use redis::Value::{BulkString, Int};
-        let s = |t: &str| BulkString(t.as_bytes().to_vec());
-        for bad in [vec![], vec![Int(1), Int(0)], vec![Int(1), Int(0), Int(2), s("alice")]] {
-            assert!(parse_seal_reply(&bad).is_err(), "{bad:?}");
-        }
-        let good = [Int(1), Int(0), Int(2), s("alice"), s("120"), s("bob"), s("100")];
-        let reply = parse_seal_reply(&good).unwrap();
-        assert_eq!((reply.newly, reply.published, reply.total), (true, false, 2));
-        assert_eq!(reply.top, [("alice".to_string(), 120.0), ("bob".to_string(), 100.0)]);
-    }
 
     #[test]
     fn jobs_round_trip_even_when_the_prefix_holds_a_bar() {

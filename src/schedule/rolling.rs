@@ -57,6 +57,7 @@ impl Refresh {
             expire_at.to_string(),
             board.max_members().unwrap_or(0).to_string(),
             board.order().as_str().to_string(),
+            if board.meta() { "1" } else { "0" }.to_string(),
         ];
         Ok(Refresh { keys: rolling_keys(board, base, name, days, now_ms)?, args })
     }
@@ -82,7 +83,8 @@ impl Refresh {
 /// KEYS of `roll.lua`: the rolling key, its dense index, the registry, the
 /// build's state, staged union and staged dense index, then each daily key
 /// of the `days` days ending with the day containing `now_ms`, followed by
-/// its staged copy.
+/// its staged copy; on boards that keep metadata, then the meta hashes of
+/// the rolling key and the staged union, and of each day and its copy.
 pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Vec<String>, PeriodError> {
     let id = keys::rolling_id(name);
     let build = keys::rolling_build_id(name);
@@ -94,12 +96,25 @@ pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i6
         keys::period_key(base, &build),
         keys::dense_key(base, &build),
     ];
+    // (a day's id, its staged copy's id), newest first.
+    let mut ids = Vec::with_capacity(days as usize);
     let mut day = Period::containing(PeriodKind::Daily, board.timezone(), now_ms)?;
     for d in 1..=days {
-        out.push(keys::period_key(base, &day.id));
-        out.push(keys::period_key(base, &format!("{build}:{d}")));
         let start = day.start_ms.unwrap_or(now_ms);
+        ids.push((day.id, format!("{build}:{d}")));
         day = Period::containing(PeriodKind::Daily, board.timezone(), start - 1)?;
+    }
+    for (day, copy) in &ids {
+        out.push(keys::period_key(base, day));
+        out.push(keys::period_key(base, copy));
+    }
+    if board.meta() {
+        out.push(keys::meta_key(base, &id));
+        out.push(keys::meta_key(base, &build));
+        for (day, copy) in &ids {
+            out.push(keys::meta_key(base, day));
+            out.push(keys::meta_key(base, copy));
+        }
     }
     Ok(out)
 }
@@ -131,6 +146,24 @@ mod tests {
                 "lb:{p}:_roll:r:last3d:2",
                 "lb:{p}:d:2026-10-30",
                 "lb:{p}:_roll:r:last3d:3",
+            ]
+        );
+        // A board that keeps metadata: each of those zsets' meta hash follows, in the same order.
+        let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Best, &[PeriodKind::Daily]);
+        spec.meta = true;
+        let with_meta = rolling_keys(&Board::new(spec), "lb:{p}", "last3d", 3, now).unwrap();
+        assert_eq!(with_meta.len(), k.len() + 8);
+        assert_eq!(
+            with_meta[k.len()..],
+            [
+                "lb:{p}:_meta:r:last3d",
+                "lb:{p}:_meta:_roll:r:last3d",
+                "lb:{p}:_meta:d:2026-11-02",
+                "lb:{p}:_meta:_roll:r:last3d:1",
+                "lb:{p}:_meta:d:2026-11-01",
+                "lb:{p}:_meta:_roll:r:last3d:2",
+                "lb:{p}:_meta:d:2026-10-31",
+                "lb:{p}:_meta:_roll:r:last3d:3",
             ]
         );
     }

@@ -35,6 +35,8 @@
 -- KEYS[1 + P + j]     dense index of period key j
 -- KEYS[1 + 2P + j]    value counts of period key j's dense index
 -- KEYS[1 + 3P + j]    op "latest" only: hash member -> event time of its value in period key j
+-- KEYS[1 + QP + j]    boards that keep metadata only: hash member -> the compact JSON meta of
+--                     the event that explains its value in period key j (Q = 4 for "latest", else 3)
 -- KEYS[#KEYS]         boards that seal periods only: the tag's sealed hash
 --                     (period key -> close time); a sealed period takes no write
 --
@@ -52,14 +54,15 @@
 -- ARGV[12]            "1" if the board seals its periods (the last key is the sealed hash)
 -- ARGV[13]            dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[14]            the tag's registry of period keys ("<prefix>:{tag}:_keys")
--- ARGV[15]            P
--- ARGV[15 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
--- ARGV[16 + P]        F: how many topic-partition fields follow
--- ARGV[16 + P + f]    field f, "<topic>:<partition>"
--- ARGV[16 + P + F + f] precondition of field f: the last offset of f that the
+-- ARGV[15]            "1" if the board keeps metadata (the meta hashes are in KEYS)
+-- ARGV[16]            P
+-- ARGV[16 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- ARGV[17 + P]        F: how many topic-partition fields follow
+-- ARGV[17 + P + f]    field f, "<topic>:<partition>"
+-- ARGV[17 + P + F + f] precondition of field f: the last offset of f that the
 --                     call before this one on the tag carries, while that call
 --                     may still be unapplied (-1: none); see "Preconditions"
--- ARGV[17 + P + 2F]   the batch, one MessagePack stream of top-level values
+-- ARGV[18 + P + 2F]   the batch, one MessagePack stream of top-level values
 --                     (read in chunks by cmsgpack.unpack_limit, whose values land
 --                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
@@ -70,12 +73,13 @@
 --                     the distinct lists of period keys the events write;
 --                     E, then the E events' markers (16 bytes each, see
 --                     markers.lua), then per
---                     event: f, offset, m, num, shape, [tie], [ts]
+--                     event: f, offset, m, num, shape, [tie], [ts], [meta]
 --                     f: index of the event's field; m: index of its member; num:
 --                     the delta for "sum", the packed stored score otherwise;
 --                     tie (only for "sum" with SHIFT > 1): the tie component
 --                     packed with a new total; ts (only for "latest" and rate
---                     limits): the event time, epoch ms
+--                     limits): the event time, epoch ms; meta (only for boards
+--                     that keep metadata): the event's meta, "" for none
 --                     (the grouping is done by the caller, so that the script
 --                     keeps its per-member state in tables indexed by number)
 --
@@ -87,6 +91,13 @@
 --   5 refused: rate_limited,
 --   6 refused: period_closed (every period of the event is sealed already).
 -- Every other event was applied (code 1).
+--
+-- Metadata: a member's meta in a period key is the meta of the event that
+-- decided its value there: for "sum" the last applied event, for "gt"/"lt"
+-- the event that set the best (an equal score changes nothing, so the first
+-- on a tie keeps it), for "latest" the newest by event time. It is written
+-- with the value in phase 3 (HSET, or HDEL when that event had none), and
+-- removed with the member by top-K trimming.
 -- Every period key written is added to the tag's registry set (ARGV[14]),
 -- which erase.lua walks.
 --
@@ -110,7 +121,8 @@ local dense_on = ARGV[11] == '1'
 local seal_on = ARGV[12] == '1'
 local seen_prefix = ARGV[13]
 local registry = ARGV[14]
-local np = tonumber(ARGV[15])
+local meta_on = ARGV[15] == '1'
+local np = tonumber(ARGV[16])
 local offsets_key = KEYS[1]
 local latest = op == 'latest'
 local is_sum = op == 'sum'
@@ -174,9 +186,9 @@ if seal_on then
 end
 
 -- The batch: a MessagePack stream, read from byte pos on.
-local nf = tonumber(ARGV[16 + np])
+local nf = tonumber(ARGV[17 + np])
 local fields = {}
-for f = 1, nf do fields[f] = ARGV[16 + np + f] end
+for f = 1, nf do fields[f] = ARGV[17 + np + f] end
 -- Preconditions. The caller sends a call while the one before it on this tag
 -- is still on its way, so that Redis never waits for the client. If that
 -- earlier call has not been applied (it failed), this one must not run ahead
@@ -185,12 +197,12 @@ for f = 1, nf do fields[f] = ARGV[16 + np + f] end
 -- the last one the earlier call carries; if not, nothing is done, and the
 -- caller sends this call again once the earlier one has landed.
 for f = 1, nf do
-  local need = tonumber(ARGV[16 + np + nf + f])
+  local need = tonumber(ARGV[17 + np + nf + f])
   if need >= 0 and (tonumber(call('HGET', offsets_key, fields[f])) or -1) < need then
     return redis.error_reply('STALE the call before this one on ' .. offsets_key .. ' has not been applied')
   end
 end
-local payload = ARGV[17 + np + 2 * nf]
+local payload = ARGV[18 + np + 2 * nf]
 local unpack_limit = cmsgpack.unpack_limit
 local pos = 0
 local function rest(next_pos, ...)
@@ -246,6 +258,11 @@ local stride = 5
 if with_tie then stride = stride + 1 end
 local ts_at = stride + 1
 if with_ts then stride = stride + 1 end
+local meta_at = stride + 1
+if meta_on then stride = stride + 1 end
+-- KEYS[meta_keys + j]: period key j's meta hash.
+local meta_keys = 1 + 3 * np
+if latest then meta_keys = meta_keys + np end
 
 -- Phase 1: every member's current value in each open period key.
 -- cur[j][m]: the stored score (false: absent), as the events see it;
@@ -322,6 +339,12 @@ local moved = {}
 if latest then
   for j = 1, np do moved[j] = {} end
 end
+-- metas[j][m]: the meta ("" for none) of the event that last decided member
+-- m's value in period key j in this call; only on boards that keep metadata.
+local metas = {}
+if meta_on then
+  for j = 1, np do metas[j] = {} end
+end
 
 local per_take = floor(TAKE / stride)
 local i = 0
@@ -376,12 +399,14 @@ while i < ne do
         markers.add(i)
         local tie = 0
         if with_tie then tie = ev[a + 6] end
+        local meta = meta_on and ev[a + meta_at]
         for w = 1, nw do
           local c = sc[w]
           -- A sealed period is skipped: the event still counts on the board's open periods.
           if c then
             if is_sum then
               c[m] = totals[w] * shift + tie
+              if meta then metas[shapes[sh][w]][m] = meta end
             elseif latest then
               local j = shapes[sh][w]
               local ts = ev[a + ts_at]
@@ -390,10 +415,14 @@ while i < ne do
                 times[j][m] = ts
                 c[m] = num
                 moved[j][m] = true
+                if meta then metas[j][m] = meta end
               end
             else
               local old = c[m]
-              if not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then c[m] = num end
+              if not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
+                c[m] = num
+                if meta then metas[shapes[sh][w]][m] = meta end
+              end
             end
           end
         end
@@ -522,11 +551,27 @@ local function write_key(j, c)
       stamps[#stamps + 1] = fmt(times[j][m])
     end
   end
-  if np_ == 0 and #stamps == 0 then return end
+  if np_ == 0 and #stamps == 0 and not (meta_on and next(metas[j])) then return end
   -- The registry lets an erasure find every period key of the tag.
   call('SADD', registry, k)
   if np_ > 0 then variadic('ZADD', k, pairs_, 2) end
   if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
+  local mk = KEYS[meta_keys + j]
+  if meta_on then
+    -- Each decided member's meta; a member that had a value before may
+    -- hold the meta of an earlier event, which an event without one clears.
+    local set, del = {}, {}
+    for m, meta in pairs(metas[j]) do
+      if meta ~= '' then
+        set[#set + 1] = members[m]
+        set[#set + 1] = meta
+      elseif b[m] then
+        del[#del + 1] = members[m]
+      end
+    end
+    if #set > 0 then variadic('HSET', mk, set, 2) end
+    if #del > 0 then variadic('HDEL', mk, del, 1) end
+  end
   if top_k > 0 then
     -- Top-K: keeps the best top_k members.
     local card = call('ZCARD', k)
@@ -542,10 +587,15 @@ local function write_key(j, c)
       for v = 2, #victims, 2 do
         count(delta, value_name(tonumber(victims[v]), victims[v]), -1)
       end
+      if meta_on then
+        local gone = {}
+        for v = 1, #victims, 2 do gone[#gone + 1] = victims[v] end
+        variadic('HDEL', mk, gone, 1)
+      end
     end
   end
   if dense_on then settle(j, delta) end
-  local at = ARGV[15 + j]
+  local at = ARGV[16 + j]
   if at ~= '0' then
     call('EXPIREAT', k, at)
     if dense_on then
@@ -553,6 +603,7 @@ local function write_key(j, c)
       call('EXPIREAT', KEYS[1 + 2 * np + j], at)
     end
     if latest then call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
+    if meta_on then call('EXPIREAT', mk, at) end
   end
 end
 

@@ -17,12 +17,13 @@
 -- ARGV[10]  dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[11]  dedupe ttl, seconds
 -- ARGV[12]  the event's marker (16 bytes, see markers.lua)
+-- ARGV[13]  metadata prefix ("<prefix>:{tag}:_meta:"), completed with a period id
 --
 -- Returns 1 erased (or nothing to erase), 2 duplicate event id, 3 redelivered offset.
 
 local field, off_s, member = ARGV[1], ARGV[2], ARGV[3]
 local shift, period_prefix = tonumber(ARGV[4]), ARGV[5]
-local dense_prefix, counts_prefix, times_prefix = ARGV[6], ARGV[7], ARGV[8]
+local dense_prefix, counts_prefix, times_prefix, meta_prefix = ARGV[6], ARGV[7], ARGV[8], ARGV[13]
 local last = redis.call('HGET', KEYS[1], field)
 if last and tonumber(off_s) <= tonumber(last) then return 3 end
 redis.call('HSET', KEYS[1], field, off_s)
@@ -55,6 +56,7 @@ for _, key in ipairs(redis.call('SMEMBERS', KEYS[2])) do
       end
     end
     redis.call('HDEL', times_prefix .. period, member)
+    redis.call('HDEL', meta_prefix .. period, member)
   end
 end
 redis.call('DEL', ARGV[9])

@@ -9,6 +9,7 @@
 --
 -- KEYS[1]   the period key
 -- KEYS[2]   its dense index (one member per distinct value)
+-- KEYS[3]   boards that keep metadata only: its meta hash (member -> compact JSON)
 -- ARGV[1]   "top" | "player" | "around" | "players" | "rank_of" | "page"
 -- ARGV[2]   "desc" | "asc"
 -- ARGV[3]   SHIFT
@@ -32,9 +33,12 @@
 --           its rank is one more than: position for "ordinal", better for
 --           "competition", dense_better for "dense" }
 -- rank_of:  { total, better, better_or_equal, dense_better } for the value
+-- With KEYS[3], every entry carries its meta (false: none) after its stored
+-- score: listings are (member, stored, meta) triples, player replies end
+-- with it, and players rows are (stored, count, meta).
 -- page:     { total, start, better, dense_better, member1, stored1, ... }
 
-local key, dense = KEYS[1], KEYS[2]
+local key, dense, meta = KEYS[1], KEYS[2], KEYS[3]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
 local call, floor, format, byte, min, max = redis.call, math.floor, string.format, string.byte, math.min, math.max
@@ -77,11 +81,31 @@ local function position(member)
   return call('ZRANK', key, member)
 end
 
+-- The metas of members[from..to] (HMGET in chunks: unpack has a stack limit).
+local function metas_of(members, from, to)
+  local out = {}
+  for s = from, to, 1000 do
+    local got = call('HMGET', meta, unpack(members, s, min(s + 999, to)))
+    for i = 1, #got do out[s - from + i] = got[i] end
+  end
+  return out
+end
+
 local function listing(total, start, entries)
   local b, d = 0, 0
   if #entries > 0 then b, d = better(entries[2]) end
   local out = { total, start, b, d }
-  for i = 1, #entries do out[#out + 1] = entries[i] end
+  if not meta then
+    for i = 1, #entries do out[#out + 1] = entries[i] end
+    return out
+  end
+  local names = {}
+  for i = 1, #entries, 2 do names[#names + 1] = entries[i] end
+  local metas, n = metas_of(names, 1, #names), 4
+  for i = 1, #names do
+    out[n + 1], out[n + 2], out[n + 3] = entries[2 * i - 1], entries[2 * i], metas[i]
+    n = n + 3
+  end
   return out
 end
 
@@ -131,6 +155,7 @@ elseif op == 'player' then
   local stored = call('ZSCORE', key, ARGV[4])
   if not stored then return false end
   local b, d = better(stored)
+  if meta then return { total, position(ARGV[4]), b, d, stored, call('HGET', meta, ARGV[4]) } end
   return { total, position(ARGV[4]), b, d, stored }
 elseif op == 'around' then
   local pos = position(ARGV[4])
@@ -148,6 +173,7 @@ elseif op == 'players' then
   for s = 5, #ARGV, 1000 do
     local e = min(s + 999, #ARGV)
     local scores = call('ZMSCORE', key, unpack(ARGV, s, e))
+    local metas = meta and metas_of(ARGV, s, e)
     for i = s, e do
       local stored = scores[i - s + 1]
       local count = 0
@@ -162,6 +188,10 @@ elseif op == 'players' then
       end
       out[n + 1], out[n + 2] = stored, count
       n = n + 2
+      if meta then
+        out[n + 1] = stored and metas[i - s + 1]
+        n = n + 1
+      end
     end
   end
   return out

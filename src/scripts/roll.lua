@@ -6,10 +6,20 @@
 --
 -- KEYS[1] the rolling key        KEYS[2] its dense index   KEYS[3] the tag's registry
 -- KEYS[4] the build's state      KEYS[5] the staged union  KEYS[6] the staged dense index
--- KEYS[5 + 2d] daily key d and KEYS[6 + 2d] its staged copy, d = 1..days
+-- KEYS[5 + 2d] daily key d and KEYS[6 + 2d] its staged copy, d = 1..days (day 1 is
+--              the newest, today)
+-- Boards that keep metadata only, after those (M = 6 + 2 * days):
+-- KEYS[M + 1] the rolling key's meta hash   KEYS[M + 2] the staged union's meta hash
+-- KEYS[M + 1 + 2d] daily key d's meta hash and KEYS[M + 2 + 2d] its staged copy's
 -- ARGV[1] SUM | MAX | MIN    ARGV[2] SHIFT (packing)   ARGV[3] "1": keep the dense index
 -- ARGV[4] EXPIREAT seconds   ARGV[5] top-K (0: none)   ARGV[6] "desc" or "asc"
--- ARGV[7] the most members one call reads or writes
+-- ARGV[7] "1": the board keeps metadata    ARGV[8] the most members one call reads or writes
+--
+-- Metadata follows the value it explains: a day's copy takes each member's
+-- meta in the same step as its score; merging, a SUM keeps the meta of the
+-- newest day the member is on (its last event), a MAX or MIN the meta of
+-- the day whose value wins, the older day on equal values (its event came
+-- first), as on the daily boards themselves.
 --
 -- The build goes through phases, recorded in the state hash with where it is:
 --   copy   ZSCAN each day into its copy (ZADD: a member ZSCAN returns twice,
@@ -32,22 +42,56 @@
 
 local agg, shift, dense_on = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local expire_at, top_k, desc = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'desc'
-local budget = tonumber(ARGV[7])
+local meta_on, budget = ARGV[7] == '1', tonumber(ARGV[8])
 local dest, dense, registry, state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local staged, staged_dense = KEYS[5], KEYS[6]
-local days = (#KEYS - 6) / 2
+local days
+if meta_on then days = (#KEYS - 8) / 4 else days = (#KEYS - 6) / 2 end
 local MAX_EXACT = 9007199254740991
 local day = function(d) return KEYS[5 + 2 * d] end
 local copy = function(d) return KEYS[6 + 2 * d] end
+local M = 6 + 2 * days
+local dest_meta, staged_meta = KEYS[M + 1], KEYS[M + 2]
+local day_meta = function(d) return KEYS[M + 1 + 2 * d] end
+local copy_meta = function(d) return KEYS[M + 2 + 2 * d] end
 local window = day(1) .. '|' .. days
 
 local function drop_staged()
   redis.call('UNLINK', staged, staged_dense)
   redis.call('SREM', registry, staged)
+  if meta_on then redis.call('UNLINK', staged_meta) end
   for d = 1, days do
     redis.call('UNLINK', copy(d))
     redis.call('SREM', registry, copy(d))
+    if meta_on then redis.call('UNLINK', copy_meta(d)) end
   end
+end
+
+-- Sets the metas of members[i] in hash to metas[i] (false: none), in chunks.
+local function put_metas(hash, members, metas)
+  local set, del = {}, {}
+  for i = 1, #members do
+    if metas[i] then
+      set[#set + 1] = members[i]
+      set[#set + 1] = metas[i]
+    else
+      del[#del + 1] = members[i]
+    end
+  end
+  for i = 1, #set, 1000 do redis.call('HSET', hash, unpack(set, i, math.min(i + 999, #set))) end
+  for i = 1, #del, 1000 do redis.call('HDEL', hash, unpack(del, i, math.min(i + 999, #del))) end
+  if #set > 0 then redis.call('EXPIREAT', hash, expire_at) end
+end
+
+-- The metas of the members named at the odd places of items, from hash.
+local function metas_of(hash, items)
+  local names, out = {}, {}
+  for i = 1, #items, 2 do names[#names + 1] = items[i] end
+  for i = 1, #names, 1000 do
+    local got = redis.call('HMGET', hash, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #got do out[i - 1 + j] = got[j] end
+  end
+  return names, out
 end
 
 -- A staged zset just written: registered (an erasure removes a missing key
@@ -86,6 +130,7 @@ while done < budget and phase ~= 'swap' do
     if #items > 0 then
       zadd_pairs(copy(d), {}, items)
       touched(copy(d))
+      if meta_on then put_metas(copy_meta(d), metas_of(day_meta(d), items)) end
     end
     done = done + #items / 2 + 1
     at = r[1]
@@ -97,6 +142,9 @@ while done < budget and phase ~= 'swap' do
           redis.call('RENAME', copy(1), staged)
           redis.call('SREM', registry, copy(1))
           touched(staged)
+          if meta_on and redis.call('EXISTS', copy_meta(1)) == 1 then
+            redis.call('RENAME', copy_meta(1), staged_meta)
+          end
         end
       end
     end
@@ -111,6 +159,18 @@ while done < budget and phase ~= 'swap' do
         redis.call('SREM', registry, copy(d))
         d, at = d + 1, '0'
       else
+        -- Members whose meta this (older) day decides: for a SUM those not
+        -- on a newer day, for MAX and MIN those whose value here wins or ties.
+        local takes = {}
+        if meta_on then
+          local names = {}
+          for i = 1, #items, 2 do names[#names + 1] = items[i] end
+          local cur = redis.call('ZMSCORE', staged, unpack(names))
+          for i = 1, #names do
+            local old, new = cur[i] and tonumber(cur[i]), tonumber(items[2 * i])
+            takes[i] = not old or (agg == 'MAX' and new >= old) or (agg == 'MIN' and new <= old)
+          end
+        end
         if agg == 'SUM' then
           for i = 1, #items, 2 do
             local sum = tonumber(redis.call('ZINCRBY', staged, items[i + 1], items[i]))
@@ -123,6 +183,17 @@ while done < budget and phase ~= 'swap' do
         else
           zadd_pairs(staged, {agg == 'MAX' and 'GT' or 'LT'}, items)
         end
+        if meta_on then
+          local names, metas = metas_of(copy_meta(d), items)
+          local who, what = {}, {}
+          for i = 1, #names do
+            if takes[i] then
+              who[#who + 1] = names[i]
+              what[#who] = metas[i]
+            end
+          end
+          put_metas(staged_meta, who, what)
+        end
         touched(staged)
         at = string.format('%d', from + #items / 2)
       end
@@ -134,11 +205,15 @@ while done < budget and phase ~= 'swap' do
       phase, at = dense_on and 'dense' or 'swap', '0'
     else
       local n = math.min(excess, budget - done)
-      if desc then
-        redis.call('ZREMRANGEBYRANK', staged, 0, n - 1)
-      else
-        redis.call('ZREMRANGEBYRANK', staged, -n, -1)
+      local from, to = 0, n - 1
+      if not desc then from, to = -n, -1 end
+      if meta_on then
+        local gone = redis.call('ZRANGE', staged, from, to)
+        for i = 1, #gone, 1000 do
+          redis.call('HDEL', staged_meta, unpack(gone, i, math.min(i + 999, #gone)))
+        end
       end
+      redis.call('ZREMRANGEBYRANK', staged, from, to)
       done = done + n
     end
   elseif phase == 'dense' then
@@ -173,10 +248,15 @@ end
 -- The swap: O(1) renames; the old union is freed off the main thread (UNLINK).
 local card = redis.call('ZCARD', staged)
 redis.call('UNLINK', dest, dense)
+if meta_on then redis.call('UNLINK', dest_meta) end
 if card > 0 then
   redis.call('RENAME', staged, dest)
   redis.call('EXPIREAT', dest, expire_at)
   redis.call('SADD', registry, dest)
+  if meta_on and redis.call('EXISTS', staged_meta) == 1 then
+    redis.call('RENAME', staged_meta, dest_meta)
+    redis.call('EXPIREAT', dest_meta, expire_at)
+  end
   if dense_on and redis.call('EXISTS', staged_dense) == 1 then
     redis.call('RENAME', staged_dense, dense)
     redis.call('EXPIREAT', dense, expire_at)

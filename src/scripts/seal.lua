@@ -2,33 +2,42 @@
 --
 -- Sealing marks the period in the tag's sealed hash (from then on apply.lua
 -- refuses writes to it, so the live key is frozen too) and copies the live
--- board and its dense index into "...:final" and "_dense:...:final", expiring
+-- board and its dense index into "...:final" and "_dense:...:final" (and, on
+-- boards that keep metadata, its meta hash into "_meta:...:final"), expiring
 -- with the period. The final key joins the tag's registry, so an erasure
 -- reaches it. A second call changes nothing and answers the same top.
 --
 -- KEYS[1] live period key     KEYS[2] its final key
 -- KEYS[3] live dense index    KEYS[4] final dense index
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
+-- KEYS[7] live meta hash      KEYS[8] final meta hash (boards that keep metadata only)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
 --
--- Returns {sealed now (1/0), already published (1/0), total, member, score, ...}
+-- Returns {sealed now (1/0), already published (1/0), total, member, score, ...},
+-- with (member, score, meta) triples where KEYS[7] is given (meta false: none).
 
 local live, final = KEYS[1], KEYS[2]
+local meta, final_meta = KEYS[7], KEYS[8]
 local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1
   redis.call('HSET', KEYS[5], live, ARGV[1])
   redis.call('DEL', final, KEYS[4])
+  if meta then redis.call('DEL', final_meta) end
   if redis.call('EXISTS', live) == 1 then
     redis.call('ZUNIONSTORE', final, 1, live)
     if redis.call('EXISTS', KEYS[3]) == 1 then
       redis.call('ZUNIONSTORE', KEYS[4], 1, KEYS[3])
     end
+    if meta and redis.call('EXISTS', meta) == 1 then
+      redis.call('COPY', meta, final_meta)
+    end
     if ARGV[2] ~= '0' then
       redis.call('EXPIREAT', final, ARGV[2])
       redis.call('EXPIREAT', KEYS[4], ARGV[2])
+      if meta then redis.call('EXPIREAT', final_meta, ARGV[2]) end
     end
     redis.call('SADD', KEYS[6], final)
   end
@@ -42,5 +51,13 @@ else
   top = redis.call('ZRANGE', final, 0, n - 1, 'WITHSCORES')
 end
 local out = {newly, published, redis.call('ZCARD', final)}
-for _, v in ipairs(top) do out[#out + 1] = v end
+if not meta then
+  for _, v in ipairs(top) do out[#out + 1] = v end
+  return out
+end
+local k = 3
+for i = 1, #top, 2 do
+  out[k + 1], out[k + 2], out[k + 3] = top[i], top[i + 1], redis.call('HGET', final_meta, top[i])
+  k = k + 3
+end
 return out

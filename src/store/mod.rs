@@ -323,6 +323,7 @@ impl Store {
             ];
             let mut args: Vec<Vec<u8>> = text.into_iter().map(String::into_bytes).collect();
             args.push(crate::markers::marker(event_id).to_vec());
+            args.push(keys::meta_prefix(base).into_bytes());
             let reply: Result<i64, RedisError> = self.eval(&self.erase_script, &ERASE_LUA, &keys, &args).await?;
             reply.map(ApplyResult::from_code).map_err(|source| StoreError::Erase { base: base.clone(), source })
         });

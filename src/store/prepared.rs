@@ -181,6 +181,7 @@ mod tests {
                 ts: 1,
                 event_id: id,
                 periods: &k,
+                meta: None,
             })
             .collect();
         let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };

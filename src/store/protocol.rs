@@ -50,6 +50,8 @@ pub struct ApplyItem<'a> {
     pub ts: i64,
     pub event_id: &'a uuid::Uuid,
     pub periods: &'a [Arc<PeriodWrite>],
+    /// The event's `meta` (compact JSON); only sent for boards that keep it.
+    pub meta: Option<&'a str>,
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -86,6 +88,7 @@ pub fn push_write<'a>(
         ts: write.ts,
         event_id: &event.event_id,
         periods: &write.periods,
+        meta: event.meta.as_deref(),
     });
     t
 }
@@ -140,7 +143,7 @@ fn distinct_periods<'a>(batch: &TagBatch<'a>) -> Vec<&'a PeriodWrite> {
 }
 
 /// KEYS: the offsets hash, each period key with its dense index, value
-/// counts and (`latest`) event times, and the sealed hash.
+/// counts, (`latest`) event times and (`meta`) metadata, and the sealed hash.
 fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     let p = &batch.params;
     let mut keys = Vec::with_capacity(2 + 4 * periods.len());
@@ -151,13 +154,16 @@ fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     if p.op == WriteOp::Latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
+    if p.meta {
+        keys.extend(periods.iter().map(|p| p.meta_key.clone()));
+    }
     if p.sealed {
         keys.push(keys::sealed_key(batch.base));
     }
     keys
 }
 
-/// ARGV[1] to ARGV[13 + P]: the board's constants, the key prefixes the
+/// ARGV[1] to ARGV[16 + P]: the board's constants, the key prefixes the
 /// script extends, and each period key's expiry.
 fn constant_args(batch: &TagBatch<'_>, periods: &[&PeriodWrite], dedupe_ttl_secs: u64) -> Vec<Vec<u8>> {
     let p = &batch.params;
@@ -177,6 +183,7 @@ fn constant_args(batch: &TagBatch<'_>, periods: &[&PeriodWrite], dedupe_ttl_secs
         flag(p.sealed),
         keys::dedupe_prefix(batch.base),
         keys::registry_key(batch.base),
+        flag(p.meta),
         periods.len().to_string(),
     ];
     args.extend(periods.iter().map(|period| period.expire_at.unwrap_or(0).to_string()));
@@ -236,6 +243,9 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         }
         if with_ts {
             mp_int(&mut body, item.ts);
+        }
+        if p.meta {
+            rmp::encode::write_str(&mut body, item.meta.unwrap_or("")).expect("writing to a Vec cannot fail");
         }
         for &j in &shape {
             if listed.insert((j, m)) {
@@ -314,6 +324,7 @@ pub(super) mod tests {
             dense_key: keys::dense_key("lb:{p}", period),
             count_key: keys::dense_count_key("lb:{p}", period),
             times_key: keys::times_key("lb:{p}", period),
+            meta_key: keys::meta_key("lb:{p}", period),
             expire_at,
             close_at: None,
         })
@@ -360,6 +371,7 @@ pub(super) mod tests {
                     ts: 1,
                     event_id: &id1,
                     periods: &k1,
+                    meta: None,
                 },
                 ApplyItem {
                     field: "t:1",
@@ -370,6 +382,7 @@ pub(super) mod tests {
                     ts: 2,
                     event_id: &id2,
                     periods: &k2,
+                    meta: None,
                 },
             ],
         };
@@ -410,6 +423,7 @@ pub(super) mod tests {
                 "0",
                 "lb:{p}:_seen:",
                 "lb:{p}:_keys",
+                "0",
                 "2",
                 "100",
                 "0",

@@ -105,7 +105,7 @@ mod tests {
         let mut g = Generator::new(1, 10, 1_786_000_000_000, 10);
         for _ in 0..50 {
             let s = g.next_sample();
-            let parsed = rankflow::event::parse(&s.value, 65536, |_| true);
+            let parsed = rankflow::event::parse(&s.value, Default::default(), |_| true);
             assert!(matches!(parsed, rankflow::event::Parsed::Event(_)), "{}", String::from_utf8_lossy(&s.value));
         }
     }

@@ -165,7 +165,9 @@ pub(super) fn read_events(
         if let Some(m) = c.poll(Duration::from_millis(100)) {
             let m = m.map_err(|e| e.to_string())?;
             n += 1;
-            if let Parsed::Event(e) = event::parse(m.payload().unwrap_or_default(), 65536, |t| router.listens(t)) {
+            if let Parsed::Event(e) =
+                event::parse(m.payload().unwrap_or_default(), Default::default(), |t| router.listens(t))
+            {
                 out.push((m.partition(), m.offset(), m.timestamp().to_millis().unwrap_or(e.ts_ms), e));
             }
         }

@@ -283,7 +283,7 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32, rounds: usize) 
     for i in 0..count {
         let s = g.next_sample();
         let p = (i % offsets.len() as u64) as usize;
-        if let Parsed::Event(e) = event::parse(&s.value, 65536, |t| router.listens(t)) {
+        if let Parsed::Event(e) = event::parse(&s.value, Default::default(), |t| router.listens(t)) {
             events.push((p as i32, offsets[p], now, e));
         }
         offsets[p] += 1;

@@ -1,0 +1,172 @@
+//! Sealing one period of one board tag: `scripts/seal.lua` freezes it into
+//! its final snapshot (at most once), and its top is published to
+//! `[sealing] topic` once, the publication recorded in the tag's sealed hash.
+
+use std::sync::LazyLock;
+
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+use tracing::info;
+
+use super::{eval, now_ms, Outcome, Scheduler};
+use crate::board::Board;
+use crate::keys;
+use crate::metrics;
+use crate::period::Period;
+
+const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
+static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
+
+/// What `seal.lua` answered.
+#[derive(Debug, PartialEq)]
+struct SealReply {
+    /// This call sealed the period (an earlier one may have).
+    newly: bool,
+    /// Its top was already published.
+    published: bool,
+    /// Members of the final board.
+    total: i64,
+    /// The final board's top: (member, stored score, meta as stored).
+    top: Vec<(String, f64, Option<String>)>,
+}
+
+/// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
+/// past its end). `with_meta`: entries are (member, score, meta) triples.
+fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply, String> {
+    let stride = if with_meta { 3 } else { 2 };
+    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(stride) {
+        return Err(format!("seal.lua answered {} values, not 3 followed by entries of {stride}", reply.len()));
+    }
+    let err = |e: redis::ParsingError| format!("seal.lua: {e}");
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(err);
+    let mut top = Vec::with_capacity((reply.len() - 3) / stride);
+    for entry in reply[3..].chunks_exact(stride) {
+        let member: String = redis::from_redis_value(entry[0].clone()).map_err(err)?;
+        let stored: f64 = redis::from_redis_value(entry[1].clone()).map_err(err)?;
+        let meta: Option<String> = match entry.get(2) {
+            Some(v) => redis::from_redis_value(v.clone()).map_err(err)?,
+            None => None,
+        };
+        top.push((member, stored, meta));
+    }
+    Ok(SealReply { newly: int(&reply[0])? == 1, published: int(&reply[1])? == 1, total: int(&reply[2])?, top })
+}
+
+/// The published entries of a sealed top: ranks, values and each entry's metadata.
+fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Vec<Value> {
+    top.iter()
+        .enumerate()
+        .map(|(i, (member, stored, meta))| {
+            let mut entry =
+                json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) });
+            if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+                entry["meta"] = meta;
+            }
+            entry
+        })
+        .collect()
+}
+
+impl Scheduler<'_> {
+    pub(super) async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
+        let board = self.board_of(base)?.clone();
+        let period = Period::from_id(period_id, board.timezone()).map_err(|e| e.to_string())?;
+        let Some(close_at) = board.close_at(&period) else {
+            return Ok(Outcome::Done);
+        };
+        let check = self.settings.sealing.check_interval.as_millis() as i64;
+        if now_ms() < close_at {
+            return Ok(Outcome::Again(close_at, "waiting"));
+        }
+        if !self.complete(close_at).await? {
+            return Ok(Outcome::Again(now_ms() + check, "waiting"));
+        }
+        let expire_at = period.expire_at_secs(board.retention(period.kind)).unwrap_or(0);
+        let final_id = keys::final_id(period_id);
+        let live = keys::period_key(base, period_id);
+        let mut keys_ = vec![
+            live.clone(),
+            keys::period_key(base, &final_id),
+            keys::dense_key(base, period_id),
+            keys::dense_key(base, &final_id),
+            keys::sealed_key(base),
+            keys::registry_key(base),
+        ];
+        if board.meta() {
+            keys_.push(keys::meta_key(base, period_id));
+            keys_.push(keys::meta_key(base, &final_id));
+        }
+        let args = [
+            close_at.to_string(),
+            expire_at.to_string(),
+            self.settings.sealing.top.to_string(),
+            board.order().as_str().to_string(),
+            keys::published_field(&live),
+        ];
+        let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
+        let SealReply { newly, published, total, top } = parse_seal_reply(&reply, board.meta())?;
+        if newly {
+            metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
+            info!(board = %board.id(), key = %live, members = total, "Period sealed.");
+        }
+        if published {
+            return Ok(Outcome::Done);
+        }
+        let split = keys::split_of_base(base);
+        let payload = json!({
+            "board": board.id(),
+            "split": split.map(|(_, s)| s),
+            "period": period_id,
+            "key": keys::period_key(base, &final_id),
+            "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
+            "total": total,
+            "entries": published_entries(&board, &top),
+        })
+        .to_string();
+        let record_key = match split {
+            Some((b, s)) => format!("{b}:{s}|{period_id}"),
+            None => format!("{}|{period_id}", board.id()),
+        };
+        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
+        self.producer
+            .deliver(record)
+            .await
+            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
+        let mut conn = self.store.conn();
+        let _: i64 = redis::cmd("HSET")
+            .arg(keys::sealed_key(base))
+            .arg(keys::published_field(&live))
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
+        Ok(Outcome::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
+        use redis::Value::{BulkString, Int, Nil};
+        let s = |t: &str| BulkString(t.as_bytes().to_vec());
+        for bad in [vec![], vec![Int(1), Int(0)], vec![Int(1), Int(0), Int(2), s("alice")]] {
+            assert!(parse_seal_reply(&bad, false).is_err(), "{bad:?}");
+        }
+        let good = [Int(1), Int(0), Int(2), s("alice"), s("120"), s("bob"), s("100")];
+        let reply = parse_seal_reply(&good, false).unwrap();
+        assert_eq!((reply.newly, reply.published, reply.total), (true, false, 2));
+        assert_eq!(reply.top, [("alice".to_string(), 120.0, None), ("bob".to_string(), 100.0, None)]);
+        // With metadata, entries are triples; a pair alone is refused.
+        assert!(parse_seal_reply(&good, true).is_err());
+        let meta = [Int(0), Int(0), Int(2), s("alice"), s("120"), s(r#"{"n":"A"}"#), s("bob"), s("100"), Nil];
+        let reply = parse_seal_reply(&meta, true).unwrap();
+        assert_eq!(
+            reply.top,
+            [("alice".to_string(), 120.0, Some(r#"{"n":"A"}"#.to_string())), ("bob".to_string(), 100.0, None)]
+        );
+    }
+}
