@@ -38,10 +38,12 @@ pub enum Reason {
     RateLimited,
     PeriodClosed,
     InvalidMeta,
+    NotAllowed,
+    InvalidAdmin,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -59,6 +61,8 @@ impl Reason {
         Reason::RateLimited,
         Reason::PeriodClosed,
         Reason::InvalidMeta,
+        Reason::NotAllowed,
+        Reason::InvalidAdmin,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -81,6 +85,8 @@ impl Reason {
             Reason::RateLimited => "rate_limited",
             Reason::PeriodClosed => "period_closed",
             Reason::InvalidMeta => "invalid_meta",
+            Reason::NotAllowed => "not_allowed",
+            Reason::InvalidAdmin => "invalid_admin",
         }
     }
 
@@ -156,21 +162,84 @@ impl Default for Limits {
     }
 }
 
-/// The event type that erases a player from every board.
-pub const ERASE_TYPE: &str = "player_erased";
+/// The admin event types: corrections and moderation, honoured only on
+/// `kafka.admin_topics` (see `moderation` for what each does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AdminKind {
+    /// Sets the player's stored score, whatever the board's mode.
+    ScoreSet,
+    /// Adds a delta to the player's total (`sum` boards only).
+    ScoreAdjusted,
+    /// Removes the player from a board (every period, or one).
+    PlayerRemoved,
+    /// Takes the player out of every read of others; their events keep counting.
+    PlayerHidden,
+    /// Undoes `player_hidden`.
+    PlayerUnhidden,
+    /// Removes the player from every key of every board.
+    PlayerErased,
+}
 
-/// Event types that are rankflow's own and that no board may list in `on`.
-pub const RESERVED_TYPES: &[&str] = &[ERASE_TYPE];
+impl AdminKind {
+    pub const ALL: [AdminKind; 6] = [
+        AdminKind::ScoreSet,
+        AdminKind::ScoreAdjusted,
+        AdminKind::PlayerRemoved,
+        AdminKind::PlayerHidden,
+        AdminKind::PlayerUnhidden,
+        AdminKind::PlayerErased,
+    ];
+
+    /// The event `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminKind::ScoreSet => "score_set",
+            AdminKind::ScoreAdjusted => "score_adjusted",
+            AdminKind::PlayerRemoved => "player_removed",
+            AdminKind::PlayerHidden => "player_hidden",
+            AdminKind::PlayerUnhidden => "player_unhidden",
+            AdminKind::PlayerErased => "player_erased",
+        }
+    }
+
+    pub fn parse(kind: &str) -> Option<AdminKind> {
+        AdminKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+}
+
+impl fmt::Display for AdminKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A valid admin event: the score event's envelope (`event_id`, `type`,
+/// `player_id`, `ts`) and the fields of its kind, not yet checked against
+/// the boards (see `moderation::plan`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminEvent {
+    pub event_id: Uuid,
+    pub kind: AdminKind,
+    pub player_id: String,
+    /// Event time, epoch ms (0 when a kind that needs none has none).
+    pub ts_ms: i64,
+    /// `score_set`, `score_adjusted`, `player_removed`: the board.
+    pub board: Option<String>,
+    /// `player_hidden`, `player_unhidden`: the boards (`None`: all).
+    pub boards: Option<Vec<String>>,
+    pub split: Option<String>,
+    /// A period id (`w:2026-W49`); `None`: see each kind.
+    pub period: Option<String>,
+    /// `score_set`: the score; `score_adjusted`: the delta; otherwise 0.
+    pub value: i64,
+}
 
 /// What parsing made of a record value.
 #[derive(Debug)]
 pub enum Parsed {
     Event(Event),
-    /// `player_erased`: remove this player from every key of every board.
-    Erase {
-        event_id: Uuid,
-        player_id: String,
-    },
+    /// An admin event (a correction or moderation), honoured only on an admin topic.
+    Admin(AdminEvent),
     /// No board listens to this type; carries the type for the metric.
     Skipped(String),
     Rejected(Rejection),
@@ -186,6 +255,12 @@ struct RawEvent {
     ts: Option<Value>,
     attrs: Option<Value>,
     meta: Option<Value>,
+    // Admin events' own fields (see `moderation`).
+    board: Option<Value>,
+    boards: Option<Value>,
+    delta: Option<Value>,
+    split: Option<Value>,
+    period: Option<Value>,
 }
 
 /// Parses and validates one record value. `listens` says whether any board
@@ -203,24 +278,25 @@ fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> 
     if value.len() > max_bytes {
         return Err(Rejection::new(TooLarge, format!("value is {} bytes, the limit is {max_bytes}", value.len())));
     }
-    let raw: RawEvent = serde_json::from_slice(value)
+    let mut raw: RawEvent = serde_json::from_slice(value)
         .map_err(|e| Rejection::new(InvalidJson, format!("value is not a JSON object: {e}")))?;
-    let kind = match raw.kind {
+    let kind = match raw.kind.take() {
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'type' is missing")),
         Some(Value::String(s)) if !s.is_empty() => s,
         Some(_) => return Err(Rejection::new(InvalidType, "field 'type' must be a non-empty string")),
     };
-    if !listens(&kind) && kind != ERASE_TYPE {
+    let admin = AdminKind::parse(&kind);
+    if !listens(&kind) && admin.is_none() {
         return Ok(Parsed::Skipped(kind));
     }
-    let event_id = match raw.event_id {
+    let event_id = match raw.event_id.take() {
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'event_id' is missing")),
         Some(Value::String(s)) => {
             Uuid::parse_str(&s).map_err(|_| Rejection::new(InvalidEventId, "field 'event_id' is not a UUID"))?
         }
         Some(_) => return Err(Rejection::new(InvalidEventId, "field 'event_id' must be a string")),
     };
-    let player_id = match raw.player_id {
+    let player_id = match raw.player_id.take() {
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'player_id' is missing")),
         Some(Value::String(s)) => {
             if s.is_empty() || s.len() > 128 {
@@ -236,30 +312,11 @@ fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> 
         }
         Some(_) => return Err(Rejection::new(InvalidPlayerId, "field 'player_id' must be a string")),
     };
-    if kind == ERASE_TYPE {
-        return Ok(Parsed::Erase { event_id, player_id });
+    if let Some(kind) = admin {
+        return parse_admin(kind, event_id, player_id, raw).map(Parsed::Admin);
     }
-    let score = match raw.score {
-        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'score' is missing")),
-        Some(Value::Number(n)) => parse_score(&n)?,
-        Some(_) => return Err(Rejection::new(InvalidScore, "field 'score' must be a number")),
-    };
-    let ts_ms = match raw.ts {
-        None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'ts' is missing")),
-        Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(&s)
-            .map(|t| t.timestamp_millis())
-            .map_err(|_| Rejection::new(InvalidTs, "field 'ts' is not an RFC 3339 time with offset"))?,
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(ms) if (0..=253_402_300_799_999).contains(&ms) => ms,
-            _ => {
-                return Err(Rejection::new(
-                    InvalidTs,
-                    "field 'ts' must be integer epoch milliseconds between 0 and year 9999",
-                ))
-            }
-        },
-        Some(_) => return Err(Rejection::new(InvalidTs, "field 'ts' must be a string or an integer")),
-    };
+    let score = required_number(raw.score, "score", InvalidScore)?;
+    let ts_ms = parse_ts(raw.ts)?;
     let attrs = match raw.attrs {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(map)) => {
@@ -299,6 +356,91 @@ fn parse_meta(v: Value, max: usize) -> Result<String, Rejection> {
         ));
     }
     Ok(compact)
+}
+
+/// The integer in `field` (see [`parse_score`]); `wrong` if it is not a number.
+fn required_number(v: Option<Value>, field: &str, wrong: Reason) -> Result<i64, Rejection> {
+    match v {
+        None | Some(Value::Null) => Err(Rejection::new(Reason::MissingField, format!("field '{field}' is missing"))),
+        Some(Value::Number(n)) => parse_score(&n),
+        Some(_) => Err(Rejection::new(wrong, format!("field '{field}' must be a number"))),
+    }
+}
+
+/// `ts`: RFC 3339 with an offset, or integer epoch milliseconds.
+fn parse_ts(v: Option<Value>) -> Result<i64, Rejection> {
+    use Reason::*;
+    match v {
+        None | Some(Value::Null) => Err(Rejection::new(MissingField, "field 'ts' is missing")),
+        Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.timestamp_millis())
+            .map_err(|_| Rejection::new(InvalidTs, "field 'ts' is not an RFC 3339 time with offset")),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(ms) if (0..=253_402_300_799_999).contains(&ms) => Ok(ms),
+            _ => {
+                Err(Rejection::new(InvalidTs, "field 'ts' must be integer epoch milliseconds between 0 and year 9999"))
+            }
+        },
+        Some(_) => Err(Rejection::new(InvalidTs, "field 'ts' must be a string or an integer")),
+    }
+}
+
+/// An optional string field of an admin event.
+fn admin_text(v: Option<Value>, field: &str) -> Result<Option<String>, Rejection> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
+        Some(_) => Err(Rejection::new(Reason::InvalidAdmin, format!("field '{field}' must be a non-empty string"))),
+    }
+}
+
+/// The fields of an admin event of `kind`; which are required depends on
+/// the kind (see `moderation`).
+fn parse_admin(kind: AdminKind, event_id: Uuid, player_id: String, raw: RawEvent) -> Result<AdminEvent, Rejection> {
+    use AdminKind::*;
+    let board = admin_text(raw.board, "board")?;
+    if board.is_none() && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved) {
+        return Err(Rejection::new(
+            Reason::MissingField,
+            format!("field 'board' is missing (a {kind} names its board)"),
+        ));
+    }
+    let value = match kind {
+        ScoreSet => required_number(raw.score, "score", Reason::InvalidScore)?,
+        ScoreAdjusted => required_number(raw.delta, "delta", Reason::InvalidScore)?,
+        _ => 0,
+    };
+    // A correction lands in the periods holding its time; the others need none.
+    let ts_ms = match kind {
+        ScoreSet | ScoreAdjusted => parse_ts(raw.ts)?,
+        _ if raw.ts.as_ref().is_some_and(|t| !t.is_null()) => parse_ts(raw.ts)?,
+        _ => 0,
+    };
+    let boards = match raw.boards {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(list)) if !list.is_empty() => Some(
+            list.into_iter()
+                .map(|b| match b {
+                    Value::String(s) if !s.is_empty() => Ok(s),
+                    _ => Err(Rejection::new(Reason::InvalidAdmin, "field 'boards' must list board ids")),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(_) => {
+            return Err(Rejection::new(Reason::InvalidAdmin, "field 'boards' must be a non-empty list of board ids"))
+        }
+    };
+    Ok(AdminEvent {
+        event_id,
+        kind,
+        player_id,
+        ts_ms,
+        board,
+        boards,
+        split: admin_text(raw.split, "split")?,
+        period: admin_text(raw.period, "period")?,
+        value,
+    })
 }
 
 /// Scores are integers: a decimal fraction cannot be stored exactly in a
@@ -402,12 +544,51 @@ mod tests {
         assert_eq!(reason(&with_meta(&format!(r#"{{"name":"{}"}}"#, "x".repeat(600)))), InvalidMeta);
     }
 
+    fn admin(json: &str) -> Result<AdminEvent, Reason> {
+        match parse(json.as_bytes(), Limits::default(), |_| false) {
+            Parsed::Admin(a) => Ok(a),
+            Parsed::Rejected(r) => Err(r.reason),
+            other => panic!("expected an admin event or a rejection for {json}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn admin_events_parse_with_the_fields_of_their_kind() {
+        let id = r#""event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","player_id":"alice""#;
+        let set = admin(&format!(r#"{{{id},"type":"score_set","board":"best","score":110,"ts":5}}"#)).unwrap();
+        assert_eq!((set.kind, set.board.as_deref(), set.value, set.ts_ms), (AdminKind::ScoreSet, Some("best"), 110, 5));
+        let adj = admin(&format!(
+            r#"{{{id},"type":"score_adjusted","board":"pts","delta":-7,"ts":5,"split":"eu","period":"w:2026-W49"}}"#
+        ))
+        .unwrap();
+        assert_eq!((adj.value, adj.split.as_deref(), adj.period.as_deref()), (-7, Some("eu"), Some("w:2026-W49")));
+        let hide = admin(&format!(r#"{{{id},"type":"player_hidden","boards":["a","b"]}}"#)).unwrap();
+        assert_eq!((hide.boards, hide.ts_ms), (Some(vec!["a".to_string(), "b".to_string()]), 0));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"player_unhidden"}}"#)).unwrap().boards, None);
+        // Each kind's required fields, and their types.
+        assert_eq!(admin(&format!(r#"{{{id},"type":"score_set","score":1,"ts":5}}"#)), Err(Reason::MissingField));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"score_set","board":"b","ts":5}}"#)), Err(Reason::MissingField));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"score_set","board":"b","score":1}}"#)), Err(Reason::MissingField));
+        assert_eq!(
+            admin(&format!(r#"{{{id},"type":"score_adjusted","board":"b","score":1,"ts":1}}"#)),
+            Err(Reason::MissingField)
+        );
+        assert_eq!(
+            admin(&format!(r#"{{{id},"type":"score_set","board":"b","score":1.5,"ts":1}}"#)),
+            Err(Reason::InvalidScore)
+        );
+        assert_eq!(admin(&format!(r#"{{{id},"type":"player_removed"}}"#)), Err(Reason::MissingField));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"player_removed","board":7}}"#)), Err(Reason::InvalidAdmin));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"player_hidden","boards":"all"}}"#)), Err(Reason::InvalidAdmin));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"player_hidden","boards":[]}}"#)), Err(Reason::InvalidAdmin));
+    }
+
     #[test]
     fn an_erasure_needs_only_its_id_and_player() {
         let json = r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased","player_id":"alice"}"#;
         assert!(matches!(
             parse(json.as_bytes(), Limits::default(), |_| false),
-            Parsed::Erase { player_id, .. } if player_id == "alice"
+            Parsed::Admin(AdminEvent { kind: AdminKind::PlayerErased, player_id, .. }) if player_id == "alice"
         ));
         assert_eq!(
             reason(r#"{"event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","type":"player_erased"}"#),

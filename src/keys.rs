@@ -18,6 +18,9 @@
 //! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it (keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_meta:<period>` | hash | boards with `meta = true`: member -> the compact JSON `meta` of the event that explains its score (no field: none), same expiry; `_meta:<period>:final` and `_meta:r:<name>` for sealed snapshots and rolling boards |
+//! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
+//! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
+//! | `{prefix}:{.admin}:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
@@ -30,7 +33,7 @@
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
 //! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
 //!
-//! `.sched` and `.tags` cannot be board ids (ids are `[a-z0-9_-]`), so
+//! `.sched`, `.tags` and `.admin` cannot be board ids (ids are `[a-z0-9_-]`), so
 //! those hash tags never meet a board's.
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
@@ -90,6 +93,27 @@ pub fn meta_key(base: &str, period_id: &str) -> String {
 /// What [`meta_key`] puts before the period id.
 pub fn meta_prefix(base: &str) -> String {
     format!("{base}:_meta:")
+}
+
+/// The set of a tag's hidden players (`player_hidden`).
+pub fn hidden_key(base: &str) -> String {
+    format!("{base}:_hidden")
+}
+
+/// A period board's shadow: the values of the tag's hidden players, kept
+/// out of the period key so that others' reads never see them.
+pub fn shadow_key(base: &str, period_id: &str) -> String {
+    format!("{}{period_id}", shadow_prefix(base))
+}
+
+/// What [`shadow_key`] puts before the period id.
+pub fn shadow_prefix(base: &str) -> String {
+    format!("{base}:_hid:")
+}
+
+/// Where the worker leaves an admin event's outcome for `rankflow admin --wait`.
+pub fn admin_outcome_key(prefix: &str, event_id: &uuid::Uuid) -> String {
+    format!("{prefix}:{{.admin}}:{event_id}")
 }
 
 /// Prefix the apply script completes with a member for its rate-limit window.
@@ -238,5 +262,7 @@ mod tests {
         assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));
         assert_eq!(dedupe_prefix(&b), "lb:{points}:_seen:");
         assert_eq!(meta_key(&b, "w:2026-W33"), "lb:{points}:_meta:w:2026-W33");
+        assert_eq!(shadow_key(&b, "all"), "lb:{points}:_hid:all");
+        assert_eq!(hidden_key(&b), "lb:{points}:_hidden");
     }
 }

@@ -9,7 +9,9 @@
 //! Each module imports only from the layers below it.
 //!
 //! - **Wiring** — [`app`]: starts the HTTP server, the scheduler and the
-//!   pipeline, and stops them on SIGTERM. `main.rs` only parses arguments.
+//!   pipeline, and stops them on SIGTERM. [`admin`]: `rankflow admin`, an
+//!   operator's admin event produced and waited for. `main.rs` only parses
+//!   arguments.
 //! - **Services** — [`pipeline`]: the batch loop (read, send, settle, store
 //!   offsets). [`schedule`]: sealed periods and rolling boards as due jobs.
 //!   [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
@@ -24,7 +26,8 @@
 //!   tie-break packing of stored scores. [`keys`]: the Redis key layout,
 //!   stated once and handed to the scripts. [`markers`]: what a dedupe
 //!   marker is and which bucket holds it. [`watermarks`]: how far each
-//!   partition has been applied.
+//!   partition has been applied. [`moderation`]: what an admin event
+//!   (a correction, a removal, hiding, erasure) does to which board tags.
 //!
 //! # The flow of one event
 //!
@@ -46,6 +49,7 @@
 //! The benchmark, the sample generator and the sample producer are tools,
 //! in the `rankflow-tools` crate (`tools/`), not part of this library.
 
+pub mod admin;
 pub mod app;
 pub mod board;
 pub mod config;
@@ -56,6 +60,7 @@ pub mod kafka;
 pub mod keys;
 pub mod markers;
 pub mod metrics;
+pub mod moderation;
 pub mod period;
 pub mod pipeline;
 pub mod retry;

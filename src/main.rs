@@ -4,9 +4,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use rankflow::admin::AdminRequest;
 use rankflow::config::{self, Settings};
+use rankflow::event::AdminKind;
 use rankflow::kafka::admin;
 use rankflow::store::maintenance;
 
@@ -43,6 +46,115 @@ enum Command {
         #[arg(long)]
         topic: String,
     },
+    /// Correct or moderate: produce an admin event to the first admin topic
+    /// and print its event_id (with --wait, then its outcome).
+    Admin {
+        #[command(subcommand)]
+        action: AdminAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminAction {
+    /// Set a player's score on a board, whatever its mode (score_set): in
+    /// the period named, or in every period holding now.
+    Set {
+        #[command(flatten)]
+        on: OnBoard,
+        #[arg(long, allow_hyphen_values = true)]
+        score: i64,
+    },
+    /// Add to a player's total on a sum board (score_adjusted).
+    Adjust {
+        #[command(flatten)]
+        on: OnBoard,
+        #[arg(long, allow_hyphen_values = true)]
+        delta: i64,
+    },
+    /// Remove a player from a board: the period named, or every period (player_removed).
+    Remove {
+        #[command(flatten)]
+        on: OnBoard,
+    },
+    /// Hide a player from every read of others; their events keep counting (player_hidden).
+    Hide {
+        #[command(flatten)]
+        on: OnBoards,
+    },
+    /// Show a hidden player again, with every point earned meanwhile (player_unhidden).
+    Unhide {
+        #[command(flatten)]
+        on: OnBoards,
+    },
+    /// Remove a player from every key of every board (player_erased).
+    Erase {
+        #[command(flatten)]
+        common: AdminArgs,
+    },
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    #[arg(long)]
+    config: PathBuf,
+    #[arg(long)]
+    player: String,
+    /// Return once a worker has carried it out (or refused it).
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Args)]
+struct OnBoard {
+    #[command(flatten)]
+    common: AdminArgs,
+    #[arg(long)]
+    board: String,
+    /// A period id, e.g. w:2026-W49 (a removal also takes d:2026-12-01:final).
+    #[arg(long)]
+    period: Option<String>,
+    /// The split of a board with split_by.
+    #[arg(long)]
+    split: Option<String>,
+}
+
+#[derive(Args)]
+struct OnBoards {
+    #[command(flatten)]
+    common: AdminArgs,
+    /// The boards (repeat the flag); every board if none is named.
+    #[arg(long = "board")]
+    boards: Vec<String>,
+}
+
+impl AdminAction {
+    /// The request and the config file it names.
+    fn request(self) -> (PathBuf, AdminRequest) {
+        let req = |kind, common: AdminArgs, board, boards, split, period, value| {
+            let wait = common.wait.then_some(common.timeout);
+            (common.config, AdminRequest { kind, player: common.player, board, boards, split, period, value, wait })
+        };
+        let boards = |b: Vec<String>| (!b.is_empty()).then_some(b);
+        match self {
+            AdminAction::Set { on, score } => {
+                req(AdminKind::ScoreSet, on.common, Some(on.board), None, on.split, on.period, score)
+            }
+            AdminAction::Adjust { on, delta } => {
+                req(AdminKind::ScoreAdjusted, on.common, Some(on.board), None, on.split, on.period, delta)
+            }
+            AdminAction::Remove { on } => {
+                req(AdminKind::PlayerRemoved, on.common, Some(on.board), None, on.split, on.period, 0)
+            }
+            AdminAction::Hide { on } => req(AdminKind::PlayerHidden, on.common, None, boards(on.boards), None, None, 0),
+            AdminAction::Unhide { on } => {
+                req(AdminKind::PlayerUnhidden, on.common, None, boards(on.boards), None, None, 0)
+            }
+            AdminAction::Erase { common } => req(AdminKind::PlayerErased, common, None, None, None, None, 0),
+        }
+    }
 }
 
 fn init_logging(json: bool) {
@@ -94,6 +206,13 @@ fn main() -> ExitCode {
                 Ok(s) => report(admin::create_topics(&s, partitions).await),
                 Err(code) => code,
             },
+            Command::Admin { action } => {
+                let (config, request) = action.request();
+                match load(&config) {
+                    Ok(s) => report(rankflow::admin::run(&s, &request).await),
+                    Err(code) => code,
+                }
+            }
             Command::ForgetOffsets { config, topic } => match load(&config) {
                 Ok(s) => report(maintenance::forget_offsets(&s.redis, &topic).await.map(|n| {
                     println!("forgot {n} recorded partition offsets of topic {topic}");

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub jobs: IntCounterVec,
     pub periods_sealed: IntCounterVec,
     pub scheduler_restarts: IntCounter,
+    pub admin_events: IntCounterVec,
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -60,6 +61,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_jobs_total",
     "rankflow_periods_sealed_total",
     "rankflow_scheduler_restarts_total",
+    "rankflow_admin_events_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -197,6 +199,12 @@ impl Metrics {
                 r.register(Box::new(c.clone())).expect("metric registered once");
                 c
             },
+            admin_events: counter_vec(
+                &r,
+                "rankflow_admin_events_total",
+                "Admin events by type and outcome: applied, duplicate (a producer retry or a redelivery), refused (by the board's state), rejected (dead-lettered before reaching Redis).",
+                &["type", "outcome"],
+            ),
             registry: r,
         }
     }
@@ -222,6 +230,11 @@ impl Metrics {
         }
         for s in ["event", "record"] {
             self.event_latency.with_label_values(&[s]);
+        }
+        for k in crate::event::AdminKind::ALL {
+            for o in ["applied", "duplicate", "refused", "rejected"] {
+                self.admin_events.with_label_values(&[k.as_str(), o]);
+            }
         }
     }
 

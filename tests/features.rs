@@ -146,7 +146,9 @@ periods = ["all_time"]
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again() {
-    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let stack = Stack::start(1).await;
+    let admin = stack.admin_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
     let now = chrono::Utc::now().timestamp_millis();
     let lap = |player: &str, ms: i64, track: &str| {
         let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "lap", "player_id": player, "score": ms, "ts": now, "attrs": {"track": track}});
@@ -162,14 +164,18 @@ async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again()
         lap("alice", 71_111, "monza"),
         lap("bob", 70_000, "monza"),
         lap("alice", 80_111, "spa"),
-        ("alice".to_string(), erase.to_string().into_bytes(), Some(now)),
-        rec("bonus", "alice", 7, now, now),
     ];
+    // The scores, then the erasure (on the admin topic), then a later event.
     broker.produce(&topic, &records).await;
-    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    cfg.admin_topics = vec![admin.clone()];
     let w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
-    assert!(w.log().contains("Erased a player"), "{}", w.log());
+    broker.produce(&admin, &[admin_record(erase)]).await;
+    broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
+    broker.produce(&topic, &[rec("bonus", "alice", 7, now, now)]).await;
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    assert!(w.log().contains("Admin event applied") && w.log().contains("player_erased"), "{}", w.log());
     let mut conn = redis.conn().await;
 
     let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*").query_async(&mut conn).await.unwrap();
@@ -217,23 +223,30 @@ async fn an_erasure_leaves_no_trace_of_the_player_and_later_events_count_again()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_producer_retry_of_an_erasure_is_a_duplicate_and_keeps_the_points_earned_since() {
-    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let stack = Stack::start(1).await;
+    let admin = stack.admin_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
     let now = chrono::Utc::now().timestamp_millis();
-    let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
-    let erase = ("alice".to_string(), erase.to_string().into_bytes(), Some(now));
-    let records = vec![
-        rec("match", "alice", 31, now - 1000, now),
-        rec("match", "bob", 20, now - 1000, now),
-        erase.clone(),
-        rec("bonus", "alice", 7, now, now),
-        // The producer retries the erasure: same event id, a later offset.
-        erase,
-        rec("bonus", "alice", 5, now, now),
-    ];
-    broker.produce(&topic, &records).await;
-    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    let erase = admin_record(
+        json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"}),
+    );
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, ERASURE_BOARDS);
+    cfg.admin_topics = vec![admin.clone()];
     let w = Worker::spawn(&cfg);
-    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    // In this order, each step applied before the next is produced: the
+    // erasure is on the admin topic, ordered with the scores only by time.
+    let steps = [
+        (&topic, vec![rec("match", "alice", 31, now - 1000, now), rec("match", "bob", 20, now - 1000, now)]),
+        (&admin, vec![erase.clone()]),
+        (&topic, vec![rec("bonus", "alice", 7, now, now)]),
+        // The producer retries the erasure: same event id, a later offset.
+        (&admin, vec![erase]),
+        (&topic, vec![rec("bonus", "alice", 5, now, now)]),
+    ];
+    for (t, records) in steps {
+        broker.produce(t, &records).await;
+        broker.wait_committed_to_end(&cfg.group, t, 1, Duration::from_secs(60));
+    }
     let mut conn = redis.conn().await;
     assert_eq!(zset_values(&mut conn, "lb:{points}:all").await, map(&[("alice", 12), ("bob", 20)]), "{}", w.log());
     // `best` packs ties: only who is on it is compared.

@@ -21,7 +21,7 @@ fn check(value: &[u8], parsed: Parsed) {
             assert!(e.score.unsigned_abs() < 1 << 53, "score {} out of range for {value:?}", e.score);
             assert!(e.attrs.values().all(|v| v.len() <= 64 * 1024));
         }
-        Parsed::Erase { player_id, .. } => assert!(!player_id.is_empty()),
+        Parsed::Admin(a) => assert!(!a.player_id.is_empty() && a.player_id.len() <= 128),
         Parsed::Skipped(kind) => assert!(!kind.is_empty()),
         Parsed::Rejected(r) => {
             assert!(!r.detail.is_empty(), "{:?} without detail for {value:?}", r.reason);

@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use rankflow::board::Board;
 use rankflow::config::Settings;
 use rankflow::keys;
+use rankflow::moderation::AdminOp;
 use rankflow::schedule::{rolling_keys, Refresh, Step};
 use rankflow::score::MAX_EXACT;
-use rankflow::store::{RedisConn, Store};
+use rankflow::store::{AdminCall, RedisConn, Store};
 use support::Redis;
 
 const DAY: i64 = 86_400_000;
@@ -164,7 +165,9 @@ async fn writes_and_an_erasure_during_a_build_are_not_lost_and_the_erased_player
         assert!(matches!(refresh.step(&store, 100).await.unwrap(), Step::More(_)));
     }
     // Halfway through: an erasure, and new points for a player on both days.
-    let erased = store.erase(&[(BASE.to_string(), 1)], "t:0", 1, &uuid::Uuid::new_v4(), "alice").await.unwrap();
+    let id = uuid::Uuid::new_v4();
+    let call = AdminCall { field: "t:0", offset: 1, event_id: &id, member: "alice", ts_ms: 0, op: &AdminOp::Erase };
+    let erased = store.admin(&[(BASE.to_string(), Some(board.clone()))], &call).await.unwrap();
     assert_eq!(erased.len(), 1);
     for key in &days {
         let _: f64 = redis::cmd("ZINCRBY").arg(key).arg(1000).arg("p7").query_async(&mut conn).await.unwrap();

@@ -307,7 +307,9 @@ fn noon_zone(now: i64) -> (String, i64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn rolling_boards_equal_the_union_of_their_days_with_their_metadata_and_an_erasure_reaches_rolling_and_sealed_keys(
 ) {
-    let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
+    let stack = Stack::start(2).await;
+    let admin = stack.admin_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
     let sealed = random_name("sealed");
     broker.create_topic(&sealed, 1).await;
     let now = chrono::Utc::now().timestamp_millis();
@@ -408,7 +410,8 @@ meta = true
         }
     }
     broker.produce(&topic, &records).await;
-    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.admin_topics = vec![admin.clone()];
     let w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
     let mut conn = redis.conn().await;
@@ -501,8 +504,8 @@ meta = true
 
     // Erased: gone from every key, sealed and rolling ones included.
     let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": "alice"});
-    broker.produce(&topic, &[("alice".to_string(), erase.to_string().into_bytes(), Some(now))]).await;
-    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
+    broker.produce(&admin, &[admin_record(erase)]).await;
+    broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
     let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*").query_async(&mut conn).await.unwrap();
     let mut traces = Vec::new();
     for k in &keys {

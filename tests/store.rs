@@ -73,6 +73,7 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         count_key: format!("lb:{{{tag}}}:_dcount:{period}"),
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
         meta_key: format!("lb:{{{tag}}}:_meta:{period}"),
+        shadow_key: format!("lb:{{{tag}}}:_hid:{period}"),
         expire_at,
         close_at: None,
     })

@@ -335,6 +335,8 @@ pub struct PeriodWrite {
     pub times_key: String,
     /// `meta = true` boards: each member's metadata, `lb:{points}:_meta:d:2026-08-14`.
     pub meta_key: String,
+    /// The hidden players' values, `lb:{points}:_hid:d:2026-08-14`.
+    pub shadow_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
     /// Boards with `close_after`: when the period closes, epoch ms.

@@ -88,7 +88,7 @@ impl Router {
     /// The write of period `kind` holding `ts_ms` on board `i` (split value
     /// `split`, key base `base`): from the cache when the last one still
     /// holds `ts_ms`. `None` outside the calendar's range.
-    fn period_write(
+    pub(crate) fn period_write(
         &self,
         i: usize,
         split: Option<&str>,
@@ -115,6 +115,7 @@ impl Router {
             count_key: keys::dense_count_key(base, &period.id),
             times_key: keys::times_key(base, &period.id),
             meta_key: keys::meta_key(base, &period.id),
+            shadow_key: keys::shadow_key(base, &period.id),
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),
             id: period.id,
@@ -156,10 +157,32 @@ impl Router {
             },
         };
         let base = keys::base(&self.prefix, board.id(), split);
+        match self.periods_at(i, split, &base, event.ts_ms, record_ts_ms) {
+            Ok(periods) => {
+                Decision::Write(BoardWrite { base, params: board.write_params(), periods, num, tie, ts: event.ts_ms })
+            }
+            Err(reason) => Decision::Refused(reason),
+        }
+    }
+
+    /// The period keys of board `i` (split `split`, key base `base`) that
+    /// hold `ts_ms` and still take a record stamped `record_ts_ms`: a
+    /// period whose key has expired by then is left out, and so is one
+    /// closed by then. None left: `expired_period`, or `period_closed` if a
+    /// closed period was among them.
+    pub(crate) fn periods_at(
+        &self,
+        i: usize,
+        split: Option<&str>,
+        base: &str,
+        ts_ms: i64,
+        record_ts_ms: i64,
+    ) -> Result<Vec<Arc<PeriodWrite>>, Reason> {
+        let board = &self.boards[i];
         let mut out = Vec::with_capacity(board.periods().len());
         let mut closed = false;
         for &kind in board.periods() {
-            let Some(write) = self.period_write(i, split, &base, kind, event.ts_ms) else {
+            let Some(write) = self.period_write(i, split, base, kind, ts_ms) else {
                 continue;
             };
             if let Some(at) = write.expire_at {
@@ -175,9 +198,14 @@ impl Router {
             out.push(write);
         }
         if out.is_empty() {
-            return Decision::Refused(if closed { Reason::PeriodClosed } else { Reason::ExpiredPeriod });
+            return Err(if closed { Reason::PeriodClosed } else { Reason::ExpiredPeriod });
         }
-        Decision::Write(BoardWrite { base, params: board.write_params(), periods: out, num, tie, ts: event.ts_ms })
+        Ok(out)
+    }
+
+    /// The index of the board with this id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.boards.iter().position(|b| b.id() == id)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::field::{Errors, FromText, Typed};
 use super::raw::{RawBoard, RawRateLimit, RawRolling, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON, DEFAULT_TIE_RESOLUTION};
 use crate::board::{Board, BoardSpec, Mode, Order, Rolling, TieBreak};
-use crate::event::RESERVED_TYPES;
+use crate::event::AdminKind;
 use crate::period::PeriodKind;
 use crate::score::Packing;
 
@@ -94,8 +94,8 @@ fn event_types(at: At, on: &[String], e: &mut Errors) {
     for (j, t) in on.iter().enumerate() {
         if t.is_empty() || t.len() > 128 {
             e.push(at.field(&format!("on[{j}]")), "event types are 1 to 128 bytes");
-        } else if RESERVED_TYPES.contains(&t.as_str()) {
-            e.push(at.field(&format!("on[{j}]")), format!("'{t}' is reserved by rankflow"));
+        } else if AdminKind::parse(t).is_some() {
+            e.push(at.field(&format!("on[{j}]")), format!("'{t}' is reserved by rankflow for admin events"));
         }
     }
 }

@@ -44,6 +44,12 @@ pub struct RawKafka {
     pub group_id: String,
     /// Where rejected records go, with headers naming the reason.
     pub dead_letter_topic: String,
+    /// Topics of admin events (corrections and moderation): the only
+    /// topics whose admin events are honoured; admin events anywhere else
+    /// are dead-lettered `not_allowed`, and so is anything but an admin
+    /// event here. Default none.
+    #[serde(default)]
+    pub admin_topics: Vec<String>,
     /// Passed to librdkafka as is, for the consumer (all of them) and the
     /// producers (connection and security ones: `security.*`, `sasl.*`,
     /// `ssl.*`, ...). Values may be strings, numbers or booleans.

@@ -29,6 +29,16 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
             e.push(format!("kafka.topics[{i}]"), format!("'{t}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"));
         }
     }
+    for (i, t) in k.admin_topics.iter().enumerate() {
+        let field = format!("kafka.admin_topics[{i}]");
+        if !is_topic_name(t) {
+            e.push(field, format!("'{t}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"));
+        } else if k.topics.contains(t) {
+            e.push(field, format!("'{t}' is also a score topic: admin events must have topics of their own"));
+        } else if *t == k.dead_letter_topic {
+            e.push(field, "must not be the dead-letter topic");
+        }
+    }
     if k.group_id.trim().is_empty() {
         e.push("kafka.group_id", "must not be empty");
     }
@@ -61,6 +71,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
     KafkaSettings {
         brokers: k.brokers,
         topics: k.topics,
+        admin_topics: k.admin_topics,
         group_id: k.group_id,
         dead_letter_topic: k.dead_letter_topic,
         options,

@@ -39,6 +39,8 @@ impl Settings {
 pub struct KafkaSettings {
     pub brokers: String,
     pub topics: Vec<String>,
+    /// Topics of admin events; the only ones where admin events are honoured.
+    pub admin_topics: Vec<String>,
     pub group_id: String,
     pub dead_letter_topic: String,
     /// librdkafka options as strings, applied after rankflow's own defaults.

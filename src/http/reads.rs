@@ -32,7 +32,7 @@ async fn read_script<T: redis::FromRedisValue>(
 ) -> Result<T, ApiError> {
     let mut conn = s.redis()?;
     let mut inv = s.script.key(&t.key);
-    inv.key(&t.dense_key);
+    inv.key(&t.dense_key).key(&t.shadow_key);
     if let Some(meta) = &t.meta_key {
         inv.key(meta);
     }
@@ -138,7 +138,9 @@ pub(super) async fn player(
     let Some(reply) = reply else {
         return Err(unranked(&player_id, &t));
     };
-    let total = int(reply.first());
+    // A hidden player reads where they would stand: counted with the board.
+    let hidden = int(reply.get(6)) == 1;
+    let total = int(reply.first()) + i64::from(hidden);
     let r = ranks_at(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
     let score = reply.get(4).map(|v| t.board.packing().decode(stored_of(v))).unwrap_or(0);
     let mut body = json!({
@@ -152,6 +154,9 @@ pub(super) async fn player(
     });
     if let Some(meta) = meta_of(reply.get(5)) {
         body["meta"] = meta;
+    }
+    if hidden {
+        body["hidden"] = json!(true);
     }
     Ok(Json(body))
 }

@@ -18,6 +18,8 @@ pub(super) struct Target<'a> {
     pub period: String,
     pub key: String,
     pub dense_key: String,
+    /// The period's shadow: its hidden players' values.
+    pub shadow_key: String,
     /// The period's meta hash, on boards that keep metadata.
     pub meta_key: Option<String>,
 }
@@ -62,6 +64,7 @@ pub(super) fn resolve<'a>(
             split: split.unwrap_or_default().to_string(),
             key: keys::period_key(&base, &id),
             dense_key: keys::dense_key(&base, &id),
+            shadow_key: keys::shadow_key(&base, &id),
             meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
             period: id,
         });
@@ -108,6 +111,7 @@ pub(super) fn resolve<'a>(
         split: split.unwrap_or_default().to_string(),
         key: keys::period_key(&base, &id),
         dense_key: keys::dense_key(&base, &id),
+        shadow_key: keys::shadow_key(&base, &id),
         meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
         period: id,
     })

@@ -85,6 +85,7 @@ mod tests {
         KafkaSettings {
             brokers: "k:9092".into(),
             topics: vec!["t".into()],
+            admin_topics: Vec::new(),
             group_id: "g".into(),
             dead_letter_topic: "d".into(),
             options: [("sasl.username", "u"), ("session.timeout.ms", "30000"), ("enable.auto.offset.store", "true")]

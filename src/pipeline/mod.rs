@@ -35,9 +35,9 @@
 //! three batches, the dead letters in flight and librdkafka's
 //! `queued.max.messages.kbytes`.
 
+mod admin;
 mod apply;
 mod dead_letter;
-mod erase;
 mod inflight;
 mod outcome;
 mod record;
@@ -150,13 +150,14 @@ pub async fn run(
     let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
         .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
         .map_err(WorkerError::Consumer)?;
-    let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
+    let topics: Vec<&str> =
+        settings.kafka.topics.iter().chain(&settings.kafka.admin_topics).map(String::as_str).collect();
     consumer
         .subscribe(&topics)
-        .map_err(|source| WorkerError::Subscribe { topics: settings.kafka.topics.clone(), source })?;
+        .map_err(|source| WorkerError::Subscribe { topics: topics.iter().map(|t| t.to_string()).collect(), source })?;
     let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
     metrics::get().init_boards(router.boards().iter().map(|b| b.id()));
-    info!(topics = ?settings.kafka.topics, group = %settings.kafka.group_id, "Worker started.");
+    info!(topics = ?settings.kafka.topics, admin_topics = ?settings.kafka.admin_topics, group = %settings.kafka.group_id, "Worker started.");
 
     let cx = Context {
         settings,
@@ -169,7 +170,7 @@ pub async fn run(
         marks,
         tags: Mutex::default(),
     };
-    if !erase::seed_registry(&cx).await {
+    if !admin::seed_registry(&cx).await {
         return Ok(()); // shutdown while Redis was retried
     }
     let mut p = Pipeline {
@@ -225,7 +226,7 @@ impl Pipeline {
                 Err(next) => return next,
             },
         };
-        let alone = item.is_erase();
+        let alone = item.is_alone();
         let batch_size = self.cx.settings.worker.batch_size;
         let (mut records, mut items) = (Vec::with_capacity(batch_size), Vec::with_capacity(batch_size));
         records.push(first);
@@ -235,7 +236,7 @@ impl Pipeline {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => {
                     let (record, item) = record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m);
-                    if item.is_erase() {
+                    if item.is_alone() {
                         self.carry = Some((record, item));
                         break;
                     }
@@ -308,13 +309,13 @@ impl Pipeline {
         self.last_idle_commit = Instant::now();
     }
 
-    /// Step 2: sends a batch to Redis behind those in flight (an erasure
-    /// waits for them and runs alone). `false`: shutdown abandoned it.
+    /// Step 2: sends a batch to Redis behind those in flight (an admin
+    /// event waits for them and runs alone). `false`: shutdown abandoned it.
     async fn send(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
         self.batch_no += 1;
         let span = info_span!("batch", n = self.batch_no, records = records.len());
-        if let [Item::Erase { .. }] = items.as_slice() {
-            return self.erase(records, items).instrument(span).await;
+        if let [Item::Admin { .. }] = items.as_slice() {
+            return self.admin(records, items).instrument(span).await;
         }
         let Some((planned, mut calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
             info!("Shutdown while sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
@@ -348,8 +349,9 @@ impl Pipeline {
         true
     }
 
-    /// An erasure, alone in its batch: every batch before it settles first.
-    async fn erase(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
+    /// An admin event, alone in its batch: every batch before it settles
+    /// first, so it stays ordered with the records before it.
+    async fn admin(&mut self, mut records: Vec<Record>, items: Vec<Item>) -> bool {
         while !self.inflight.is_empty() {
             match self.inflight.oldest().await {
                 (planned, Some(results)) => self.settle_landed(planned, results).await,
@@ -357,13 +359,20 @@ impl Pipeline {
             }
         }
         let (offsets, fields, _) = apply::note(&records);
-        if let ([record], [Item::Erase { event_id, player_id }]) = (records.as_slice(), items.as_slice()) {
-            if erase::erase_everywhere(&self.cx, &fields[0], record.offset, event_id, player_id).await.is_none() {
-                info!("Shutdown during a retry: the erasure is abandoned and its offset is not stored.");
-                return false;
+        let mut dead = Vec::new();
+        if let ([record], [Item::Admin { event, plan }]) = (records.as_mut_slice(), items.as_slice()) {
+            match admin::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await {
+                None => {
+                    info!("Shutdown during a retry: the admin event is abandoned and its offset is not stored.");
+                    return false;
+                }
+                Some(admin::AdminOutcome::Refused(rejection)) => {
+                    dead.push(DeadRecord::new(record.take_for_dead_letter(), &[rejection]));
+                }
+                Some(_) => {}
             }
         }
-        self.settle(&records, offsets, Vec::new()).await;
+        self.settle(&records, offsets, dead).await;
         true
     }
 
@@ -405,20 +414,8 @@ impl Pipeline {
             }
         }
         // Dead letters take their records' copies; the records keep their positions.
-        let dead = dead
-            .into_iter()
-            .map(|(i, reasons)| {
-                let r = &mut records[i];
-                let copy = Record {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    source: r.source.take(),
-                };
-                DeadRecord::new(copy, &reasons)
-            })
-            .collect();
+        let dead =
+            dead.into_iter().map(|(i, reasons)| DeadRecord::new(records[i].take_for_dead_letter(), &reasons)).collect();
         (records, offsets, dead)
     }
 

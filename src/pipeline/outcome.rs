@@ -70,7 +70,7 @@ pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>])
 /// `board_id` names a board index in a refusal's detail.
 pub fn fold<'a>(item: &Item, tallies: &[(usize, Tally)], board_id: impl Fn(usize) -> &'a str) -> Final {
     match item {
-        Item::Skipped | Item::Erase { .. } => return Final::Skipped,
+        Item::Skipped | Item::Admin { .. } => return Final::Skipped,
         Item::Rejected(r) => return Final::DeadLetter(vec![r.clone()]),
         Item::Event { .. } => {}
     }
@@ -192,10 +192,9 @@ mod tests {
     }
 
     #[test]
-    fn rejected_records_are_dead_letters_and_skipped_ones_and_erasures_are_final_at_once() {
+    fn rejected_records_are_dead_letters_and_skipped_ones_are_final_at_once() {
         let rejected = Item::Rejected(Rejection::new(Reason::InvalidJson, "not JSON"));
         assert!(matches!(outcome(&rejected), Final::DeadLetter(r) if r[0].reason == Reason::InvalidJson));
         assert_eq!(outcome(&Item::Skipped), Final::Skipped);
-        assert_eq!(outcome(&Item::Erase { event_id: uuid::Uuid::nil(), player_id: "p".into() }), Final::Skipped);
     }
 }

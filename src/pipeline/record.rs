@@ -11,8 +11,9 @@ use rdkafka::Message;
 
 use crate::board::{Decision, Router};
 use crate::config::Settings;
-use crate::event::{self, Event, Parsed, Reason, Rejection};
+use crate::event::{self, AdminEvent, Event, Parsed, Reason, Rejection};
 use crate::metrics;
+use crate::moderation::{self, AdminPlan};
 use crate::store::ApplyResult;
 
 /// One consumed record, owned.
@@ -27,6 +28,20 @@ pub struct Record {
     pub source: Option<Box<Source>>,
 }
 
+impl Record {
+    /// The record for its dead letter: its position and the source, which
+    /// this copy takes (the record keeps its position for the offsets).
+    pub fn take_for_dead_letter(&mut self) -> Record {
+        Record {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+            timestamp: self.timestamp,
+            source: self.source.take(),
+        }
+    }
+}
+
 /// The parts of a record a dead letter copies.
 pub struct Source {
     pub key: Option<Vec<u8>>,
@@ -38,8 +53,9 @@ pub struct Source {
 pub enum Item {
     /// An event type no board takes: final at once, nothing to write.
     Skipped,
-    /// `player_erased`: always alone in its batch.
-    Erase { event_id: uuid::Uuid, player_id: String },
+    /// An admin event from an admin topic, checked against the boards:
+    /// always alone in its batch.
+    Admin { event: AdminEvent, plan: AdminPlan },
     /// Rejected before any board saw it.
     Rejected(Rejection),
     Event {
@@ -52,8 +68,9 @@ pub enum Item {
 }
 
 impl Item {
-    pub fn is_erase(&self) -> bool {
-        matches!(self, Item::Erase { .. })
+    /// Whether the item is sent to Redis in a batch of its own.
+    pub fn is_alone(&self) -> bool {
+        matches!(self, Item::Admin { .. })
     }
 }
 
@@ -101,16 +118,49 @@ pub fn take(
 fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Item {
     let m = metrics::get();
     let payload = msg.payload().unwrap_or_default();
+    let reject = |r: Rejection| {
+        m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
+        Item::Rejected(r)
+    };
+    // Admin events are honoured only on an admin topic, and an admin topic
+    // carries nothing else: game servers that can write scores cannot
+    // correct or erase anyone.
+    let admin_topic = settings.kafka.admin_topics.iter().any(|t| t == msg.topic());
     let event = match event::parse(payload, settings.events.limits, |t| router.listens(t)) {
+        Parsed::Skipped(kind) if admin_topic => {
+            return reject(Rejection::new(
+                Reason::NotAllowed,
+                format!("'{kind}' is not an admin event type, and {} carries admin events only", msg.topic()),
+            ))
+        }
         Parsed::Skipped(_) => {
             m.events_skipped.inc();
             return Item::Skipped;
         }
-        Parsed::Rejected(r) => {
-            m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
-            return Item::Rejected(r);
+        Parsed::Rejected(r) => return reject(r),
+        Parsed::Admin(a) if !admin_topic => {
+            m.admin_events.with_label_values(&[a.kind.as_str(), "rejected"]).inc();
+            return reject(Rejection::new(
+                Reason::NotAllowed,
+                format!("{} is an admin event, honoured only on kafka.admin_topics, not on {}", a.kind, msg.topic()),
+            ));
         }
-        Parsed::Erase { event_id, player_id } => return Item::Erase { event_id, player_id },
+        Parsed::Admin(event) => {
+            let record_ts = msg.timestamp().to_millis().unwrap_or(event.ts_ms);
+            return match moderation::plan(&event, router, record_ts) {
+                Ok(plan) => Item::Admin { event, plan },
+                Err(r) => {
+                    m.admin_events.with_label_values(&[event.kind.as_str(), "rejected"]).inc();
+                    reject(r)
+                }
+            };
+        }
+        Parsed::Event(_) if admin_topic => {
+            return reject(Rejection::new(
+                Reason::NotAllowed,
+                format!("{} carries admin events only; score events belong on kafka.topics", msg.topic()),
+            ))
+        }
         Parsed::Event(e) => e,
     };
     // Decisions use the record's timestamp, so a replay decides alike;
@@ -122,8 +172,7 @@ fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Ite
             Reason::FutureTimestamp,
             format!("event time is {} ms after the record timestamp (limit {skew} ms)", event.ts_ms - record_ts),
         );
-        m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
-        return Item::Rejected(r);
+        return reject(r);
     }
     let decisions = router.plan(&event, record_ts);
     let results = vec![None; decisions.len()];

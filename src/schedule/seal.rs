@@ -91,6 +91,8 @@ impl Scheduler<'_> {
             keys::dense_key(base, &final_id),
             keys::sealed_key(base),
             keys::registry_key(base),
+            keys::shadow_key(base, period_id),
+            keys::shadow_key(base, &final_id),
         ];
         if board.meta() {
             keys_.push(keys::meta_key(base, period_id));

@@ -34,11 +34,13 @@
 -- KEYS[1 + j]         period key j, j = 1..P
 -- KEYS[1 + P + j]     dense index of period key j
 -- KEYS[1 + 2P + j]    value counts of period key j's dense index
--- KEYS[1 + 3P + j]    op "latest" only: hash member -> event time of its value in period key j
+-- KEYS[1 + 3P + j]    the shadow of period key j: the values of the tag's hidden players
+-- KEYS[1 + 4P + j]    op "latest" only: hash member -> event time of its value in period key j
 -- KEYS[1 + QP + j]    boards that keep metadata only: hash member -> the compact JSON meta of
---                     the event that explains its value in period key j (Q = 4 for "latest", else 3)
--- KEYS[#KEYS]         boards that seal periods only: the tag's sealed hash
+--                     the event that explains its value in period key j (Q = 5 for "latest", else 4)
+-- KEYS[#KEYS - 1]     boards that seal periods only: the tag's sealed hash
 --                     (period key -> close time); a sealed period takes no write
+-- KEYS[#KEYS]         the tag's hidden set (players hidden by player_hidden)
 --
 -- ARGV[1]             op: "sum" (add to the total), "gt" / "lt" (keep the best), "latest" (newest event wins)
 -- ARGV[2]             dedupe ttl, seconds
@@ -91,6 +93,12 @@
 --   5 refused: rate_limited,
 --   6 refused: period_closed (every period of the event is sealed already).
 -- Every other event was applied (code 1).
+--
+-- Hidden players (admin.lua): a player in the tag's hidden set has their
+-- values in the shadow keys instead of the period keys, so their events
+-- are read from and written to the shadows, and count in no dense index
+-- and no top-K; everything else (offsets, markers, refusals, event times,
+-- metadata) is as for any player.
 --
 -- Metadata: a member's meta in a period key is the meta of the event that
 -- decided its value there: for "sum" the last applied event, for "gt"/"lt"
@@ -181,7 +189,7 @@ end
 local sealed = {}
 if seal_on then
   for j = 1, np do
-    sealed[j] = call('HEXISTS', KEYS[#KEYS], KEYS[1 + j]) == 1
+    sealed[j] = call('HEXISTS', KEYS[#KEYS - 1], KEYS[1 + j]) == 1
   end
 end
 
@@ -261,8 +269,23 @@ if with_ts then stride = stride + 1 end
 local meta_at = stride + 1
 if meta_on then stride = stride + 1 end
 -- KEYS[meta_keys + j]: period key j's meta hash.
-local meta_keys = 1 + 3 * np
+local meta_keys = 1 + 4 * np
 if latest then meta_keys = meta_keys + np end
+local times_keys = 1 + 4 * np
+
+-- Hidden players of the batch: hidden[m] = true (see the header).
+local hidden, any_hidden = {}, false
+if call('EXISTS', KEYS[#KEYS]) == 1 then
+  for s = 1, nm, CHUNK do
+    local e = math.min(s + CHUNK - 1, nm)
+    local flags = call('SMISMEMBER', KEYS[#KEYS], unpack(members, s, e))
+    for x = s, e do
+      if flags[x - s + 1] == 1 then
+        hidden[x], any_hidden = true, true
+      end
+    end
+  end
+end
 
 -- Phase 1: every member's current value in each open period key.
 -- cur[j][m]: the stored score (false: absent), as the events see it;
@@ -285,10 +308,10 @@ for j = 1, np do
         local names = {}
         for x = s, e do names[x - s + 1] = members[list[x]] end
         scores = call('ZMSCORE', KEYS[1 + j], unpack(names))
-        if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(names)) end
+        if latest then ts = call('HMGET', KEYS[times_keys + j], unpack(names)) end
       else
         scores = call('ZMSCORE', KEYS[1 + j], unpack(members, s, e))
-        if latest then ts = call('HMGET', KEYS[1 + 3 * np + j], unpack(members, s, e)) end
+        if latest then ts = call('HMGET', KEYS[times_keys + j], unpack(members, s, e)) end
       end
       for x = s, e do
         local m, score = x, scores[x - s + 1]
@@ -302,6 +325,26 @@ for j = 1, np do
         end
         c[m], b[m] = v, v
         if latest and ts[x - s + 1] then t[m] = tonumber(ts[x - s + 1]) end
+      end
+    end
+    -- A hidden member's value is in the shadow.
+    if any_hidden then
+      local names, ms = {}, {}
+      for x = 1, nl do
+        local m = x
+        if list then m = list[x] end
+        if hidden[m] then
+          names[#names + 1], ms[#ms + 1] = members[m], m
+        end
+      end
+      for s = 1, #names, CHUNK do
+        local e = math.min(s + CHUNK - 1, #names)
+        local scores = call('ZMSCORE', KEYS[1 + 3 * np + j], unpack(names, s, e))
+        for x = s, e do
+          local v = scores[x - s + 1]
+          if v then v = v + 0 end
+          c[ms[x]], b[ms[x]], bs[ms[x]] = v, v, nil
+        end
       end
     end
     cur[j], base[j], times[j], base_str[j] = c, b, t, bs
@@ -517,6 +560,8 @@ local function write_key(j, c)
   local k = KEYS[1 + j]
   local delta = {}
   local pairs_, np_ = {}, 0
+  -- hidden members' values, for the shadow key
+  local shadowed = {}
   local stamps = {}
   local b, bs = base[j], base_str[j]
   local list = lists[j]
@@ -524,7 +569,10 @@ local function write_key(j, c)
     local m = x
     if list then m = list[x] end
     local old, new = b[m], c[m]
-    if old ~= new then
+    if old ~= new and any_hidden and hidden[m] then
+      shadowed[#shadowed + 1] = dec(new)
+      shadowed[#shadowed + 1] = members[m]
+    elseif old ~= new then
       -- dec(new), inline: this runs for every member written.
       local new_str = decimal[new]
       if not new_str then
@@ -551,11 +599,13 @@ local function write_key(j, c)
       stamps[#stamps + 1] = fmt(times[j][m])
     end
   end
-  if np_ == 0 and #stamps == 0 and not (meta_on and next(metas[j])) then return end
+  if np_ == 0 and #shadowed == 0 and #stamps == 0 and not (meta_on and next(metas[j])) then return end
   -- The registry lets an erasure find every period key of the tag.
   call('SADD', registry, k)
   if np_ > 0 then variadic('ZADD', k, pairs_, 2) end
-  if #stamps > 0 then variadic('HSET', KEYS[1 + 3 * np + j], stamps, 2) end
+  local shadow = KEYS[1 + 3 * np + j]
+  if #shadowed > 0 then variadic('ZADD', shadow, shadowed, 2) end
+  if #stamps > 0 then variadic('HSET', KEYS[times_keys + j], stamps, 2) end
   local mk = KEYS[meta_keys + j]
   if meta_on then
     -- Each decided member's meta; a member that had a value before may
@@ -602,8 +652,9 @@ local function write_key(j, c)
       call('EXPIREAT', KEYS[1 + np + j], at)
       call('EXPIREAT', KEYS[1 + 2 * np + j], at)
     end
-    if latest then call('EXPIREAT', KEYS[1 + 3 * np + j], at) end
+    if latest then call('EXPIREAT', KEYS[times_keys + j], at) end
     if meta_on then call('EXPIREAT', mk, at) end
+    if #shadowed > 0 then call('EXPIREAT', shadow, at) end
   end
 end
 

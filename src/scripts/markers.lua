@@ -1,5 +1,5 @@
 -- markers.lua: a board tag's dedupe markers, shared by apply.lua and
--- erase.lua (the worker puts this file before each of them; it defines
+-- admin.lua (the worker puts this file before each of them; it defines
 -- Markers and runs nothing).
 --
 -- A marker is an event id's 16 bytes through a bijection the worker applies

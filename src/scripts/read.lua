@@ -9,7 +9,8 @@
 --
 -- KEYS[1]   the period key
 -- KEYS[2]   its dense index (one member per distinct value)
--- KEYS[3]   boards that keep metadata only: its meta hash (member -> compact JSON)
+-- KEYS[3]   its shadow: the values of the tag's hidden players
+-- KEYS[4]   boards that keep metadata only: its meta hash (member -> compact JSON)
 -- ARGV[1]   "top" | "player" | "around" | "players" | "rank_of" | "page"
 -- ARGV[2]   "desc" | "asc"
 -- ARGV[3]   SHIFT
@@ -27,18 +28,21 @@
 -- Replies (better = members with a strictly better value than the first
 -- entry's; dense_better = distinct values strictly better than it):
 -- top:      { total, start, better, dense_better, member1, stored1, ... }
--- player:   false if absent, else { total, position (0-based), better, dense_better, stored }
+-- player:   false if absent, else { total, position (0-based), better, dense_better, stored,
+--           meta (false: none), hidden (1: the player is hidden, and the position and
+--           counts are where they would stand among the visible players) }
 -- around:   false if absent, else { total, start, better, dense_better, member1, stored1, ... }
 -- players:  { total, then per member: stored (false if absent), and the count
 --           its rank is one more than: position for "ordinal", better for
 --           "competition", dense_better for "dense" }
 -- rank_of:  { total, better, better_or_equal, dense_better } for the value
--- With KEYS[3], every entry carries its meta (false: none) after its stored
--- score: listings are (member, stored, meta) triples, player replies end
--- with it, and players rows are (stored, count, meta).
+-- With KEYS[4], every entry carries its meta (false: none) after its stored
+-- score: listings are (member, stored, meta) triples and players rows are
+-- (stored, count, meta).
+-- Hidden players are not in the period key, so only "player" sees them.
 -- page:     { total, start, better, dense_better, member1, stored1, ... }
 
-local key, dense, meta = KEYS[1], KEYS[2], KEYS[3]
+local key, dense, shadow, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
 local call, floor, format, byte, min, max = redis.call, math.floor, string.format, string.byte, math.min, math.max
@@ -152,11 +156,17 @@ if op == 'top' then
   if limit < 1 then return { total, offset, 0, 0 } end
   return listing(total, offset, page(offset, offset + limit - 1))
 elseif op == 'player' then
-  local stored = call('ZSCORE', key, ARGV[4])
-  if not stored then return false end
+  local member = ARGV[4]
+  local stored, pos, hidden = call('ZSCORE', key, member), nil, 0
+  if stored then
+    pos = position(member)
+  else
+    stored = call('ZSCORE', shadow, member)
+    if not stored then return false end
+    pos, hidden = before(stored, member), 1
+  end
   local b, d = better(stored)
-  if meta then return { total, position(ARGV[4]), b, d, stored, call('HGET', meta, ARGV[4]) } end
-  return { total, position(ARGV[4]), b, d, stored }
+  return { total, pos, b, d, stored, meta and call('HGET', meta, member), hidden }
 elseif op == 'around' then
   local pos = position(ARGV[4])
   if not pos then return false end

@@ -10,22 +10,30 @@
 -- KEYS[1] live period key     KEYS[2] its final key
 -- KEYS[3] live dense index    KEYS[4] final dense index
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
--- KEYS[7] live meta hash      KEYS[8] final meta hash (boards that keep metadata only)
+-- KEYS[7] live shadow (hidden players' values)    KEYS[8] final shadow
+-- KEYS[9] live meta hash      KEYS[10] final meta hash (boards that keep metadata only)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
 --
 -- Returns {sealed now (1/0), already published (1/0), total, member, score, ...},
--- with (member, score, meta) triples where KEYS[7] is given (meta false: none).
+-- with (member, score, meta) triples where KEYS[9] is given (meta false: none).
+-- Hidden players are sealed in the final shadow, out of the snapshot and its top.
 
 local live, final = KEYS[1], KEYS[2]
-local meta, final_meta = KEYS[7], KEYS[8]
+local meta, final_meta = KEYS[9], KEYS[10]
 local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1
   redis.call('HSET', KEYS[5], live, ARGV[1])
-  redis.call('DEL', final, KEYS[4])
+  redis.call('DEL', final, KEYS[4], KEYS[8])
   if meta then redis.call('DEL', final_meta) end
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    redis.call('COPY', KEYS[7], KEYS[8])
+    if ARGV[2] ~= '0' then redis.call('EXPIREAT', KEYS[8], ARGV[2]) end
+    -- The registry lists the final key, through which admin.lua finds this shadow.
+    redis.call('SADD', KEYS[6], final)
+  end
   if redis.call('EXISTS', live) == 1 then
     redis.call('ZUNIONSTORE', final, 1, live)
     if redis.call('EXISTS', KEYS[3]) == 1 then

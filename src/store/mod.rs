@@ -1,4 +1,4 @@
-//! The Redis side of the write path: the apply and erase scripts, and
+//! The Redis side of the write path: the apply and admin scripts, and
 //! sending a batch of board writes in one round trip.
 //!
 //! A batch becomes one `EVALSHA` of `scripts/apply.lua` per board tag, all
@@ -16,14 +16,14 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tracing::debug;
 
-use crate::keys;
-
 mod conn;
 pub mod maintenance;
+mod moderation;
 mod prepared;
 mod protocol;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
+pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
@@ -33,7 +33,6 @@ use protocol::{decode_reply, ttl_secs};
 // `include_str!` reads inside `concat!` change.)
 const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
 static APPLY_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
-static ERASE_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/erase.lua")].concat());
 
 /// The most events one apply-script call carries unless configured
 /// (`[worker] max_events_per_call`): 5-15 ms of Redis's time on a small
@@ -49,8 +48,8 @@ pub enum StoreError {
     Apply { base: String, source: RedisError },
     #[error("loading a script failed: {0}")]
     LoadScript(#[source] RedisError),
-    #[error("erasing a player on board tag {base} failed: {source}")]
-    Erase { base: String, source: RedisError },
+    #[error("an admin event on board tag {base} failed: {source}")]
+    Admin { base: String, source: RedisError },
     #[error("listing board tags failed: {0}")]
     Scan(String),
     #[error("reading or writing the registry of board tags failed: {0}")]
@@ -118,12 +117,11 @@ impl Landed {
     }
 }
 
-/// The write side of Redis: the apply and erase scripts on one connection.
+/// The write side of Redis: the apply and admin scripts on one connection.
 #[derive(Clone)]
 pub struct Store {
     conn: RedisConn,
     script: redis::Script,
-    erase_script: redis::Script,
     dedupe_ttl_secs: u64,
     max_events_per_call: usize,
     gate: Arc<Gate>,
@@ -134,7 +132,6 @@ impl Store {
         Store {
             conn,
             script: redis::Script::new(&APPLY_LUA),
-            erase_script: redis::Script::new(&ERASE_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
             max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
             gate: Arc::new(Gate {
@@ -293,41 +290,6 @@ impl Store {
             .await
             .map_err(StoreError::LoadScript)?;
         Ok(())
-    }
-
-    /// Removes `member` from every key of every tag in `tags` (key base and
-    /// packing shift), at most once per record and once per event id (see
-    /// `scripts/erase.lua`). Answers, per tag, what the script did.
-    pub async fn erase(
-        &self,
-        tags: &[(String, i64)],
-        field: &str,
-        offset: i64,
-        event_id: &uuid::Uuid,
-        member: &str,
-    ) -> Result<Vec<ApplyResult>, StoreError> {
-        let calls = tags.iter().map(|(base, shift)| async move {
-            let keys = [keys::offsets_key(base), keys::registry_key(base)];
-            let text = [
-                field.to_string(),
-                offset.to_string(),
-                member.to_string(),
-                shift.to_string(),
-                keys::period_prefix(base),
-                keys::dense_prefix(base),
-                keys::dense_count_prefix(base),
-                keys::times_prefix(base),
-                keys::rate_key(base, member),
-                keys::dedupe_prefix(base),
-                self.dedupe_ttl_secs.to_string(),
-            ];
-            let mut args: Vec<Vec<u8>> = text.into_iter().map(String::into_bytes).collect();
-            args.push(crate::markers::marker(event_id).to_vec());
-            args.push(keys::meta_prefix(base).into_bytes());
-            let reply: Result<i64, RedisError> = self.eval(&self.erase_script, &ERASE_LUA, &keys, &args).await?;
-            reply.map(ApplyResult::from_code).map_err(|source| StoreError::Erase { base: base.clone(), source })
-        });
-        futures::future::try_join_all(calls).await
     }
 
     /// The key base of every board tag registered in `registry` (see

@@ -143,14 +143,16 @@ fn distinct_periods<'a>(batch: &TagBatch<'a>) -> Vec<&'a PeriodWrite> {
 }
 
 /// KEYS: the offsets hash, each period key with its dense index, value
-/// counts, (`latest`) event times and (`meta`) metadata, and the sealed hash.
+/// counts, shadow (hidden players' values), (`latest`) event times and
+/// (`meta`) metadata, the sealed hash, and the hidden set.
 fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     let p = &batch.params;
-    let mut keys = Vec::with_capacity(2 + 4 * periods.len());
+    let mut keys = Vec::with_capacity(3 + 6 * periods.len());
     keys.push(keys::offsets_key(batch.base));
     keys.extend(periods.iter().map(|p| p.key.clone()));
     keys.extend(periods.iter().map(|p| p.dense_key.clone()));
     keys.extend(periods.iter().map(|p| p.count_key.clone()));
+    keys.extend(periods.iter().map(|p| p.shadow_key.clone()));
     if p.op == WriteOp::Latest {
         keys.extend(periods.iter().map(|p| p.times_key.clone()));
     }
@@ -160,6 +162,7 @@ fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     if p.sealed {
         keys.push(keys::sealed_key(batch.base));
     }
+    keys.push(keys::hidden_key(batch.base));
     keys
 }
 
@@ -325,6 +328,7 @@ pub(super) mod tests {
             count_key: keys::dense_count_key("lb:{p}", period),
             times_key: keys::times_key("lb:{p}", period),
             meta_key: keys::meta_key("lb:{p}", period),
+            shadow_key: keys::shadow_key("lb:{p}", period),
             expire_at,
             close_at: None,
         })
@@ -401,7 +405,10 @@ pub(super) mod tests {
                 "lb:{p}:_dense:d:2026-08-14",
                 "lb:{p}:_dense:all",
                 "lb:{p}:_dcount:d:2026-08-14",
-                "lb:{p}:_dcount:all"
+                "lb:{p}:_dcount:all",
+                "lb:{p}:_hid:d:2026-08-14",
+                "lb:{p}:_hid:all",
+                "lb:{p}:_hidden"
             ]
         );
         let (events, head) = inv.args.split_last().unwrap();

@@ -398,6 +398,19 @@ impl Stack {
         broker.create_topic(&dlq, 1).await;
         Stack { redis, broker, topic, dlq }
     }
+
+    /// A new one-partition topic for admin events (name it in `WorkerConfig::admin_topics`).
+    pub async fn admin_topic(&self) -> String {
+        let admin = random_name("admin");
+        self.broker.create_topic(&admin, 1).await;
+        admin
+    }
+}
+
+/// An admin event as a record to produce: key (the player), JSON value, timestamp now.
+pub fn admin_record(event: serde_json::Value) -> (String, Vec<u8>, Option<i64>) {
+    let player = event["player_id"].as_str().unwrap_or_default().to_string();
+    (player, event.to_string().into_bytes(), Some(chrono::Utc::now().timestamp_millis()))
 }
 
 /// The settings a test worker runs with.
@@ -407,6 +420,8 @@ pub struct WorkerConfig {
     pub redis_url: String,
     pub topic: String,
     pub dead_letter_topic: String,
+    /// `kafka.admin_topics` (none unless set).
+    pub admin_topics: Vec<String>,
     pub group: String,
     pub http_port: u16,
     /// TOML appended after the generated sections: the `[[board]]`s and any overrides.
@@ -428,6 +443,7 @@ impl WorkerConfig {
             redis_url: redis.url(),
             topic: topic.into(),
             dead_letter_topic: dlq.into(),
+            admin_topics: Vec::new(),
             group: random_name("group"),
             http_port: free_port(),
             boards: boards.into(),
@@ -444,11 +460,13 @@ impl WorkerConfig {
         for (k, v) in &self.extra_kafka_options {
             opts.push_str(&format!("\"{k}\" = \"{v}\"\n"));
         }
+        let admin: Vec<String> = self.admin_topics.iter().map(|t| format!("\"{t}\"")).collect();
         format!(
-            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\nadmin_topics = [{}]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
              [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n{}\n\n[worker]\n{}\n{}",
             self.brokers,
             self.topic,
+            admin.join(", "),
             self.group,
             self.dead_letter_topic,
             self.redis_url,

@@ -1,0 +1,211 @@
+//! `rankflow admin ...`: an operator's correction or moderation, as an
+//! admin event (a fresh `event_id`, `ts` now) produced to the first admin
+//! topic, where the workers carry it out exactly once. The command checks
+//! the event against the config first (the same `moderation::plan` the
+//! workers run) and, for a change to an existing entry, that the player is
+//! there; with `--wait` it returns once a worker has recorded the outcome.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+
+use crate::board::Router;
+use crate::config::Settings;
+use crate::event::{AdminEvent, AdminKind};
+use crate::kafka::producer::KafkaProducer;
+use crate::keys;
+use crate::moderation::{self, Reach};
+use crate::store::RedisConn;
+
+/// What the operator asked for.
+#[derive(Clone, Debug)]
+pub struct AdminRequest {
+    pub kind: AdminKind,
+    pub player: String,
+    pub board: Option<String>,
+    pub boards: Option<Vec<String>>,
+    pub split: Option<String>,
+    pub period: Option<String>,
+    /// `set`: the score; `adjust`: the delta.
+    pub value: i64,
+    /// Wait this long for the outcome; `None`: return once produced.
+    pub wait: Option<Duration>,
+}
+
+impl AdminRequest {
+    /// The admin event, with a fresh id and the time now.
+    fn event(&self) -> AdminEvent {
+        AdminEvent {
+            event_id: uuid::Uuid::new_v4(),
+            kind: self.kind,
+            player_id: self.player.clone(),
+            ts_ms: chrono::Utc::now().timestamp_millis(),
+            board: self.board.clone(),
+            boards: self.boards.clone(),
+            split: self.split.clone(),
+            period: self.period.clone(),
+            value: self.value,
+        }
+    }
+}
+
+/// The admin event as its record value.
+pub fn event_json(e: &AdminEvent) -> Value {
+    let mut v =
+        json!({ "event_id": e.event_id.to_string(), "type": e.kind.as_str(), "player_id": e.player_id, "ts": e.ts_ms });
+    let fields = [("board", e.board.clone()), ("split", e.split.clone()), ("period", e.period.clone())];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            v[name] = json!(value);
+        }
+    }
+    if let Some(boards) = &e.boards {
+        v["boards"] = json!(boards);
+    }
+    match e.kind {
+        AdminKind::ScoreSet => v["score"] = json!(e.value),
+        AdminKind::ScoreAdjusted => v["delta"] = json!(e.value),
+        _ => {}
+    }
+    v
+}
+
+/// Produces the admin event and prints its id; with `wait`, then waits for
+/// and prints its outcome. An error says why nothing was produced, or why
+/// the event was refused.
+pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), String> {
+    let topic = settings.kafka.admin_topics.first().ok_or(
+        "kafka.admin_topics is empty: admin events are honoured only on an admin topic, so configure one first",
+    )?;
+    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+    let event = request.event();
+    let plan = moderation::plan(&event, &router, event.ts_ms).map_err(|r| format!("{}: {}", r.reason, r.detail))?;
+    let mut conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    check_player(&mut conn, &router, &event, &plan.reach).await?;
+
+    let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
+        .map_err(|e| format!("cannot create the producer: {e}"))?;
+    let payload = event_json(&event).to_string();
+    producer
+        .deliver(FutureRecord::to(topic).key(&event.player_id).payload(&payload))
+        .await
+        .map_err(|e| format!("producing to {topic} failed: {e}"))?;
+    println!("{}", event.event_id);
+    let Some(timeout) = request.wait else {
+        return Ok(());
+    };
+    let key = keys::admin_outcome_key(router.prefix(), &event.event_id);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let note: Option<String> =
+            redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+        if let Some(note) = note {
+            let v: Value = serde_json::from_str(&note).map_err(|e| format!("unreadable outcome {note}: {e}"))?;
+            return match v["outcome"].as_str() {
+                Some("refused") => Err(format!(
+                    "refused: {}: {}",
+                    v["reason"].as_str().unwrap_or("?"),
+                    v["detail"].as_str().unwrap_or_default()
+                )),
+                Some(outcome) => {
+                    println!("{outcome}");
+                    Ok(())
+                }
+                None => Err(format!("unreadable outcome {note}")),
+            };
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no worker recorded an outcome within {timeout:?}: is a worker running? A record it could not read goes to {}",
+                settings.kafka.dead_letter_topic
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A change to an existing entry needs the player there: on a board the
+/// event reaches (or, to unhide, hidden there). A `score_set` may create one.
+async fn check_player(conn: &mut RedisConn, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), String> {
+    if event.kind == AdminKind::ScoreSet {
+        return Ok(());
+    }
+    let bases: Vec<String> = match reach {
+        Reach::Tag(base) => vec![base.clone()],
+        Reach::Boards(_) | Reach::All => {
+            let all: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(keys::tags_key(router.prefix()))
+                .query_async(conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            match reach {
+                Reach::Boards(ids) => all
+                    .into_iter()
+                    .filter(|b| keys::board_of_base(b).is_some_and(|id| ids.iter().any(|i| i == id)))
+                    .collect(),
+                _ => all,
+            }
+        }
+    };
+    let player = &event.player_id;
+    for base in &bases {
+        let hidden: bool = redis::cmd("SISMEMBER")
+            .arg(keys::hidden_key(base))
+            .arg(player)
+            .query_async(conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        match event.kind {
+            AdminKind::PlayerUnhidden if hidden => return Ok(()),
+            AdminKind::PlayerUnhidden => continue,
+            _ if hidden => return Ok(()),
+            _ => {}
+        }
+        let period_keys: Vec<String> =
+            redis::cmd("SMEMBERS").arg(keys::registry_key(base)).query_async(conn).await.map_err(|e| e.to_string())?;
+        for key in period_keys {
+            let found: Option<f64> =
+                redis::cmd("ZSCORE").arg(&key).arg(player).query_async(conn).await.map_err(|e| e.to_string())?;
+            if found.is_some() {
+                return Ok(());
+            }
+        }
+    }
+    let scope = event.board.as_deref().map_or("any board".to_string(), |b| format!("board '{b}'"));
+    Err(match event.kind {
+        AdminKind::PlayerUnhidden => format!("player '{player}' is not hidden on {scope}"),
+        _ => format!("player '{player}' is not on {scope}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_value_is_an_admin_event_the_parser_reads_back() {
+        let request = AdminRequest {
+            kind: AdminKind::ScoreAdjusted,
+            player: "alice".into(),
+            board: Some("pts".into()),
+            boards: None,
+            split: Some("eu".into()),
+            period: Some("w:2026-W49".into()),
+            value: -5,
+            wait: None,
+        };
+        let event = request.event();
+        let bytes = event_json(&event).to_string();
+        match crate::event::parse(bytes.as_bytes(), Default::default(), |_| false) {
+            crate::event::Parsed::Admin(parsed) => assert_eq!(parsed, event),
+            other => panic!("{other:?}"),
+        }
+        let hide = AdminRequest { kind: AdminKind::PlayerHidden, boards: Some(vec!["a".into()]), ..request };
+        let event = hide.event();
+        match crate::event::parse(event_json(&event).to_string().as_bytes(), Default::default(), |_| false) {
+            crate::event::Parsed::Admin(parsed) => assert_eq!(parsed, AdminEvent { value: 0, ..event }),
+            other => panic!("{other:?}"),
+        }
+    }
+}

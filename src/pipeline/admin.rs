@@ -1,0 +1,175 @@
+//! Admin events (corrections and moderation, see `moderation`): each is
+//! alone in its batch, sent once every batch before it has settled, and
+//! carried out by one atomic `admin.lua` call per board tag it reaches. A
+//! reach of several tags finds them through the registry of tags
+//! (`keys::tags_key`), never by scanning the keyspace. The outcome is
+//! logged (the audit line), counted, and left in Redis for
+//! `rankflow admin --wait`.
+
+use tracing::{info, warn};
+
+use crate::board::Board;
+use crate::event::{AdminEvent, Reason, Rejection};
+use crate::keys;
+use crate::metrics;
+use crate::moderation::{AdminPlan, Reach};
+use crate::retry::retry;
+use crate::store::{maintenance, AdminCall, ApplyResult, StoreError};
+
+use super::Context;
+
+/// What an admin event came to.
+#[derive(Debug, PartialEq)]
+pub enum AdminOutcome {
+    /// Carried out on every tag it reaches (or on some, the others having
+    /// seen the record before).
+    Applied,
+    /// A producer retry of an event already carried out, or a redelivery.
+    Duplicate,
+    /// Refused by a board's state (a sealed period, a total out of range):
+    /// the record is dead-lettered with this.
+    Refused(Rejection),
+}
+
+/// The tags an admin event reaches, each with its board (`None`: a tag of
+/// a board no longer configured, reached only by an erasure or by hiding).
+async fn tags_of(cx: &Context, reach: &Reach) -> Result<Vec<(String, Option<Board>)>, StoreError> {
+    let prefix = cx.router.prefix();
+    let mut bases = match reach {
+        Reach::Tag(base) => vec![base.clone()],
+        Reach::Boards(_) | Reach::All => {
+            let mut bases = cx.store.tag_bases(&keys::tags_key(prefix)).await?;
+            // A board without splits has its one tag before it has any data:
+            // hiding a player there takes effect for their first event too.
+            bases.extend(
+                cx.router.boards().iter().filter(|b| b.split_by().is_none()).map(|b| keys::base(prefix, b.id(), None)),
+            );
+            bases.sort();
+            bases.dedup();
+            if let Reach::Boards(ids) = reach {
+                bases.retain(|b| keys::board_of_base(b).is_some_and(|id| ids.iter().any(|i| i == id)));
+            }
+            bases
+        }
+    };
+    bases.sort();
+    Ok(bases
+        .into_iter()
+        .map(|base| {
+            let board = keys::board_of_base(&base).and_then(|id| cx.router.board(id)).cloned();
+            (base, board)
+        })
+        .collect())
+}
+
+/// What the tags' answers come to.
+fn outcome_of(results: &[ApplyResult]) -> AdminOutcome {
+    if let Some(code) = results.iter().find_map(|r| match r {
+        ApplyResult::Refused(code) => Some(*code),
+        _ => None,
+    }) {
+        let reason = Reason::from_script_code(code).unwrap_or(Reason::InvalidAdmin);
+        let detail = match reason {
+            Reason::PeriodClosed => "every period the correction names is sealed".to_string(),
+            Reason::ScoreOutOfRange => "the adjusted total would leave the board's range".to_string(),
+            _ => format!("the admin script refused it (code {code})"),
+        };
+        return AdminOutcome::Refused(Rejection::new(reason, detail));
+    }
+    if !results.is_empty()
+        && results.iter().all(|r| matches!(r, ApplyResult::DuplicateEvent | ApplyResult::DuplicateOffset))
+    {
+        return AdminOutcome::Duplicate;
+    }
+    AdminOutcome::Applied
+}
+
+/// Carries out an admin event on every tag it reaches, at most once per
+/// record and once per event id, retrying until Redis has done it; then
+/// logs, counts and records its outcome. `None`: abandoned on shutdown.
+pub async fn apply_admin(
+    cx: &Context,
+    field: &str,
+    offset: i64,
+    event: &AdminEvent,
+    plan: &AdminPlan,
+) -> Option<AdminOutcome> {
+    let call = AdminCall {
+        field,
+        offset,
+        event_id: &event.event_id,
+        member: &event.player_id,
+        ts_ms: event.ts_ms,
+        op: &plan.op,
+    };
+    let registry = keys::tags_key(cx.router.prefix());
+    let (tags, results) = retry("carry out an admin event", &cx.cancel, cx.settings.worker.max_backoff, || async {
+        let tags = tags_of(cx, &plan.reach).await?;
+        // A correction may write a split's first data: registered first, so
+        // that an erasure finds it. (Other reaches come from the registry,
+        // or are boards without splits, which an erasure always reaches.)
+        if let Reach::Tag(base) = &plan.reach {
+            cx.store.register_tags(&registry, std::slice::from_ref(base)).await?;
+        }
+        let results = cx.store.admin(&tags, &call).await?;
+        Ok::<_, StoreError>((tags.len(), results))
+    })
+    .await?;
+    let outcome = outcome_of(&results);
+    let kind = event.kind.as_str();
+    let board = event.board.as_deref().or(event.boards.as_ref().map(|_| "(several)")).unwrap_or("(all)");
+    let label = match &outcome {
+        AdminOutcome::Applied => {
+            info!(event_id = %event.event_id, r#type = kind, board, player = %event.player_id, tags, "Admin event applied.");
+            "applied"
+        }
+        AdminOutcome::Duplicate => {
+            info!(event_id = %event.event_id, r#type = kind, board, player = %event.player_id, "An admin event already applied (a producer retry or a redelivery) changed nothing.");
+            "duplicate"
+        }
+        AdminOutcome::Refused(r) => {
+            warn!(event_id = %event.event_id, r#type = kind, board, player = %event.player_id, reason = %r.reason, detail = %r.detail, "Admin event refused; it goes to the dead-letter topic.");
+            "refused"
+        }
+    };
+    metrics::get().admin_events.with_label_values(&[kind, label]).inc();
+    let note = match &outcome {
+        AdminOutcome::Refused(r) => {
+            serde_json::json!({ "outcome": "refused", "reason": r.reason.as_str(), "detail": r.detail })
+        }
+        // A redelivery of an event carried out before reports what that did.
+        _ if results.iter().all(|r| *r == ApplyResult::DuplicateOffset) => serde_json::json!({ "outcome": "applied" }),
+        AdminOutcome::Applied => serde_json::json!({ "outcome": "applied" }),
+        AdminOutcome::Duplicate => serde_json::json!({ "outcome": "duplicate" }),
+    };
+    let key = keys::admin_outcome_key(cx.router.prefix(), &event.event_id);
+    let ttl = cx.settings.redis.dedupe_ttl.as_secs().max(1);
+    let noted = retry("record an admin event's outcome", &cx.cancel, cx.settings.worker.max_backoff, || async {
+        cx.store.note_outcome(&key, &note.to_string(), ttl).await
+    })
+    .await;
+    noted.map(|()| outcome)
+}
+
+/// At start, registers every board tag that already has data (found by one
+/// scan of the offsets hashes: data written before the registry existed),
+/// so that an erasure reaches them. `false`: abandoned on shutdown.
+pub async fn seed_registry(cx: &Context) -> bool {
+    let registry = keys::tags_key(cx.router.prefix());
+    let seeded = retry("register the existing board tags", &cx.cancel, cx.settings.worker.max_backoff, || async {
+        let bases = maintenance::tag_bases(&cx.settings.redis).await.map_err(StoreError::Scan)?;
+        cx.store.register_tags(&registry, &bases).await?;
+        Ok::<_, StoreError>(bases)
+    })
+    .await;
+    match seeded {
+        Some(bases) => {
+            cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(bases);
+            true
+        }
+        None => {
+            warn!("Shutdown while registering the board tags.");
+            false
+        }
+    }
+}
