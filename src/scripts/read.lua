@@ -166,7 +166,10 @@ elseif op == 'player' then
     pos, hidden = before(stored, member), 1
   end
   local b, d = better(stored)
-  return { total, pos, b, d, stored, meta and call('HGET', meta, member), hidden }
+  -- false, not nil: a nil would end the reply there.
+  local m = false
+  if meta then m = call('HGET', meta, member) end
+  return { total, pos, b, d, stored, m, hidden }
 elseif op == 'around' then
   local pos = position(ARGV[4])
   if not pos then return false end
