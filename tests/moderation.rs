@@ -461,3 +461,59 @@ async fn an_admin_sequence_beside_a_score_stream_stays_exact_across_five_sigkill
     }
     assert!(stack.broker.read_all(&stack.dlq, 1).is_empty(), "no admin event of the sequence is refused");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hidden_player_stays_out_of_a_sealed_snapshot_and_its_published_top_until_unhidden() {
+    const HOUR: i64 = 3_600_000;
+    let stack = Stack::start(1).await;
+    let admin_topic = stack.admin_topic().await;
+    let sealed = random_name("sealed");
+    stack.broker.create_topic(&sealed, 1).await;
+    let boards = format!(
+        "[sealing]\ntopic = \"{sealed}\"\ntop = 5\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
+         [[board]]\nid = \"hr\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"hourly\"]\nclose_after = \"10m\"\n"
+    );
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
+    cfg.admin_topics = vec![admin_topic.clone()];
+    let w = Worker::spawn(&cfg);
+    // Hidden before their first event: the board's one tag takes the hiding at once.
+    stack.broker.produce(&admin_topic, &[admin_record(admin("player_hidden", "x", json!({})))]).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin_topic, 1, Duration::from_secs(60));
+    let now = chrono::Utc::now().timestamp_millis();
+    let h = now - now.rem_euclid(HOUR) - 3 * HOUR;
+    let hour = chrono::DateTime::from_timestamp_millis(h).unwrap().format("h:%Y-%m-%dT%H").to_string();
+    let records: Vec<_> = [("x", 500), ("y", 20), ("z", 10)]
+        .iter()
+        .map(|(p, v)| event_record("match", p, *v, h + 1, h + 2, None))
+        .collect();
+    stack.broker.produce(&stack.topic, &records).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while stack.broker.log_end(&sealed, 1)[0] < 1 {
+        assert!(std::time::Instant::now() < deadline, "the hour was not sealed\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let published: Value = serde_json::from_slice(stack.broker.read_all(&sealed, 1)[0].payload().unwrap()).unwrap();
+    assert_eq!(published["total"], 2);
+    assert_eq!(
+        published["entries"].as_array().unwrap().iter().map(|e| e["player_id"].clone()).collect::<Vec<_>>(),
+        [json!("y"), json!("z")]
+    );
+    let final_period = format!("{hour}:final");
+    let (_, top) = w.get_json(&format!("/v1/boards/hr/top?period={final_period}")).await;
+    assert_eq!(standings(&top), rows(&[("y", 20, 1), ("z", 10, 2)]));
+    let (_, x) = w.get_json(&format!("/v1/boards/hr/players/x?period={final_period}")).await;
+    assert_eq!(
+        (x["hidden"].clone(), x["score"].clone(), x["rank"]["ordinal"].clone()),
+        (json!(true), json!(500), json!(1))
+    );
+
+    // Unhidden, they are back in the live hour and in its snapshot.
+    stack.broker.produce(&admin_topic, &[admin_record(admin("player_unhidden", "x", json!({})))]).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin_topic, 1, Duration::from_secs(60));
+    let (_, top) = w.get_json(&format!("/v1/boards/hr/top?period={final_period}")).await;
+    assert_eq!(standings(&top), rows(&[("x", 500, 1), ("y", 20, 2), ("z", 10, 3)]));
+    let (_, live) = w.get_json(&format!("/v1/boards/hr/top?period={hour}")).await;
+    assert_eq!(standings(&live), standings(&top));
+}
