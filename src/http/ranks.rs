@@ -2,7 +2,9 @@
 //! entries, and the entries of a listing (a page, around-me, a friends set).
 //! Pure: no Redis here, only its reply values.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::target::{RankPolicy, Target};
 
@@ -71,32 +73,59 @@ pub(super) fn stored_of(raw: &redis::Value) -> i64 {
     stored as i64
 }
 
-/// An entry's metadata as `read.lua` answers it (nil: none), as the JSON
-/// object it was stored as.
-pub(super) fn meta_of(raw: Option<&redis::Value>) -> Option<Value> {
+/// An entry's metadata as `read.lua` answers it (nil: none): the JSON
+/// object it was stored as, passed on as it is (it was written compact by
+/// rankflow itself), not parsed and written again.
+pub(super) fn meta_of(raw: Option<&redis::Value>) -> Option<Box<RawValue>> {
     let text: String = redis::from_redis_value(raw?.clone()).ok()?;
-    serde_json::from_str(&text).ok()
+    RawValue::from_string(text).ok()
 }
 
 /// One entry of a listing.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(super) struct Entry {
     pub member: String,
     pub stored: i64,
     pub value: i64,
     pub ranks: Ranks,
     /// The entry's metadata, on boards that keep it.
-    pub meta: Option<Value>,
+    pub meta: Option<Box<RawValue>>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        (&self.member, self.stored, self.value, self.ranks, self.meta.as_ref().map(|m| m.get()))
+            == (&other.member, other.stored, other.value, other.ranks, other.meta.as_ref().map(|m| m.get()))
+    }
+}
+
+/// An entry as a read answers it.
+#[derive(Serialize)]
+pub(super) struct EntryJson<'a> {
+    pub rank: i64,
+    pub player_id: &'a str,
+    pub score: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<&'a RawValue>,
 }
 
 impl Entry {
-    pub fn json(&self, policy: RankPolicy) -> Value {
-        let mut v = json!({ "rank": self.ranks.under(policy), "player_id": self.member, "score": self.value });
-        if let Some(meta) = &self.meta {
-            v["meta"] = meta.clone();
+    pub fn json(&self, policy: RankPolicy) -> EntryJson<'_> {
+        EntryJson {
+            rank: self.ranks.under(policy),
+            player_id: &self.member,
+            score: self.value,
+            meta: self.meta.as_deref(),
         }
-        v
     }
+}
+
+/// A listing's answer: its fields (board, period, total, cursors, ...) and its entries.
+#[derive(Serialize)]
+pub(super) struct ListingJson<'a> {
+    #[serde(flatten)]
+    pub head: Value,
+    pub entries: Vec<EntryJson<'a>>,
 }
 
 /// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`
@@ -105,7 +134,7 @@ impl Entry {
 pub(super) fn listing(t: &Target<'_>, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
     let total = int(reply.first());
     let stride = if t.meta_key.is_some() { 3 } else { 2 };
-    let rows: Vec<(String, i64, Option<Value>)> = reply
+    let rows: Vec<(String, i64, Option<Box<RawValue>>)> = reply
         .get(4..)
         .unwrap_or_default()
         .chunks(stride)

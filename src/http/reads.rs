@@ -6,11 +6,14 @@ use std::collections::{HashMap, HashSet};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, listing, meta_of, percentile, ranks_at, stored_of, Entry};
+use super::ranks::{int, listing, meta_of, percentile, ranks_at, stored_of, Entry, ListingJson};
 use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::{Board, Order};
@@ -43,8 +46,10 @@ async fn read_script<T: redis::FromRedisValue>(
     inv.invoke_async(&mut conn).await.map_err(ApiError::unavailable)
 }
 
-fn entries_json(entries: &[Entry], policy: RankPolicy) -> Vec<Value> {
-    entries.iter().map(|e| e.json(policy)).collect()
+/// A listing's answer, serialised here: the entries' metadata is passed
+/// through as stored, never parsed.
+fn listing_response(head: Value, entries: &[Entry], policy: RankPolicy) -> Response {
+    Json(ListingJson { head, entries: entries.iter().map(|e| e.json(policy)).collect() }).into_response()
 }
 
 /// The cursor of `e` paging `direction` on the target.
@@ -85,7 +90,7 @@ pub(super) async fn top(
     State(s): State<AppState>,
     Path(board_id): Path<String>,
     Query(mut q): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let cursor = take_cursor(&mut q)?;
     let t = resolve(&s, &board_id, &q)?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
@@ -110,22 +115,17 @@ pub(super) async fn top(
         }
     };
     let (total, entries) = listing(&t, &reply);
-    let mut body = json!({
-        "board": t.board.id(),
-        "period": t.period,
-        "total": total,
-        "entries": entries_json(&entries, policy),
-    });
+    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total });
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
         let start = first.ranks.ordinal - 1;
         if start + (entries.len() as i64) < total {
-            body["next_cursor"] = json!(cursor_at(&t, last, Direction::Next));
+            head["next_cursor"] = json!(cursor_at(&t, last, Direction::Next));
         }
         if start > 0 {
-            body["prev_cursor"] = json!(cursor_at(&t, first, Direction::Prev));
+            head["prev_cursor"] = json!(cursor_at(&t, first, Direction::Prev));
         }
     }
-    Ok(Json(body))
+    Ok(listing_response(head, &entries, policy))
 }
 
 pub(super) async fn player(
@@ -153,7 +153,7 @@ pub(super) async fn player(
         "total": total,
     });
     if let Some(meta) = meta_of(reply.get(5)) {
-        body["meta"] = meta;
+        body["meta"] = serde_json::from_str(meta.get()).unwrap_or_default();
     }
     if hidden {
         body["hidden"] = json!(true);
@@ -165,7 +165,7 @@ pub(super) async fn around(
     State(s): State<AppState>,
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let fill = match q.get("fill").map(String::as_str) {
@@ -180,13 +180,8 @@ pub(super) async fn around(
         return Err(unranked(&player_id, &t));
     };
     let (total, entries) = listing(&t, &reply);
-    Ok(Json(json!({
-        "board": t.board.id(),
-        "period": t.period,
-        "player_id": player_id,
-        "total": total,
-        "entries": entries_json(&entries, policy),
-    })))
+    let head = json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "total": total });
+    Ok(listing_response(head, &entries, policy))
 }
 
 /// The distinct player ids of a friends body `{"players": ["id", ...]}`, in
@@ -216,7 +211,7 @@ pub(super) async fn players(
     Path(board_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
@@ -225,7 +220,7 @@ pub(super) async fn players(
     let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
     let total = int(reply.first());
     let stride = if t.meta_key.is_some() { 3 } else { 2 };
-    let mut found: Vec<(String, i64, i64, Option<Value>)> = Vec::new();
+    let mut found: Vec<(String, i64, i64, Option<Box<RawValue>>)> = Vec::new();
     let mut not_found = Vec::new();
     for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
         if matches!(row[0], redis::Value::Nil) {
@@ -239,29 +234,37 @@ pub(super) async fn players(
         Order::Desc => b.1.cmp(&a.1).then_with(|| b.0.as_bytes().cmp(a.0.as_bytes())),
         Order::Asc => a.1.cmp(&b.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())),
     });
-    let entries: Vec<Value> = found
-        .into_iter()
+    let entries: Vec<FriendJson> = found
+        .iter()
         .enumerate()
-        .map(|(i, (member, stored, rank, meta))| {
-            let mut entry = json!({
-                "rank": rank,
-                "rank_in_set": i + 1,
-                "player_id": member,
-                "score": t.board.packing().decode(stored),
-            });
-            if let Some(meta) = meta {
-                entry["meta"] = meta;
-            }
-            entry
+        .map(|(i, (member, stored, rank, meta))| FriendJson {
+            rank: *rank,
+            rank_in_set: i + 1,
+            player_id: member,
+            score: t.board.packing().decode(*stored),
+            meta: meta.as_deref(),
         })
         .collect();
-    Ok(Json(json!({
-        "board": t.board.id(),
-        "period": t.period,
-        "total": total,
-        "entries": entries,
-        "not_found": not_found,
-    })))
+    let head = json!({ "board": t.board.id(), "period": t.period, "total": total, "not_found": not_found });
+    Ok(Json(FriendsJson { head, entries }).into_response())
+}
+
+/// An entry of a friends read.
+#[derive(Serialize)]
+struct FriendJson<'a> {
+    rank: i64,
+    rank_in_set: usize,
+    player_id: &'a str,
+    score: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct FriendsJson<'a> {
+    #[serde(flatten)]
+    head: Value,
+    entries: Vec<FriendJson<'a>>,
 }
 
 /// The rank a player with `score` would have, were they on the board.
