@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what rankflow's demo and tests need and is missing on a Debian
 # machine with Rust: redis-server and redis-cli (apt), the C toolchain pieces
-# librdkafka's build uses (apt), and the tansu Kafka broker (crates.io).
-# Safe to run again: it installs only what is missing.
+# librdkafka's build uses (apt); with --test, also what only the tests use:
+# the tansu Kafka broker (crates.io), Chromium for the page test, and the
+# offline validators of the compose file, alert rules and Kubernetes
+# manifests. Safe to run again: it installs only what is missing.
 set -euo pipefail
+tests=0; [ "${1:-}" = "--test" ] && tests=1
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
@@ -22,9 +25,13 @@ command -v curl >/dev/null || missing+=(curl)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 # python3 (with its sqlite3 module): free ports in the scripts, and tansu's header index (scripts/tansu-index.sh).
 command -v python3 >/dev/null || missing+=(python3)
-# Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
-command -v docker-compose >/dev/null || missing+=(docker-compose)
-command -v promtool >/dev/null || missing+=(prometheus)
+if [ "$tests" = 1 ]; then
+  # Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
+  command -v promtool >/dev/null || missing+=(prometheus)
+  # The leaderboard page in a real headless browser (tests/page.rs).
+  command -v chromium >/dev/null || missing+=(chromium)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt-get"
   as_root apt-get update -qq
@@ -38,6 +45,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if [ "$tests" = 0 ]; then
+  echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
+  exit 0
+fi
 if ! command -v tansu >/dev/null; then
   echo "setup: installing the tansu broker from crates.io (10-25 minutes the first time)"
   cargo install tansu --locked --features dynostore,libsql

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
-scripts/setup.sh
+scripts/setup.sh --test
 cleanup() { pkill -f 'rankflow-test-' 2>/dev/null || true; }
 trap cleanup EXIT
 

@@ -1,5 +1,5 @@
-//! The HTTP server: `/metrics`, `/healthz`, `/readyz` and the read API (the
-//! README's HTTP API section).
+//! The HTTP server: `/metrics`, `/healthz`, `/readyz`, the read API (the
+//! README's HTTP API section) and the leaderboard page at `/` (`page.html`).
 //!
 //! Reads go straight to Redis through small Lua scripts, so a page or a
 //! player's rank describes one instant. Every parameter is validated before
@@ -32,6 +32,14 @@ mod reads;
 mod target;
 
 const READ_LUA: &str = include_str!("../scripts/read.lua");
+
+/// The leaderboard page (`GET /`): HTML, CSS and a small script on the read
+/// API, shipped inside the binary.
+const PAGE_HTML: &str = include_str!("page.html");
+
+async fn page() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE_HTML)
+}
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -78,6 +86,7 @@ impl AppState {
 /// The application's routes.
 pub fn app(state: AppState) -> HttpRouter {
     HttpRouter::new()
+        .route("/", get(page))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(|| async { metrics::get().render() }))
@@ -284,6 +293,7 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 })).collect::<Vec<_>>(),
                 "close_after_seconds": b.close_after().map(|d| d.as_secs()),
                 "meta": b.meta(),
+                "dense_rank": b.dense_rank(),
             })
         })
         .collect();

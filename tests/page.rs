@@ -1,0 +1,135 @@
+//! The leaderboard page (`GET /`) in a real headless browser (Debian's
+//! Chromium, installed by `scripts/setup.sh --test`), against a worker that
+//! consumed real events: the top with ranks, scores and metadata, the
+//! cursor to the next page, a player found with their ranks and the players
+//! around them. A screenshot is left under the target directory
+//! (`page/leaderboard.png`) for a person to look at.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+const BOARDS: &str = r#"
+[[board]]
+id = "best"
+on = ["match"]
+mode = "best"
+periods = ["all_time", "daily"]
+meta = true
+
+[[board]]
+id = "laps"
+on = ["lap"]
+mode = "best"
+order = "asc"
+periods = ["all_time"]
+split_by = "track"
+"#;
+
+/// Chromium as a test drives it: headless, no network of its own, a fresh profile.
+fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
+    let bin = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|b| Path::new(b).exists())
+        .expect("chromium is not installed: scripts/setup.sh --test installs Debian's chromium");
+    Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("run chromium")
+}
+
+/// The texts of `<td class="{class}">` cells in the table with id `table` of a dumped DOM.
+fn cells(dom: &str, table: &str, class: &str) -> Vec<String> {
+    let start = dom.find(&format!("<table id=\"{table}\"")).unwrap_or_else(|| panic!("no table {table} in\n{dom}"));
+    let body = &dom[start..start + dom[start..].find("</table>").unwrap()];
+    body.split(&format!("<td class=\"{class}\""))
+        .skip(1)
+        .map(|cell| {
+            let text = &cell[cell.find('>').unwrap() + 1..];
+            text[..text.find("</td>").unwrap()].to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser() {
+    let stack = Stack::start(1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    // p00 .. p14 with scores 1000, 990, ... and a display name each.
+    let records: Vec<_> = (0..15)
+        .map(|i| {
+            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": format!("p{i:02}"),
+                           "score": 1000 - 10 * i, "ts": now - 1000, "meta": { "name": format!("Player {i}") }});
+            (format!("p{i:02}"), v.to_string().into_bytes(), Some(now))
+        })
+        .collect();
+    stack.broker.produce(&stack.topic, &records).await;
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, BOARDS);
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+
+    let (status, html) = w.http_get("/").await;
+    assert_eq!(status, 200);
+    assert!(html.contains("<title>rankflow leaderboards</title>"));
+
+    let profile = temp_dir();
+    let url = format!("http://127.0.0.1:{}/?board=best&period=all_time&rank=competition&player=p07", w.http_port);
+    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("data-ready=\"1\""), "the page did not finish loading:\n{dom}\n{}", String::from_utf8_lossy(&out.stderr));
+
+    // The top: ten rows in board order, with ranks, scores and metadata.
+    let players: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
+    assert_eq!(cells(&dom, "top", "player"), players);
+    assert_eq!(cells(&dom, "top", "rank"), (1..=10).map(|r| r.to_string()).collect::<Vec<_>>());
+    assert_eq!(cells(&dom, "top", "score")[0], "1000");
+    assert_eq!(cells(&dom, "top", "meta")[3], "name: Player 3");
+    assert!(dom.contains("all \u{b7} 15 players"), "{dom}");
+    // A board without splits asks for none.
+    assert!(dom.contains("<label id=\"split-label\" hidden=\"\">"), "{dom}");
+    // A next page follows (the cursor button is enabled), no previous one.
+    assert!(dom.contains("<button id=\"next\">") && dom.contains("<button id=\"prev\" disabled=\"\">"), "{dom}");
+    // The player found: their ranks and the four around them, themselves marked.
+    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("dense", "8"), ("score", "930"), ("meta", "name: Player 7")] {
+        assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
+    }
+    assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
+    assert!(dom.contains("<tr class=\"you\"><td class=\"rank\">8</td><td class=\"player\">p07</td>"), "{dom}");
+
+    // A split board without its split says what is missing, rather than showing nothing.
+    let url = format!("http://127.0.0.1:{}/?board=laps", w.http_port);
+    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("class=\"error\"") && dom.contains("name a split"), "{dom}");
+
+    // A screenshot for a person to look at.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("leaderboard.png");
+    let _ = std::fs::remove_file(&shot);
+    let url = format!("http://127.0.0.1:{}/?board=best&player=p07", w.http_port);
+    let out = chromium(
+        profile.path(),
+        &["--virtual-time-budget=20000", "--window-size=1280,800", &format!("--screenshot={}", shot.display()), &url],
+    );
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 10_000, "no screenshot ({size} bytes): {}", String::from_utf8_lossy(&out.stderr));
+}
