@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-scripts/setup.sh >/dev/null
+scripts/setup.sh --test >/dev/null  # tansu, too
 cargo build --release --quiet
 bin=$PWD/target/release/rankflow-tools
 

@@ -10,7 +10,8 @@
 //!
 //! - **Wiring** — [`app`]: starts the HTTP server, the scheduler and the
 //!   pipeline, and stops them on SIGTERM. [`admin`]: `rankflow admin`, an
-//!   operator's admin event produced and waited for. `main.rs` only parses
+//!   operator's admin event produced and waited for. [`demo`]: `rankflow
+//!   demo`, the whole flow on an embedded broker. `main.rs` only parses
 //!   arguments.
 //! - **Services** — [`pipeline`]: the batch loop (read, send, settle, store
 //!   offsets). [`schedule`]: sealed periods and rolling boards as due jobs.
@@ -46,13 +47,15 @@
 //! 5. Only when every record of the batch is final does `pipeline` store each
 //!    partition's last offset + 1, which librdkafka then commits.
 //!
-//! The benchmark, the sample generator and the sample producer are tools,
-//! in the `rankflow-tools` crate (`tools/`), not part of this library.
+//! The benchmarks are tools, in the `rankflow-tools` crate (`tools/`), not
+//! part of this library; the demo's sample events ([`samples`]) are here,
+//! and [`progress`] draws the progress of long commands on a terminal.
 
 pub mod admin;
 pub mod app;
 pub mod board;
 pub mod config;
+pub mod demo;
 pub mod event;
 pub mod health;
 pub mod http;
@@ -63,7 +66,9 @@ pub mod metrics;
 pub mod moderation;
 pub mod period;
 pub mod pipeline;
+pub mod progress;
 pub mod retry;
+pub mod samples;
 pub mod schedule;
 pub mod score;
 pub mod store;

@@ -30,6 +30,18 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The whole flow: sample events produced and consumed, the API and the
+    /// page served. With kafka.brokers = "embedded", on a broker inside
+    /// this process (nothing to install but Redis).
+    Demo {
+        #[arg(long, default_value = "config/demo.toml")]
+        config: PathBuf,
+        /// How many sample events to produce.
+        #[arg(long, default_value_t = 20_000)]
+        events: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Validate a config file without connecting; names every bad field.
     CheckConfig { file: PathBuf },
     /// Create the config's source topics and dead-letter topic.
@@ -196,10 +208,18 @@ fn main() -> ExitCode {
                 Err(code) => code,
             },
             Command::Run { config } => match load(&config) {
+                Ok(s) if s.kafka.brokers == rankflow::demo::EMBEDDED => {
+                    eprintln!("rankflow: kafka.brokers = \"embedded\" is the demo's broker: run `rankflow demo`, or name a real broker");
+                    ExitCode::from(2)
+                }
                 // Exit right here rather than dropping the runtime: a Kafka
                 // client whose brokers are gone can block its teardown for
                 // good, and SIGTERM must end the process within shutdown_timeout.
                 Ok(s) => std::process::exit(rankflow::app::run(s).await),
+                Err(code) => code,
+            },
+            Command::Demo { config, events, seed } => match load(&config) {
+                Ok(s) => std::process::exit(rankflow::demo::run(s, rankflow::demo::DemoStream { events, seed }).await),
                 Err(code) => code,
             },
             Command::CreateTopics { config, partitions } => match load(&config) {

@@ -94,7 +94,11 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     let url = format!("http://127.0.0.1:{}/?board=best&period=all_time&rank=competition&player=p07", w.http_port);
     let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
     let dom = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(dom.contains("data-ready=\"1\""), "the page did not finish loading:\n{dom}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page did not finish loading:\n{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The top: ten rows in board order, with ranks, scores and metadata.
     let players: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
@@ -108,7 +112,9 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     // A next page follows (the cursor button is enabled), no previous one.
     assert!(dom.contains("<button id=\"next\">") && dom.contains("<button id=\"prev\" disabled=\"\">"), "{dom}");
     // The player found: their ranks and the four around them, themselves marked.
-    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("dense", "8"), ("score", "930"), ("meta", "name: Player 7")] {
+    for (field, value) in
+        [("ordinal", "8"), ("competition", "8"), ("dense", "8"), ("score", "930"), ("meta", "name: Player 7")]
+    {
         assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
     }
     assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);

@@ -44,7 +44,7 @@ fn wait_for_port(port: u16, what: &str, timeout: Duration) {
     }
 }
 
-fn kill(child: &mut Child) {
+pub fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod generator;
-mod samples;
 
 #[derive(Parser)]
 #[command(name = "rankflow-tools", version, about = "rankflow's benchmarks and sample producer")]
@@ -132,7 +130,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Produce { config, count, rate, seed, bad_ratio, dup_ratio } => match load(&config) {
-                Ok(s) => report(samples::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
+                Ok(s) => report(rankflow::demo::produce_samples(&s, count, rate, seed, bad_ratio, dup_ratio).await),
                 Err(code) => code,
             },
             Command::Bench { wipe_redis, which } => {

@@ -34,7 +34,7 @@ use rankflow::event::{self, Event, Parsed};
 use rankflow::keys;
 use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails};
 
-use crate::generator::Generator;
+use rankflow::samples::Generator;
 
 mod kafka;
 mod latency;

@@ -1,13 +1,17 @@
 //! A generator of realistic sample events for the demo and the benchmarks:
 //! a fixed population of players, match results (score deltas, some
-//! negative) and lap times on a few tracks, with optional producer duplicates
-//! and bad records. Deterministic for a seed.
+//! negative) and lap times on a few tracks, with optional producer
+//! duplicates, bad records and display names as `meta`. Deterministic for a
+//! seed; pure (it makes record values, it sends nothing).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 pub const TRACKS: [&str; 3] = ["monza", "spa", "suzuka"];
+
+/// Display names of the demo's players (with their number).
+const NAMES: [&str; 8] = ["Ada", "Bo", "Cleo", "Dev", "Eun", "Femi", "Gus", "Hana"];
 
 /// One generated record.
 pub struct Sample {
@@ -23,6 +27,8 @@ pub struct Generator {
     step_ms: i64,
     dup_ratio: f64,
     bad_ratio: f64,
+    /// Whether events carry `meta = {"name": ...}`.
+    names: bool,
     last: Option<Sample>,
 }
 
@@ -36,6 +42,7 @@ impl Generator {
             step_ms,
             dup_ratio: 0.0,
             bad_ratio: 0.0,
+            names: false,
             last: None,
         }
     }
@@ -47,6 +54,12 @@ impl Generator {
 
     pub fn with_bad_records(mut self, ratio: f64) -> Self {
         self.bad_ratio = ratio;
+        self
+    }
+
+    /// Events carry the player's display name as `meta`.
+    pub fn with_names(mut self) -> Self {
+        self.names = true;
         self
     }
 
@@ -73,7 +86,7 @@ impl Generator {
         }
         self.ts_ms += self.step_ms;
         let id = self.uuid().to_string();
-        let value = if self.rng.random_bool(0.7) {
+        let mut value = if self.rng.random_bool(0.7) {
             let score: i64 = self.rng.random_range(-20..200);
             json!({"event_id": id, "type": "match_finished", "player_id": player, "score": score, "ts": self.ts_ms})
         } else {
@@ -81,6 +94,10 @@ impl Generator {
             let ms: i64 = self.rng.random_range(60_000..120_000);
             json!({"event_id": id, "type": "lap_time", "player_id": player, "score": ms, "ts": self.ts_ms, "attrs": {"track": track}})
         };
+        if self.names {
+            let n: u32 = player.trim_start_matches("player-").parse().unwrap_or(0);
+            value["meta"] = json!({ "name": format!("{} {}", NAMES[n as usize % NAMES.len()], n) });
+        }
         let s = Sample { key: player, value: value.to_string().into_bytes() };
         self.last = Some(Sample { key: s.key.clone(), value: s.value.clone() });
         s
@@ -105,8 +122,15 @@ mod tests {
         let mut g = Generator::new(1, 10, 1_786_000_000_000, 10);
         for _ in 0..50 {
             let s = g.next_sample();
-            let parsed = rankflow::event::parse(&s.value, Default::default(), |_| true);
-            assert!(matches!(parsed, rankflow::event::Parsed::Event(_)), "{}", String::from_utf8_lossy(&s.value));
+            let parsed = crate::event::parse(&s.value, Default::default(), |_| true);
+            assert!(matches!(parsed, crate::event::Parsed::Event(_)), "{}", String::from_utf8_lossy(&s.value));
+        }
+        let mut g = Generator::new(1, 10, 1_786_000_000_000, 10).with_names();
+        for _ in 0..50 {
+            let parsed = crate::event::parse(&g.next_sample().value, Default::default(), |_| true);
+            assert!(
+                matches!(parsed, crate::event::Parsed::Event(e) if e.meta.as_deref().is_some_and(|m| m.contains("name")))
+            );
         }
     }
 }

@@ -1,0 +1,75 @@
+//! `rankflow demo` with nothing but Redis: the embedded broker (librdkafka's
+//! mock cluster in the process) takes the sample events, the real worker
+//! consumes them (dead-lettering the bad ones, counting producer duplicates
+//! once), and the API and the page answer. `rankflow run` refuses the
+//! embedded broker.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
+    let redis = Redis::start();
+    let port = free_port();
+    let dir = temp_dir();
+    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
+        .unwrap()
+        .replace("redis://127.0.0.1:16379", &redis.url())
+        .replace("127.0.0.1:9898", &format!("127.0.0.1:{port}"));
+    assert!(config.contains("brokers = \"embedded\""));
+    let path = dir.path().join("demo.toml");
+    std::fs::write(&path, &config).unwrap();
+
+    let log = std::fs::File::create(dir.path().join("demo.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["demo", "--config", path.to_str().unwrap(), "--events", "3000", "--seed", "5"])
+        .env("RUST_LOG", "info,librdkafka=warn")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_http(port, Duration::from_secs(30)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let samples = loop {
+        let (_, text) = http_get(port, "/metrics").await;
+        let m = samples(&text);
+        let lag = sum(&m, "rankflow_consumer_lag", &[]);
+        let consumed = sum(&m, "rankflow_records_consumed_total", &[]);
+        if consumed >= 3000.0 && lag == 0.0 {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not consume its events: consumed {consumed}, lag {lag}\n{}",
+            std::fs::read_to_string(dir.path().join("demo.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Every record was consumed once; bad records dead-lettered, duplicates counted once.
+    assert_eq!(sum(&samples, "rankflow_records_consumed_total", &[]), 3000.0);
+    assert!(sum(&samples, "rankflow_dead_letters_total", &[]) > 0.0);
+    assert!(sum(&samples, "rankflow_events_duplicate_total", &[("kind", "event_id")]) > 0.0);
+    let (status, body) = http_get(port, "/v1/boards/best_match/top?limit=3").await;
+    assert_eq!(status, 200, "{body}");
+    let top: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(top["total"].as_i64().unwrap() > 100, "{top}");
+    assert!(top["entries"][0]["meta"]["name"].is_string(), "{top}");
+    let (status, page) = http_get(port, "/").await;
+    assert!(status == 200 && page.contains("rankflow leaderboards"));
+    kill(&mut child);
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(out.contains(&format!("http://127.0.0.1:{port}/")), "the demo says where to look:\n{out}");
+
+    // `rankflow run` does not take the demo's broker.
+    let run = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["run", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("rankflow demo"));
+}
