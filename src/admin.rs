@@ -35,7 +35,7 @@ pub struct AdminRequest {
 
 impl AdminRequest {
     /// The admin event, with a fresh id and the time now.
-    fn event(&self) -> AdminEvent {
+    pub fn event(&self) -> AdminEvent {
         AdminEvent {
             event_id: uuid::Uuid::new_v4(),
             kind: self.kind,
