@@ -45,6 +45,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if [ "$tests" = 1 ] && ! command -v kubernetes-validate >/dev/null; then
+  # The Kubernetes manifests, validated offline against the Kubernetes schemas (tests/deploy.rs).
+  echo "setup: installing kubernetes-validate from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate
+fi
 if [ "$tests" = 0 ]; then
   echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
   exit 0
