@@ -29,8 +29,10 @@ if [ "$tests" = 1 ]; then
   # Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   command -v promtool >/dev/null || missing+=(prometheus)
-  # The leaderboard page in a real headless browser (tests/page.rs).
+  # The leaderboard page in a real headless browser (tests/page.rs), and a
+  # terminal for the progress bars (tests/demo.rs).
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v tmux >/dev/null || missing+=(tmux)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt-get"

@@ -2,7 +2,8 @@
 //! mock cluster in the process) takes the sample events, the real worker
 //! consumes them (dead-lettering the bad ones, counting producer duplicates
 //! once), and the API and the page answer. `rankflow run` refuses the
-//! embedded broker.
+//! embedded broker. Producing shows a progress bar on a terminal (a tmux
+//! session, read with capture-pane) and nothing in a log file.
 
 mod support;
 
@@ -11,18 +12,24 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
-    let redis = Redis::start();
-    let port = free_port();
-    let dir = temp_dir();
+/// config/demo.toml on this Redis and HTTP port, written into `dir`.
+fn demo_config(dir: &std::path::Path, redis: &Redis, port: u16) -> std::path::PathBuf {
     let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
         .unwrap()
         .replace("redis://127.0.0.1:16379", &redis.url())
         .replace("127.0.0.1:9898", &format!("127.0.0.1:{port}"));
     assert!(config.contains("brokers = \"embedded\""));
-    let path = dir.path().join("demo.toml");
+    let path = dir.join("demo.toml");
     std::fs::write(&path, &config).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
+    let redis = Redis::start();
+    let port = free_port();
+    let dir = temp_dir();
+    let path = demo_config(dir.path(), &redis, port);
 
     let log = std::fs::File::create(dir.path().join("demo.log")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
@@ -61,6 +68,8 @@ async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
     let (status, page) = http_get(port, "/").await;
     assert!(status == 200 && page.contains("rankflow leaderboards"));
     kill(&mut child);
+    let log = std::fs::read_to_string(dir.path().join("demo.log")).unwrap();
+    assert!(!log.contains("producing sample events"), "no progress bar in a log file:\n{log}");
     let mut out = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
     assert!(out.contains(&format!("http://127.0.0.1:{port}/")), "the demo says where to look:\n{out}");
@@ -72,4 +81,33 @@ async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
         .unwrap();
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("rankflow demo"));
+}
+
+#[test]
+fn the_demo_draws_its_progress_on_a_terminal() {
+    let redis = Redis::start();
+    let dir = temp_dir();
+    let path = demo_config(dir.path(), &redis, free_port());
+    let session = random_name("rankflow-test-progress");
+    let command = format!(
+        "RUST_LOG=warn {} demo --config {} --events 400000; sleep 30",
+        env!("CARGO_BIN_EXE_rankflow"),
+        path.display()
+    );
+    let tmux =
+        |args: &[&str]| Command::new("tmux").args(args).output().expect("tmux (scripts/setup.sh --test installs it)");
+    assert!(tmux(&["new-session", "-d", "-s", &session, "-x", "160", "-y", "12", &command]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        let pane = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).to_string();
+        if pane.contains("producing sample events [") && pane.contains("/400000") {
+            seen = pane;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux(&["kill-session", "-t", &session]);
+    assert!(!seen.is_empty(), "no progress bar on the terminal within 60s");
+    assert!(seen.contains("eta"), "{seen}");
 }

@@ -30,7 +30,9 @@ pub(super) async fn produce(
     let started = Instant::now();
     let mut pending = Vec::new();
     let mut acks = Vec::new();
+    let bar = rankflow::progress::bar(count, &format!("producing to {topic}"));
     for i in 0..count {
+        bar.inc(1);
         if rate_per_sec > 0 {
             let due = started + Duration::from_secs_f64(i as f64 / rate_per_sec as f64);
             tokio::time::sleep_until(due.into()).await;
@@ -57,6 +59,7 @@ pub(super) async fn produce(
     for f in pending {
         f.await.map_err(|_| "cancelled".to_string())?.map_err(|(e, _)| e.to_string())?;
     }
+    bar.finish_and_clear();
     let mut ack_ms = Vec::with_capacity(acks.len());
     for a in acks {
         ack_ms.push(a.await.map_err(|e| e.to_string())??);

@@ -71,9 +71,11 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         deep_name.as_str(),
     ];
     let mut results: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
+    let bar = rankflow::progress::bar((reads.len() * samples) as u64, "timing reads");
     for what in reads {
         let (mut api, mut bare) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
         for _ in 0..samples {
+            bar.inc(1);
             let player = format!("player-{:07}", rand::Rng::random_range(&mut rng, 0..members));
             let friends: Vec<String> =
                 (0..100).map(|_| format!("player-{:07}", rand::Rng::random_range(&mut rng, 0..members))).collect();
@@ -204,6 +206,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         }
         results.push((what, api, bare));
     }
+    bar.finish_and_clear();
     println!("\nboard of {members} members, {samples} samples each (ms):\n");
     println!("| read | API p50 | API p99 | bare Redis p50 | bare Redis p99 | bare commands |");
     println!("|---|---:|---:|---:|---:|---|");
