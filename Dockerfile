@@ -5,12 +5,15 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake perl make
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-RUN cargo build --release --locked
+COPY tools ./tools
+RUN cargo build --release --locked --bin rankflow --bin rankflow-tools
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 rankflow
 COPY --from=build /src/target/release/rankflow /usr/local/bin/rankflow
+# The sample producer of the compose stack's demo producer (not part of the product).
+COPY --from=build /src/target/release/rankflow-tools /usr/local/bin/rankflow-tools
 USER rankflow
 EXPOSE 9898
 ENTRYPOINT ["rankflow"]
