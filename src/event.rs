@@ -40,10 +40,11 @@ pub enum Reason {
     InvalidMeta,
     NotAllowed,
     InvalidAdmin,
+    AttemptsExhausted,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -63,6 +64,7 @@ impl Reason {
         Reason::InvalidMeta,
         Reason::NotAllowed,
         Reason::InvalidAdmin,
+        Reason::AttemptsExhausted,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -87,6 +89,7 @@ impl Reason {
             Reason::InvalidMeta => "invalid_meta",
             Reason::NotAllowed => "not_allowed",
             Reason::InvalidAdmin => "invalid_admin",
+            Reason::AttemptsExhausted => "attempts_exhausted",
         }
     }
 
@@ -96,6 +99,7 @@ impl Reason {
             Reason::ScoreOutOfRange => Some(4),
             Reason::RateLimited => Some(5),
             Reason::PeriodClosed => Some(6),
+            Reason::AttemptsExhausted => Some(7),
             _ => None,
         }
     }
@@ -105,6 +109,7 @@ impl Reason {
             4 => Some(Reason::ScoreOutOfRange),
             5 => Some(Reason::RateLimited),
             6 => Some(Reason::PeriodClosed),
+            7 => Some(Reason::AttemptsExhausted),
             _ => None,
         }
     }

@@ -18,6 +18,7 @@
 //! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it (keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_meta:<period>` | hash | boards with `meta = true`: member -> the compact JSON `meta` of the event that explains its score (no field: none), same expiry; `_meta:<period>:final` and `_meta:r:<name>` for sealed snapshots and rolling boards |
+//! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |
 //! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
 //! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
 //! | `{prefix}:{.admin}:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
@@ -93,6 +94,16 @@ pub fn meta_key(base: &str, period_id: &str) -> String {
 /// What [`meta_key`] puts before the period id.
 pub fn meta_prefix(base: &str) -> String {
     format!("{base}:_meta:")
+}
+
+/// `max_attempts` boards: how many events each member has had applied to a period board.
+pub fn attempts_key(base: &str, period_id: &str) -> String {
+    format!("{}{period_id}", attempts_prefix(base))
+}
+
+/// What [`attempts_key`] puts before the period id.
+pub fn attempts_prefix(base: &str) -> String {
+    format!("{base}:_att:")
 }
 
 /// The set of a tag's hidden players (`player_hidden`).

@@ -135,6 +135,7 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         Reason::InvalidSplit,
         Reason::RateLimited,
         Reason::PeriodClosed,
+        Reason::AttemptsExhausted,
     ];
     for reason in Reason::ALL {
         let covered = cases.iter().any(|(r, _)| *r == reason);

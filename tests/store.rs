@@ -74,6 +74,7 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         times_key: format!("lb:{{{tag}}}:_ts:{period}"),
         meta_key: format!("lb:{{{tag}}}:_meta:{period}"),
         shadow_key: format!("lb:{{{tag}}}:_hid:{period}"),
+        attempts_key: format!("lb:{{{tag}}}:_att:{period}"),
         expire_at,
         close_at: None,
     })
@@ -93,6 +94,7 @@ fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         dense: true,
         sealed: false,
         meta: false,
+        attempts: 0,
     }
 }
 

@@ -101,6 +101,8 @@ pub struct BoardSpec {
     pub dense_rank: bool,
     /// Whether each entry keeps the `meta` of the event that explains its score.
     pub meta: bool,
+    /// Events a player may have applied per period (`max_attempts`); `None`: no limit.
+    pub max_attempts: Option<u64>,
     /// Periods are sealed this long after they end; `None`: never.
     pub close_after: Option<Duration>,
     /// Rolling unions of the daily keys.
@@ -126,6 +128,7 @@ impl BoardSpec {
             rate_limit: None,
             dense_rank: true,
             meta: false,
+            max_attempts: None,
             close_after: None,
             rolling: Vec::new(),
         }
@@ -198,6 +201,11 @@ impl Board {
         self.spec.meta
     }
 
+    /// Events a player may have applied per period; `None`: no limit.
+    pub fn max_attempts(&self) -> Option<u64> {
+        self.spec.max_attempts
+    }
+
     /// Periods are sealed this long after they end; `None`: never.
     pub fn close_after(&self) -> Option<Duration> {
         self.spec.close_after
@@ -247,6 +255,7 @@ impl Board {
             dense: self.spec.dense_rank,
             sealed: self.spec.close_after.is_some(),
             meta: self.spec.meta,
+            attempts: self.spec.max_attempts.unwrap_or(0),
         }
     }
 }
@@ -279,6 +288,8 @@ pub struct WriteParams {
     pub sealed: bool,
     /// Whether each entry keeps its explaining event's `meta`.
     pub meta: bool,
+    /// `max_attempts`: events a member may have applied per period key; 0: no limit.
+    pub attempts: u64,
 }
 
 #[cfg(test)]
@@ -296,6 +307,7 @@ impl WriteParams {
             dense: true,
             sealed: false,
             meta: false,
+            attempts: 0,
         }
     }
 }
@@ -337,6 +349,8 @@ pub struct PeriodWrite {
     pub meta_key: String,
     /// The hidden players' values, `lb:{points}:_hid:d:2026-08-14`.
     pub shadow_key: String,
+    /// `max_attempts` boards: each member's applied events, `lb:{points}:_att:d:2026-08-14`.
+    pub attempts_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
     /// Boards with `close_after`: when the period closes, epoch ms.

@@ -116,6 +116,7 @@ impl Router {
             times_key: keys::times_key(base, &period.id),
             meta_key: keys::meta_key(base, &period.id),
             shadow_key: keys::shadow_key(base, &period.id),
+            attempts_key: keys::attempts_key(base, &period.id),
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),
             id: period.id,

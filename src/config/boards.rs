@@ -77,6 +77,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         rate_limit,
         dense_rank: b.dense_rank,
         meta: b.meta,
+        max_attempts: b.max_attempts.filter(|&n| e.within(&at.field("max_attempts"), n, 1..=1_000_000).is_some()),
         close_after,
         rolling,
     }))

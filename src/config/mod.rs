@@ -345,6 +345,14 @@ retention = { daily = "30d" }
     }
 
     #[test]
+    fn attempt_limits_parse_and_zero_is_refused() {
+        let s = load_str(&GOOD.replace("mode = \"best\"", "mode = \"best\"\nmax_attempts = 3"), none()).unwrap();
+        assert_eq!((s.boards[0].max_attempts(), s.boards[1].max_attempts()), (None, Some(3)));
+        let errs = errors(&GOOD.replace("mode = \"best\"", "mode = \"best\"\nmax_attempts = 0"), none());
+        assert_eq!(errs[0].field, "board[1].max_attempts");
+    }
+
+    #[test]
     fn duplicate_board_ids_are_refused() {
         let errs = errors(&GOOD.replace("id = \"laps\"", "id = \"points\""), none());
         assert_eq!(errs[0].field, "board[1].id");

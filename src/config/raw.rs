@@ -262,6 +262,11 @@ pub struct RawBoard {
     /// with every entry. Default false.
     #[serde(default)]
     pub meta: bool,
+    /// Per player and period, only the first `max_attempts` applied events
+    /// count; later ones are refused there (`attempts_exhausted`), while the
+    /// board's other periods decide for themselves. 1 to 1000000.
+    #[serde(default)]
+    pub max_attempts: Option<u64>,
     /// Rolling boards over the daily keys: `[{ name = "last7d", days = 7, refresh = "1m" }]`.
     #[serde(default)]
     pub rolling: Vec<RawRolling>,

@@ -25,10 +25,11 @@
 -- ARGV[16]  SHIFT      ARGV[17] "desc" | "asc"     ARGV[18] top-K (0: none)
 -- ARGV[19]  "1" if the board keeps dense indexes  ARGV[20] the tag's sealed hash ("" if none)
 -- ARGV[21]  op: "set" | "adjust" | "remove" | "hide" | "unhide" | "erase"
--- set:      ARGV[22] stored score, ARGV[23] event time (ms), then (period id, EXPIREAT or "0") pairs
--- adjust:   ARGV[22] delta, ARGV[23] event time, ARGV[24] tie component, ARGV[25] largest |value|,
+-- ARGV[22]  attempts prefix ("..._att:"): a removal or an erasure gives the player their attempts back
+-- set:      ARGV[23] stored score, ARGV[24] event time (ms), then (period id, EXPIREAT or "0") pairs
+-- adjust:   ARGV[23] delta, ARGV[24] event time, ARGV[25] tie component, ARGV[26] largest |value|,
 --           then (period id, EXPIREAT or "0") pairs
--- remove:   ARGV[22] the period id, or "" for every period key of the tag
+-- remove:   ARGV[23] the period id, or "" for every period key of the tag
 --
 -- Returns 1 applied (or nothing to do), 2 duplicate event id, 3 redelivered
 -- offset (or the refusal remembered for it), 4 refused: score_out_of_range,
@@ -40,6 +41,7 @@ local dense_prefix, counts_prefix, times_prefix = ARGV[9], ARGV[10], ARGV[11]
 local meta_prefix, shadow_prefix = ARGV[12], ARGV[13]
 local mode, shift, desc, top_k = ARGV[15], tonumber(ARGV[16]), ARGV[17] == 'desc', tonumber(ARGV[18])
 local dense_on, sealed_hash, op = ARGV[19] == '1', ARGV[20], ARGV[21]
+local attempts_prefix = ARGV[22]
 local hidden_set, registry = KEYS[3], KEYS[2]
 local call, floor, format = redis.call, math.floor, string.format
 
@@ -146,14 +148,15 @@ local function remove_from(k, id)
   call('ZREM', shadow_prefix .. id, member)
   call('HDEL', times_prefix .. id, member)
   call('HDEL', meta_prefix .. id, member)
+  call('HDEL', attempts_prefix .. id, member)
 end
 
 local hidden = call('SISMEMBER', hidden_set, member) == 1
 
 if op == 'set' or op == 'adjust' then
-  local ts = tonumber(ARGV[23])
-  local first = 24
-  if op == 'adjust' then first = 26 end
+  local ts = tonumber(ARGV[24])
+  local first = 25
+  if op == 'adjust' then first = 27 end
   -- The periods named that are not sealed.
   local open = {}
   for a = first, #ARGV, 2 do
@@ -172,12 +175,12 @@ if op == 'set' or op == 'adjust' then
     if hidden then target = shadow_prefix .. p[2] end
     local old = call('ZSCORE', target, member)
     if op == 'set' then
-      new[i] = tonumber(ARGV[22])
+      new[i] = tonumber(ARGV[23])
     else
-      local total = tonumber(ARGV[22])
+      local total = tonumber(ARGV[23])
       if old then total = total + floor(tonumber(old) / shift) end
-      if math.abs(total) > tonumber(ARGV[25]) then return refuse(4) end
-      new[i] = total * shift + tonumber(ARGV[24])
+      if math.abs(total) > tonumber(ARGV[26]) then return refuse(4) end
+      new[i] = total * shift + tonumber(ARGV[25])
     end
     p[4], p[5] = target, old
   end
@@ -202,10 +205,10 @@ if op == 'set' or op == 'adjust' then
     if not hidden then trim(k, id) end
   end
 elseif op == 'remove' then
-  if ARGV[22] == '' then
+  if ARGV[23] == '' then
     for _, p in ipairs(period_keys()) do remove_from(p[1], p[2]) end
   else
-    remove_from(period_prefix .. ARGV[22], ARGV[22])
+    remove_from(period_prefix .. ARGV[23], ARGV[23])
   end
 elseif op == 'hide' then
   call('SADD', hidden_set, member)

@@ -38,6 +38,8 @@
 -- KEYS[1 + 4P + j]    op "latest" only: hash member -> event time of its value in period key j
 -- KEYS[1 + QP + j]    boards that keep metadata only: hash member -> the compact JSON meta of
 --                     the event that explains its value in period key j (Q = 5 for "latest", else 4)
+-- KEYS[1 + RP + j]    boards with max_attempts only: hash member -> events applied to period key j
+--                     (R = Q, plus 1 if the board keeps metadata)
 -- KEYS[#KEYS - 1]     boards that seal periods only: the tag's sealed hash
 --                     (period key -> close time); a sealed period takes no write
 -- KEYS[#KEYS]         the tag's hidden set (players hidden by player_hidden)
@@ -57,14 +59,15 @@
 -- ARGV[13]            dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[14]            the tag's registry of period keys ("<prefix>:{tag}:_keys")
 -- ARGV[15]            "1" if the board keeps metadata (the meta hashes are in KEYS)
--- ARGV[16]            P
--- ARGV[16 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
--- ARGV[17 + P]        F: how many topic-partition fields follow
--- ARGV[17 + P + f]    field f, "<topic>:<partition>"
--- ARGV[17 + P + F + f] precondition of field f: the last offset of f that the
+-- ARGV[16]            max_attempts: events a member may have applied per period key, 0 for no limit
+-- ARGV[17]            P
+-- ARGV[17 + j]        EXPIREAT seconds of period key j (and its index), "0" for none
+-- ARGV[18 + P]        F: how many topic-partition fields follow
+-- ARGV[18 + P + f]    field f, "<topic>:<partition>"
+-- ARGV[18 + P + F + f] precondition of field f: the last offset of f that the
 --                     call before this one on the tag carries, while that call
 --                     may still be unapplied (-1: none); see "Preconditions"
--- ARGV[18 + P + 2F]   the batch, one MessagePack stream of top-level values
+-- ARGV[19 + P + 2F]   the batch, one MessagePack stream of top-level values
 --                     (read in chunks by cmsgpack.unpack_limit, whose values land
 --                     in arrays made in one step, and numbers arrive as numbers):
 --                     M, then the batch's M distinct members;
@@ -91,7 +94,10 @@
 --   2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
 --   5 refused: rate_limited,
---   6 refused: period_closed (every period of the event is sealed already).
+--   6 refused: period_closed (every period of the event is sealed already),
+--   7 refused: attempts_exhausted (the member has used max_attempts in every
+--     open period of the event; a period where it has attempts left takes
+--     the event, counted there, and the others skip it).
 -- Every other event was applied (code 1).
 --
 -- Hidden players (admin.lua): a player in the tag's hidden set has their
@@ -130,7 +136,9 @@ local seal_on = ARGV[12] == '1'
 local seen_prefix = ARGV[13]
 local registry = ARGV[14]
 local meta_on = ARGV[15] == '1'
-local np = tonumber(ARGV[16])
+local att_limit = tonumber(ARGV[16])
+local attempts_on = att_limit > 0
+local np = tonumber(ARGV[17])
 local offsets_key = KEYS[1]
 local latest = op == 'latest'
 local is_sum = op == 'sum'
@@ -194,9 +202,9 @@ if seal_on then
 end
 
 -- The batch: a MessagePack stream, read from byte pos on.
-local nf = tonumber(ARGV[17 + np])
+local nf = tonumber(ARGV[18 + np])
 local fields = {}
-for f = 1, nf do fields[f] = ARGV[17 + np + f] end
+for f = 1, nf do fields[f] = ARGV[18 + np + f] end
 -- Preconditions. The caller sends a call while the one before it on this tag
 -- is still on its way, so that Redis never waits for the client. If that
 -- earlier call has not been applied (it failed), this one must not run ahead
@@ -205,12 +213,12 @@ for f = 1, nf do fields[f] = ARGV[17 + np + f] end
 -- the last one the earlier call carries; if not, nothing is done, and the
 -- caller sends this call again once the earlier one has landed.
 for f = 1, nf do
-  local need = tonumber(ARGV[17 + np + nf + f])
+  local need = tonumber(ARGV[18 + np + nf + f])
   if need >= 0 and (tonumber(call('HGET', offsets_key, fields[f])) or -1) < need then
     return redis.error_reply('STALE the call before this one on ' .. offsets_key .. ' has not been applied')
   end
 end
-local payload = ARGV[18 + np + 2 * nf]
+local payload = ARGV[19 + np + 2 * nf]
 local unpack_limit = cmsgpack.unpack_limit
 local pos = 0
 local function rest(next_pos, ...)
@@ -272,6 +280,9 @@ if meta_on then stride = stride + 1 end
 local meta_keys = 1 + 4 * np
 if latest then meta_keys = meta_keys + np end
 local times_keys = 1 + 4 * np
+-- KEYS[att_keys + j]: period key j's attempts hash.
+local att_keys = meta_keys
+if meta_on then att_keys = att_keys + np end
 
 -- Hidden players of the batch: hidden[m] = true (see the header).
 local hidden, any_hidden = {}, false
@@ -351,6 +362,33 @@ for j = 1, np do
   end
 end
 
+-- att[j][m]: the events member m has had applied to period key j (max_attempts);
+-- att_moved[j][m]: that count changed in this call.
+local att, att_moved = {}, {}
+if attempts_on then
+  for j = 1, np do
+    if cur[j] then
+      local list, nl, a = lists[j], list_len[j], {}
+      for s = 1, nl, CHUNK do
+        local e = math.min(s + CHUNK - 1, nl)
+        local names = {}
+        for x = s, e do
+          local m = x
+          if list then m = list[x] end
+          names[x - s + 1] = members[m]
+        end
+        local got = call('HMGET', KEYS[att_keys + j], unpack(names))
+        for x = s, e do
+          local m = x
+          if list then m = list[x] end
+          a[m] = tonumber(got[x - s + 1]) or 0
+        end
+      end
+      att[j], att_moved[j] = a, {}
+    end
+  end
+end
+
 -- shape_cur[sh][w]: cur of shape sh's period key w, false for a sealed
 -- period (the only kind phase 1 does not read), so that the events' loop
 -- below finds each of its period keys' values in one lookup.
@@ -390,6 +428,8 @@ if meta_on then
 end
 
 local per_take = floor(TAKE / stride)
+-- tk: the period keys of the current event's shape that take it (see below).
+local tk
 local i = 0
 while i < ne do
   local ev = take(math.min(per_take, ne - i) * stride)
@@ -413,26 +453,45 @@ while i < ne do
       if marked[i] or marks_in[id] then
         code = 2
       else
-        local open = not seal_on
-        -- Only a sum can leave the allowed range, and only sealing can close
-        -- every period of the event. totals[w]: the sum's new total in the
-        -- shape's period key w, which the write below uses.
-        if is_sum or seal_on then
+        -- The shape's period keys that take the event: sc[w] is false for a
+        -- sealed one, and with max_attempts (tk) so is one where the member
+        -- has used its attempts. Only sealing can close every period, and
+        -- only max_attempts can exhaust them.
+        local any_open, any_take = not seal_on, true
+        if seal_on or attempts_on then
+          any_open, any_take = false, false
+          if attempts_on then tk = {} end
+          local shape = shapes[sh]
           for w = 1, nw do
             local c = sc[w]
             if c then
-              open = true
-              if is_sum then
-                local old = c[m]
-                local total = num
-                if old then total = (unit and old or floor(old / shift)) + num end
-                if total > maxv or total < -maxv then code = 4 end
-                totals[w] = total
-              end
+              any_open = true
+              if attempts_on and att[shape[w]][m] >= att_limit then c = false end
+              if c then any_take = true end
+            end
+            if attempts_on then tk[w] = c end
+          end
+        end
+        if not attempts_on then tk = sc end
+        -- Only a sum can leave the allowed range. totals[w]: the sum's new
+        -- total in the shape's period key w, which the write below uses.
+        if is_sum then
+          for w = 1, nw do
+            local c = tk[w]
+            if c then
+              local old = c[m]
+              local total = num
+              if old then total = (unit and old or floor(old / shift)) + num end
+              if total > maxv or total < -maxv then code = 4 end
+              totals[w] = total
             end
           end
         end
-        if code == 1 and not open then code = 6 end
+        if code == 1 and not any_open then
+          code = 6
+        elseif code == 1 and not any_take then
+          code = 7
+        end
         if code == 1 and rate_events > 0 and not admit(members[m], ev[a + ts_at], fields[f] .. ':' .. fmt(off)) then
           code = 5
         end
@@ -444,9 +503,15 @@ while i < ne do
         if with_tie then tie = ev[a + 6] end
         local meta = meta_on and ev[a + meta_at]
         for w = 1, nw do
-          local c = sc[w]
-          -- A sealed period is skipped: the event still counts on the board's open periods.
+          local c = tk[w]
+          -- A sealed period (or one whose attempts are used) is skipped: the
+          -- event still counts on the board's other periods.
           if c then
+            if attempts_on then
+              local j = shapes[sh][w]
+              att[j][m] = att[j][m] + 1
+              att_moved[j][m] = true
+            end
             if is_sum then
               c[m] = totals[w] * shift + tie
               if meta then metas[shapes[sh][w]][m] = meta end
@@ -599,13 +664,25 @@ local function write_key(j, c)
       stamps[#stamps + 1] = fmt(times[j][m])
     end
   end
-  if np_ == 0 and #shadowed == 0 and #stamps == 0 and not (meta_on and next(metas[j])) then return end
+  if np_ == 0 and #shadowed == 0 and #stamps == 0 and not (meta_on and next(metas[j]))
+    and not (attempts_on and next(att_moved[j])) then
+    return
+  end
   -- The registry lets an erasure find every period key of the tag.
   call('SADD', registry, k)
   if np_ > 0 then variadic('ZADD', k, pairs_, 2) end
   local shadow = KEYS[1 + 3 * np + j]
   if #shadowed > 0 then variadic('ZADD', shadow, shadowed, 2) end
   if #stamps > 0 then variadic('HSET', KEYS[times_keys + j], stamps, 2) end
+  local ak = KEYS[att_keys + j]
+  if attempts_on then
+    local counts = {}
+    for m in pairs(att_moved[j]) do
+      counts[#counts + 1] = members[m]
+      counts[#counts + 1] = fmt(att[j][m])
+    end
+    if #counts > 0 then variadic('HSET', ak, counts, 2) end
+  end
   local mk = KEYS[meta_keys + j]
   if meta_on then
     -- Each decided member's meta; a member that had a value before may
@@ -645,7 +722,7 @@ local function write_key(j, c)
     end
   end
   if dense_on then settle(j, delta) end
-  local at = ARGV[16 + j]
+  local at = ARGV[17 + j]
   if at ~= '0' then
     call('EXPIREAT', k, at)
     if dense_on then
@@ -655,6 +732,7 @@ local function write_key(j, c)
     if latest then call('EXPIREAT', KEYS[times_keys + j], at) end
     if meta_on then call('EXPIREAT', mk, at) end
     if #shadowed > 0 then call('EXPIREAT', shadow, at) end
+    if attempts_on then call('EXPIREAT', ak, at) end
   end
 end
 

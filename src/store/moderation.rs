@@ -69,6 +69,7 @@ pub fn admin_invocation(
         if dense { "1" } else { "0" }.to_string(),
         if sealed { keys::sealed_key(base) } else { String::new() },
         call.op.script_name().to_string(),
+        keys::attempts_prefix(base),
     ];
     match call.op {
         AdminOp::Set { stored, periods } => {
@@ -170,6 +171,7 @@ mod tests {
                 "1",
                 "",
                 "adjust",
+                "lb:{p}:_att:",
                 "-5",
                 "42",
                 "3",

@@ -159,6 +159,9 @@ fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
     if p.meta {
         keys.extend(periods.iter().map(|p| p.meta_key.clone()));
     }
+    if p.attempts > 0 {
+        keys.extend(periods.iter().map(|p| p.attempts_key.clone()));
+    }
     if p.sealed {
         keys.push(keys::sealed_key(batch.base));
     }
@@ -187,6 +190,7 @@ fn constant_args(batch: &TagBatch<'_>, periods: &[&PeriodWrite], dedupe_ttl_secs
         keys::dedupe_prefix(batch.base),
         keys::registry_key(batch.base),
         flag(p.meta),
+        p.attempts.to_string(),
         periods.len().to_string(),
     ];
     args.extend(periods.iter().map(|period| period.expire_at.unwrap_or(0).to_string()));
@@ -329,6 +333,7 @@ pub(super) mod tests {
             times_key: keys::times_key("lb:{p}", period),
             meta_key: keys::meta_key("lb:{p}", period),
             shadow_key: keys::shadow_key("lb:{p}", period),
+            attempts_key: keys::attempts_key("lb:{p}", period),
             expire_at,
             close_at: None,
         })
@@ -430,6 +435,7 @@ pub(super) mod tests {
                 "0",
                 "lb:{p}:_seen:",
                 "lb:{p}:_keys",
+                "0",
                 "0",
                 "2",
                 "100",

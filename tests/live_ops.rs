@@ -1,0 +1,159 @@
+//! Live ops through the real worker, tansu and Redis: attempt limits
+//! (`max_attempts`), counted in the same atomic step as the write, so that
+//! a redelivery, a producer retry or a SIGKILL never spends or frees an
+//! attempt twice.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rdkafka::message::Message;
+use serde_json::json;
+use support::*;
+
+const HOUR: i64 = 3_600_000;
+
+/// 10:00 UTC yesterday: two whole hours of one day, well inside every retention.
+fn yesterday_ten() -> i64 {
+    let now = chrono::Utc::now().timestamp_millis();
+    now - now.rem_euclid(24 * HOUR) - 24 * HOUR + 10 * HOUR
+}
+
+fn id_of(ms: i64, format: &str) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap().format(format).to_string()
+}
+
+fn event(id: &str, player: &str, score: i64, ts: i64) -> (String, Vec<u8>, Option<i64>) {
+    let v = json!({"event_id": id, "type": "match", "player_id": player, "score": score, "ts": ts});
+    (player.to_string(), v.to_string().into_bytes(), Some(chrono::Utc::now().timestamp_millis()))
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_attempts_count_and_a_fourth_is_refused_only_where_they_are_used() {
+    let stack = Stack::start(1).await;
+    let boards = "[[board]]\nid = \"trial\"\non = [\"match\"]\nmode = \"best\"\nperiods = [\"hourly\", \"daily\"]\nmax_attempts = 3\n";
+    let h = yesterday_ten();
+    let first = new_id();
+    let records = vec![
+        event(&first, "alice", 50, h + 60_000),
+        event(&new_id(), "alice", 70, h + 120_000),
+        // A producer retry of the first attempt spends nothing.
+        event(&first, "alice", 50, h + 60_000),
+        event(&new_id(), "alice", 60, h + 180_000),
+        // The fourth: the next hour has attempts left, the day has not.
+        event(&new_id(), "alice", 90, h + HOUR + 60_000),
+        // The fifth, in the first hour: used up there and in the day.
+        event(&new_id(), "alice", 100, h + 240_000),
+        event(&new_id(), "bob", 10, h + 60_000),
+    ];
+    stack.broker.produce(&stack.topic, &records).await;
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let mut conn = stack.redis.conn().await;
+    let (h1, h2, day) = (id_of(h, "h:%Y-%m-%dT%H"), id_of(h + HOUR, "h:%Y-%m-%dT%H"), id_of(h, "d:%Y-%m-%d"));
+    let expect = |pairs: &[(&str, i64)]| pairs.iter().map(|(p, v)| (p.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        zset_values(&mut conn, &format!("lb:{{trial}}:{h1}")).await,
+        expect(&[("alice", 70), ("bob", 10)]),
+        "{}",
+        w.log()
+    );
+    assert_eq!(zset_values(&mut conn, &format!("lb:{{trial}}:{h2}")).await, expect(&[("alice", 90)]));
+    assert_eq!(zset_values(&mut conn, &format!("lb:{{trial}}:{day}")).await, expect(&[("alice", 70), ("bob", 10)]));
+    let dead = stack.broker.read_all(&stack.dlq, 1);
+    assert_eq!(dead.len(), 1, "only the fifth attempt is refused everywhere");
+    assert_eq!(header(&dead[0], "rankflow.reason").as_deref(), Some("attempts_exhausted"));
+    assert!(String::from_utf8_lossy(dead[0].payload().unwrap()).contains("100"));
+
+    // A second group replays everything: no attempt is spent again.
+    let attempts = |key: String| {
+        let mut conn = conn.clone();
+        async move {
+            let m: BTreeMap<String, i64> = redis::cmd("HGETALL").arg(key).query_async(&mut conn).await.unwrap();
+            m
+        }
+    };
+    let before =
+        (attempts(format!("lb:{{trial}}:_att:{day}")).await, attempts(format!("lb:{{trial}}:_att:{h2}")).await);
+    assert_eq!(before.0, expect(&[("alice", 3), ("bob", 1)]));
+    drop(w);
+    let mut again = cfg.clone();
+    again.group = random_name("replay");
+    let _w = Worker::spawn(&again);
+    stack.broker.wait_committed_to_end(&again.group, &stack.topic, 1, Duration::from_secs(60));
+    let after = (attempts(format!("lb:{{trial}}:_att:{day}")).await, attempts(format!("lb:{{trial}}:_att:{h2}")).await);
+    assert_eq!(after, before);
+    // The refusal is remembered: the replayed record is refused alike (its
+    // dead letter is at least once, like any), never applied.
+    let dead = stack.broker.read_all(&stack.dlq, 1);
+    assert!(dead.iter().all(|m| header(m, "rankflow.reason").as_deref() == Some("attempts_exhausted")));
+    assert!(dead.iter().all(|m| header(m, "rankflow.source.offset") == header(&dead[0], "rankflow.source.offset")));
+    assert_eq!(zset_values(&mut conn, &format!("lb:{{trial}}:{h1}")).await, expect(&[("alice", 70), ("bob", 10)]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempt_limits_stay_exact_across_five_sigkills() {
+    const LIMIT: usize = 5;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(77);
+    let stack = Stack::start(4).await;
+    let boards = format!(
+        "[[board]]\nid = \"tries\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"hourly\", \"daily\"]\nmax_attempts = {LIMIT}\n"
+    );
+    let h = yesterday_ten();
+    // The model: per player and period, the first LIMIT events in produce
+    // order (one player's records share a partition) count.
+    let mut used: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut model: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    let mut records = Vec::new();
+    for _ in 0..40_000 {
+        let player = format!("p{}", rng.random_range(0..400));
+        let ts = h + rng.random_range(0..3 * HOUR);
+        let score = rng.random_range(1..100);
+        for period in [id_of(ts, "h:%Y-%m-%dT%H"), id_of(ts, "d:%Y-%m-%d")] {
+            let n = used.entry((player.clone(), period.clone())).or_default();
+            if *n < LIMIT {
+                *n += 1;
+                *model.entry(period).or_default().entry(player.clone()).or_default() += score;
+            }
+        }
+        records.push(event(&new_id(), &player, score, ts));
+    }
+    stack.broker.produce(&stack.topic, &records).await;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
+    cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
+    let mut conn = stack.redis.conn().await;
+    let total = records.len() as i64;
+    let mut last = 0;
+    for kill in 0..5 {
+        let mut w = Worker::spawn(&cfg);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while applied(&mut conn, &stack.topic).await <= last {
+            assert!(Instant::now() < deadline, "no progress past {last} after restart {kill}\n{}", w.log());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let moment = Instant::now() + Duration::from_millis(rng.random_range(50..1500));
+        let share = last + (total - last) / (6 - kill);
+        while Instant::now() < moment && applied(&mut conn, &stack.topic).await < share {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        w.sigkill();
+        assert!(applied(&mut conn, &stack.topic).await < total, "kill {kill} landed after the stream ended");
+        // Tansu may keep a SIGKILLed member: go on under a fresh group with the offsets copied.
+        let next = random_name("group");
+        stack.broker.copy_offsets(&cfg.group, &next, &stack.topic, 4);
+        cfg.group = next;
+        last = applied(&mut conn, &stack.topic).await;
+    }
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 4, Duration::from_secs(300));
+    for (period, players) in &model {
+        assert_eq!(&zset_values(&mut conn, &format!("lb:{{tries}}:{period}")).await, players, "{period}\n{}", w.log());
+    }
+}
