@@ -173,10 +173,11 @@ fn split_of<'a>(event: &'a AdminEvent, board: &Board) -> Result<Option<&'a str>,
     }
 }
 
-/// A period of the board by id, as it is now: one the board keeps.
+/// A period of the board by id, as it is now: one the board keeps (a
+/// calendar period or a window).
 fn board_period(id: &str, board: &Board) -> Result<Period, Rejection> {
-    let p = Period::from_id(id, board.timezone()).map_err(|e| invalid(format!("period: {e}")))?;
-    if !board.periods().contains(&p.kind) {
+    let p = board.period_by_id(id).map_err(|e| invalid(format!("period: {e}")))?;
+    if p.kind != crate::period::PeriodKind::Window && !board.periods().contains(&p.kind) {
         return Err(invalid(format!("board '{}' keeps no {} periods", board.id(), p.kind)));
     }
     Ok(p)
@@ -203,9 +204,11 @@ fn named_period(
 ) -> Result<Arc<PeriodWrite>, Rejection> {
     let board = &router.boards()[i];
     let p = board_period(id, board)?;
-    let write = router
-        .period_write(i, split, base, p.kind, p.start_ms.unwrap_or(0))
-        .ok_or_else(|| invalid(format!("period '{id}' is outside the calendar")))?;
+    let write = match board.window_index(id) {
+        Some(w) => router.window_write(i, w, split, base),
+        None => router.period_write(i, split, base, p.kind, p.start_ms.unwrap_or(0)),
+    }
+    .ok_or_else(|| invalid(format!("period '{id}' is outside the calendar")))?;
     if write.expire_at.is_some_and(|at| record_ts_ms >= at.saturating_mul(1000)) {
         return Err(Rejection::new(Reason::ExpiredPeriod, format!("period '{id}' has expired")));
     }

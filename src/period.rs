@@ -13,7 +13,8 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Timelike};
 use chrono_tz::Tz;
 
-/// The kinds of period a board can keep.
+/// The kinds of period a board can keep: the calendar's, and named windows
+/// (seasons: fixed spans a board lists in `windows`, not in `periods`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PeriodKind {
     Hourly,
@@ -22,9 +23,12 @@ pub enum PeriodKind {
     Monthly,
     Yearly,
     AllTime,
+    /// A fixed window `[from, to)`, id `s:<name>` (see `board::Window`).
+    Window,
 }
 
 impl PeriodKind {
+    /// The calendar's kinds, which `periods` lists (a window is named in `windows`).
     pub const ALL: [PeriodKind; 6] = [
         PeriodKind::Hourly,
         PeriodKind::Daily,
@@ -43,6 +47,7 @@ impl PeriodKind {
             PeriodKind::Monthly => "monthly",
             PeriodKind::Yearly => "yearly",
             PeriodKind::AllTime => "all_time",
+            PeriodKind::Window => "window",
         }
     }
 
@@ -59,11 +64,12 @@ impl PeriodKind {
             PeriodKind::Monthly => "m",
             PeriodKind::Yearly => "y",
             PeriodKind::AllTime => "all",
+            PeriodKind::Window => "s",
         }
     }
 
     /// The default retentions: hourly 2d, daily 8d, weekly 5w, monthly 13 months,
-    /// yearly 3 years, all_time never. Months and years are humantime's
+    /// yearly 3 years, windows 30d, all_time never. Months and years are humantime's
     /// (30.44 and 365.25 days), the same units a user writes in the config.
     pub fn default_retention(self) -> Option<Duration> {
         const DAY: u64 = 86_400;
@@ -75,6 +81,7 @@ impl PeriodKind {
             PeriodKind::Weekly => 35 * DAY,
             PeriodKind::Monthly => 13 * MONTH,
             PeriodKind::Yearly => 3 * YEAR,
+            PeriodKind::Window => 30 * DAY,
             PeriodKind::AllTime => return None,
         };
         Some(Duration::from_secs(secs))
@@ -113,8 +120,11 @@ pub enum PeriodError {
 impl Period {
     /// The period of `kind` that holds the instant `ts_ms`, in `tz`.
     pub fn containing(kind: PeriodKind, tz: Tz, ts_ms: i64) -> Result<Period, PeriodError> {
-        if kind == PeriodKind::AllTime {
-            return Ok(Period::all_time());
+        match kind {
+            PeriodKind::AllTime => return Ok(Period::all_time()),
+            // A window's bounds are its board's (`board::Window::period`), not the calendar's.
+            PeriodKind::Window => return Err(PeriodError::BadId("a window period is named, not computed".into())),
+            _ => {}
         }
         let utc = DateTime::from_timestamp_millis(ts_ms).ok_or(PeriodError::OutOfRange(ts_ms))?;
         let local = utc.with_timezone(&tz).naive_local();
@@ -145,7 +155,7 @@ impl Period {
                 let next = NaiveDate::from_ymd_opt(date.year() + 1, 1, 1).ok_or(PeriodError::OutOfRange(ts_ms))?;
                 (midnight(first), midnight(next))
             }
-            PeriodKind::AllTime => unreachable!("handled above"),
+            PeriodKind::AllTime | PeriodKind::Window => unreachable!("handled above"),
         };
         Ok(Period {
             kind,
@@ -222,6 +232,7 @@ fn format_id(kind: PeriodKind, start: NaiveDateTime) -> String {
         PeriodKind::Monthly => format!("m:{}", start.format("%Y-%m")),
         PeriodKind::Yearly => format!("y:{}", start.format("%Y")),
         PeriodKind::AllTime => "all".to_string(),
+        PeriodKind::Window => unreachable!("a window's id is its name (board::Window::id)"),
     }
 }
 

@@ -157,3 +157,94 @@ async fn attempt_limits_stay_exact_across_five_sigkills() {
         assert_eq!(&zset_values(&mut conn, &format!("lb:{{tries}}:{period}")).await, players, "{period}\n{}", w.log());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_after_it() {
+    let stack = Stack::start(1).await;
+    let sealed = random_name("sealed");
+    stack.broker.create_topic(&sealed, 1).await;
+    let from = yesterday_ten();
+    let to = from + 2 * HOUR;
+    let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
+    let boards = format!(
+        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
+         [[board]]\nid = \"season\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"10m\"\n\
+         windows = [{{ name = \"s1\", from = \"{}\", to = \"{}\" }}, {{ name = \"s2\", from = \"{}\", to = \"{}\" }}]\n",
+        rfc(from),
+        rfc(to),
+        rfc(to),
+        rfc(to + 365 * 24 * HOUR)
+    );
+    // At from - 1 ms, from, to - 1 ms and to: the middle two are the window's.
+    let at = |player: &str, score: i64, ts: i64| {
+        let v = json!({"event_id": new_id(), "type": "match", "player_id": player, "score": score, "ts": ts});
+        (player.to_string(), v.to_string().into_bytes(), Some(ts + 1))
+    };
+    let records =
+        vec![at("a", 1, from - 1), at("b", 10, from), at("c", 100, to - 1), at("d", 1000, to), at("b", 5, from + HOUR)];
+    stack.broker.produce(&stack.topic, &records).await;
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let mut conn = stack.redis.conn().await;
+    let expect = |pairs: &[(&str, i64)]| pairs.iter().map(|(p, v)| (p.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    assert_eq!(zset_values(&mut conn, "lb:{season}:s:s1").await, expect(&[("b", 15), ("c", 100)]), "{}", w.log());
+    assert_eq!(zset_values(&mut conn, "lb:{season}:s:s2").await, expect(&[("d", 1000)]));
+    assert_eq!(zset_values(&mut conn, "lb:{season}:all").await.len(), 4);
+    // Expires retention.window (30d by default) after it ends.
+    let expires: i64 = redis::cmd("EXPIRETIME").arg("lb:{season}:s:s1").query_async(&mut conn).await.unwrap();
+    assert_eq!(expires, to / 1000 + 30 * 86_400);
+    // Read by id and by name; listed with its state.
+    let (_, by_id) = w.get_json("/v1/boards/season/top?period=s:s1").await;
+    let (_, by_name) = w.get_json("/v1/boards/season/top?period=s1").await;
+    assert_eq!((by_id["period"].clone(), by_id["total"].clone()), (json!("s:s1"), json!(2)), "{by_id}");
+    assert_eq!(by_id["entries"], by_name["entries"]);
+    let (status, body) = w.get_json("/v1/boards/season/top?period=s:nope").await;
+    assert_eq!((status, body["parameter"].clone()), (400, json!("period")));
+    let (_, boards) = w.get_json("/v1/boards").await;
+    let states: Vec<(String, String)> = boards["boards"][0]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["name"].as_str().unwrap().into(), w["state"].as_str().unwrap().into()))
+        .collect();
+    assert_eq!(states, [("s1".to_string(), "ended".to_string()), ("s2".to_string(), "open".to_string())]);
+    // Ten minutes after it ended it was sealed, like a calendar period, and its top published.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stack.broker.log_end(&sealed, 1)[0] < 1 {
+        assert!(Instant::now() < deadline, "the window was not sealed\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, sealed_top) = w.get_json("/v1/boards/season/top?period=s1:final").await;
+    assert_eq!(sealed_top["entries"], by_id["entries"]);
+    // A late event for the window, produced after its close, is refused there.
+    stack
+        .broker
+        .produce(
+            &stack.topic,
+            &[(
+                "e".to_string(),
+                json!({"event_id": new_id(), "type": "match", "player_id": "e", "score": 7, "ts": from + 60_000})
+                    .to_string()
+                    .into_bytes(),
+                Some(chrono::Utc::now().timestamp_millis()),
+            )],
+        )
+        .await;
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    assert_eq!(zset_values(&mut conn, "lb:{season}:s:s1").await, expect(&[("b", 15), ("c", 100)]));
+    assert_eq!(zset_values(&mut conn, "lb:{season}:all").await.get("e"), Some(&7), "all_time still takes it");
+}
+
+#[test]
+fn bad_windows_are_refused_naming_the_field() {
+    let text = "[kafka]\nbrokers = \"k:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+                [[board]]\nid = \"b\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+                windows = [{ name = \"s1\", from = \"2027-01-01T00:00:00Z\", to = \"2027-01-01T00:00:00Z\" },\n\
+                           { name = \"Daily!\", from = \"2027-01-01T00:00:00Z\", to = \"2027-02-01T00:00:00Z\" },\n\
+                           { name = \"s3\", from = \"soon\", to = \"2027-02-01T00:00:00Z\" }]\n";
+    let err = rankflow::config::load_str(text, Vec::new()).unwrap_err();
+    let fields: Vec<&str> = err.fields().iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["board[0].windows[0].to", "board[0].windows[1].name", "board[0].windows[2].from"], "{err}");
+    assert!(err.fields()[0].reason.contains("after from"));
+}

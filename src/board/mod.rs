@@ -107,6 +107,8 @@ pub struct BoardSpec {
     pub close_after: Option<Duration>,
     /// Rolling unions of the daily keys.
     pub rolling: Vec<Rolling>,
+    /// Fixed windows (seasons), each a period `s:<name>`.
+    pub windows: Vec<Window>,
 }
 
 #[cfg(test)]
@@ -131,6 +133,7 @@ impl BoardSpec {
             max_attempts: None,
             close_after: None,
             rolling: Vec::new(),
+            windows: Vec::new(),
         }
     }
 }
@@ -216,6 +219,30 @@ impl Board {
         &self.spec.rolling
     }
 
+    /// Fixed windows (seasons).
+    pub fn windows(&self) -> &[Window] {
+        &self.spec.windows
+    }
+
+    /// The index of the window a read or an admin event names, by id
+    /// (`s:season-1`) or by name (`season-1`).
+    pub fn window_index(&self, text: &str) -> Option<usize> {
+        let name = text.strip_prefix("s:").unwrap_or(text);
+        self.spec.windows.iter().position(|w| w.name == name)
+    }
+
+    /// A period of this board by id: a calendar id (`w:2026-W49`, `all`) or
+    /// a window's (`s:season-1`).
+    pub fn period_by_id(&self, id: &str) -> Result<Period, crate::period::PeriodError> {
+        if let Some(name) = id.strip_prefix("s:") {
+            return match self.spec.windows.iter().find(|w| w.name == name) {
+                Some(w) => Ok(w.period()),
+                None => Err(crate::period::PeriodError::BadId(id.to_string())),
+            };
+        }
+        Period::from_id(id, self.spec.timezone)
+    }
+
     /// How long a period's key outlives the period; `None` never expires.
     pub fn retention(&self, kind: PeriodKind) -> Option<Duration> {
         if kind == PeriodKind::AllTime {
@@ -257,6 +284,30 @@ impl Board {
             meta: self.spec.meta,
             attempts: self.spec.max_attempts.unwrap_or(0),
         }
+    }
+}
+
+/// A fixed window of a board (a season): events whose time is in
+/// `[from, to)` are written to its period `s:<name>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// `[a-z0-9_-]{1,32}`, not a period kind's name.
+    pub name: String,
+    /// Epoch ms, inclusive.
+    pub from_ms: i64,
+    /// Epoch ms, exclusive.
+    pub to_ms: i64,
+}
+
+impl Window {
+    /// The period id, `s:<name>`.
+    pub fn id(&self) -> String {
+        format!("{}:{}", PeriodKind::Window.code(), self.name)
+    }
+
+    /// The window as a period (for keys, expiry and closing).
+    pub fn period(&self) -> Period {
+        Period { kind: PeriodKind::Window, id: self.id(), start_ms: Some(self.from_ms), end_ms: Some(self.to_ms) }
     }
 }
 

@@ -20,7 +20,8 @@ pub struct Router {
     period_cache: Arc<Mutex<PeriodCache>>,
 }
 
-type PeriodCache = rustc_hash::FxHashMap<(usize, PeriodKind), SplitCache>;
+/// Keyed by board, kind and, for windows, the window's index (0 for the calendar's kinds).
+type PeriodCache = rustc_hash::FxHashMap<(usize, PeriodKind, usize), SplitCache>;
 
 /// The cached periods of one board and period kind: the one of a board
 /// without `split_by`, and those of each split value.
@@ -96,8 +97,29 @@ impl Router {
         kind: PeriodKind,
         ts_ms: i64,
     ) -> Option<Arc<PeriodWrite>> {
+        let tz = self.boards[i].timezone();
+        self.cached_write(i, split, base, (kind, 0), ts_ms, || Period::containing(kind, tz, ts_ms).ok())
+    }
+
+    /// The write of board `i`'s window `w` (split value `split`, key base `base`).
+    pub(crate) fn window_write(&self, i: usize, w: usize, split: Option<&str>, base: &str) -> Option<Arc<PeriodWrite>> {
+        let window = self.boards[i].windows().get(w)?;
+        self.cached_write(i, split, base, (PeriodKind::Window, w), window.from_ms, || Some(window.period()))
+    }
+
+    /// The write of the period in `slot` holding `ts_ms`: the cached one if
+    /// it still holds `ts_ms`, else `period()`'s, cached.
+    fn cached_write(
+        &self,
+        i: usize,
+        split: Option<&str>,
+        base: &str,
+        slot: (PeriodKind, usize),
+        ts_ms: i64,
+        period: impl FnOnce() -> Option<Period>,
+    ) -> Option<Arc<PeriodWrite>> {
         let mut cache = self.period_cache.lock().unwrap_or_else(|e| e.into_inner());
-        let slots = cache.entry((i, kind)).or_default();
+        let slots = cache.entry((i, slot.0, slot.1)).or_default();
         let hit = match split {
             None => slots.unsplit.as_ref(),
             Some(v) => slots.by_value.get(v),
@@ -108,7 +130,8 @@ impl Router {
             }
         }
         let board = &self.boards[i];
-        let period = Period::containing(kind, board.timezone(), ts_ms).ok()?;
+        let period = period()?;
+        let kind = period.kind;
         let write = Arc::new(PeriodWrite {
             key: keys::period_key(base, &period.id),
             dense_key: keys::dense_key(base, &period.id),
@@ -182,10 +205,16 @@ impl Router {
         let board = &self.boards[i];
         let mut out = Vec::with_capacity(board.periods().len());
         let mut closed = false;
-        for &kind in board.periods() {
-            let Some(write) = self.period_write(i, split, base, kind, ts_ms) else {
-                continue;
-            };
+        // The calendar's periods holding ts_ms, and the windows that do (an
+        // event outside a window simply does not write it).
+        let calendar = board.periods().iter().filter_map(|&kind| self.period_write(i, split, base, kind, ts_ms));
+        let windows = board
+            .windows()
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.from_ms <= ts_ms && ts_ms < w.to_ms)
+            .filter_map(|(w, _)| self.window_write(i, w, split, base));
+        for write in calendar.chain(windows) {
             if let Some(at) = write.expire_at {
                 if record_ts_ms >= at.saturating_mul(1000) {
                     continue;

@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::field::{Errors, FromText, Typed};
-use super::raw::{RawBoard, RawRateLimit, RawRolling, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON, DEFAULT_TIE_RESOLUTION};
-use crate::board::{Board, BoardSpec, Mode, Order, Rolling, TieBreak};
+use super::raw::{
+    RawBoard, RawRateLimit, RawRolling, RawWindow, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON, DEFAULT_TIE_RESOLUTION,
+};
+use crate::board::{Board, BoardSpec, Mode, Order, Rolling, TieBreak, Window};
 use crate::event::AdminKind;
 use crate::period::PeriodKind;
 use crate::score::Packing;
@@ -59,8 +61,18 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
     let retention = retention(at, &b.retention, e);
     top_k(at, b.max_members, mode, e);
     let rate_limit = b.rate_limit.as_ref().and_then(|r| rate_limit(at, r, e));
-    let close_after = b.close_after.as_ref().and_then(|c| close_after(at, c, &periods, &retention, e));
+    let windows = windows(at, &b.windows, e);
+    let mut kinds = periods.clone();
+    if !windows.is_empty() {
+        kinds.push(PeriodKind::Window);
+    }
+    let close_after = b.close_after.as_ref().and_then(|c| close_after(at, c, &kinds, &retention, e));
     let rolling = rolling(at, &b.rolling, &periods, mode, tie_break, e);
+    for r in &rolling {
+        if windows.iter().any(|w| w.name == r.name) {
+            e.push(at.field("windows"), format!("'{}' is also a rolling board's name", r.name));
+        }
+    }
     let packing = packing(at, &b, order?, tie_break?, e)?;
     Some(Board::new(BoardSpec {
         id: b.id,
@@ -80,6 +92,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         max_attempts: b.max_attempts.filter(|&n| e.within(&at.field("max_attempts"), n, 1..=1_000_000).is_some()),
         close_after,
         rolling,
+        windows,
     }))
 }
 
@@ -121,7 +134,8 @@ fn retention(at: At, raw: &BTreeMap<String, Typed<Duration>>, e: &mut Errors) ->
     let mut retention = BTreeMap::new();
     for (name, keep) in raw {
         let field = at.field(&format!("retention.{name}"));
-        match PeriodKind::parse(name) {
+        let kind = if name == PeriodKind::Window.name() { Some(PeriodKind::Window) } else { PeriodKind::parse(name) };
+        match kind {
             Some(PeriodKind::AllTime) => e.push(field, "all_time boards never expire"),
             Some(kind) => {
                 if let Some(d) = e.take(&field, keep) {
@@ -219,6 +233,31 @@ fn rolling(
         }
     }
     rolling
+}
+
+fn windows(at: At, raw: &[RawWindow], e: &mut Errors) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for (j, w) in raw.iter().enumerate() {
+        let g = |name: &str| at.field(&format!("windows[{j}].{name}"));
+        let named = (1..=32).contains(&w.name.len())
+            && w.name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+            && PeriodKind::parse(&w.name).is_none()
+            && w.name != "all";
+        if !named {
+            e.push(g("name"), format!("'{}' must match [a-z0-9_-]{{1,32}} and not be a period name", w.name));
+        } else if out.iter().any(|o| o.name == w.name) {
+            e.push(g("name"), format!("'{}' is used by another window", w.name));
+        }
+        let (from, to) = (e.take(&g("from"), &w.from), e.take(&g("to"), &w.to));
+        if let (Some(from), Some(to)) = (from, to) {
+            if to.0 <= from.0 {
+                e.push(g("to"), "must be after from: a window is [from, to)");
+            } else if named {
+                out.push(Window { name: w.name.clone(), from_ms: from.0, to_ms: to.0 });
+            }
+        }
+    }
+    out
 }
 
 /// A rolling board's name: a key segment that cannot be mistaken for a period.

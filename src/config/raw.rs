@@ -270,6 +270,21 @@ pub struct RawBoard {
     /// Rolling boards over the daily keys: `[{ name = "last7d", days = 7, refresh = "1m" }]`.
     #[serde(default)]
     pub rolling: Vec<RawRolling>,
+    /// Fixed windows (seasons): `[{ name = "season-1", from = "2026-12-01T00:00:00Z", to = "2027-03-01T00:00:00Z" }]`,
+    /// each a period `s:<name>` written by the events whose time is in `[from, to)`.
+    #[serde(default)]
+    pub windows: Vec<RawWindow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    /// `[a-z0-9_-]{1,32}`; the period id is `s:<name>`.
+    pub name: String,
+    /// First instant of the window (RFC 3339), inclusive.
+    pub from: Typed<EpochMs>,
+    /// First instant after the window (RFC 3339), exclusive.
+    pub to: Typed<EpochMs>,
 }
 
 fn default_order() -> Typed<Order> {

@@ -292,6 +292,13 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                     "refresh_seconds": r.refresh.as_secs(),
                 })).collect::<Vec<_>>(),
                 "close_after_seconds": b.close_after().map(|d| d.as_secs()),
+                "windows": b.windows().iter().map(|w| json!({
+                    "name": w.name,
+                    "period": w.id(),
+                    "from": DateTime::from_timestamp_millis(w.from_ms).map(|t| t.to_rfc3339()),
+                    "to": DateTime::from_timestamp_millis(w.to_ms).map(|t| t.to_rfc3339()),
+                    "state": if now < w.from_ms { "upcoming" } else if now < w.to_ms { "open" } else { "ended" },
+                })).collect::<Vec<_>>(),
                 "meta": b.meta(),
                 "dense_rank": b.dense_rank(),
             })

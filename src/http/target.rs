@@ -72,25 +72,32 @@ pub(super) fn resolve<'a>(
     if text.starts_with("r:") {
         return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
     }
-    let period = match Some(text) {
-        None | Some("") => {
-            Period::containing(default_kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
-        }
-        Some(text) if text.contains(':') || text == "all" => {
-            let p = Period::from_id(text, board.timezone()).map_err(|e| ApiError::bad("period", e.to_string()))?;
-            if !board.periods().contains(&p.kind) {
-                return Err(ApiError::bad("period", format!("board '{}' keeps no {} periods", board.id(), p.kind)));
+    // A window, by name (`season-1`) or id (`s:season-1`).
+    let window = board.window_index(text).map(|w| board.windows()[w].period());
+    if window.is_none() && text.starts_with("s:") {
+        return Err(ApiError::bad("period", format!("board '{}' has no window '{}'", board.id(), &text[2..])));
+    }
+    let period = match window {
+        Some(p) => p,
+        None => match Some(text) {
+            None | Some("") => Period::containing(default_kind, board.timezone(), at_ms)
+                .map_err(|e| ApiError::bad("at", e.to_string()))?,
+            Some(text) if text.contains(':') || text == "all" => {
+                let p = Period::from_id(text, board.timezone()).map_err(|e| ApiError::bad("period", e.to_string()))?;
+                if !board.periods().contains(&p.kind) {
+                    return Err(ApiError::bad("period", format!("board '{}' keeps no {} periods", board.id(), p.kind)));
+                }
+                p
             }
-            p
-        }
-        Some(text) => {
-            let kind = PeriodKind::parse(text)
-                .ok_or_else(|| ApiError::bad("period", format!("'{text}' is not a period name or id")))?;
-            if !board.periods().contains(&kind) {
-                return Err(ApiError::bad("period", format!("board '{}' keeps no {kind} periods", board.id())));
+            Some(text) => {
+                let kind = PeriodKind::parse(text)
+                    .ok_or_else(|| ApiError::bad("period", format!("'{text}' is not a period name or id")))?;
+                if !board.periods().contains(&kind) {
+                    return Err(ApiError::bad("period", format!("board '{}' keeps no {kind} periods", board.id())));
+                }
+                Period::containing(kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
             }
-            Period::containing(kind, board.timezone(), at_ms).map_err(|e| ApiError::bad("at", e.to_string()))?
-        }
+        },
     };
     let id = if sealed {
         if board.close_after().is_none() {

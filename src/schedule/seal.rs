@@ -12,7 +12,6 @@ use super::{eval, now_ms, Outcome, Scheduler};
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
-use crate::period::Period;
 
 const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
 static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
@@ -70,7 +69,7 @@ fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Ve
 impl Scheduler<'_> {
     pub(super) async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
         let board = self.board_of(base)?.clone();
-        let period = Period::from_id(period_id, board.timezone()).map_err(|e| e.to_string())?;
+        let period = board.period_by_id(period_id).map_err(|e| e.to_string())?;
         let Some(close_at) = board.close_at(&period) else {
             return Ok(Outcome::Done);
         };
