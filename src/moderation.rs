@@ -177,7 +177,8 @@ fn split_of<'a>(event: &'a AdminEvent, board: &Board) -> Result<Option<&'a str>,
 /// calendar period or a window).
 fn board_period(id: &str, board: &Board) -> Result<Period, Rejection> {
     let p = board.period_by_id(id).map_err(|e| invalid(format!("period: {e}")))?;
-    if p.kind != crate::period::PeriodKind::Window && !board.periods().contains(&p.kind) {
+    let named = matches!(p.kind, crate::period::PeriodKind::Window | crate::period::PeriodKind::Schedule);
+    if !named && !board.periods().contains(&p.kind) {
         return Err(invalid(format!("board '{}' keeps no {} periods", board.id(), p.kind)));
     }
     Ok(p)
@@ -204,9 +205,12 @@ fn named_period(
 ) -> Result<Arc<PeriodWrite>, Rejection> {
     let board = &router.boards()[i];
     let p = board_period(id, board)?;
-    let write = match board.window_index(id) {
-        Some(w) => router.window_write(i, w, split, base),
-        None => router.period_write(i, split, base, p.kind, p.start_ms.unwrap_or(0)),
+    let write = match (p.kind, board.window_index(id), board.schedule_index(id)) {
+        (crate::period::PeriodKind::Window, Some(w), _) => router.window_write(i, w, split, base),
+        (crate::period::PeriodKind::Schedule, _, Some(s)) => {
+            router.schedule_write(i, s, split, base, p.start_ms.unwrap_or(0))
+        }
+        _ => router.period_write(i, split, base, p.kind, p.start_ms.unwrap_or(0)),
     }
     .ok_or_else(|| invalid(format!("period '{id}' is outside the calendar")))?;
     if write.expire_at.is_some_and(|at| record_ts_ms >= at.saturating_mul(1000)) {

@@ -25,6 +25,8 @@ pub enum PeriodKind {
     AllTime,
     /// A fixed window `[from, to)`, id `s:<name>` (see `board::Window`).
     Window,
+    /// One period of a recurring schedule, id `c:<name>:<local start>` (see `board::Schedule`).
+    Schedule,
 }
 
 impl PeriodKind {
@@ -48,6 +50,7 @@ impl PeriodKind {
             PeriodKind::Yearly => "yearly",
             PeriodKind::AllTime => "all_time",
             PeriodKind::Window => "window",
+            PeriodKind::Schedule => "schedule",
         }
     }
 
@@ -65,11 +68,12 @@ impl PeriodKind {
             PeriodKind::Yearly => "y",
             PeriodKind::AllTime => "all",
             PeriodKind::Window => "s",
+            PeriodKind::Schedule => "c",
         }
     }
 
     /// The default retentions: hourly 2d, daily 8d, weekly 5w, monthly 13 months,
-    /// yearly 3 years, windows 30d, all_time never. Months and years are humantime's
+    /// yearly 3 years, windows and schedules' periods 30d, all_time never. Months and years are humantime's
     /// (30.44 and 365.25 days), the same units a user writes in the config.
     pub fn default_retention(self) -> Option<Duration> {
         const DAY: u64 = 86_400;
@@ -81,7 +85,7 @@ impl PeriodKind {
             PeriodKind::Weekly => 35 * DAY,
             PeriodKind::Monthly => 13 * MONTH,
             PeriodKind::Yearly => 3 * YEAR,
-            PeriodKind::Window => 30 * DAY,
+            PeriodKind::Window | PeriodKind::Schedule => 30 * DAY,
             PeriodKind::AllTime => return None,
         };
         Some(Duration::from_secs(secs))
@@ -123,7 +127,9 @@ impl Period {
         match kind {
             PeriodKind::AllTime => return Ok(Period::all_time()),
             // A window's bounds are its board's (`board::Window::period`), not the calendar's.
-            PeriodKind::Window => return Err(PeriodError::BadId("a window period is named, not computed".into())),
+            PeriodKind::Window | PeriodKind::Schedule => {
+                return Err(PeriodError::BadId("a window's or a schedule's period is its board's".into()))
+            }
             _ => {}
         }
         let utc = DateTime::from_timestamp_millis(ts_ms).ok_or(PeriodError::OutOfRange(ts_ms))?;
@@ -155,7 +161,7 @@ impl Period {
                 let next = NaiveDate::from_ymd_opt(date.year() + 1, 1, 1).ok_or(PeriodError::OutOfRange(ts_ms))?;
                 (midnight(first), midnight(next))
             }
-            PeriodKind::AllTime | PeriodKind::Window => unreachable!("handled above"),
+            PeriodKind::AllTime | PeriodKind::Window | PeriodKind::Schedule => unreachable!("handled above"),
         };
         Ok(Period {
             kind,
@@ -232,7 +238,9 @@ fn format_id(kind: PeriodKind, start: NaiveDateTime) -> String {
         PeriodKind::Monthly => format!("m:{}", start.format("%Y-%m")),
         PeriodKind::Yearly => format!("y:{}", start.format("%Y")),
         PeriodKind::AllTime => "all".to_string(),
-        PeriodKind::Window => unreachable!("a window's id is its name (board::Window::id)"),
+        PeriodKind::Window | PeriodKind::Schedule => {
+            unreachable!("named by their board (board::Window, board::Schedule)")
+        }
     }
 }
 

@@ -248,3 +248,55 @@ fn bad_windows_are_refused_naming_the_field() {
     assert_eq!(fields, ["board[0].windows[0].to", "board[0].windows[1].name", "board[0].windows[2].from"], "{err}");
     assert!(err.fields()[0].reason.contains("after from"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_weekly_schedule_in_a_daylight_saving_zone_holds_its_sixty_real_hours_across_the_change() {
+    let stack = Stack::start(1).await;
+    let boards = "[[board]]\nid = \"wknd\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+                  timezone = \"Europe/Berlin\"\nretention = { schedule = \"400d\" }\n\
+                  schedules = [{ name = \"weekend\", cron = \"0 18 * * FRI\", duration = \"60h\" }]\n";
+    let ms = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp_millis();
+    // Friday 2026-10-23 18:00 CEST is 16:00Z; clocks go back on the Sunday,
+    // so 60 hours end on Monday at 05:00 CET, 04:00Z.
+    let records = vec![
+        event(&new_id(), "early", 1, ms("2026-10-23T15:59:59.999Z")),
+        event(&new_id(), "first", 10, ms("2026-10-23T16:00:00Z")),
+        event(&new_id(), "last", 100, ms("2026-10-26T03:59:59.999Z")),
+        event(&new_id(), "late", 1000, ms("2026-10-26T04:00:00Z")),
+        event(&new_id(), "next", 7, ms("2026-10-30T17:00:00Z")),
+    ];
+    stack.broker.produce(&stack.topic, &records).await;
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let mut conn = stack.redis.conn().await;
+    let expect = |pairs: &[(&str, i64)]| pairs.iter().map(|(p, v)| (p.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    let key = "lb:{wknd}:c:weekend:2026-10-23T18:00";
+    assert_eq!(zset_values(&mut conn, key).await, expect(&[("first", 10), ("last", 100)]), "{}", w.log());
+    // The next weekend starts at 18:00 CET, 17:00Z.
+    assert_eq!(zset_values(&mut conn, "lb:{wknd}:c:weekend:2026-10-30T18:00").await, expect(&[("next", 7)]));
+    let (status, body) = w.get_json("/v1/boards/wknd/top?period=c:weekend:2026-10-23T18:00").await;
+    assert_eq!((status, body["total"].clone()), (200, json!(2)), "{body}");
+    let (status, body) = w.get_json("/v1/boards/wknd/top?period=c:weekend:2026-10-24T18:00").await;
+    assert_eq!((status, body["parameter"].clone()), (400, json!("period")), "a Saturday never starts one");
+    let (_, boards) = w.get_json("/v1/boards").await;
+    let next = &boards["boards"][0]["schedules"][0]["next"]["period"];
+    assert!(next.as_str().is_some_and(|p| p.starts_with("c:weekend:") && p.ends_with("T18:00")), "{boards}");
+}
+
+#[test]
+fn bad_schedules_are_refused_naming_the_field() {
+    let text = "[kafka]\nbrokers = \"k:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+                [[board]]\nid = \"b\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+                schedules = [{ name = \"daily2\", cron = \"0 12 * * *\", duration = \"25h\" },\n\
+                             { name = \"bad\", cron = \"0 18 * FRI\", duration = \"1h\" },\n\
+                             { name = \"daily2\", cron = \"0 0 * * MON\", duration = \"1h\" }]\n";
+    let err = rankflow::config::load_str(text, Vec::new()).unwrap_err();
+    let fields: Vec<&str> = err.fields().iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["board[0].schedules[0].duration", "board[0].schedules[1].cron", "board[0].schedules[2].name"],
+        "{err}"
+    );
+    assert!(err.fields()[0].reason.contains("overlap"), "{err}");
+}

@@ -18,8 +18,10 @@ use crate::period::{Period, PeriodKind};
 use crate::score::Packing;
 
 mod router;
+mod schedule;
 
 pub use router::Router;
+pub use schedule::{Schedule, ScheduleError};
 
 /// How a board combines an event's score with what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +111,8 @@ pub struct BoardSpec {
     pub rolling: Vec<Rolling>,
     /// Fixed windows (seasons), each a period `s:<name>`.
     pub windows: Vec<Window>,
+    /// Recurring periods, `c:<name>:<local start>`.
+    pub schedules: Vec<Schedule>,
 }
 
 #[cfg(test)]
@@ -134,6 +138,7 @@ impl BoardSpec {
             close_after: None,
             rolling: Vec::new(),
             windows: Vec::new(),
+            schedules: Vec::new(),
         }
     }
 }
@@ -231,14 +236,31 @@ impl Board {
         self.spec.windows.iter().position(|w| w.name == name)
     }
 
-    /// A period of this board by id: a calendar id (`w:2026-W49`, `all`) or
-    /// a window's (`s:season-1`).
+    /// Recurring schedules.
+    pub fn schedules(&self) -> &[Schedule] {
+        &self.spec.schedules
+    }
+
+    /// The index of the schedule a read or an admin event names, by a
+    /// period id (`c:weekend:2026-12-04T18:00`) or by name (`weekend`).
+    pub fn schedule_index(&self, text: &str) -> Option<usize> {
+        let name = match text.strip_prefix("c:") {
+            Some(rest) => rest.split_once(':').map_or(rest, |(n, _)| n),
+            None => text,
+        };
+        self.spec.schedules.iter().position(|s| s.name == name)
+    }
+
+    /// A period of this board by id: a calendar id (`w:2026-W49`, `all`), a
+    /// window's (`s:season-1`) or a schedule's (`c:weekend:2026-12-04T18:00`).
     pub fn period_by_id(&self, id: &str) -> Result<Period, crate::period::PeriodError> {
+        let bad = || crate::period::PeriodError::BadId(id.to_string());
         if let Some(name) = id.strip_prefix("s:") {
-            return match self.spec.windows.iter().find(|w| w.name == name) {
-                Some(w) => Ok(w.period()),
-                None => Err(crate::period::PeriodError::BadId(id.to_string())),
-            };
+            return self.spec.windows.iter().find(|w| w.name == name).map(Window::period).ok_or_else(bad);
+        }
+        if id.starts_with("c:") {
+            let s = self.schedule_index(id).ok_or_else(bad)?;
+            return self.spec.schedules[s].period_by_id(self.spec.timezone, id).ok_or_else(bad);
         }
         Period::from_id(id, self.spec.timezone)
     }

@@ -107,6 +107,22 @@ impl Router {
         self.cached_write(i, split, base, (PeriodKind::Window, w), window.from_ms, || Some(window.period()))
     }
 
+    /// The write of board `i`'s schedule `s` period holding `ts_ms`, if one does.
+    pub(crate) fn schedule_write(
+        &self,
+        i: usize,
+        s: usize,
+        split: Option<&str>,
+        base: &str,
+        ts_ms: i64,
+    ) -> Option<Arc<PeriodWrite>> {
+        let board = &self.boards[i];
+        let schedule = board.schedules().get(s)?;
+        self.cached_write(i, split, base, (PeriodKind::Schedule, s), ts_ms, || {
+            schedule.period_at(board.timezone(), ts_ms)
+        })
+    }
+
     /// The write of the period in `slot` holding `ts_ms`: the cached one if
     /// it still holds `ts_ms`, else `period()`'s, cached.
     fn cached_write(
@@ -214,7 +230,8 @@ impl Router {
             .enumerate()
             .filter(|(_, w)| w.from_ms <= ts_ms && ts_ms < w.to_ms)
             .filter_map(|(w, _)| self.window_write(i, w, split, base));
-        for write in calendar.chain(windows) {
+        let schedules = (0..board.schedules().len()).filter_map(|s| self.schedule_write(i, s, split, base, ts_ms));
+        for write in calendar.chain(windows).chain(schedules) {
             if let Some(at) = write.expire_at {
                 if record_ts_ms >= at.saturating_mul(1000) {
                     continue;

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use super::field::{Errors, FromText, Typed};
 use super::raw::{
-    RawBoard, RawRateLimit, RawRolling, RawWindow, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON, DEFAULT_TIE_RESOLUTION,
+    RawBoard, RawRateLimit, RawRolling, RawSchedule, RawWindow, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON,
+    DEFAULT_TIE_RESOLUTION,
 };
-use crate::board::{Board, BoardSpec, Mode, Order, Rolling, TieBreak, Window};
+use crate::board::{Board, BoardSpec, Mode, Order, Rolling, Schedule, TieBreak, Window};
 use crate::event::AdminKind;
 use crate::period::PeriodKind;
 use crate::score::Packing;
@@ -62,15 +63,19 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
     top_k(at, b.max_members, mode, e);
     let rate_limit = b.rate_limit.as_ref().and_then(|r| rate_limit(at, r, e));
     let windows = windows(at, &b.windows, e);
+    let schedules = timezone.map(|tz| schedules(at, &b.schedules, &windows, tz, e)).unwrap_or_default();
     let mut kinds = periods.clone();
     if !windows.is_empty() {
         kinds.push(PeriodKind::Window);
     }
+    if !schedules.is_empty() {
+        kinds.push(PeriodKind::Schedule);
+    }
     let close_after = b.close_after.as_ref().and_then(|c| close_after(at, c, &kinds, &retention, e));
     let rolling = rolling(at, &b.rolling, &periods, mode, tie_break, e);
     for r in &rolling {
-        if windows.iter().any(|w| w.name == r.name) {
-            e.push(at.field("windows"), format!("'{}' is also a rolling board's name", r.name));
+        if windows.iter().any(|w| w.name == r.name) || schedules.iter().any(|s| s.name == r.name) {
+            e.push(at.field("rolling"), format!("'{}' is also a window's or a schedule's name", r.name));
         }
     }
     let packing = packing(at, &b, order?, tie_break?, e)?;
@@ -93,6 +98,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         close_after,
         rolling,
         windows,
+        schedules,
     }))
 }
 
@@ -134,7 +140,11 @@ fn retention(at: At, raw: &BTreeMap<String, Typed<Duration>>, e: &mut Errors) ->
     let mut retention = BTreeMap::new();
     for (name, keep) in raw {
         let field = at.field(&format!("retention.{name}"));
-        let kind = if name == PeriodKind::Window.name() { Some(PeriodKind::Window) } else { PeriodKind::parse(name) };
+        let kind = match name.as_str() {
+            "window" => Some(PeriodKind::Window),
+            "schedule" => Some(PeriodKind::Schedule),
+            other => PeriodKind::parse(other),
+        };
         match kind {
             Some(PeriodKind::AllTime) => e.push(field, "all_time boards never expire"),
             Some(kind) => {
@@ -235,14 +245,42 @@ fn rolling(
     rolling
 }
 
+/// A window's or a schedule's name: a key segment, not a period kind's name.
+fn is_named_period(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+        && PeriodKind::parse(name).is_none()
+        && name != "all"
+}
+
+fn schedules(at: At, raw: &[RawSchedule], windows: &[Window], tz: chrono_tz::Tz, e: &mut Errors) -> Vec<Schedule> {
+    let mut out: Vec<Schedule> = Vec::new();
+    for (j, s) in raw.iter().enumerate() {
+        let g = |name: &str| at.field(&format!("schedules[{j}].{name}"));
+        if !is_named_period(&s.name) {
+            e.push(g("name"), format!("'{}' must match [a-z0-9_-]{{1,32}} and not be a period name", s.name));
+            continue;
+        }
+        if raw[..j].iter().any(|o| o.name == s.name) || windows.iter().any(|w| w.name == s.name) {
+            e.push(g("name"), format!("'{}' is used by another schedule or window", s.name));
+        }
+        let Some(duration) = e.duration_at_least(&g("duration"), &s.duration, Duration::from_secs(60), "1m") else {
+            continue;
+        };
+        match Schedule::new(&s.name, &s.cron, duration, tz) {
+            Ok(schedule) => out.push(schedule),
+            Err(err @ crate::board::ScheduleError::Overlap(_)) => e.push(g("duration"), err.to_string()),
+            Err(err) => e.push(g("cron"), err.to_string()),
+        }
+    }
+    out
+}
+
 fn windows(at: At, raw: &[RawWindow], e: &mut Errors) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for (j, w) in raw.iter().enumerate() {
         let g = |name: &str| at.field(&format!("windows[{j}].{name}"));
-        let named = (1..=32).contains(&w.name.len())
-            && w.name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
-            && PeriodKind::parse(&w.name).is_none()
-            && w.name != "all";
+        let named = is_named_period(&w.name);
         if !named {
             e.push(g("name"), format!("'{}' must match [a-z0-9_-]{{1,32}} and not be a period name", w.name));
         } else if out.iter().any(|o| o.name == w.name) {

@@ -274,6 +274,22 @@ pub struct RawBoard {
     /// each a period `s:<name>` written by the events whose time is in `[from, to)`.
     #[serde(default)]
     pub windows: Vec<RawWindow>,
+    /// Recurring periods: `[{ name = "weekend", cron = "0 18 * * FRI", duration = "60h" }]`,
+    /// each opening at a firing of the 5-field cron expression in the
+    /// board's time zone and lasting `duration`; ids `c:<name>:<local start>`.
+    #[serde(default)]
+    pub schedules: Vec<RawSchedule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    /// `[a-z0-9_-]{1,32}`, unique among the board's windows and schedules.
+    pub name: String,
+    /// Minute, hour, day of month, month, day of week (`0 18 * * FRI`).
+    pub cron: String,
+    /// How long each period lasts; periods of one schedule must not overlap.
+    pub duration: Typed<Duration>,
 }
 
 #[derive(Debug, Deserialize)]

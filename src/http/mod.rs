@@ -299,6 +299,16 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                     "to": DateTime::from_timestamp_millis(w.to_ms).map(|t| t.to_rfc3339()),
                     "state": if now < w.from_ms { "upcoming" } else if now < w.to_ms { "open" } else { "ended" },
                 })).collect::<Vec<_>>(),
+                "schedules": b.schedules().iter().map(|s| json!({
+                    "name": s.name,
+                    "cron": s.pattern,
+                    "duration_seconds": s.duration.as_secs(),
+                    "current": s.period_at(b.timezone(), now).map(|p| p.id),
+                    "next": s.next_after(b.timezone(), now).map(|p| json!({
+                        "period": p.id,
+                        "start": p.start_ms.and_then(DateTime::from_timestamp_millis).map(|t| t.to_rfc3339()),
+                    })),
+                })).collect::<Vec<_>>(),
                 "meta": b.meta(),
                 "dense_rank": b.dense_rank(),
             })

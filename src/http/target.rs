@@ -72,12 +72,27 @@ pub(super) fn resolve<'a>(
     if text.starts_with("r:") {
         return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
     }
-    // A window, by name (`season-1`) or id (`s:season-1`).
-    let window = board.window_index(text).map(|w| board.windows()[w].period());
-    if window.is_none() && text.starts_with("s:") {
-        return Err(ApiError::bad("period", format!("board '{}' has no window '{}'", board.id(), &text[2..])));
-    }
-    let period = match window {
+    // A window, by name (`season-1`) or id (`s:season-1`); a schedule's
+    // period by id (`c:weekend:2026-12-04T18:00`), or by the schedule's name
+    // (the last of its periods to start at `at`, open or ended).
+    let named = match (board.window_index(text), board.schedule_index(text)) {
+        (Some(w), _) => Some(board.windows()[w].period()),
+        (None, Some(_)) if text.starts_with("c:") => Some(
+            board
+                .period_by_id(text)
+                .map_err(|_| ApiError::bad("period", format!("'{text}' is not a period of this schedule")))?,
+        ),
+        (None, Some(s)) => {
+            Some(board.schedules()[s].latest_at(board.timezone(), at_ms).ok_or_else(|| {
+                ApiError::bad("period", format!("schedule '{text}' has no period starting before then"))
+            })?)
+        }
+        (None, None) if text.starts_with("s:") || text.starts_with("c:") => {
+            return Err(ApiError::bad("period", format!("board '{}' has no window or schedule '{text}'", board.id())))
+        }
+        (None, None) => None,
+    };
+    let period = match named {
         Some(p) => p,
         None => match Some(text) {
             None | Some("") => Period::containing(default_kind, board.timezone(), at_ms)
