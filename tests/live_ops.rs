@@ -165,23 +165,31 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
     stack.broker.create_topic(&sealed, 1).await;
     let from = yesterday_ten();
     let to = from + 2 * HOUR;
+    let now = chrono::Utc::now().timestamp_millis();
     let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
     let boards = format!(
         "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
          [[board]]\nid = \"season\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"10m\"\n\
-         windows = [{{ name = \"s1\", from = \"{}\", to = \"{}\" }}, {{ name = \"s2\", from = \"{}\", to = \"{}\" }}]\n",
+         windows = [{{ name = \"s1\", from = \"{}\", to = \"{}\" }}, {{ name = \"s2\", from = \"{}\", to = \"{}\" }},\n\
+                    {{ name = \"s3\", from = \"{}\", to = \"{}\" }}, {{ name = \"s4\", from = \"{}\", to = \"{}\" }}]\n",
         rfc(from),
         rfc(to),
         rfc(to),
-        rfc(to + 365 * 24 * HOUR)
+        rfc(to + 365 * 24 * HOUR),
+        rfc(now + 240 * HOUR),
+        rfc(now + 480 * HOUR),
+        rfc(now - HOUR),
+        rfc(now - 60_000),
     );
     // At from - 1 ms, from, to - 1 ms and to: the middle two are the window's.
     let at = |player: &str, score: i64, ts: i64| {
         let v = json!({"event_id": new_id(), "type": "match", "player_id": player, "score": score, "ts": ts});
         (player.to_string(), v.to_string().into_bytes(), Some(ts + 1))
     };
-    let records =
+    let mut records =
         vec![at("a", 1, from - 1), at("b", 10, from), at("c", 100, to - 1), at("d", 1000, to), at("b", 5, from + HOUR)];
+    // s4 ended a minute ago and closes in nine: it holds an event, not yet sealed.
+    records.push(at("f", 3, now - 30 * 60_000));
     stack.broker.produce(&stack.topic, &records).await;
     let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
     let w = Worker::spawn(&cfg);
@@ -189,8 +197,8 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
     let mut conn = stack.redis.conn().await;
     let expect = |pairs: &[(&str, i64)]| pairs.iter().map(|(p, v)| (p.to_string(), *v)).collect::<BTreeMap<_, _>>();
     assert_eq!(zset_values(&mut conn, "lb:{season}:s:s1").await, expect(&[("b", 15), ("c", 100)]), "{}", w.log());
-    assert_eq!(zset_values(&mut conn, "lb:{season}:s:s2").await, expect(&[("d", 1000)]));
-    assert_eq!(zset_values(&mut conn, "lb:{season}:all").await.len(), 4);
+    assert_eq!(zset_values(&mut conn, "lb:{season}:s:s2").await, expect(&[("d", 1000), ("f", 3)]));
+    assert_eq!(zset_values(&mut conn, "lb:{season}:all").await.len(), 5);
     // Expires retention.window (30d by default) after it ends.
     let expires: i64 = redis::cmd("EXPIRETIME").arg("lb:{season}:s:s1").query_async(&mut conn).await.unwrap();
     assert_eq!(expires, to / 1000 + 30 * 86_400);
@@ -208,7 +216,8 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
         .iter()
         .map(|w| (w["name"].as_str().unwrap().into(), w["state"].as_str().unwrap().into()))
         .collect();
-    assert_eq!(states, [("s1".to_string(), "ended".to_string()), ("s2".to_string(), "open".to_string())]);
+    let want = [("s1", "ended"), ("s2", "open"), ("s3", "upcoming"), ("s4", "ended")];
+    assert_eq!(states, want.map(|(a, b)| (a.to_string(), b.to_string())));
     // Ten minutes after it ended it was sealed, like a calendar period, and its top published.
     let deadline = Instant::now() + Duration::from_secs(60);
     while stack.broker.log_end(&sealed, 1)[0] < 1 {
@@ -217,6 +226,16 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
     }
     let (_, sealed_top) = w.get_json("/v1/boards/season/top?period=s1:final").await;
     assert_eq!(sealed_top["entries"], by_id["entries"]);
+    // The periods the board holds, newest first, through a window's life.
+    let (_, listed) = w.get_json("/v1/boards/season/periods").await;
+    let got: Vec<(String, String)> = listed["periods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().into(), p["state"].as_str().unwrap().into()))
+        .collect();
+    let want = [("s:s3", "upcoming"), ("s:s4", "ended"), ("s:s2", "open"), ("s:s1", "sealed"), ("all", "open")];
+    assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())), "{listed}");
     // A late event for the window, produced after its close, is refused there.
     stack
         .broker
@@ -234,6 +253,8 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
     assert_eq!(zset_values(&mut conn, "lb:{season}:s:s1").await, expect(&[("b", 15), ("c", 100)]));
     assert_eq!(zset_values(&mut conn, "lb:{season}:all").await.get("e"), Some(&7), "all_time still takes it");
+    let (status, body) = w.get_json("/v1/boards/season/periods?split=x").await;
+    assert_eq!((status, body["parameter"].clone()), (400, json!("split")));
 }
 
 #[test]

@@ -27,6 +27,7 @@ use crate::period::Period;
 use crate::store::RedisConn;
 
 mod cursor;
+mod periods;
 mod ranks;
 mod reads;
 mod target;
@@ -96,6 +97,7 @@ pub fn app(state: AppState) -> HttpRouter {
         .route("/v1/boards/{board}/players/{player}", get(reads::player))
         .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
         .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
+        .route("/v1/boards/{board}/periods", get(periods::periods))
         .with_state(state)
 }
 

@@ -30,15 +30,7 @@ pub(super) fn resolve<'a>(
     q: &HashMap<String, String>,
 ) -> Result<Target<'a>, ApiError> {
     let board = s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
-    let split = match (&board.split_by(), q.get("split")) {
-        (Some(_), Some(v)) if crate::event::valid_split_value(v) => Some(v.as_str()),
-        (Some(_), Some(_)) => return Err(ApiError::bad("split", "split must be 1 to 64 of [A-Za-z0-9_-]")),
-        (Some(attr), None) => {
-            return Err(ApiError::bad("split", format!("board '{}' is split by '{attr}': name a split", board.id())))
-        }
-        (None, Some(_)) => return Err(ApiError::bad("split", format!("board '{}' has no splits", board.id()))),
-        (None, None) => None,
-    };
+    let split = split_of(board, q)?;
     let at_ms = match q.get("at") {
         None => now_ms(),
         Some(text) => parse_at(text, board)
@@ -137,6 +129,19 @@ pub(super) fn resolve<'a>(
         meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
         period: id,
     })
+}
+
+/// The split a read names: required on a board with `split_by`, refused on one without.
+pub(super) fn split_of<'q>(board: &Board, q: &'q HashMap<String, String>) -> Result<Option<&'q str>, ApiError> {
+    match (&board.split_by(), q.get("split")) {
+        (Some(_), Some(v)) if crate::event::valid_split_value(v) => Ok(Some(v.as_str())),
+        (Some(_), Some(_)) => Err(ApiError::bad("split", "split must be 1 to 64 of [A-Za-z0-9_-]")),
+        (Some(attr), None) => {
+            Err(ApiError::bad("split", format!("board '{}' is split by '{attr}': name a split", board.id())))
+        }
+        (None, Some(_)) => Err(ApiError::bad("split", format!("board '{}' has no splits", board.id()))),
+        (None, None) => Ok(None),
+    }
 }
 
 /// `at` as a date (noon of that day in the board's zone) or an RFC 3339 time.
