@@ -103,6 +103,24 @@ enum AdminAction {
         #[command(flatten)]
         common: AdminArgs,
     },
+    /// Close a period now: later records are refused there, and it is sealed
+    /// once every partition has been applied past now (boards with close_after).
+    Close {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        board: String,
+        /// A period id, e.g. s:season-1 or w:2026-W49.
+        #[arg(long)]
+        period: String,
+        #[arg(long)]
+        split: Option<String>,
+        /// Return once the period is sealed.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
 }
 
 #[derive(Args)]
@@ -165,6 +183,7 @@ impl AdminAction {
                 req(AdminKind::PlayerUnhidden, on.common, None, boards(on.boards), None, None, 0)
             }
             AdminAction::Erase { common } => req(AdminKind::PlayerErased, common, None, None, None, None, 0),
+            AdminAction::Close { .. } => unreachable!("rankflow admin close produces no admin event"),
         }
     }
 }
@@ -226,6 +245,14 @@ fn main() -> ExitCode {
                 Ok(s) => report(admin::create_topics(&s, partitions).await),
                 Err(code) => code,
             },
+            Command::Admin { action: AdminAction::Close { config, board, period, split, wait, timeout } } => {
+                match load(&config) {
+                    Ok(s) => report(
+                        rankflow::admin::close(&s, &board, split.as_deref(), &period, wait.then_some(timeout)).await,
+                    ),
+                    Err(code) => code,
+                }
+            }
             Command::Admin { action } => {
                 let (config, request) = action.request();
                 match load(&config) {

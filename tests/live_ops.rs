@@ -321,3 +321,62 @@ fn bad_schedules_are_refused_naming_the_field() {
     );
     assert!(err.fields()[0].reason.contains("overlap"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_period_closed_on_demand_is_sealed_and_refuses_what_comes_after() {
+    let stack = Stack::start(1).await;
+    let sealed = random_name("sealed");
+    stack.broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
+    let boards = format!(
+        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
+         [[board]]\nid = \"cup\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"1h\"\n\
+         windows = [{{ name = \"cup\", from = \"{}\", to = \"{}\" }}]\n\n\
+         [[board]]\nid = \"open\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+        rfc(now - HOUR),
+        rfc(now + 240 * HOUR)
+    );
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
+    let w = Worker::spawn(&cfg);
+    stack
+        .broker
+        .produce(&stack.topic, &[event(&new_id(), "ann", 10, now - 1000), event(&new_id(), "bo", 20, now - 1000)])
+        .await;
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+
+    let close = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .args(["admin", "close", "--config"])
+            .arg(&w.config_path)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = close(&["--board", "cup", "--period", "s:cup", "--wait", "--timeout", "30s"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("sealed"),
+        "{text}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.log()
+    );
+    let (_, top) = w.get_json("/v1/boards/cup/top?period=s:cup:final").await;
+    assert_eq!(top["total"], 2, "{top}");
+    assert_eq!(stack.broker.log_end(&sealed, 1)[0], 1, "its top is published");
+    // A later event: the closed window refuses it, all_time takes it.
+    let later = chrono::Utc::now().timestamp_millis();
+    stack.broker.produce(&stack.topic, &[event(&new_id(), "cy", 30, later)]).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let mut conn = stack.redis.conn().await;
+    let expect = |pairs: &[(&str, i64)]| pairs.iter().map(|(p, v)| (p.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    assert_eq!(zset_values(&mut conn, "lb:{cup}:s:cup").await, expect(&[("ann", 10), ("bo", 20)]));
+    assert_eq!(zset_values(&mut conn, "lb:{cup}:all").await.get("cy"), Some(&30));
+    let (_, listed) = w.get_json("/v1/boards/cup/periods").await;
+    assert_eq!(listed["periods"][0]["state"], "sealed", "{listed}");
+    // Only a board that seals can be closed, and never its all-time board.
+    let out = close(&["--board", "open", "--period", "all"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("does not seal"));
+    let out = close(&["--board", "cup", "--period", "all"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("never closes"));
+}

@@ -62,7 +62,7 @@ async fn marked(conn: &mut redis::aio::MultiplexedConnection, n: u64, id: &Uuid)
 }
 
 fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods, meta: None }
+    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods, meta: None, record_ts: 0 }
 }
 
 fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
@@ -263,6 +263,32 @@ async fn metadata_moves_with_the_value_it_explains_and_leaves_with_a_trimmed_mem
     let board_now: Vec<String> = redis::cmd("ZRANGE").arg(board).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
     assert_eq!(board_now, ["bob", "alice"]);
     assert_eq!(hash(&mut conn, meta).await, entries(&[("bob", r#"{"n":"b1"}"#)]));
+}
+
+#[tokio::test]
+async fn a_period_closed_on_demand_refuses_records_produced_at_or_after_its_close_before_it_is_sealed() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let keys_ = vec![pw("c", "s:cup", None), pw("c", "all", None)];
+    let ids: Vec<Uuid> = (0..3).map(Uuid::from_u128).collect();
+    let params = WriteParams { sealed: true, ..params(WriteOp::Sum, 1, MAX) };
+    // Closed at 1000 on demand (rankflow admin close), not sealed yet.
+    let _: i64 = redis::cmd("HSET")
+        .arg("lb:{c}:_sealed")
+        .arg(keys::closes_field("lb:{c}:s:cup"))
+        .arg(1000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let only_cup = vec![pw("c", "s:cup", None)];
+    let at = |i: usize, record_ts: i64, periods| ApplyItem { record_ts, ..item(i as i64, "ann", 10, &ids[i], periods) };
+    let items = vec![at(0, 999, &keys_), at(1, 1000, &keys_), at(2, 1500, &only_cup)];
+    let results = s.apply(&[TagBatch { base: "lb:{c}", params, items }]).await.unwrap();
+    // Before the close: both periods; at the close: all-time only; only the window: refused period_closed.
+    assert_eq!(results[0], [ApplyResult::Applied, ApplyResult::Applied, ApplyResult::Refused(6)]);
+    assert_eq!(zscore(&mut conn, "lb:{c}:s:cup", "ann").await, Some(10.0));
+    assert_eq!(zscore(&mut conn, "lb:{c}:all", "ann").await, Some(20.0));
 }
 
 #[tokio::test]

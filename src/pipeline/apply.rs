@@ -70,7 +70,8 @@ pub async fn prepare(cx: &Context, records: Vec<Record>, items: Vec<Item>) -> Op
         let Item::Event { event, decisions, .. } = item else { continue };
         for (d, (_, decision)) in decisions.iter().enumerate() {
             let Decision::Write(w) = decision else { continue };
-            let t = push_write(&mut tags, w, event, &fields[tp_of[i]], records[i].offset);
+            let record_ts = records[i].timestamp.unwrap_or(event.ts_ms);
+            let t = push_write(&mut tags, w, event, &fields[tp_of[i]], records[i].offset, record_ts);
             if t == routes.len() {
                 routes.push(Vec::new());
             }

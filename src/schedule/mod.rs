@@ -132,6 +132,11 @@ pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Res
     sched_call(store, prefix, pairs_args("enqueue", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
 }
 
+/// Makes jobs due by the times given at the latest (`rankflow admin close`).
+pub async fn advance(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), String> {
+    sched_call(store, prefix, pairs_args("advance", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
+}
+
 /// The jobs a batch's writes need, remembered so that each is sent once a
 /// minute at most (Redis ignores a job that is due or claimed already).
 #[derive(Debug)]

@@ -73,6 +73,15 @@ impl Scheduler<'_> {
         let Some(close_at) = board.close_at(&period) else {
             return Ok(Outcome::Done);
         };
+        // Closed on demand (`rankflow admin close`) before its time: that close counts.
+        let mut conn = self.store.conn();
+        let manual: Option<i64> = redis::cmd("HGET")
+            .arg(keys::sealed_key(base))
+            .arg(keys::closes_field(&keys::period_key(base, period_id)))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let close_at = manual.map_or(close_at, |m| m.min(close_at));
         let check = self.settings.sealing.check_interval.as_millis() as i64;
         if now_ms() < close_at {
             return Ok(Outcome::Again(close_at, "waiting"));

@@ -78,13 +78,14 @@
 --                     the distinct lists of period keys the events write;
 --                     E, then the E events' markers (16 bytes each, see
 --                     markers.lua), then per
---                     event: f, offset, m, num, shape, [tie], [ts], [meta]
+--                     event: f, offset, m, num, shape, [tie], [ts], [meta], [rts]
 --                     f: index of the event's field; m: index of its member; num:
 --                     the delta for "sum", the packed stored score otherwise;
 --                     tie (only for "sum" with SHIFT > 1): the tie component
 --                     packed with a new total; ts (only for "latest" and rate
 --                     limits): the event time, epoch ms; meta (only for boards
---                     that keep metadata): the event's meta, "" for none
+--                     that keep metadata): the event's meta, "" for none; rts
+--                     (only for boards that seal): the record timestamp, ms
 --                     (the grouping is done by the caller, so that the script
 --                     keeps its per-member state in tables indexed by number)
 --
@@ -193,11 +194,15 @@ local function admit(member, ts, id)
   return true
 end
 
--- A sealed period is frozen: its final snapshot was taken from it.
-local sealed = {}
+-- A sealed period is frozen: its final snapshot was taken from it. A
+-- period closed on demand (rankflow admin close; field "<period key>:closes",
+-- see keys::closes_field) refuses the events produced at or after its close
+-- time (closes[j], ms) until it is sealed.
+local sealed, closes = {}, {}
 if seal_on then
   for j = 1, np do
-    sealed[j] = call('HEXISTS', KEYS[#KEYS - 1], KEYS[1 + j]) == 1
+    local v = call('HMGET', KEYS[#KEYS - 1], KEYS[1 + j], KEYS[1 + j] .. ':closes')
+    sealed[j], closes[j] = v[1] ~= false, tonumber(v[2])
   end
 end
 
@@ -276,6 +281,9 @@ local ts_at = stride + 1
 if with_ts then stride = stride + 1 end
 local meta_at = stride + 1
 if meta_on then stride = stride + 1 end
+-- The record timestamp (ms), on boards that seal: against closes[j].
+local rts_at = stride + 1
+if seal_on then stride = stride + 1 end
 -- KEYS[meta_keys + j]: period key j's meta hash.
 local meta_keys = 1 + 4 * np
 if latest then meta_keys = meta_keys + np end
@@ -460,19 +468,22 @@ while i < ne do
         local any_open, any_take = not seal_on, true
         if seal_on or attempts_on then
           any_open, any_take = false, false
-          if attempts_on then tk = {} end
+          tk = {}
           local shape = shapes[sh]
           for w = 1, nw do
             local c = sc[w]
+            local close = seal_on and closes[shape[w]]
+            if c and close and ev[a + rts_at] >= close then c = false end
             if c then
               any_open = true
               if attempts_on and att[shape[w]][m] >= att_limit then c = false end
               if c then any_take = true end
             end
-            if attempts_on then tk[w] = c end
+            tk[w] = c
           end
+        else
+          tk = sc
         end
-        if not attempts_on then tk = sc end
         -- Only a sum can leave the allowed range. totals[w]: the sum's new
         -- total in the shape's period key w, which the write below uses.
         if is_sum then

@@ -7,6 +7,9 @@
 --
 -- ARGV[1] = "enqueue", then pairs job, due: adds each job that is neither
 --           due nor claimed. Returns how many were added.
+-- ARGV[1] = "advance", then pairs job, due: makes each job due by then at
+--           the latest (added if absent; one claimed meanwhile re-reads what
+--           it needs when it runs). Returns how many were moved or added.
 -- ARGV[1] = "claim", ARGV[2] lease ms, ARGV[3] most jobs: first gives every
 --           lapsed claim (its worker died or stalled) back as due now, then
 --           claims up to that many due jobs. Returns job, token, job, token...
@@ -29,6 +32,14 @@ if op == 'enqueue' then
     end
   end
   return added
+elseif op == 'advance' then
+  local moved = 0
+  for a = 2, #ARGV, 2 do
+    if not redis.call('ZSCORE', KEYS[2], ARGV[a]) then
+      moved = moved + redis.call('ZADD', KEYS[1], 'LT', 'CH', ARGV[a + 1], ARGV[a])
+    end
+  end
+  return moved
 elseif op == 'claim' then
   local lease, most = tonumber(ARGV[2]), tonumber(ARGV[3])
   for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do

@@ -182,6 +182,7 @@ mod tests {
                 event_id: id,
                 periods: &k,
                 meta: None,
+                record_ts: 0,
             })
             .collect();
         let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };

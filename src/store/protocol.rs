@@ -52,6 +52,9 @@ pub struct ApplyItem<'a> {
     pub periods: &'a [Arc<PeriodWrite>],
     /// The event's `meta` (compact JSON); only sent for boards that keep it.
     pub meta: Option<&'a str>,
+    /// The record's timestamp, ms; only sent for boards that seal (a period
+    /// closed on demand refuses records produced after its close).
+    pub record_ts: i64,
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -71,6 +74,7 @@ pub fn push_write<'a>(
     event: &'a Event,
     field: &'a str,
     offset: i64,
+    record_ts: i64,
 ) -> usize {
     let t = match tags.iter().position(|t| t.base == write.base) {
         Some(t) => t,
@@ -89,6 +93,7 @@ pub fn push_write<'a>(
         event_id: &event.event_id,
         periods: &write.periods,
         meta: event.meta.as_deref(),
+        record_ts,
     });
     t
 }
@@ -254,6 +259,9 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         if p.meta {
             rmp::encode::write_str(&mut body, item.meta.unwrap_or("")).expect("writing to a Vec cannot fail");
         }
+        if p.sealed {
+            mp_int(&mut body, item.record_ts);
+        }
         for &j in &shape {
             if listed.insert((j, m)) {
                 per_period[j - 1].push(m);
@@ -381,6 +389,7 @@ pub(super) mod tests {
                     event_id: &id1,
                     periods: &k1,
                     meta: None,
+                    record_ts: 0,
                 },
                 ApplyItem {
                     field: "t:1",
@@ -392,6 +401,7 @@ pub(super) mod tests {
                     event_id: &id2,
                     periods: &k2,
                     meta: None,
+                    record_ts: 0,
                 },
             ],
         };

@@ -70,10 +70,10 @@ pub(super) async fn store_path(
     let prepare = |chunk: &[(i32, i64, i64, Event)]| {
         let plans: Vec<Vec<(usize, Decision)>> = chunk.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
         let mut tags: Vec<TagBatch<'_>> = Vec::new();
-        for ((p, off, _, e), plan) in chunk.iter().zip(&plans) {
+        for ((p, off, rts, e), plan) in chunk.iter().zip(&plans) {
             for (_, d) in plan {
                 if let Decision::Write(w) = d {
-                    push_write(&mut tags, w, e, &fields[p], *off);
+                    push_write(&mut tags, w, e, &fields[p], *off, *rts);
                 }
             }
         }
