@@ -12,7 +12,7 @@ use crate::board::Board;
 use crate::event::{AdminEvent, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
-use crate::moderation::{AdminPlan, Reach};
+use crate::moderation::{AdminOp, AdminPlan, Reach};
 use crate::retry::retry;
 use crate::store::{maintenance, AdminCall, ApplyResult, StoreError};
 
@@ -33,17 +33,20 @@ pub enum AdminOutcome {
 
 /// The tags an admin event reaches, each with its board (`None`: a tag of
 /// a board no longer configured, reached only by an erasure or by hiding).
-async fn tags_of(cx: &Context, reach: &Reach) -> Result<Vec<(String, Option<Board>)>, StoreError> {
+async fn tags_of(cx: &Context, plan: &AdminPlan) -> Result<Vec<(String, Option<Board>)>, StoreError> {
     let prefix = cx.router.prefix();
+    let reach = &plan.reach;
     let mut bases = match reach {
         Reach::Tag(base) => vec![base.clone()],
         Reach::Boards(_) | Reach::All => {
             let mut bases = cx.store.tag_bases(&keys::tags_key(prefix)).await?;
             // A board without splits has its one tag before it has any data:
             // hiding a player there takes effect for their first event too.
-            bases.extend(
-                cx.router.boards().iter().filter(|b| b.split_by().is_none()).map(|b| keys::base(prefix, b.id(), None)),
-            );
+            // (Nothing else needs a tag that holds no data yet.)
+            if matches!(plan.op, AdminOp::Hide | AdminOp::Unhide) {
+                let unsplit = cx.router.boards().iter().filter(|b| b.split_by().is_none());
+                bases.extend(unsplit.map(|b| keys::base(prefix, b.id(), None)));
+            }
             bases.sort();
             bases.dedup();
             if let Reach::Boards(ids) = reach {
@@ -104,7 +107,7 @@ pub async fn apply_admin(
     };
     let registry = keys::tags_key(cx.router.prefix());
     let (tags, results) = retry("carry out an admin event", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        let tags = tags_of(cx, &plan.reach).await?;
+        let tags = tags_of(cx, plan).await?;
         // A correction may write a split's first data: registered first, so
         // that an erasure finds it. (Other reaches come from the registry,
         // or are boards without splits, which an erasure always reaches.)
