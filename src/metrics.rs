@@ -36,6 +36,7 @@ pub struct Metrics {
     pub periods_sealed: IntCounterVec,
     pub scheduler_restarts: IntCounter,
     pub admin_events: IntCounterVec,
+    pub replica_wait_failures: IntCounter,
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -62,6 +63,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_periods_sealed_total",
     "rankflow_scheduler_restarts_total",
     "rankflow_admin_events_total",
+    "rankflow_redis_replica_wait_failures_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -205,6 +207,15 @@ impl Metrics {
                 "Admin events by type and outcome: applied, duplicate (a producer retry or a redelivery), refused (by the board's state), rejected (dead-lettered before reaching Redis).",
                 &["type", "outcome"],
             ),
+            replica_wait_failures: {
+                let c = IntCounter::new(
+                    "rankflow_redis_replica_wait_failures_total",
+                    "WAITs that saw fewer replicas acknowledge a batch's writes than redis.min_replicas asks (retried; the batch's offsets wait).",
+                )
+                .expect("static metric definition");
+                r.register(Box::new(c.clone())).expect("metric registered once");
+                c
+            },
             registry: r,
         }
     }

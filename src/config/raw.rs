@@ -74,6 +74,13 @@ pub struct RawRedis {
     /// a producer retry later than that counts again (a redelivered offset
     /// never does). At least 1s.
     pub dedupe_ttl: Typed<Duration>,
+    /// Replicas that must acknowledge a batch's writes (`WAIT`) before any
+    /// of its offsets is stored, 0 to 16; 0: none asked. With 1 or more, a
+    /// failover to a replica loses no acknowledged score.
+    pub min_replicas: u64,
+    /// How long one `WAIT` waits for them before it is tried again (with
+    /// backoff); at least 10ms.
+    pub replica_wait: Typed<Duration>,
 }
 
 impl Default for RawRedis {
@@ -83,6 +90,8 @@ impl Default for RawRedis {
             cluster: false,
             key_prefix: "lb".into(),
             dedupe_ttl: Typed::default_text("7d"),
+            min_replicas: 0,
+            replica_wait: Typed::default_text("1s"),
         }
     }
 }

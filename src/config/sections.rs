@@ -87,8 +87,17 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
     if r.key_prefix.is_empty() || r.key_prefix.len() > 64 || r.key_prefix.contains(['{', '}', ' ']) {
         e.push("redis.key_prefix", "must be 1 to 64 characters without braces or spaces");
     }
+    let min_replicas = e.within("redis.min_replicas", r.min_replicas, 0..=16);
+    let replica_wait = e.duration_at_least("redis.replica_wait", &r.replica_wait, Duration::from_millis(10), "10ms");
     let dedupe_ttl = e.duration_at_least("redis.dedupe_ttl", &r.dedupe_ttl, Duration::from_secs(1), "1s")?;
-    Some(RedisSettings { url: r.url, cluster: r.cluster, key_prefix: r.key_prefix, dedupe_ttl })
+    Some(RedisSettings {
+        url: r.url,
+        cluster: r.cluster,
+        key_prefix: r.key_prefix,
+        dedupe_ttl,
+        min_replicas: min_replicas? as u32,
+        replica_wait: replica_wait?,
+    })
 }
 
 pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {

@@ -55,6 +55,10 @@ pub struct RedisSettings {
     pub cluster: bool,
     pub key_prefix: String,
     pub dedupe_ttl: Duration,
+    /// Replicas that must acknowledge a batch's writes before its offsets are stored (0: none).
+    pub min_replicas: u32,
+    /// How long one `WAIT` for them waits.
+    pub replica_wait: Duration,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -65,6 +69,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("cluster", &self.cluster)
             .field("key_prefix", &self.key_prefix)
             .field("dedupe_ttl", &self.dedupe_ttl)
+            .field("min_replicas", &self.min_replicas)
             .finish()
     }
 }

@@ -168,6 +168,7 @@ pub fn spawn_apply(
 ) -> JoinHandle<Results> {
     let (store, cancel, health) = (cx.store.clone(), cx.cancel.clone(), cx.health.clone());
     let max_backoff = cx.settings.worker.max_backoff;
+    let (min_replicas, replica_wait) = (cx.settings.redis.min_replicas, cx.settings.redis.replica_wait);
     let apply = async move {
         let m = metrics::get();
         let landed_ok = |started: Instant, health: &Health| {
@@ -215,6 +216,21 @@ pub fn spawn_apply(
         }
         let results = landed.into_results().expect("every call landed");
         let _ = done.send(());
+        // No offset of the batch is stored before its writes are on enough
+        // replicas (redis.min_replicas): a failover then loses none of them.
+        if min_replicas > 0 {
+            retry("wait for the replicas to acknowledge a batch", &cancel, max_backoff, || {
+                let store = store.clone();
+                async move {
+                    let r = store.wait_replicas(min_replicas, replica_wait).await;
+                    if r.is_err() {
+                        m.replica_wait_failures.inc();
+                    }
+                    r
+                }
+            })
+            .await?;
+        }
         Some(results)
     };
     // Polled once here, the task takes its place in the store's queue of

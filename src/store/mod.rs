@@ -54,6 +54,10 @@ pub enum StoreError {
     Scan(String),
     #[error("reading or writing the registry of board tags failed: {0}")]
     Registry(#[source] RedisError),
+    #[error("{got} of the {wanted} replicas asked for acknowledged the batch's writes within the wait")]
+    Replicas { wanted: u32, got: i64 },
+    #[error("waiting for replicas failed: {0}")]
+    Wait(#[source] RedisError),
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
 }
@@ -311,6 +315,24 @@ impl Store {
             .query_async::<i64>(&mut conn)
             .await
             .map_err(StoreError::Registry)?;
+        Ok(())
+    }
+
+    /// `WAIT n timeout`: whether at least `n` replicas have acknowledged
+    /// every write this connection made (on a cluster, every primary's: the
+    /// fewest counts). Fewer is an error, to be retried: the writes are
+    /// applied, and only their acknowledgement is awaited again.
+    pub async fn wait_replicas(&self, n: u32, timeout: Duration) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let got: i64 = redis::cmd("WAIT")
+            .arg(n)
+            .arg(timeout.as_millis().max(1) as u64)
+            .query_async(&mut conn)
+            .await
+            .map_err(StoreError::Wait)?;
+        if got < i64::from(n) {
+            return Err(StoreError::Replicas { wanted: n, got });
+        }
         Ok(())
     }
 

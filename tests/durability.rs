@@ -1,0 +1,68 @@
+//! Durability: with `redis.min_replicas = 1`, no offset is stored before a
+//! batch's writes are on a replica. A frozen replica holds the commits back
+//! (the writes are applied, their acknowledgement awaited and counted), and
+//! its return lets them go on, with the boards exact.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::stream::{self, BOARDS};
+use support::*;
+
+fn committed(broker: &Broker, group: &str, topic: &str) -> i64 {
+    broker.committed(group, topic, 1).iter().filter(|o| **o > 0).sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_offset_is_committed_before_a_replica_has_the_writes() {
+    let primary = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(primary, 1).await;
+    // The replica is in sync before the worker starts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = std::process::Command::new("redis-cli")
+            .args(["-p", &replica.port.to_string(), "INFO", "replication"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&o.stdout).contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = stream::generate(4_000, 31);
+    let (first, second) = s.records.split_at(2_000);
+    broker.produce(&topic, first).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    cfg.redis_extra = "min_replicas = 1\nreplica_wait = \"200ms\"".into();
+    cfg.worker_section = "batch_size = 200\nmax_backoff = \"300ms\"\n".into();
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+
+    // The replica freezes: writes still apply on the primary, commits stop.
+    replica.pause();
+    let before = committed(&broker, &cfg.group, &topic);
+    broker.produce(&topic, second).await;
+    let end: i64 = broker.log_end(&topic, 1).iter().sum();
+    let mut conn = redis.conn().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while applied(&mut conn, &topic).await < end.min(before + 200) {
+        assert!(Instant::now() < deadline, "the worker stopped applying\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        committed(&broker, &cfg.group, &topic),
+        before,
+        "an offset was committed before a replica had its writes"
+    );
+    assert!(w.metric("rankflow_redis_replica_wait_failures_total", &[]).await > 0.0);
+
+    // Back: the acknowledgements come and the commits reach the end.
+    replica.resume();
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    s.assert_boards(&mut conn).await;
+    drop(replica);
+}
