@@ -12,4 +12,6 @@ pub struct Health {
     pub kafka_up: AtomicBool,
     /// The last Redis call succeeded.
     pub redis_up: AtomicBool,
+    /// Why the worker refuses to consume: Redis lost data (see `pipeline::lost`).
+    pub data_lost: std::sync::Mutex<Option<String>>,
 }

@@ -21,6 +21,7 @@
 //! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |
 //! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
 //! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
+//! | `{prefix}:{.deploy}:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data) |
 //! | `{prefix}:{.admin}:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
@@ -34,7 +35,7 @@
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
 //! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
 //!
-//! `.sched`, `.tags` and `.admin` cannot be board ids (ids are `[a-z0-9_-]`), so
+//! `.sched`, `.tags`, `.admin` and `.deploy` cannot be board ids (ids are `[a-z0-9_-]`), so
 //! those hash tags never meet a board's.
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
@@ -120,6 +121,13 @@ pub fn shadow_key(base: &str, period_id: &str) -> String {
 /// What [`shadow_key`] puts before the period id.
 pub fn shadow_prefix(base: &str) -> String {
     format!("{base}:_hid:")
+}
+
+/// A consumer group's deployment marker: `<topic>:<partition>` -> the offset
+/// last stored (recorded before it is stored), against which a Redis that
+/// lost data is detected.
+pub fn deploy_key(prefix: &str, group: &str) -> String {
+    format!("{prefix}:{{.deploy}}:{group}")
 }
 
 /// Where the worker leaves an admin event's outcome for `rankflow admin --wait`.

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub scheduler_restarts: IntCounter,
     pub admin_events: IntCounterVec,
     pub replica_wait_failures: IntCounter,
+    pub redis_data_lost: IntGauge,
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -64,6 +65,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_scheduler_restarts_total",
     "rankflow_admin_events_total",
     "rankflow_redis_replica_wait_failures_total",
+    "rankflow_redis_data_lost",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -216,6 +218,11 @@ impl Metrics {
                 r.register(Box::new(c.clone())).expect("metric registered once");
                 c
             },
+            redis_data_lost: gauge(
+                &r,
+                "rankflow_redis_data_lost",
+                "1 when Redis holds fewer applied records than the consumer group committed (it lost data): nothing is consumed.",
+            ),
             registry: r,
         }
     }

@@ -66,3 +66,41 @@ async fn no_offset_is_committed_before_a_replica_has_the_writes() {
     s.assert_boards(&mut conn).await;
     drop(replica);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_that_came_back_empty_is_detected_and_nothing_is_consumed() {
+    let Stack { mut redis, broker, topic, dlq } = Stack::start(1).await;
+    let s = stream::generate(2_000, 33);
+    broker.produce(&topic, &s.records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    let mut w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    assert!(w.sigterm(Duration::from_secs(25)).is_some_and(|st| st.success()));
+    let before = committed(&broker, &cfg.group, &topic);
+    assert!(before > 0);
+
+    // Redis restarts without persistence: empty, while the group's commits stand.
+    redis.restart();
+    broker.produce(&topic, &stream::generate(100, 34).records).await;
+    let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let (status, body) = w.get_json("/readyz").await;
+        if body["data_lost"] == true {
+            break (status, body);
+        }
+        assert!(Instant::now() < deadline, "the lost data was not reported: {body}\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ready.0, 503);
+    assert!(ready.1["reason"].as_str().unwrap().contains("Redis lost data"), "{}", ready.1);
+    assert_eq!(w.metric("rankflow_redis_data_lost", &[]).await, 1.0);
+    assert!(w.log().contains("fewer applied records than the group committed"), "{}", w.log());
+    // Nothing is consumed: no board is written and no offset committed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(committed(&broker, &cfg.group, &topic), before);
+    let mut conn = redis.conn().await;
+    let boards: Vec<String> = redis::cmd("KEYS").arg("lb:{*}:*").query_async(&mut conn).await.unwrap();
+    assert!(boards.iter().all(|k| k.contains("{.")), "a board was written: {boards:?}");
+}

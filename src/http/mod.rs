@@ -246,7 +246,11 @@ async fn readyz(State(s): State<AppState>) -> Response {
     if !kafka_ok {
         reasons.push("no Kafka broker connection is up yet");
     }
-    let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok });
+    let lost = s.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(reason) = &lost {
+        reasons.push(reason.as_str());
+    }
+    let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok, "data_lost": lost.is_some() });
     let status = if reasons.is_empty() {
         StatusCode::OK
     } else {

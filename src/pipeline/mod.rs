@@ -39,6 +39,7 @@ mod admin;
 mod apply;
 mod dead_letter;
 mod inflight;
+mod lost;
 mod outcome;
 mod record;
 
@@ -172,6 +173,11 @@ pub async fn run(
     };
     if !admin::seed_registry(&cx).await {
         return Ok(()); // shutdown while Redis was retried
+    }
+    if !lost::check(&cx, &consumer).await {
+        // Redis lost data (or shutdown came first): consume nothing, commit nothing.
+        commit::close(consumer, &cx.producer);
+        return Ok(());
     }
     let mut p = Pipeline {
         cx,
@@ -445,9 +451,17 @@ impl Pipeline {
             let queued = dead_letter::send(&self.cx.producer, topic, dead, Some(Duration::ZERO)).await;
             self.held.hold(queued);
         }
+        let mut stores = Vec::new();
         for (topic, partition, next) in offsets.to_store() {
             self.held.note_processed(topic, partition, next - 1);
-            let next = self.held.offset_to_store(topic, partition, next);
+            stores.push((topic, partition, self.held.offset_to_store(topic, partition, next)));
+        }
+        // Redis records what is about to be stored first (see `lost`).
+        let marked: Vec<(String, i64)> = stores.iter().map(|(t, p, n)| (keys::offsets_field(t, *p), *n)).collect();
+        if !lost::record(&self.cx, &marked).await {
+            return; // shutdown while Redis was retried: nothing stored
+        }
+        for (topic, partition, next) in stores {
             commit::store_offset(&self.consumer, topic, partition, next);
         }
         self.check_dead_letters().await;
@@ -477,6 +491,9 @@ impl Pipeline {
                     commit::set_paused(&self.consumer, &topic, partition, true);
                 }
                 Change::Release { topic, partition, next, resume } => {
+                    if !lost::record(&self.cx, &[(keys::offsets_field(&topic, partition), next)]).await {
+                        return;
+                    }
                     commit::store_offset(&self.consumer, &topic, partition, next);
                     if resume {
                         commit::set_paused(&self.consumer, &topic, partition, false);

@@ -336,6 +336,27 @@ impl Store {
         Ok(())
     }
 
+    /// A deployment marker (`keys::deploy_key`): field -> offset.
+    pub async fn marker(&self, key: &str) -> Result<std::collections::HashMap<String, i64>, StoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("HGETALL").arg(key).query_async(&mut conn).await.map_err(StoreError::Registry)
+    }
+
+    /// Records offsets in a deployment marker.
+    pub async fn set_marker(&self, key: &str, offsets: &[(String, i64)]) -> Result<(), StoreError> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(key);
+        for (f, o) in offsets {
+            cmd.arg(f).arg(o);
+        }
+        let mut conn = self.conn.clone();
+        cmd.query_async::<i64>(&mut conn).await.map_err(StoreError::Registry)?;
+        Ok(())
+    }
+
     /// `PING`, for readiness.
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();
