@@ -21,8 +21,8 @@
 //! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |
 //! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
 //! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
-//! | `{prefix}:{.deploy}:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data) |
-//! | `{prefix}:{.admin}:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
+//! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data) |
+//! | `{prefix}:{.admin}:_outcome:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
@@ -127,12 +127,12 @@ pub fn shadow_prefix(base: &str) -> String {
 /// last stored (recorded before it is stored), against which a Redis that
 /// lost data is detected.
 pub fn deploy_key(prefix: &str, group: &str) -> String {
-    format!("{prefix}:{{.deploy}}:{group}")
+    format!("{prefix}:{{.deploy}}:_applied:{group}")
 }
 
 /// Where the worker leaves an admin event's outcome for `rankflow admin --wait`.
 pub fn admin_outcome_key(prefix: &str, event_id: &uuid::Uuid) -> String {
-    format!("{prefix}:{{.admin}}:{event_id}")
+    format!("{prefix}:{{.admin}}:_outcome:{event_id}")
 }
 
 /// Prefix the apply script completes with a member for its rate-limit window.
