@@ -130,27 +130,8 @@ async fn attempt_limits_stay_exact_across_five_sigkills() {
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut conn = stack.redis.conn().await;
     let total = records.len() as i64;
-    let mut last = 0;
-    for kill in 0..5 {
-        let mut w = Worker::spawn(&cfg);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while applied(&mut conn, &stack.topic).await <= last {
-            assert!(Instant::now() < deadline, "no progress past {last} after restart {kill}\n{}", w.log());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let moment = Instant::now() + Duration::from_millis(rng.random_range(50..1500));
-        let share = last + (total - last) / (6 - kill);
-        while Instant::now() < moment && applied(&mut conn, &stack.topic).await < share {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        w.sigkill();
-        assert!(applied(&mut conn, &stack.topic).await < total, "kill {kill} landed after the stream ended");
-        // Tansu may keep a SIGKILLed member: go on under a fresh group with the offsets copied.
-        let next = random_name("group");
-        stack.broker.copy_offsets(&cfg.group, &next, &stack.topic, 4);
-        cfg.group = next;
-        last = applied(&mut conn, &stack.topic).await;
-    }
+    let kills = five_sigkills(&mut cfg, &stack.broker, &mut conn, &[(stack.topic.as_str(), 4)], total, 78).await;
+    assert!(kills.iter().all(|k| k[0] < total), "a kill landed after the stream ended: {kills:?}");
     let w = Worker::spawn(&cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 4, Duration::from_secs(300));
     for (period, players) in &model {

@@ -418,36 +418,10 @@ async fn an_admin_sequence_beside_a_score_stream_stays_exact_across_five_sigkill
     cfg.admin_topics = vec![admin_topic.clone()];
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut conn = stack.redis.conn().await;
-    let progress = |conn: &mut redis::aio::MultiplexedConnection| {
-        let mut conn = conn.clone();
-        let (topic, admin_topic) = (stack.topic.clone(), admin_topic.clone());
-        async move { applied(&mut conn, &topic).await + applied(&mut conn, &admin_topic).await }
-    };
     let total = (scores.len() + records.len()) as i64;
-    let (mut last, mut inside) = (0, 0);
-    for kill in 0..5 {
-        let mut w = Worker::spawn(&cfg);
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        while progress(&mut conn).await <= last {
-            assert!(std::time::Instant::now() < deadline, "no progress past {last} after restart {kill}\n{}", w.log());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let moment = std::time::Instant::now() + Duration::from_millis(rng.random_range(50..1500));
-        let share = last + (total - last) / (6 - kill);
-        while std::time::Instant::now() < moment && progress(&mut conn).await < share {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        w.sigkill();
-        if applied(&mut conn, &admin_topic).await < records.len() as i64 {
-            inside += 1;
-        }
-        // Tansu may keep a SIGKILLed member: go on under a fresh group with the offsets copied.
-        let next = random_name("group");
-        stack.broker.copy_offsets(&cfg.group, &next, &stack.topic, 4);
-        stack.broker.copy_offsets(&cfg.group, &next, &admin_topic, 1);
-        cfg.group = next;
-        last = progress(&mut conn).await;
-    }
+    let topics = [(stack.topic.as_str(), 4), (admin_topic.as_str(), 1)];
+    let kills = five_sigkills(&mut cfg, &stack.broker, &mut conn, &topics, total, 242).await;
+    let inside = kills.iter().filter(|k| k[1] < records.len() as i64).count();
     assert!(inside >= 3, "only {inside} of the kills landed while admin events were still being applied");
     let w = Worker::spawn(&cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 4, Duration::from_secs(300));

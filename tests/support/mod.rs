@@ -881,3 +881,57 @@ order = "asc"
 periods = ["all_time"]
 split_by = "track"
 "#;
+
+/// Runs `cfg`'s worker over `topics` (name, partitions) and SIGKILLs it five
+/// times at random moments once it applies again after each restart (a
+/// moment brought forward when it gets through its share of what is left of
+/// `total` records, so every kill lands inside the stream). After each kill
+/// it goes on under a fresh group with the committed offsets copied (tansu
+/// may keep a SIGKILLed member). Returns, per kill, what Redis had applied
+/// of each topic at that moment.
+pub async fn five_sigkills(
+    cfg: &mut WorkerConfig,
+    broker: &Broker,
+    conn: &mut redis::aio::MultiplexedConnection,
+    topics: &[(&str, i32)],
+    total: i64,
+    seed: u64,
+) -> Vec<Vec<i64>> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let per_topic = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let names: Vec<String> = topics.iter().map(|(t, _)| t.to_string()).collect();
+        async move {
+            let mut out = Vec::with_capacity(names.len());
+            for t in &names {
+                out.push(applied(&mut conn, t).await);
+            }
+            out
+        }
+    };
+    let (mut last, mut kills) = (0, Vec::new());
+    for kill in 0..5 {
+        let mut w = Worker::spawn(cfg);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while per_topic(conn).await.iter().sum::<i64>() <= last {
+            assert!(Instant::now() < deadline, "no progress past {last} after restart {kill}\n{}", w.log());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let moment = Instant::now() + Duration::from_millis(rng.random_range(50..1500));
+        let share = last + (total - last) / (6 - kill);
+        while Instant::now() < moment && per_topic(conn).await.iter().sum::<i64>() < share {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        w.sigkill();
+        let at_kill = per_topic(conn).await;
+        last = at_kill.iter().sum();
+        kills.push(at_kill);
+        let next = random_name("group");
+        for (t, partitions) in topics {
+            broker.copy_offsets(&cfg.group, &next, t, *partitions);
+        }
+        cfg.group = next;
+    }
+    kills
+}
