@@ -34,6 +34,7 @@
 //! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
 //! | `{prefix}:{.sched}:wm` | hash | `<topic>:<partition>` -> the record time every record before has been applied to (ms) |
+//! | `_rebuild:{prefix}:...` | any | `rankflow rebuild`'s keys while it runs: the same layout under the prefix `_rebuild:{prefix}`, each on its live key's hash tag; swapped in per tag, the rest removed at the end |
 //!
 //! `.sched`, `.tags`, `.admin` and `.deploy` cannot be board ids (ids are `[a-z0-9_-]`), so
 //! those hash tags never meet a board's.
@@ -222,6 +223,22 @@ pub fn sched_keys(prefix: &str) -> (String, String, String) {
     (format!("{prefix}:{{.sched}}:due"), format!("{prefix}:{{.sched}}:lease"), format!("{prefix}:{{.sched}}:wm"))
 }
 
+/// What `rankflow rebuild` puts before the key prefix.
+const REBUILD: &str = "_rebuild:";
+
+/// The key prefix of `rankflow rebuild`'s keys, `_rebuild:lb`: a rebuilt
+/// key keeps the hash tag of the live key it replaces
+/// (`_rebuild:lb:{points}:all` is on the slot of `lb:{points}:all`), so
+/// swapping a tag's keys is one script on one node.
+pub fn rebuild_prefix(prefix: &str) -> String {
+    format!("{REBUILD}{prefix}")
+}
+
+/// The live key base a rebuilt one replaces (`_rebuild:lb:{points}` -> `lb:{points}`).
+pub fn live_base(rebuilt: &str) -> Option<&str> {
+    rebuilt.strip_prefix(REBUILD)
+}
+
 pub fn offsets_key(base: &str) -> String {
     format!("{base}:_offsets")
 }
@@ -289,5 +306,8 @@ mod tests {
         assert_eq!(meta_key(&b, "w:2026-W33"), "lb:{points}:_meta:w:2026-W33");
         assert_eq!(shadow_key(&b, "all"), "lb:{points}:_hid:all");
         assert_eq!(hidden_key(&b), "lb:{points}:_hidden");
+        let rebuilt = base(&rebuild_prefix("lb"), "points", None);
+        assert_eq!(rebuilt, "_rebuild:lb:{points}");
+        assert_eq!(live_base(&rebuilt), Some(b.as_str()));
     }
 }

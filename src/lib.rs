@@ -67,6 +67,7 @@ pub mod moderation;
 pub mod period;
 pub mod pipeline;
 pub mod progress;
+pub mod rebuild;
 pub mod retry;
 pub mod samples;
 pub mod schedule;

@@ -58,6 +58,23 @@ enum Command {
         #[arg(long)]
         topic: String,
     },
+    /// Recompute boards from the earliest retained records into fresh keys
+    /// while live workers go on, then swap them in per board tag where the
+    /// two agree. Also backfills a board added after its topic had history.
+    Rebuild {
+        #[arg(long)]
+        config: PathBuf,
+        /// The boards to rebuild (repeat the flag); every board if none is named.
+        #[arg(long = "board")]
+        boards: Vec<String>,
+        /// Rebuild even though the earliest records of a partition are gone
+        /// (the rebuilt boards then miss them).
+        #[arg(long)]
+        from_retained: bool,
+        /// Serve the rebuild's progress as Prometheus metrics at ADDR/metrics.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Correct or moderate: produce an admin event to the first admin topic
     /// and print its event_id (with --wait, then its outcome).
     Admin {
@@ -260,6 +277,13 @@ fn main() -> ExitCode {
                     Err(code) => code,
                 }
             }
+            Command::Rebuild { config, boards, from_retained, listen } => match load(&config) {
+                Ok(s) => {
+                    let request = rankflow::rebuild::RebuildRequest { boards, from_retained, listen };
+                    report(rankflow::rebuild::run(s, request).await)
+                }
+                Err(code) => code,
+            },
             Command::ForgetOffsets { config, topic } => match load(&config) {
                 Ok(s) => report(maintenance::forget_offsets(&s.redis, &topic).await.map(|n| {
                     println!("forgot {n} recorded partition offsets of topic {topic}");

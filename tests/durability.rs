@@ -104,3 +104,34 @@ async fn a_redis_that_came_back_empty_is_detected_and_nothing_is_consumed() {
     let boards: Vec<String> = redis::cmd("KEYS").arg("lb:{*}:*").query_async(&mut conn).await.unwrap();
     assert!(boards.iter().all(|k| k.contains("{.")), "a board was written: {boards:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_that_restarts_empty_mid_stream_is_detected_at_the_next_batch() {
+    let Stack { mut redis, broker, topic, dlq } = Stack::start_with(Redis::start(), 1).await;
+    let s = stream::generate(4_000, 35);
+    let (first, second) = s.records.split_at(2_000);
+    broker.produce(&topic, first).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    let before = committed(&broker, &cfg.group, &topic);
+
+    // Redis restarts without persistence while the worker runs, and records go on arriving.
+    redis.restart();
+    broker.produce(&topic, second).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (status, body) = loop {
+        let (status, body) = w.get_json("/readyz").await;
+        if body["data_lost"] == true {
+            break (status, body);
+        }
+        assert!(Instant::now() < deadline, "the lost data was not reported: {body}\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 503);
+    assert!(body["reason"].as_str().unwrap().contains("while the worker ran"), "{body}");
+    assert_eq!(w.metric("rankflow_redis_data_lost", &[]).await, 1.0);
+    // Nothing applied to the empty Redis is committed: the group stays where Redis lost it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(committed(&broker, &cfg.group, &topic), before, "offsets were committed past the loss");
+}

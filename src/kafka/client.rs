@@ -71,6 +71,15 @@ pub fn admin(kafka: &KafkaSettings) -> ClientConfig {
     c
 }
 
+/// A consumer that never joins the group: it reads the group's committed
+/// offsets and the partitions' watermarks (`rankflow rebuild`'s progress).
+pub fn observer(kafka: &KafkaSettings) -> ClientConfig {
+    let mut c = bare(&kafka.brokers);
+    c.set("group.id", &kafka.group_id).set("enable.auto.commit", "false");
+    shared_options(&mut c, kafka);
+    c
+}
+
 fn shared_options(c: &mut ClientConfig, kafka: &KafkaSettings) {
     for (k, v) in kafka.options.iter().filter(|(k, _)| is_shared_option(k)) {
         c.set(k, v);

@@ -176,61 +176,85 @@ pub fn spawn_apply(
             health.redis_up.store(true, Ordering::Relaxed);
             m.redis_up.set(1);
         };
+        let mut after = after;
         let mut landed = Landed::new(&calls);
-        match after {
-            // An empty batch has nothing to send.
-            Some(after) if !landed.is_complete() => {
-                let started = Instant::now();
-                match store.apply_pending(&calls, &mut landed).await {
-                    Ok(()) => landed_ok(started, &health),
-                    Err(e) => {
-                        debug!(error = %e, "A batch sent behind another did not apply; what did not is sent again once that one has landed.");
-                        after.await.ok()?;
-                        calls.unconditional();
-                    }
+        // An empty batch has nothing to send.
+        if after.is_some() && !landed.is_complete() {
+            let started = Instant::now();
+            match store.apply_pending(&calls, &mut landed).await {
+                Ok(()) => landed_ok(started, &health),
+                Err(e) => {
+                    debug!(error = %e, "A batch sent behind another did not apply; what did not is sent again once that one has landed.");
+                    after.take()?.await.ok()?;
+                    calls.unconditional();
                 }
             }
-            _ => {}
         }
-        // Only the calls that have not landed are sent again.
-        if !landed.is_complete() {
-            let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
-            retry("apply a batch to Redis", &cancel, max_backoff, || {
-                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
-                async move {
-                    let started = Instant::now();
-                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
-                    match &r {
-                        Ok(()) => landed_ok(started, &health),
-                        Err(_) => {
-                            m.redis_errors.with_label_values(&["apply"]).inc();
-                            health.redis_up.store(false, Ordering::Relaxed);
-                            m.redis_up.set(0);
-                        }
-                    }
-                    r
+        // Sends what has not landed yet, retried with backoff until it has.
+        let land = |calls: Arc<Prepared>, landed: Landed| {
+            let (store, health, cancel) = (store.clone(), health.clone(), cancel.clone());
+            async move {
+                if landed.is_complete() {
+                    return Some(landed);
                 }
-            })
-            .await?;
-            landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
+                let shared = Arc::new(tokio::sync::Mutex::new(landed));
+                retry("apply a batch to Redis", &cancel, max_backoff, || {
+                    let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
+                    async move {
+                        let started = Instant::now();
+                        let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
+                        match &r {
+                            Ok(()) => landed_ok(started, &health),
+                            Err(_) => {
+                                m.redis_errors.with_label_values(&["apply"]).inc();
+                                health.redis_up.store(false, Ordering::Relaxed);
+                                m.redis_up.set(0);
+                            }
+                        }
+                        r
+                    }
+                })
+                .await?;
+                Some(Arc::into_inner(shared).expect("the retries are over").into_inner())
+            }
+        };
+        let calls = Arc::new(calls);
+        let results = land(calls.clone(), landed).await?.into_results().expect("every call landed");
+        if min_replicas == 0 {
+            let _ = done.send(());
+            return Some(results);
         }
-        let results = landed.into_results().expect("every call landed");
-        let _ = done.send(());
         // No offset of the batch is stored before its writes are on enough
         // replicas (redis.min_replicas): a failover then loses none of them.
-        if min_replicas > 0 {
-            retry("wait for the replicas to acknowledge a batch", &cancel, max_backoff, || {
-                let store = store.clone();
-                async move {
-                    let r = store.wait_replicas(min_replicas, replica_wait).await;
-                    if r.is_err() {
-                        m.replica_wait_failures.inc();
+        // A WAIT that fails may mean the writes died with their primary
+        // before any replica had them (the connection WAIT now runs on is
+        // another's): the batch is sent again, once the batch before it is
+        // on the replicas too, so that it lands after that one, and the
+        // script's recorded offsets make the second landing exact (records
+        // that survived are recognised, lost ones applied). The batch's
+        // outcomes stay those of its first landing. The next batch is told
+        // this one has landed only once it is on the replicas.
+        loop {
+            match store.wait_replicas(min_replicas, replica_wait).await {
+                Ok(()) => break,
+                Err(e) => {
+                    m.replica_wait_failures.inc();
+                    debug!(error = %e, "The replicas did not acknowledge a batch; it is sent again.");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return None,
+                        _ = tokio::time::sleep(replica_wait.min(max_backoff)) => {}
                     }
-                    r
+                    if let Some(before) = after.take() {
+                        before.await.ok()?;
+                    }
+                    let mut again = (*calls).clone();
+                    again.unconditional();
+                    let fresh = Landed::new(&again);
+                    land(Arc::new(again), fresh).await?;
                 }
-            })
-            .await?;
+            }
         }
+        let _ = done.send(());
         Some(results)
     };
     // Polled once here, the task takes its place in the store's queue of

@@ -1,4 +1,5 @@
-//! Redis that lost data: detected at start, before anything is consumed.
+//! Redis that lost data: detected at start, before anything is consumed,
+//! and while running, at the first offsets recorded after the loss.
 //!
 //! Before the pipeline stores an offset it records it in Redis, in the
 //! consumer group's marker (`keys::deploy_key`: `<topic>:<partition>` ->
@@ -86,16 +87,20 @@ pub async fn check(cx: &Context, consumer: &WorkerConsumer) -> bool {
     if marker.is_empty() && has_data {
         // rankflow's data without a marker: a version before the marker. Start one from the commits.
         let fields: Vec<(String, i64)> = commits.into_iter().collect();
+        let fields = &fields;
         let seeded = retry("start the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
-            cx.store.set_marker(&key, &fields).await
+            cx.store.set_marker(&key, fields).await
         })
         .await;
         info!(key = %key, "Started the deployment marker from the group's commits.");
+        *cx.recorded.lock().unwrap_or_else(|e| e.into_inner()) = fields.iter().cloned().collect();
         return seeded.is_some();
     }
     let lost = behind(&marker, &commits);
     metrics::get().redis_data_lost.set(i64::from(!lost.is_empty()));
     if lost.is_empty() {
+        // What the marker holds now, it must hold from here on.
+        *cx.recorded.lock().unwrap_or_else(|e| e.into_inner()) = marker;
         return true;
     }
     let detail =
@@ -104,25 +109,72 @@ pub async fn check(cx: &Context, consumer: &WorkerConsumer) -> bool {
         "Redis lost data: it has recorded fewer records than the consumer group has committed ({detail}); \
          the boards miss the scores in between, so nothing is consumed"
     );
-    error!(group = %cx.settings.kafka.group_id, %detail, "Redis holds fewer applied records than the group committed: it came back empty or from an older snapshot. \
-        Restore Redis from a backup taken after the commits, or rebuild the boards from the topics (consume with a new group from the earliest retained records); \
-        to accept the loss and go on, delete the marker key {key} and restart. Nothing is consumed meanwhile.");
-    *cx.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    refuse(cx, &key, reason, &detail);
     cx.cancel.cancelled().await;
     false
 }
 
-/// The offsets about to be stored, recorded first (see the module header).
+/// Records the offsets about to be stored (see the module header), after
+/// checking that Redis still holds what this worker recorded before: a
+/// Redis that restarted empty or failed over to a replica without the
+/// latest writes is caught at the first batch after it came back, not
+/// only at the next start. `false`: store nothing (shutdown came first, or
+/// Redis lost data: then the worker stops consuming, as at start).
+///
+/// With `redis.min_replicas`, the marker waits for the replicas too, so
+/// that a failover that keeps every acknowledged write keeps the marker.
 pub async fn record(cx: &Context, offsets: &[(String, i64)]) -> bool {
     if offsets.is_empty() {
         return true;
     }
     let key = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
-    retry("record offsets in the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        cx.store.set_marker(&key, offsets).await.map_err(|e: StoreError| e)
+    let entries: Vec<(String, Option<i64>, i64)> = {
+        let recorded = cx.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        offsets.iter().map(|(f, o)| (f.clone(), recorded.get(f).copied(), *o)).collect()
+    };
+    let (n, wait) = (cx.settings.redis.min_replicas, cx.settings.redis.replica_wait);
+    let answer = retry("record offsets in the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
+        let lost = cx.store.record_marker(&key, &entries).await?;
+        if n > 0 && lost.is_empty() {
+            cx.store.wait_replicas(n, wait).await.inspect_err(|_| metrics::get().replica_wait_failures.inc())?;
+        }
+        Ok::<_, StoreError>(lost)
     })
-    .await
-    .is_some()
+    .await;
+    let Some(lost) = answer else { return false };
+    if lost.is_empty() {
+        let mut recorded = cx.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        for (f, o) in offsets {
+            let r = recorded.entry(f.clone()).or_insert(*o);
+            *r = (*r).max(*o);
+        }
+        return true;
+    }
+    let detail = lost
+        .iter()
+        .map(|(f, found, expected)| match found {
+            -1 => format!("{f} recorded up to {expected}, now none"),
+            _ => format!("{f} recorded up to {expected}, now {found}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    refuse(cx, &key, format!("Redis lost data while the worker ran: it no longer holds offsets this worker recorded ({detail}); the boards miss the scores in between, so nothing more is consumed"), &detail);
+    false
+}
+
+/// Stops consumption for lost data: readiness, the metric and the log say
+/// why and what to do.
+fn refuse(cx: &Context, key: &str, reason: String, detail: &str) {
+    metrics::get().redis_data_lost.set(1);
+    error!(group = %cx.settings.kafka.group_id, %detail, "Redis holds fewer applied records than the group committed: it came back empty, from an older snapshot, or failed over to a replica without the latest writes. \
+        Restore Redis from a backup taken after the commits, or rebuild the boards from the topics (rankflow rebuild); \
+        to accept the loss and go on, delete the marker key {key} and restart. Nothing is consumed meanwhile.");
+    *cx.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+}
+
+/// Whether consumption stopped for lost data.
+pub fn refused(cx: &Context) -> bool {
+    cx.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
 }
 
 #[cfg(test)]

@@ -109,6 +109,11 @@ pub(crate) struct Context {
     marks: Arc<Watermarks>,
     /// Board tags this worker knows are in the registry of tags (see `apply::register_tags`).
     tags: Mutex<HashSet<String>>,
+    /// What this worker last recorded (or found at start) in the group's
+    /// deployment marker, per partition field: Redis must hold at least
+    /// that (see `lost::record`).
+    recorded: Mutex<std::collections::HashMap<String, i64>>,
+    dead_letters: DeadLetters,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -134,6 +139,14 @@ enum Next {
     Stop,
 }
 
+/// Whether the pipeline sends dead letters: the worker does; a rebuild,
+/// which reads records the workers have already dead-lettered, does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadLetters {
+    Send,
+    Drop,
+}
+
 /// Runs the worker until `cancel` fires, then commits what is final and
 /// leaves the group.
 pub async fn run(
@@ -142,6 +155,18 @@ pub async fn run(
     store: Store,
     health: Arc<Health>,
     cancel: CancellationToken,
+) -> Result<(), WorkerError> {
+    run_with(settings, router, store, health, cancel, DeadLetters::Send).await
+}
+
+/// [`run`], with or without dead letters.
+pub async fn run_with(
+    settings: Arc<Settings>,
+    router: Arc<Router>,
+    store: Store,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+    dead_letters: DeadLetters,
 ) -> Result<(), WorkerError> {
     let marks = Arc::new(Watermarks::default());
     let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
@@ -170,6 +195,8 @@ pub async fn run(
         jobs: Mutex::default(),
         marks,
         tags: Mutex::default(),
+        recorded: Mutex::default(),
+        dead_letters,
     };
     if !admin::seed_registry(&cx).await {
         return Ok(()); // shutdown while Redis was retried
@@ -190,6 +217,13 @@ pub async fn run(
         batch_no: 0,
     };
     loop {
+        if lost::refused(&p.cx) {
+            // Redis lost data while running: nothing more is applied or
+            // stored; the batches in flight are left to be read again.
+            p.inflight.abandon();
+            p.cx.cancel.cancelled().await;
+            break;
+        }
         p.check_dead_letters().await;
         let (records, items) = match p.next_batch().await {
             Next::Batch(records, items) => (records, items),
@@ -446,7 +480,7 @@ impl Pipeline {
         }
         // Dead letters go to the producer at once; their acknowledgements
         // are looked at as the loop goes on (see `check_dead_letters`).
-        if !dead.is_empty() {
+        if !dead.is_empty() && self.cx.dead_letters == DeadLetters::Send {
             let topic = &self.cx.settings.kafka.dead_letter_topic;
             let queued = dead_letter::send(&self.cx.producer, topic, dead, Some(Duration::ZERO)).await;
             self.held.hold(queued);
@@ -526,7 +560,7 @@ impl Pipeline {
                 break;
             };
             let (records, offsets, dead) = self.finish(planned, results);
-            if !dead.is_empty() {
+            if !dead.is_empty() && self.cx.dead_letters == DeadLetters::Send {
                 break;
             }
             self.settle(&records, offsets, dead).await;

@@ -21,10 +21,12 @@ pub mod maintenance;
 mod moderation;
 mod prepared;
 mod protocol;
+mod swap;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
+pub use swap::{swap_tag, Swap};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
 
@@ -340,6 +342,26 @@ impl Store {
     pub async fn marker(&self, key: &str) -> Result<std::collections::HashMap<String, i64>, StoreError> {
         let mut conn = self.conn.clone();
         redis::cmd("HGETALL").arg(key).query_async(&mut conn).await.map_err(StoreError::Registry)
+    }
+
+    /// Records offsets in a deployment marker, each `(field, the offset
+    /// this worker last recorded for it, if any, the new offset)`, unless
+    /// Redis no longer holds what this worker recorded: then nothing is
+    /// written and the answer is each such `(field, found (-1: none),
+    /// expected)` (see `scripts/deploy.lua`).
+    pub async fn record_marker(
+        &self,
+        key: &str,
+        entries: &[(String, Option<i64>, i64)],
+    ) -> Result<Vec<(String, i64, i64)>, StoreError> {
+        static DEPLOY: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../scripts/deploy.lua")));
+        let mut inv = DEPLOY.key(key);
+        for (field, expected, new) in entries {
+            inv.arg(field).arg(expected.unwrap_or(-1)).arg(new);
+        }
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = inv.invoke_async(&mut conn).await.map_err(StoreError::Registry)?;
+        Ok(flat.chunks(3).map(|c| (c[0].clone(), c[1].parse().unwrap_or(-1), c[2].parse().unwrap_or(-1))).collect())
     }
 
     /// Records offsets in a deployment marker.

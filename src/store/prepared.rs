@@ -6,6 +6,7 @@
 use super::protocol::{build_invocation, Invocation, TagBatch};
 
 /// One script call of a prepared batch.
+#[derive(Clone)]
 pub(super) struct Call {
     /// Which of the batch's tag batches its events are from.
     pub(super) batch: usize,
@@ -22,6 +23,7 @@ pub(super) struct Call {
 
 /// A batch's encoded script calls: each tag's events in calls of at most
 /// `max_events` events, a tag's calls one after the other.
+#[derive(Clone)]
 pub struct Prepared {
     pub(super) calls: Vec<Call>,
 }

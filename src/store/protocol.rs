@@ -99,7 +99,7 @@ pub fn push_write<'a>(
 }
 
 /// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
     /// Strings, then the batch as one MessagePack stream (see apply.lua).

@@ -264,6 +264,35 @@ impl Broker {
         }
     }
 
+    /// Produces `records` in slices of `slice`, pausing `pause` after each,
+    /// on a task of its own: a stream that goes on while the test acts.
+    pub fn produce_paced(
+        &self,
+        topic: &str,
+        records: Vec<(String, Vec<u8>, Option<i64>)>,
+        slice: usize,
+        pause: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let producer = self.producer();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            for slice in records.chunks(slice) {
+                let mut pending = Vec::with_capacity(slice.len());
+                for (k, v, ts) in slice {
+                    let mut r = FutureRecord::to(&topic).key(k.as_str()).payload(v.as_slice());
+                    if let Some(ts) = ts {
+                        r = r.timestamp(*ts);
+                    }
+                    pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+                }
+                for p in pending {
+                    p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+                }
+                tokio::time::sleep(pause).await;
+            }
+        })
+    }
+
     /// Produces `records` to one partition, in order.
     pub async fn produce_to(&self, topic: &str, partition: i32, records: &[(String, Vec<u8>, Option<i64>)]) {
         let producer = self.producer();
@@ -757,21 +786,40 @@ pub async fn board_keys(
     out
 }
 
-/// A local Redis Cluster of `redis-server` processes (masters only), joined
-/// with `redis-cli --cluster create`.
+/// What one [`RedisCluster::fail_over`] did.
+#[derive(Debug)]
+pub struct Failover {
+    /// From the kill to a replica serving the slot with the cluster ok.
+    pub outage: Duration,
+    /// Replication-stream bytes the dead primary had that its replica had
+    /// not acknowledged at the kill (> 0: the failover lost writes that
+    /// were not waited for).
+    pub unreplicated_bytes: i64,
+}
+
+/// A local Redis Cluster of `redis-server` processes, joined with
+/// `redis-cli --cluster create` (with replicas: `--cluster-replicas`, and a
+/// short `cluster-node-timeout`, so that a dead primary's replica takes over
+/// within about two seconds).
 pub struct RedisCluster {
     nodes: Vec<Redis>,
 }
 
 impl RedisCluster {
     pub fn start(masters: usize) -> RedisCluster {
-        let nodes: Vec<Redis> = (0..masters)
+        RedisCluster::start_with_replicas(masters, 0)
+    }
+
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<Redis> = (0..masters * (1 + replicas))
             .map(|_| {
                 Redis::start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
                     "--appendonly",
                     "no",
                 ])
@@ -782,23 +830,117 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli is installed (scripts/setup.sh)");
         assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for n in &nodes {
-            loop {
-                let info =
-                    Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "info"]).output().unwrap();
-                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
-                    break;
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        if replicas > 0 {
+            for i in 0..cluster.nodes.len() {
+                if cluster.role(i).as_deref() == Some("slave") {
+                    cluster.wait_replica_synced(i);
                 }
-                assert!(Instant::now() < deadline, "the cluster did not reach state ok");
-                std::thread::sleep(Duration::from_millis(200));
             }
         }
-        RedisCluster { nodes }
+        cluster
+    }
+
+    fn cli(&self, node: usize, args: &[&str]) -> Option<String> {
+        let out = Command::new("redis-cli").args(["-p", &self.nodes[node].port.to_string()]).args(args).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn alive(&self, node: usize) -> bool {
+        self.nodes[node].child.is_some()
+    }
+
+    /// `master` or `slave`, as the node says (`None`: not answering).
+    fn role(&self, node: usize) -> Option<String> {
+        self.cli(node, &["ROLE"])?.lines().next().map(str::to_string).filter(|r| !r.is_empty())
+    }
+
+    /// Every live node reports `cluster_state:ok`.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in (0..self.nodes.len()).filter(|&n| self.alive(n)) {
+            while !self.cli(n, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok")) {
+                assert!(Instant::now() < deadline, "the cluster did not reach state ok");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// The node serving `key`'s slot, as the live nodes see it.
+    pub fn master_of(&self, key: &str) -> usize {
+        let any = (0..self.nodes.len()).find(|&n| self.alive(n)).expect("a live node");
+        let slot: u16 = self.cli(any, &["CLUSTER", "KEYSLOT", key]).unwrap().trim().parse().unwrap();
+        let nodes = self.cli(any, &["CLUSTER", "NODES"]).unwrap();
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let serves = f[8..].iter().any(|range| match range.split_once('-') {
+                Some((a, b)) => (a.parse::<u16>().unwrap()..=b.parse::<u16>().unwrap()).contains(&slot),
+                None => range.parse::<u16>().ok() == Some(slot),
+            });
+            if serves {
+                let port: u16 = f[1].split('@').next().unwrap().rsplit_once(':').unwrap().1.parse().unwrap();
+                return self.nodes.iter().position(|n| n.port == port).expect("a node of ours");
+            }
+        }
+        panic!("no master serves slot {slot}:\n{nodes}");
+    }
+
+    /// `kill -9` of `key`'s primary; returns once its replica serves the
+    /// slot and the cluster is ok again, then restarts the dead node (empty,
+    /// it rejoins as the new primary's replica) and waits for it to sync.
+    pub fn fail_over(&mut self, key: &str) -> Failover {
+        let old = self.master_of(key);
+        // How far the replica was behind at the kill: bytes of the
+        // primary's replication stream it had not acknowledged (writes a
+        // failover loses unless they were waited for).
+        let info = self.cli(old, &["INFO", "replication"]).unwrap_or_default();
+        let field = |name: &str| -> i64 {
+            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        };
+        let primary = field("master_repl_offset:");
+        let replica = info
+            .lines()
+            .filter(|l| l.starts_with("slave"))
+            .filter_map(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")).and_then(|v| v.parse::<i64>().ok()))
+            .max()
+            .unwrap_or(0);
+        let started = Instant::now();
+        self.nodes[old].stop();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let any = (0..self.nodes.len()).find(|&n| self.alive(n)).unwrap();
+            let ok = self.cli(any, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"));
+            if ok && self.master_of(key) != old {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no replica took over within 30 s");
+        }
+        let outage = started.elapsed();
+        self.nodes[old].restart();
+        self.wait_ok();
+        self.wait_replica_synced(old);
+        Failover { outage, unreplicated_bytes: primary - replica }
+    }
+
+    fn wait_replica_synced(&self, node: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = self.cli(node, &["INFO", "replication"]).unwrap_or_default();
+            if info.contains("role:slave") && info.contains("master_link_status:up") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "node {node} did not sync as a replica: {info}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// A seed node's URL.
@@ -806,11 +948,19 @@ impl RedisCluster {
         self.nodes[0].url()
     }
 
-    /// The board keys of every node, merged, and how many nodes hold any.
+    /// Every node's URL (a client seeds from all, so that any may be down).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Redis::url).collect()
+    }
+
+    /// The board keys of every primary, merged, and how many primaries hold any.
     pub async fn board_keys(&self, prefix: &str) -> (HashMap<String, HashMap<String, f64>>, usize) {
         let mut all = HashMap::new();
         let mut holding = 0;
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !self.alive(i) || self.role(i).as_deref() != Some("master") {
+                continue;
+            }
             let mut conn = n.conn().await;
             let keys = board_keys(&mut conn, prefix).await;
             if !keys.is_empty() {

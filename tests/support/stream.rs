@@ -390,14 +390,25 @@ impl Stream {
 
     /// Asserts that `actual` (key -> member -> score) is exactly the model's boards.
     pub fn assert_board_contents(&self, actual: &HashMap<String, HashMap<String, f64>>) {
-        let mut missing: Vec<&String> = self.boards.keys().filter(|k| !actual.contains_key(*k)).collect();
-        let mut extra: Vec<&String> = actual.keys().filter(|k| !self.boards.contains_key(*k)).collect();
-        missing.sort();
-        extra.sort();
-        assert!(missing.is_empty() && extra.is_empty(), "board keys differ: missing {missing:?}, unexpected {extra:?}");
+        let wrong = self.board_differences(actual);
+        assert!(
+            wrong.is_empty(),
+            "{} board entries differ from the model, first: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        );
+    }
+
+    /// How `actual` (key -> member -> score) differs from the model's
+    /// boards, one line per key or entry.
+    pub fn board_differences(&self, actual: &HashMap<String, HashMap<String, f64>>) -> Vec<String> {
         let mut wrong = Vec::new();
+        let empty = HashMap::new();
         for (key, expected) in &self.boards {
-            let got = &actual[key];
+            let Some(got) = actual.get(key) else {
+                wrong.push(format!("{key}: missing"));
+                continue;
+            };
             for (member, score) in expected {
                 match got.get(member) {
                     Some(s) if *s == *score as f64 => {}
@@ -410,12 +421,11 @@ impl Stream {
                 }
             }
         }
-        assert!(
-            wrong.is_empty(),
-            "{} board entries differ from the model, first: {:?}",
-            wrong.len(),
-            &wrong[..wrong.len().min(10)]
-        );
+        for key in actual.keys().filter(|k| !self.boards.contains_key(*k)) {
+            wrong.push(format!("{key}: unexpected key ({} members)", actual.get(key).unwrap_or(&empty).len()));
+        }
+        wrong.sort();
+        wrong
     }
 
     /// Asserts that the dead-letter topic holds exactly the model's dead

@@ -1,0 +1,292 @@
+//! `rankflow rebuild`: boards recomputed from the earliest retained records
+//! into fresh keys while the live workers go on, then swapped in per board
+//! tag where the two agree.
+//!
+//! The rebuild runs the worker's own pipeline (so every rule of the live
+//! path holds: dedupe, offsets, moderation, rate limits, attempts) under a
+//! consumer group of its own that starts at the earliest records, with the
+//! key prefix `_rebuild:<prefix>` (`keys::rebuild_prefix`): each rebuilt key
+//! has the hash tag of the live key it replaces. It sends no dead letters
+//! (the live workers sent them) and runs no scheduler (sealed periods stay
+//! the live workers').
+//!
+//! Once it has read every record that was in the topics when it started,
+//! it swaps each tag it built (`store::swap_tag`): atomically, and only
+//! where it has applied every record the live workers have applied on that
+//! tag; a tag the live workers are ahead on is tried again while the
+//! rebuild reads on. The live workers then find the records the rebuild
+//! applied beyond theirs recorded, and skip them. Nothing is lost or counted
+//! twice across the swap. At the end the rebuild's leftover keys go.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{Encoder, IntGauge, Registry};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::board::{Board, Router};
+use crate::config::Settings;
+use crate::health::Health;
+use crate::kafka::client;
+use crate::store::{scan_keys, swap_tag, RedisConn, Store, Swap};
+use crate::{keys, metrics, pipeline, progress};
+
+/// What `rankflow rebuild` was asked.
+#[derive(Debug, Default)]
+pub struct RebuildRequest {
+    /// Board ids; every board of the config if empty.
+    pub boards: Vec<String>,
+    /// Rebuild even though a source partition no longer starts at offset 0
+    /// (its earliest records are gone: the rebuilt boards miss them).
+    pub from_retained: bool,
+    /// Serve the rebuild's progress as Prometheus metrics here (`/metrics`).
+    pub listen: Option<SocketAddr>,
+}
+
+/// The boards named, or every board; an unknown name is an error that lists the known ones.
+pub fn select_boards(settings: &Settings, names: &[String]) -> Result<Vec<Board>, String> {
+    if names.is_empty() {
+        return Ok(settings.boards.clone());
+    }
+    let known: Vec<&str> = settings.boards.iter().map(Board::id).collect();
+    names
+        .iter()
+        .map(|n| {
+            settings.boards.iter().find(|b| b.id() == n).cloned().ok_or_else(|| {
+                format!("--board {n}: no such board in the config (its boards: {})", known.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// The rebuild's gauges, in a registry of its own served with the pipeline's.
+struct Gauges {
+    registry: Registry,
+    target: IntGauge,
+    applied: IntGauge,
+    swapped: IntGauge,
+    waiting: IntGauge,
+}
+
+impl Gauges {
+    fn new() -> Gauges {
+        let registry = Registry::new();
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("static metric definition");
+            registry.register(Box::new(g.clone())).expect("registered once");
+            g
+        };
+        Gauges {
+            target: gauge(
+                "rankflow_rebuild_records_target",
+                "Records the rebuild reads before it swaps: those in the source topics when it started.",
+            ),
+            applied: gauge("rankflow_rebuild_records_applied", "Records the rebuild has read and applied so far."),
+            swapped: gauge("rankflow_rebuild_tags_swapped", "Board tags whose rebuilt keys are live."),
+            waiting: gauge(
+                "rankflow_rebuild_tags_waiting",
+                "Board tags rebuilt but not swapped yet: the live workers have applied records the rebuild has not.",
+            ),
+            registry,
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        metrics::get().render() + &String::from_utf8_lossy(&buf)
+    }
+}
+
+/// Partition field -> (earliest retained offset, log end) of every source
+/// and admin topic, and the live group's committed offsets.
+struct Topics {
+    bounds: HashMap<String, (i64, i64)>,
+}
+
+fn topics(settings: &Settings) -> Result<Topics, String> {
+    let consumer: BaseConsumer =
+        client::observer(&settings.kafka).create().map_err(|e| format!("cannot create a Kafka client: {e}"))?;
+    let mut bounds = HashMap::new();
+    for t in settings.kafka.topics.iter().chain(&settings.kafka.admin_topics) {
+        let md = consumer
+            .fetch_metadata(Some(t), Duration::from_secs(10))
+            .map_err(|e| format!("cannot read the metadata of topic {t}: {e}"))?;
+        let topic = md.topics().iter().find(|x| x.name() == t).ok_or_else(|| format!("no topic {t}"))?;
+        if topic.partitions().is_empty() {
+            return Err(format!("topic {t} does not exist (or has no partitions)"));
+        }
+        for p in topic.partitions() {
+            let (low, high) = consumer
+                .fetch_watermarks(t, p.id(), Duration::from_secs(10))
+                .map_err(|e| format!("cannot read the offsets of {t}/{}: {e}", p.id()))?;
+            bounds.insert(keys::offsets_field(t, p.id()), (low, high));
+        }
+    }
+    Ok(Topics { bounds })
+}
+
+/// Runs a rebuild to its end (see the module header). Progress goes to a
+/// bar on a terminal, the log, and the gauges (on `listen`).
+pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), String> {
+    let boards = select_boards(&settings, &request.boards)?;
+    let ids: BTreeSet<String> = boards.iter().map(|b| b.id().to_string()).collect();
+    let topics = tokio::task::block_in_place(|| topics(&settings))?;
+    let mut gone: Vec<String> =
+        topics.bounds.iter().filter(|(_, (low, _))| *low > 0).map(|(f, (low, _))| format!("{f} from {low}")).collect();
+    gone.sort();
+    if !gone.is_empty() && !request.from_retained {
+        return Err(format!(
+            "the earliest records of some partitions are gone (retained: {}): rebuilt boards would miss them. \
+             Pass --from-retained to rebuild from what is retained",
+            gone.join(", ")
+        ));
+    }
+    let target: i64 = topics.bounds.values().map(|(low, high)| high - low).sum();
+
+    // The rebuild's own settings: its prefix, its group, from the earliest records, its boards only.
+    let live_prefix = settings.redis.key_prefix.clone();
+    let mut own = settings.clone();
+    own.redis.key_prefix = keys::rebuild_prefix(&live_prefix);
+    own.kafka.group_id = format!("{}.rebuild.{}", settings.kafka.group_id, chrono::Utc::now().timestamp_millis());
+    own.kafka.options.insert("auto.offset.reset".into(), "earliest".into());
+    own.boards = boards;
+    let own = Arc::new(own);
+
+    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
+        .with_max_events_per_call(settings.worker.max_events_per_call);
+    store.load_script().await.map_err(|e| e.to_string())?;
+
+    let gauges = Arc::new(Gauges::new());
+    gauges.target.set(target);
+    let cancel = CancellationToken::new();
+    if let Some(addr) = request.listen {
+        serve_metrics(addr, gauges.clone(), cancel.clone()).await?;
+    }
+    info!(boards = ?ids, group = %own.kafka.group_id, records = target, "Rebuilding.");
+    let router = Arc::new(Router::new(own.boards.clone(), &own.redis.key_prefix));
+    let health = Arc::new(Health::default());
+    let mut worker = tokio::spawn(pipeline::run_with(
+        own.clone(),
+        router,
+        store.clone(),
+        health.clone(),
+        cancel.clone(),
+        pipeline::DeadLetters::Drop,
+    ));
+
+    let bar = progress::bar(target.max(0) as u64, "rebuild: records");
+    let marker = keys::deploy_key(&own.redis.key_prefix, &own.kafka.group_id);
+    let dedupe_ttl = settings.redis.dedupe_ttl.as_secs();
+    let mut swapped: BTreeSet<String> = BTreeSet::new();
+    let mut last_note = std::time::Instant::now();
+    let outcome = loop {
+        tokio::select! {
+            r = &mut worker => break Err(format!("the rebuild's pipeline stopped: {r:?}")),
+            _ = tokio::signal::ctrl_c() => break Err("interrupted: the live boards are as they were for every tag not swapped yet".into()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if let Some(reason) = health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            break Err(reason);
+        }
+        // How far the rebuild has read: its marker holds each partition's stored offset.
+        let Ok(at) = store.marker(&marker).await else { continue };
+        let applied: i64 = topics
+            .bounds
+            .iter()
+            .map(|(f, (low, high))| at.get(f).copied().unwrap_or(*low).clamp(*low, *high) - low)
+            .sum();
+        bar.set_position(applied.max(0) as u64);
+        gauges.applied.set(applied);
+        if applied < target {
+            continue;
+        }
+        // Every record there was at the start is applied: swap what agrees.
+        let built = store.tag_bases(&keys::tags_key(&own.redis.key_prefix)).await.map_err(|e| e.to_string())?;
+        let mut waiting = Vec::new();
+        let pending: Vec<&String> = built.iter().filter(|b| !swapped.contains(*b)).collect();
+        for b in pending {
+            let Some(live) = keys::live_base(b) else { continue };
+            match swap_tag(&conn, live, b, dedupe_ttl).await {
+                Ok(Swap::Done(n)) => {
+                    store
+                        .register_tags(&keys::tags_key(&live_prefix), &[live.to_string()])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
+                    swapped.insert(b.clone());
+                }
+                Ok(Swap::Behind(field, live_at, built_at)) => waiting.push((live.to_string(), field, live_at, built_at)),
+                Err(e) => warn!(error = %e, tag = %live, "A swap failed; it is tried again."),
+            }
+        }
+        gauges.swapped.set(swapped.len() as i64);
+        gauges.waiting.set(waiting.len() as i64);
+        if waiting.is_empty() && built.iter().all(|b| swapped.contains(b)) {
+            break Ok(());
+        }
+        if last_note.elapsed() > Duration::from_secs(5) {
+            last_note = std::time::Instant::now();
+            for (tag, field, live_at, built_at) in &waiting {
+                info!(%tag, %field, live_at, built_at, "Waiting to agree: the live workers are ahead on this tag.");
+            }
+        }
+    };
+    bar.finish_and_clear();
+    cancel.cancel();
+    let _ = tokio::time::timeout(settings.worker.shutdown_timeout, worker).await;
+    // The rebuild's own keys: what was not swapped in, and its bookkeeping.
+    let pattern = format!("{}:*", own.redis.key_prefix);
+    let leftovers = scan_keys(&settings.redis, &pattern).await?;
+    let mut c = conn.clone();
+    for key in &leftovers {
+        let _: Result<i64, _> = redis::cmd("UNLINK").arg(key).query_async(&mut c).await;
+    }
+    outcome?;
+    let live_tags = store.tag_bases(&keys::tags_key(&live_prefix)).await.map_err(|e| e.to_string())?;
+    let untouched: Vec<&String> = live_tags
+        .iter()
+        .filter(|t| keys::board_of_base(t).is_some_and(|b| ids.contains(b)))
+        .filter(|t| !swapped.iter().any(|s| keys::live_base(s) == Some(t.as_str())))
+        .collect();
+    println!(
+        "rebuilt {} board tag(s) of {} from {target} records; {} left as they were (no retained record touches them){}",
+        swapped.len(),
+        ids.iter().cloned().collect::<Vec<_>>().join(", "),
+        untouched.len(),
+        if untouched.is_empty() { String::new() } else { format!(": {untouched:?}") }
+    );
+    Ok(())
+}
+
+async fn serve_metrics(addr: SocketAddr, gauges: Arc<Gauges>, cancel: CancellationToken) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("--listen {addr}: {e}"))?;
+    let app = axum::Router::new().route("/metrics", axum::routing::get(move || async move { gauges.render() }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).with_graceful_shutdown(async move { cancel.cancelled().await }).await;
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_board_is_named_with_the_known_ones() {
+        let settings = crate::config::load_str(
+            "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+             [[board]]\nid = \"points\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+            [],
+        )
+        .unwrap();
+        assert_eq!(select_boards(&settings, &[]).unwrap().len(), 1);
+        let err = select_boards(&settings, &["nope".into()]).unwrap_err();
+        assert!(err.contains("--board nope") && err.contains("points"), "{err}");
+    }
+}

@@ -1,0 +1,96 @@
+-- rankflow rebuild: swaps one board tag's rebuilt keys in for its live
+-- keys, atomically, if the rebuild has applied every record the live
+-- workers have applied on the tag. Both sets of keys carry the same hash
+-- tag (the rebuild's key prefix differs only before it), so they are on
+-- one node and this script sees them all.
+--
+-- KEYS[1]  live offsets hash          KEYS[2]  rebuilt offsets hash
+-- KEYS[3]  live registry of period keys   KEYS[4]  rebuilt registry
+-- KEYS[5]  live sealed hash           KEYS[6]  rebuilt sealed hash
+-- KEYS[7]  live hidden set            KEYS[8]  rebuilt hidden set
+-- ARGV[1]  the live period key prefix ("lb:{points}:")
+-- ARGV[2]  the rebuilt period key prefix ("_rebuild:lb:{points}:")
+-- ARGV[3]  dedupe_ttl, seconds
+-- ARGV[4], ARGV[5]  the live and rebuilt dedupe hash prefixes ("..:_seen:")
+-- ARGV[6..] pairs: a live and a rebuilt per-period key prefix (the dense
+--          index, its counts, event times, metadata, attempts, hidden
+--          players' values), each completed with a period id
+--
+-- Where the two agree: every partition field of the live offsets hash is
+-- in the rebuilt one at an offset at least as high. (Rebuilt ahead is
+-- fine: the live workers then find those records applied, and go on.)
+-- Otherwise nothing changes and the reply is {0, field, live, rebuilt}.
+--
+-- The swap: every live period key that is not sealed goes, with its
+-- per-period keys; every rebuilt period key takes its live name (unless
+-- that period is sealed live: a sealed period is final, and stays as the
+-- live workers sealed it), and so do the offsets, the hidden set and the
+-- dedupe hashes of the current windows. Sealed snapshots, rolling boards,
+-- the sealed hash and rate-limit windows are the live tag's and stay.
+-- Reply: {1, period keys swapped in}.
+
+local call = redis.call
+local live_off, built_off, live_reg, built_reg = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local live_sealed, built_sealed, live_hidden, built_hidden = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local live_pp, built_pp = ARGV[1], ARGV[2]
+local ttl = tonumber(ARGV[3])
+local live_seen, built_seen = ARGV[4], ARGV[5]
+local aux = {}
+for i = 6, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
+
+local live = call('HGETALL', live_off)
+for i = 1, #live, 2 do
+  local built = call('HGET', built_off, live[i])
+  if not built or tonumber(built) < tonumber(live[i + 1]) then
+    return { 0, live[i], live[i + 1], built or '-1' }
+  end
+end
+
+-- `from` takes the name `to`; no `from`: `to` goes.
+local function move(from, to)
+  call('UNLINK', to)
+  if call('EXISTS', from) == 1 then call('RENAME', from, to) end
+end
+
+local function is_sealed(key)
+  return call('HEXISTS', live_sealed, key) == 1
+end
+
+for _, k in ipairs(call('SMEMBERS', live_reg)) do
+  if not is_sealed(k) then
+    local id = string.sub(k, #live_pp + 1)
+    call('UNLINK', k)
+    for _, a in ipairs(aux) do call('UNLINK', a[1] .. id) end
+    call('SREM', live_reg, k)
+  end
+end
+
+local swapped = 0
+for _, k in ipairs(call('SMEMBERS', built_reg)) do
+  local id = string.sub(k, #built_pp + 1)
+  local target = live_pp .. id
+  if is_sealed(target) then
+    call('UNLINK', k)
+    for _, a in ipairs(aux) do call('UNLINK', a[2] .. id) end
+  else
+    move(k, target)
+    for _, a in ipairs(aux) do move(a[2] .. id, a[1] .. id) end
+    call('SADD', live_reg, target)
+    swapped = swapped + 1
+  end
+end
+
+move(built_off, live_off)
+move(built_hidden, live_hidden)
+-- The dedupe hashes that may still be consulted: every rebuilt one takes
+-- the live one's place (it holds every event the live one saw in that
+-- window, or the rebuilt one of a later window does); a live one without
+-- a rebuilt counterpart stays.
+local now = tonumber(call('TIME')[1])
+local n = math.floor(now / ttl)
+for w = n - 3, n + 1 do
+  local id = string.format('%d', w)
+  if call('EXISTS', built_seen .. id) == 1 then move(built_seen .. id, live_seen .. id) end
+end
+call('UNLINK', built_reg, built_sealed)
+return { 1, swapped }

@@ -1,0 +1,64 @@
+//! `rankflow rebuild`'s last step on one board tag: the rebuilt keys take
+//! the live keys' places, atomically, where the two agree (`scripts/swap.lua`).
+
+use std::sync::LazyLock;
+
+use super::{RedisConn, StoreError};
+use crate::keys;
+
+static SWAP: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../scripts/swap.lua")));
+
+/// What a swap came to.
+#[derive(Debug, PartialEq)]
+pub enum Swap {
+    /// The rebuilt keys are live: this many period keys were swapped in.
+    Done(u64),
+    /// The live workers have applied a record the rebuild has not yet:
+    /// (partition field, live offset, rebuilt offset or -1).
+    Behind(String, i64, i64),
+}
+
+/// The swap script's call for live key base `live` and rebuilt key base `built`.
+pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::ScriptInvocation<'static> {
+    let mut inv = SWAP.prepare_invoke();
+    for base in [live, built] {
+        inv.key(keys::offsets_key(base));
+    }
+    for base in [live, built] {
+        inv.key(keys::registry_key(base));
+    }
+    for base in [live, built] {
+        inv.key(keys::sealed_key(base));
+    }
+    for base in [live, built] {
+        inv.key(keys::hidden_key(base));
+    }
+    inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
+    inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
+    let per_period: [fn(&str) -> String; 6] = [
+        keys::dense_prefix,
+        keys::dense_count_prefix,
+        keys::times_prefix,
+        keys::meta_prefix,
+        keys::attempts_prefix,
+        keys::shadow_prefix,
+    ];
+    for prefix in per_period {
+        inv.arg(prefix(live)).arg(prefix(built));
+    }
+    inv
+}
+
+/// Runs the swap of one tag (see `scripts/swap.lua`).
+pub async fn swap_tag(conn: &RedisConn, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
+    let mut conn = conn.clone();
+    let reply: Vec<redis::Value> =
+        swap_invocation(live, built, dedupe_ttl_secs).invoke_async(&mut conn).await.map_err(StoreError::Registry)?;
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap_or_default();
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(-1);
+    match reply.first().map(int) {
+        Some(1) => Ok(Swap::Done(reply.get(1).map(int).unwrap_or(0).max(0) as u64)),
+        _ if reply.len() == 4 => Ok(Swap::Behind(text(&reply[1]), int(&reply[2]), int(&reply[3]))),
+        _ => Ok(Swap::Behind(String::new(), -1, -1)),
+    }
+}

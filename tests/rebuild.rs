@@ -1,0 +1,109 @@
+//! `rankflow rebuild` while a live worker consumes a continuous stream: a
+//! board added after its topic had history is backfilled, a damaged board
+//! is recomputed, and the swap, made while records keep arriving, loses
+//! nothing and counts nothing twice: at the end every board is exactly the
+//! model's.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::stream::{self, BOARDS};
+use support::*;
+
+const PARTITIONS: i32 = 2;
+
+/// The `best` board, which the first worker's config does not have yet.
+const BEST: &str = r#"
+[[board]]
+id = "best"
+on = ["match_finished"]
+mode = "best"
+order = "desc"
+periods = ["all_time"]
+"#;
+
+fn committed_total(broker: &Broker, group: &str, topic: &str) -> i64 {
+    broker.committed(group, topic, PARTITIONS).iter().filter(|o| **o > 0).sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
+    assert!(BOARDS.contains(BEST.trim()), "the BEST block is BOARDS' best board");
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(Redis::start(), PARTITIONS).await;
+    let s = stream::generate(40_000, 71);
+    let (history, live) = s.records.split_at(10_000);
+
+    // History, consumed by a worker whose config has no `best` board yet.
+    broker.produce(&topic, history).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &BOARDS.replace(BEST.trim(), ""));
+    let mut w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
+    assert!(w.sigterm(Duration::from_secs(25)).is_some_and(|st| st.success()));
+
+    // `best` is added; a damaged `points` board (an intruder, a wrong total).
+    cfg.boards = BOARDS.into();
+    let w = Worker::spawn(&cfg);
+    let mut conn = redis.conn().await;
+    let all = "lb:{points}:all";
+    let victim: String = redis::cmd("ZRANGE").arg(all).arg(0).arg(0).query_async::<Vec<String>>(&mut conn).await.unwrap()
+        [0]
+    .clone();
+    let _: () = redis::cmd("ZADD").arg(all).arg(5).arg("intruder").query_async(&mut conn).await.unwrap();
+    let _: f64 = redis::cmd("ZINCRBY").arg(all).arg(1000).arg(&victim).query_async(&mut conn).await.unwrap();
+
+    // The stream goes on (about twelve seconds) while the rebuild runs.
+    let producing = broker.produce_paced(&topic, live.to_vec(), 500, Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking({
+        let config = w.config_path.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_rankflow"))
+                .args(["rebuild", "--config"])
+                .arg(config)
+                .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rebuild failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("rebuilt"), "{stdout}");
+    eprintln!("{stdout}");
+    assert!(
+        !producing.is_finished(),
+        "the stream ended before the rebuild swapped (took {:?}): the swap was not made under a live stream",
+        started.elapsed()
+    );
+    producing.await.unwrap();
+
+    // The live worker drains the rest; every board is the model's.
+    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(120));
+    s.assert_boards(&mut conn).await;
+    let leftovers: Vec<String> = redis::cmd("KEYS").arg("_rebuild:*").query_async(&mut conn).await.unwrap();
+    assert!(leftovers.is_empty(), "the rebuild left keys behind: {leftovers:?}");
+    assert!(committed_total(&broker, &cfg.group, &topic) > 0);
+    drop(w);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rebuild_names_an_unknown_board_and_changes_nothing() {
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(Redis::start(), 1).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    let dir = temp_dir();
+    let path = dir.path().join("rankflow.toml");
+    std::fs::write(&path, cfg.render()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["rebuild", "--board", "nope", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--board nope") && err.contains("points"), "{err}");
+}
