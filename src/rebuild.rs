@@ -56,9 +56,12 @@ pub fn select_boards(settings: &Settings, names: &[String]) -> Result<Vec<Board>
     names
         .iter()
         .map(|n| {
-            settings.boards.iter().find(|b| b.id() == n).cloned().ok_or_else(|| {
-                format!("--board {n}: no such board in the config (its boards: {})", known.join(", "))
-            })
+            settings
+                .boards
+                .iter()
+                .find(|b| b.id() == n)
+                .cloned()
+                .ok_or_else(|| format!("--board {n}: no such board in the config (its boards: {})", known.join(", ")))
         })
         .collect()
 }
@@ -159,7 +162,8 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
 
     let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
-        .with_max_events_per_call(settings.worker.max_events_per_call);
+        .with_max_events_per_call(settings.worker.max_events_per_call)
+        .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);
     store.load_script().await.map_err(|e| e.to_string())?;
 
     let gauges = Arc::new(Gauges::new());
@@ -221,7 +225,9 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
                     info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
                     swapped.insert(b.clone());
                 }
-                Ok(Swap::Behind(field, live_at, built_at)) => waiting.push((live.to_string(), field, live_at, built_at)),
+                Ok(Swap::Behind(field, live_at, built_at)) => {
+                    waiting.push((live.to_string(), field, live_at, built_at))
+                }
                 Err(e) => warn!(error = %e, tag = %live, "A swap failed; it is tried again."),
             }
         }

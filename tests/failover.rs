@@ -50,8 +50,9 @@ async fn run_with_failovers(min_replicas: u32, seed: u64) -> Run {
     let w = Worker::spawn(&cfg);
     wait_http(w.http_port, Duration::from_secs(30)).await;
 
-    // About fifteen seconds of records, so that the failovers happen while records still arrive.
-    let producing = broker.produce_paced(&topic, s.records.clone(), 1_000, Duration::from_millis(150));
+    // About forty seconds of records, so that the three failovers (each a few seconds of outage,
+    // then the dead node restarted and synced as a replica) happen while records still arrive.
+    let producing = broker.produce_paced(&topic, s.records.clone(), 1_000, Duration::from_millis(350));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut failovers = Vec::new();
     for _ in 0..3 {

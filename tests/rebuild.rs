@@ -47,9 +47,8 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
     let w = Worker::spawn(&cfg);
     let mut conn = redis.conn().await;
     let all = "lb:{points}:all";
-    let victim: String = redis::cmd("ZRANGE").arg(all).arg(0).arg(0).query_async::<Vec<String>>(&mut conn).await.unwrap()
-        [0]
-    .clone();
+    let victim: String =
+        redis::cmd("ZRANGE").arg(all).arg(0).arg(0).query_async::<Vec<String>>(&mut conn).await.unwrap()[0].clone();
     let _: () = redis::cmd("ZADD").arg(all).arg(5).arg("intruder").query_async(&mut conn).await.unwrap();
     let _: f64 = redis::cmd("ZINCRBY").arg(all).arg(1000).arg(&victim).query_async(&mut conn).await.unwrap();
 
@@ -106,4 +105,72 @@ async fn rebuild_names_an_unknown_board_and_changes_nothing() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--board nope") && err.contains("points"), "{err}");
+}
+
+/// The swap script alone, on keys written by hand: it refuses while the
+/// live side is ahead on a partition; then it swaps the period boards and
+/// their per-period keys, and leaves a sealed period, its snapshot and a
+/// rolling board as the live workers made them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_swap_waits_for_agreement_and_keeps_what_the_scheduler_owns() {
+    let redis = Redis::start();
+    let mut c = redis.conn().await;
+    let (live, built) = ("lb:{p}", "_rebuild:lb:{p}");
+    let cmd = |args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd
+    };
+    for args in [
+        // Live: an unsealed board with its dense index, a sealed day, its snapshot, a rolling board.
+        &["ZADD", "lb:{p}:all", "5", "stale"][..],
+        &["ZADD", "lb:{p}:_dense:all", "0", "5"],
+        &["ZADD", "lb:{p}:d:2026-12-01", "7", "sealed-live"],
+        &["ZADD", "lb:{p}:d:2026-12-01:final", "7", "sealed-live"],
+        &["ZADD", "lb:{p}:r:last7d", "7", "rolling-live"],
+        &["SADD", "lb:{p}:_keys", "lb:{p}:all", "lb:{p}:d:2026-12-01", "lb:{p}:d:2026-12-01:final", "lb:{p}:r:last7d"],
+        &["HSET", "lb:{p}:_sealed", "lb:{p}:d:2026-12-01", "1"],
+        &["HSET", "lb:{p}:_offsets", "t:0", "10", "t:1", "4"],
+        // Rebuilt: the boards of every record, one partition behind at first.
+        &["ZADD", "_rebuild:lb:{p}:all", "9", "right"],
+        &["ZADD", "_rebuild:lb:{p}:_dense:all", "0", "9"],
+        &["ZADD", "_rebuild:lb:{p}:d:2026-12-01", "8", "rebuilt-day"],
+        &["ZADD", "_rebuild:lb:{p}:d:2026-12-02", "3", "new-day"],
+        &["SADD", "_rebuild:lb:{p}:_keys", "_rebuild:lb:{p}:all", "_rebuild:lb:{p}:d:2026-12-01", "_rebuild:lb:{p}:d:2026-12-02"],
+        &["HSET", "_rebuild:lb:{p}:_offsets", "t:0", "12", "t:1", "3"],
+    ] {
+        let _: redis::Value = cmd(args).query_async(&mut c).await.unwrap();
+    }
+    let reply: Vec<redis::Value> =
+        rankflow::store::swap_invocation(live, built, 3600).invoke_async(&mut c).await.unwrap();
+    assert_eq!(reply.len(), 4, "the live side is ahead on t:1: {reply:?}");
+    let all: Vec<String> = cmd(&["ZRANGE", "lb:{p}:all", "0", "-1"]).query_async(&mut c).await.unwrap();
+    assert_eq!(all, ["stale"], "a refused swap changed the live board");
+
+    let _: i64 = cmd(&["HSET", "_rebuild:lb:{p}:_offsets", "t:1", "4"]).query_async(&mut c).await.unwrap();
+    let reply: Vec<i64> = rankflow::store::swap_invocation(live, built, 3600).invoke_async(&mut c).await.unwrap();
+    assert_eq!(reply, [1, 2], "two period keys swapped in");
+    let members = |key: &'static str| {
+        let mut c = c.clone();
+        async move { cmd(&["ZRANGE", key, "0", "-1"]).query_async::<Vec<String>>(&mut c).await.unwrap() }
+    };
+    assert_eq!(members("lb:{p}:all").await, ["right"]);
+    assert_eq!(members("lb:{p}:_dense:all").await, ["9"]);
+    assert_eq!(members("lb:{p}:d:2026-12-02").await, ["new-day"]);
+    assert_eq!(members("lb:{p}:d:2026-12-01").await, ["sealed-live"], "a sealed period is final");
+    assert_eq!(members("lb:{p}:d:2026-12-01:final").await, ["sealed-live"]);
+    assert_eq!(members("lb:{p}:r:last7d").await, ["rolling-live"]);
+    let offsets: std::collections::HashMap<String, i64> =
+        cmd(&["HGETALL", "lb:{p}:_offsets"]).query_async(&mut c).await.unwrap();
+    assert_eq!(offsets, [("t:0".to_string(), 12), ("t:1".to_string(), 4)].into_iter().collect());
+    let mut registry: Vec<String> = cmd(&["SMEMBERS", "lb:{p}:_keys"]).query_async(&mut c).await.unwrap();
+    registry.sort();
+    assert_eq!(
+        registry,
+        ["lb:{p}:all", "lb:{p}:d:2026-12-01", "lb:{p}:d:2026-12-01:final", "lb:{p}:d:2026-12-02", "lb:{p}:r:last7d"]
+    );
+    let left: Vec<String> = cmd(&["KEYS", "_rebuild:*"]).query_async(&mut c).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -18,7 +18,7 @@ use crate::keys;
 use crate::metrics;
 use crate::retry::retry;
 use crate::schedule;
-use crate::store::{push_write, Landed, Prepared, TagBatch};
+use crate::store::{push_write, Landed, Prepared, StoreError, TagBatch};
 
 use super::inflight::Results;
 use super::outcome::Routes;
@@ -168,7 +168,6 @@ pub fn spawn_apply(
 ) -> JoinHandle<Results> {
     let (store, cancel, health) = (cx.store.clone(), cx.cancel.clone(), cx.health.clone());
     let max_backoff = cx.settings.worker.max_backoff;
-    let (min_replicas, replica_wait) = (cx.settings.redis.min_replicas, cx.settings.redis.replica_wait);
     let apply = async move {
         let m = metrics::get();
         let landed_ok = |started: Instant, health: &Health| {
@@ -176,84 +175,54 @@ pub fn spawn_apply(
             health.redis_up.store(true, Ordering::Relaxed);
             m.redis_up.set(1);
         };
-        let mut after = after;
         let mut landed = Landed::new(&calls);
         // An empty batch has nothing to send.
-        if after.is_some() && !landed.is_complete() {
+        if let Some(after) = after.filter(|_| !landed.is_complete()) {
             let started = Instant::now();
-            match store.apply_pending(&calls, &mut landed).await {
-                Ok(()) => landed_ok(started, &health),
-                Err(e) => {
-                    debug!(error = %e, "A batch sent behind another did not apply; what did not is sent again once that one has landed.");
-                    after.take()?.await.ok()?;
-                    calls.unconditional();
-                }
+            let r = store.apply_pending(&calls, &mut landed).await;
+            if let Err(e) = &r {
+                debug!(error = %e, "A batch sent behind another is not done; what is not is sent again once that one is.");
+            }
+            if r.is_ok() {
+                landed_ok(started, &health);
+            } else {
+                after.await.ok()?;
+                calls.unconditional();
             }
         }
-        // Sends what has not landed yet, retried with backoff until it has.
-        let land = |calls: Arc<Prepared>, landed: Landed| {
-            let (store, health, cancel) = (store.clone(), health.clone(), cancel.clone());
-            async move {
-                if landed.is_complete() {
-                    return Some(landed);
-                }
-                let shared = Arc::new(tokio::sync::Mutex::new(landed));
-                retry("apply a batch to Redis", &cancel, max_backoff, || {
-                    let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
-                    async move {
-                        let started = Instant::now();
-                        let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
-                        match &r {
-                            Ok(()) => landed_ok(started, &health),
-                            Err(_) => {
-                                m.redis_errors.with_label_values(&["apply"]).inc();
-                                health.redis_up.store(false, Ordering::Relaxed);
-                                m.redis_up.set(0);
-                            }
+        // What is not done yet (not landed, or with redis.min_replicas not
+        // on enough replicas: the writes may have died with their primary)
+        // is sent again, with capped backoff, until it is; the script's
+        // recorded offsets make a second landing exact, and each call keeps
+        // the answers of its first. The next batch is told this one is done
+        // only then, so that a batch sent again after a failover lands
+        // before the ones behind it.
+        if !landed.is_complete() {
+            let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
+            retry("apply a batch to Redis", &cancel, max_backoff, || {
+                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
+                async move {
+                    let started = Instant::now();
+                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
+                    match &r {
+                        Ok(()) => landed_ok(started, &health),
+                        Err(StoreError::NotReplicated { .. }) => {
+                            landed_ok(started, &health);
+                            m.replica_wait_failures.inc();
                         }
-                        r
+                        Err(_) => {
+                            m.redis_errors.with_label_values(&["apply"]).inc();
+                            health.redis_up.store(false, Ordering::Relaxed);
+                            m.redis_up.set(0);
+                        }
                     }
-                })
-                .await?;
-                Some(Arc::into_inner(shared).expect("the retries are over").into_inner())
-            }
-        };
-        let calls = Arc::new(calls);
-        let results = land(calls.clone(), landed).await?.into_results().expect("every call landed");
-        if min_replicas == 0 {
-            let _ = done.send(());
-            return Some(results);
-        }
-        // No offset of the batch is stored before its writes are on enough
-        // replicas (redis.min_replicas): a failover then loses none of them.
-        // A WAIT that fails may mean the writes died with their primary
-        // before any replica had them (the connection WAIT now runs on is
-        // another's): the batch is sent again, once the batch before it is
-        // on the replicas too, so that it lands after that one, and the
-        // script's recorded offsets make the second landing exact (records
-        // that survived are recognised, lost ones applied). The batch's
-        // outcomes stay those of its first landing. The next batch is told
-        // this one has landed only once it is on the replicas.
-        loop {
-            match store.wait_replicas(min_replicas, replica_wait).await {
-                Ok(()) => break,
-                Err(e) => {
-                    m.replica_wait_failures.inc();
-                    debug!(error = %e, "The replicas did not acknowledge a batch; it is sent again.");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return None,
-                        _ = tokio::time::sleep(replica_wait.min(max_backoff)) => {}
-                    }
-                    if let Some(before) = after.take() {
-                        before.await.ok()?;
-                    }
-                    let mut again = (*calls).clone();
-                    again.unconditional();
-                    let fresh = Landed::new(&again);
-                    land(Arc::new(again), fresh).await?;
+                    r
                 }
-            }
+            })
+            .await?;
+            landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
         }
+        let results = landed.into_results().expect("every call landed");
         let _ = done.send(());
         Some(results)
     };

@@ -12,7 +12,10 @@
 -- ARGV[2]  the rebuilt period key prefix ("_rebuild:lb:{points}:")
 -- ARGV[3]  dedupe_ttl, seconds
 -- ARGV[4], ARGV[5]  the live and rebuilt dedupe hash prefixes ("..:_seen:")
--- ARGV[6..] pairs: a live and a rebuilt per-period key prefix (the dense
+-- ARGV[6]  the suffix of a sealed snapshot's period id (":final")
+-- ARGV[7], ARGV[8]  what a rolling board's period id, and its build's,
+--          start with ("r:", "_roll:r:")
+-- ARGV[9..] pairs: a live and a rebuilt per-period key prefix (the dense
 --          index, its counts, event times, metadata, attempts, hidden
 --          players' values), each completed with a period id
 --
@@ -36,7 +39,8 @@ local live_pp, built_pp = ARGV[1], ARGV[2]
 local ttl = tonumber(ARGV[3])
 local live_seen, built_seen = ARGV[4], ARGV[5]
 local aux = {}
-for i = 6, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
+local final_suffix, rolling, building = ARGV[6], ARGV[7], ARGV[8]
+for i = 9, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
 
 local live = call('HGETALL', live_off)
 for i = 1, #live, 2 do
@@ -56,9 +60,15 @@ local function is_sealed(key)
   return call('HEXISTS', live_sealed, key) == 1
 end
 
+-- The scheduler's keys: sealed snapshots, rolling boards and their builds.
+local function is_scheduled(id)
+  return string.sub(id, -#final_suffix) == final_suffix or string.sub(id, 1, #rolling) == rolling
+    or string.sub(id, 1, #building) == building
+end
+
 for _, k in ipairs(call('SMEMBERS', live_reg)) do
-  if not is_sealed(k) then
-    local id = string.sub(k, #live_pp + 1)
+  local id = string.sub(k, #live_pp + 1)
+  if not is_sealed(k) and not is_scheduled(id) then
     call('UNLINK', k)
     for _, a in ipairs(aux) do call('UNLINK', a[1] .. id) end
     call('SREM', live_reg, k)
@@ -69,7 +79,7 @@ local swapped = 0
 for _, k in ipairs(call('SMEMBERS', built_reg)) do
   local id = string.sub(k, #built_pp + 1)
   local target = live_pp .. id
-  if is_sealed(target) then
+  if is_sealed(target) or is_scheduled(id) then
     call('UNLINK', k)
     for _, a in ipairs(aux) do call('UNLINK', a[2] .. id) end
   else

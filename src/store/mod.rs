@@ -26,9 +26,9 @@ mod swap;
 pub use conn::{node_connections, scan_keys, RedisConn};
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
-pub use swap::{swap_tag, Swap};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
+pub use swap::{swap_invocation, swap_tag, Swap};
 
 // Both scripts keep dedupe markers, whose code is `markers.lua`, put before
 // each. (Put together at run time: cargo does not see a file that
@@ -60,6 +60,8 @@ pub enum StoreError {
     Replicas { wanted: u32, got: i64 },
     #[error("waiting for replicas failed: {0}")]
     Wait(#[source] RedisError),
+    #[error("too few replicas acknowledged the writes to board tag {base} within redis.replica_wait")]
+    NotReplicated { base: String },
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
 }
@@ -91,9 +93,19 @@ fn evalsha<A: redis::ToRedisArgs>(script: &redis::Script, keys: &[String], args:
     cmd
 }
 
+/// `WAIT n timeout`: how many replicas acknowledged every write of the connection it runs on.
+fn wait_cmd(n: u32, timeout: Duration) -> redis::Cmd {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(n).arg(timeout.as_millis().max(1) as u64);
+    cmd
+}
+
 /// Which calls of a prepared batch Redis has applied, with their answers.
 pub struct Landed {
     results: Vec<Option<Vec<ApplyResult>>>,
+    /// Whether each call's writes are known to be on enough replicas (with
+    /// `redis.min_replicas`; without it, a call is durable once it landed).
+    durable: Vec<bool>,
     /// The tag batch each call carries events of, in call order.
     batch_of: Vec<usize>,
 }
@@ -101,12 +113,16 @@ pub struct Landed {
 impl Landed {
     /// Nothing landed yet.
     pub fn new(prepared: &Prepared) -> Landed {
-        Landed { results: vec![None; prepared.calls.len()], batch_of: prepared.calls.iter().map(|c| c.batch).collect() }
+        Landed {
+            results: vec![None; prepared.calls.len()],
+            durable: vec![false; prepared.calls.len()],
+            batch_of: prepared.calls.iter().map(|c| c.batch).collect(),
+        }
     }
 
-    /// Whether every call has landed.
+    /// Whether every call has landed (and, with `redis.min_replicas`, is on enough replicas).
     pub fn is_complete(&self) -> bool {
-        self.results.iter().all(Option::is_some)
+        self.durable.iter().all(|d| *d)
     }
 
     /// Once all have landed, the answers per tag batch (a tag's calls put
@@ -131,6 +147,8 @@ pub struct Store {
     dedupe_ttl_secs: u64,
     max_events_per_call: usize,
     gate: Arc<Gate>,
+    /// `redis.min_replicas` and `redis.replica_wait`, when set.
+    replicas: Option<(u32, Duration)>,
 }
 
 impl Store {
@@ -144,6 +162,7 @@ impl Store {
                 order: tokio::sync::Mutex::new(()),
                 slots: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_REDIS)),
             }),
+            replicas: None,
         }
     }
 
@@ -202,7 +221,7 @@ impl Store {
 
     async fn send_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
         use futures::{FutureExt, StreamExt};
-        let done: Vec<bool> = landed.results.iter().map(Option::is_some).collect();
+        let done = landed.durable.clone();
         let mut inflight = futures::stream::FuturesUnordered::new();
         let mut answers = Vec::new();
         {
@@ -235,9 +254,16 @@ impl Store {
         let mut first_error = None;
         for (i, result) in answers {
             match result {
-                // A call that had landed keeps its first answers.
-                Ok(r) if landed.results[i].is_none() => landed.results[i] = Some(r),
-                Ok(_) => {}
+                Ok((r, durable)) => {
+                    // A call that had landed keeps its first answers.
+                    if landed.results[i].is_none() {
+                        landed.results[i] = Some(r);
+                    }
+                    landed.durable[i] |= durable;
+                    if !durable && first_error.is_none() {
+                        first_error = Some(StoreError::NotReplicated { base: prepared.calls[i].base.clone() });
+                    }
+                }
                 Err(e) if landed.results[i].is_none() => {
                     // A missing script is the error that says what to do next.
                     if first_error.is_none() || e.is_no_script() {
@@ -274,16 +300,45 @@ impl Store {
         })
     }
 
-    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<Vec<ApplyResult>, StoreError> {
+    /// One apply call: its answers, and whether its writes are on enough
+    /// replicas. With `redis.min_replicas`, the call and `WAIT` go
+    /// together, in one pipeline on the connection of the call's node:
+    /// `WAIT` counts what its own connection wrote, and a `WAIT` sent on
+    /// its own could reach another connection (redis-rs stands in another
+    /// node's for one under repair) and vouch for nothing.
+    async fn apply_one(
+        &self,
+        base: &str,
+        inv: &Invocation,
+        n: usize,
+    ) -> Result<(Vec<ApplyResult>, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
         let cmd = evalsha(&self.script, &inv.keys, &inv.args);
-        let reply: Result<Vec<i64>, RedisError> = cmd.query_async(&mut self.conn.clone()).await;
-        let reply = reply.map_err(|source| StoreError::Apply { base: base.to_string(), source })?;
-        decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
+        let apply_error = |source| StoreError::Apply { base: base.to_string(), source };
+        let (reply, durable) = match self.replicas {
+            None => (cmd.query_async::<Vec<i64>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
+            Some((wanted, timeout)) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd).add_command(wait_cmd(wanted, timeout));
+                let (reply, got): (Vec<i64>, i64) =
+                    pipe.query_async(&mut self.conn.clone()).await.map_err(apply_error)?;
+                (reply, got >= i64::from(wanted))
+            }
+        };
+        let results = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
             base: base.to_string(),
             got: reply.len(),
             expected: n,
-        })
+        })?;
+        Ok((results, durable))
+    }
+
+    /// Waits for `n` replicas on every write (`redis.min_replicas`): each
+    /// apply call is then followed by `WAIT n timeout` on its connection,
+    /// and a call is done only once enough replicas acknowledged it.
+    pub fn with_min_replicas(mut self, n: u32, timeout: Duration) -> Store {
+        self.replicas = (n > 0).then_some((n, timeout));
+        self
     }
 
     /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
@@ -320,24 +375,6 @@ impl Store {
         Ok(())
     }
 
-    /// `WAIT n timeout`: whether at least `n` replicas have acknowledged
-    /// every write this connection made (on a cluster, every primary's: the
-    /// fewest counts). Fewer is an error, to be retried: the writes are
-    /// applied, and only their acknowledgement is awaited again.
-    pub async fn wait_replicas(&self, n: u32, timeout: Duration) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let got: i64 = redis::cmd("WAIT")
-            .arg(n)
-            .arg(timeout.as_millis().max(1) as u64)
-            .query_async(&mut conn)
-            .await
-            .map_err(StoreError::Wait)?;
-        if got < i64::from(n) {
-            return Err(StoreError::Replicas { wanted: n, got });
-        }
-        Ok(())
-    }
-
     /// A deployment marker (`keys::deploy_key`): field -> offset.
     pub async fn marker(&self, key: &str) -> Result<std::collections::HashMap<String, i64>, StoreError> {
         let mut conn = self.conn.clone();
@@ -354,13 +391,32 @@ impl Store {
         key: &str,
         entries: &[(String, Option<i64>, i64)],
     ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-        static DEPLOY: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../scripts/deploy.lua")));
+        const DEPLOY_LUA: &str = include_str!("../scripts/deploy.lua");
+        static DEPLOY: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEPLOY_LUA));
         let mut inv = DEPLOY.key(key);
         for (field, expected, new) in entries {
             inv.arg(field).arg(expected.unwrap_or(-1)).arg(new);
         }
         let mut conn = self.conn.clone();
-        let flat: Vec<String> = inv.invoke_async(&mut conn).await.map_err(StoreError::Registry)?;
+        let flat: Vec<String> = match self.replicas {
+            None => inv.invoke_async(&mut conn).await.map_err(StoreError::Registry)?,
+            // Waited for like an apply call (see `apply_one`), so that a
+            // failover that keeps every acknowledged write keeps the marker.
+            Some((wanted, timeout)) => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(DEPLOY_LUA).arg(1).arg(key);
+                for (field, expected, new) in entries {
+                    eval.arg(field).arg(expected.unwrap_or(-1)).arg(new);
+                }
+                let mut pipe = redis::pipe();
+                pipe.add_command(eval).add_command(wait_cmd(wanted, timeout));
+                let (flat, got): (Vec<String>, i64) = pipe.query_async(&mut conn).await.map_err(StoreError::Wait)?;
+                if got < i64::from(wanted) {
+                    return Err(StoreError::Replicas { wanted, got });
+                }
+                flat
+            }
+        };
         Ok(flat.chunks(3).map(|c| (c[0].clone(), c[1].parse().unwrap_or(-1), c[2].parse().unwrap_or(-1))).collect())
     }
 

@@ -35,6 +35,7 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     }
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
+    inv.arg(keys::final_id("")).arg(keys::rolling_id("")).arg(keys::rolling_build_id(""));
     let per_period: [fn(&str) -> String; 6] = [
         keys::dense_prefix,
         keys::dense_count_prefix,

@@ -847,7 +847,8 @@ impl RedisCluster {
     }
 
     fn cli(&self, node: usize, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli").args(["-p", &self.nodes[node].port.to_string()]).args(args).output().ok()?;
+        let out =
+            Command::new("redis-cli").args(["-p", &self.nodes[node].port.to_string()]).args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -873,9 +874,14 @@ impl RedisCluster {
 
     /// The node serving `key`'s slot, as the live nodes see it.
     pub fn master_of(&self, key: &str) -> usize {
+        self.try_master_of(key).unwrap_or_else(|| panic!("no primary serves the slot of {key}"))
+    }
+
+    /// The node serving `key`'s slot; `None` while none does (a failover).
+    fn try_master_of(&self, key: &str) -> Option<usize> {
         let any = (0..self.nodes.len()).find(|&n| self.alive(n)).expect("a live node");
-        let slot: u16 = self.cli(any, &["CLUSTER", "KEYSLOT", key]).unwrap().trim().parse().unwrap();
-        let nodes = self.cli(any, &["CLUSTER", "NODES"]).unwrap();
+        let slot: u16 = self.cli(any, &["CLUSTER", "KEYSLOT", key])?.trim().parse().ok()?;
+        let nodes = self.cli(any, &["CLUSTER", "NODES"])?;
         for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             if !f[2].contains("master") || f[2].contains("fail") {
@@ -887,10 +893,10 @@ impl RedisCluster {
             });
             if serves {
                 let port: u16 = f[1].split('@').next().unwrap().rsplit_once(':').unwrap().1.parse().unwrap();
-                return self.nodes.iter().position(|n| n.port == port).expect("a node of ours");
+                return self.nodes.iter().position(|n| n.port == port);
             }
         }
-        panic!("no master serves slot {slot}:\n{nodes}");
+        None
     }
 
     /// `kill -9` of `key`'s primary; returns once its replica serves the
@@ -899,17 +905,23 @@ impl RedisCluster {
     pub fn fail_over(&mut self, key: &str) -> Failover {
         let old = self.master_of(key);
         // How far the replica was behind at the kill: bytes of the
-        // primary's replication stream it had not acknowledged (writes a
-        // failover loses unless they were waited for).
+        // primary's replication stream (its offset, then the replica's own,
+        // read just before the kill) that the replica had not received.
         let info = self.cli(old, &["INFO", "replication"]).unwrap_or_default();
-        let field = |name: &str| -> i64 {
-            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-        };
-        let primary = field("master_repl_offset:");
-        let replica = info
+        let primary: i64 = info
             .lines()
-            .filter(|l| l.starts_with("slave"))
-            .filter_map(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")).and_then(|v| v.parse::<i64>().ok()))
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let port = self.nodes[old].port.to_string();
+        let replica = (0..self.nodes.len())
+            .filter(|&n| n != old && self.alive(n))
+            .filter_map(|n| {
+                let role = self.cli(n, &["ROLE"])?;
+                let f: Vec<&str> = role.lines().collect();
+                (f.first() == Some(&"slave") && f.get(2) == Some(&port.as_str()))
+                    .then(|| f.get(4)?.parse::<i64>().ok())?
+            })
             .max()
             .unwrap_or(0);
         let started = Instant::now();
@@ -919,7 +931,7 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(100));
             let any = (0..self.nodes.len()).find(|&n| self.alive(n)).unwrap();
             let ok = self.cli(any, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"));
-            if ok && self.master_of(key) != old {
+            if ok && self.try_master_of(key).is_some_and(|m| m != old) {
                 break;
             }
             assert!(Instant::now() < deadline, "no replica took over within 30 s");
@@ -928,7 +940,7 @@ impl RedisCluster {
         self.nodes[old].restart();
         self.wait_ok();
         self.wait_replica_synced(old);
-        Failover { outage, unreplicated_bytes: primary - replica }
+        Failover { outage, unreplicated_bytes: (primary - replica).max(0) }
     }
 
     fn wait_replica_synced(&self, node: usize) {
