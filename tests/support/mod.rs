@@ -902,30 +902,49 @@ impl RedisCluster {
     /// `kill -9` of `key`'s primary; returns once its replica serves the
     /// slot and the cluster is ok again, then restarts the dead node (empty,
     /// it rejoins as the new primary's replica) and waits for it to sync.
-    pub fn fail_over(&mut self, key: &str) -> Failover {
+    ///
+    /// `lag`: that long before the kill, the replica is frozen (SIGSTOP)
+    /// and the primary drops its link, as with a replica cut off by the
+    /// network; it is thawed right after the kill. The primary's writes of
+    /// that time are on no replica when it dies.
+    pub fn fail_over(&mut self, key: &str, lag: Duration) -> Failover {
         let old = self.master_of(key);
-        // How far the replica was behind at the kill: bytes of the
-        // primary's replication stream (its offset, then the replica's own,
-        // read just before the kill) that the replica had not received.
-        let info = self.cli(old, &["INFO", "replication"]).unwrap_or_default();
-        let primary: i64 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("master_repl_offset:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
         let port = self.nodes[old].port.to_string();
         let replica = (0..self.nodes.len())
             .filter(|&n| n != old && self.alive(n))
-            .filter_map(|n| {
+            .find_map(|n| {
                 let role = self.cli(n, &["ROLE"])?;
                 let f: Vec<&str> = role.lines().collect();
-                (f.first() == Some(&"slave") && f.get(2) == Some(&port.as_str()))
-                    .then(|| f.get(4)?.parse::<i64>().ok())?
+                (f.first() == Some(&"slave") && f.get(2) == Some(&port.as_str())).then_some(n)
             })
-            .max()
-            .unwrap_or(0);
+            .expect("the primary has a replica");
+        // The replica's own offset, then (after the lag) the primary's: the
+        // bytes between are the writes the replica lacks at the kill.
+        let offset_of = |info: Option<String>, field: &str| -> i64 {
+            info.unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let lagging = !lag.is_zero();
+        if lagging {
+            // Frozen, it cannot reconnect once the primary drops the link;
+            // what the primary writes from then on reaches no replica.
+            self.nodes[replica].pause();
+            self.cli(old, &["CLIENT", "KILL", "TYPE", "replica"]).expect("drop the replica link");
+            std::thread::sleep(lag);
+        }
+        let primary = offset_of(self.cli(old, &["INFO", "replication"]), "master_repl_offset:");
+        let replica_at =
+            (!lagging).then(|| offset_of(self.cli(replica, &["INFO", "replication"]), "slave_repl_offset:"));
         let started = Instant::now();
         self.nodes[old].stop();
+        if lagging {
+            self.nodes[replica].resume();
+        }
+        let replica_at =
+            replica_at.unwrap_or_else(|| offset_of(self.cli(replica, &["INFO", "replication"]), "slave_repl_offset:"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             std::thread::sleep(Duration::from_millis(100));
@@ -940,7 +959,7 @@ impl RedisCluster {
         self.nodes[old].restart();
         self.wait_ok();
         self.wait_replica_synced(old);
-        Failover { outage, unreplicated_bytes: (primary - replica).max(0) }
+        Failover { outage, unreplicated_bytes: (primary - replica_at).max(0) }
     }
 
     fn wait_replica_synced(&self, node: usize) {
