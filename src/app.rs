@@ -54,10 +54,9 @@ pub async fn run(settings: Settings) -> i32 {
     let Some((conn, reads)) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
         return 0;
     };
-    let store =
-        Store::new(conn, settings.redis.dedupe_ttl)
-            .with_max_events_per_call(settings.worker.max_events_per_call)
-            .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);
+    let store = Store::new(conn, settings.redis.dedupe_ttl)
+        .with_max_events_per_call(settings.worker.max_events_per_call)
+        .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);
     if let Err(e) = store.load_script().await {
         warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");
     }

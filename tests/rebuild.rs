@@ -138,7 +138,13 @@ async fn the_swap_waits_for_agreement_and_keeps_what_the_scheduler_owns() {
         &["ZADD", "_rebuild:lb:{p}:_dense:all", "0", "9"],
         &["ZADD", "_rebuild:lb:{p}:d:2026-12-01", "8", "rebuilt-day"],
         &["ZADD", "_rebuild:lb:{p}:d:2026-12-02", "3", "new-day"],
-        &["SADD", "_rebuild:lb:{p}:_keys", "_rebuild:lb:{p}:all", "_rebuild:lb:{p}:d:2026-12-01", "_rebuild:lb:{p}:d:2026-12-02"],
+        &[
+            "SADD",
+            "_rebuild:lb:{p}:_keys",
+            "_rebuild:lb:{p}:all",
+            "_rebuild:lb:{p}:d:2026-12-01",
+            "_rebuild:lb:{p}:d:2026-12-02",
+        ],
         &["HSET", "_rebuild:lb:{p}:_offsets", "t:0", "12", "t:1", "3"],
     ] {
         let _: redis::Value = cmd(args).query_async(&mut c).await.unwrap();

@@ -132,14 +132,15 @@ pub async fn record(cx: &Context, offsets: &[(String, i64)]) -> bool {
         let recorded = cx.recorded.lock().unwrap_or_else(|e| e.into_inner());
         offsets.iter().map(|(f, o)| (f.clone(), recorded.get(f).copied(), *o)).collect()
     };
-    let answer = retry("record offsets in the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        let r = cx.store.record_marker(&key, &entries).await;
-        if let Err(StoreError::Replicas { .. }) = r {
-            metrics::get().replica_wait_failures.inc();
-        }
-        r
-    })
-    .await;
+    let answer =
+        retry("record offsets in the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
+            let r = cx.store.record_marker(&key, &entries).await;
+            if let Err(StoreError::Replicas { .. }) = r {
+                metrics::get().replica_wait_failures.inc();
+            }
+            r
+        })
+        .await;
     let Some(lost) = answer else { return false };
     if lost.is_empty() {
         let mut recorded = cx.recorded.lock().unwrap_or_else(|e| e.into_inner());

@@ -306,12 +306,7 @@ impl Store {
     /// `WAIT` counts what its own connection wrote, and a `WAIT` sent on
     /// its own could reach another connection (redis-rs stands in another
     /// node's for one under repair) and vouch for nothing.
-    async fn apply_one(
-        &self,
-        base: &str,
-        inv: &Invocation,
-        n: usize,
-    ) -> Result<(Vec<ApplyResult>, bool), StoreError> {
+    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
         let cmd = evalsha(&self.script, &inv.keys, &inv.args);
         let apply_error = |source| StoreError::Apply { base: base.to_string(), source };
