@@ -47,6 +47,15 @@ pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
     }
 }
 
+/// The key base of shard `k` of a sharded board's tag: `lb:{points#3}` or
+/// `lb:{laps:monza#3}` (see `board::shard_of`).
+pub fn shard_base(prefix: &str, board: &str, split: Option<&str>, k: u32) -> String {
+    match split {
+        Some(s) => format!("{prefix}:{{{board}:{s}#{k}}}"),
+        None => format!("{prefix}:{{{board}#{k}}}"),
+    }
+}
+
 /// `lb:{points}:d:2026-08-14`; the all-time board is `lb:{points}:all`.
 pub fn period_key(base: &str, period_id: &str) -> String {
     format!("{base}:{period_id}")
@@ -162,16 +171,24 @@ pub fn registry_key(base: &str) -> String {
     format!("{base}:_keys")
 }
 
-/// The board id of a key base `prefix:{board}` or `prefix:{board:split}`.
-pub fn board_of_base(base: &str) -> Option<&str> {
+/// The hash tag of a key base without its shard: `points` of
+/// `prefix:{points}` and `prefix:{points#3}`, `laps:monza` of `prefix:{laps:monza#3}`.
+fn tag_of_base(base: &str) -> Option<&str> {
     let tag = base.split_once('{')?.1.strip_suffix('}')?;
+    Some(tag.split_once('#').map_or(tag, |(t, _)| t))
+}
+
+/// The board id of a key base `prefix:{board}` or `prefix:{board:split}`
+/// (either with a shard, `#k`).
+pub fn board_of_base(base: &str) -> Option<&str> {
+    let tag = tag_of_base(base)?;
     Some(tag.split(':').next().unwrap_or(tag))
 }
 
 /// The (board, split) of a split board's key base `prefix:{board:split}`;
 /// `None` for a board without splits.
 pub fn split_of_base(base: &str) -> Option<(&str, &str)> {
-    base.split_once('{')?.1.strip_suffix('}')?.split_once(':')
+    tag_of_base(base)?.split_once(':')
 }
 
 /// The field of a tag's sealed hash that holds a period's manual close time
@@ -299,6 +316,10 @@ mod tests {
         assert_eq!(tags_key("lb"), "lb:{.tags}:_bases");
         assert_eq!(split_of_base("lb:{laps:monza}"), Some(("laps", "monza")));
         assert_eq!(split_of_base("lb:{points}"), None);
+        assert_eq!(shard_base("lb", "points", None, 3), "lb:{points#3}");
+        assert_eq!(shard_base("lb", "laps", Some("monza"), 0), "lb:{laps:monza#0}");
+        assert_eq!(board_of_base("lb:{points#3}"), Some("points"));
+        assert_eq!(split_of_base("lb:{laps:monza#0}"), Some(("laps", "monza")));
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");
         assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);
         assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use crate::board::{Board, Mode, PeriodWrite, Router};
 use crate::event::{valid_split_value, AdminEvent, AdminKind, Reason, Rejection};
-use crate::keys;
 use crate::period::Period;
 
 /// Which board tags an admin event reaches.
@@ -110,9 +109,9 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                     removable_period(p, board)?;
                 }
                 let reach = match split {
-                    Some(s) => Reach::Tag(keys::base(router.prefix(), id, Some(s))),
+                    Some(s) => Reach::Tag(router.base(board, Some(s), &event.player_id)),
                     None if board.split_by().is_some() => Reach::Boards(vec![id.to_string()]),
-                    None => Reach::Tag(keys::base(router.prefix(), id, None)),
+                    None => Reach::Tag(router.base(board, None, &event.player_id)),
                 };
                 return Ok(AdminPlan { reach, op: AdminOp::Remove { period: event.period.clone() } });
             }
@@ -135,7 +134,7 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
             if event.value.abs() > packing.max_value() {
                 return Err(out_of_range());
             }
-            let base = keys::base(router.prefix(), id, split);
+            let base = router.base(board, split, &event.player_id);
             let periods = match &event.period {
                 Some(p) => vec![named_period(router, i, split, &base, p, record_ts_ms)?],
                 None => router

@@ -19,9 +19,11 @@ use crate::score::Packing;
 
 mod router;
 mod schedule;
+mod shard;
 
 pub use router::Router;
 pub use schedule::{Schedule, ScheduleError};
+pub use shard::shard_of;
 
 /// How a board combines an event's score with what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +115,8 @@ pub struct BoardSpec {
     pub windows: Vec<Window>,
     /// Recurring periods, `c:<name>:<local start>`.
     pub schedules: Vec<Schedule>,
+    /// Sharded boards: how many hash tags the members are spread over.
+    pub shards: Option<u32>,
 }
 
 #[cfg(test)]
@@ -139,6 +143,7 @@ impl BoardSpec {
             rolling: Vec::new(),
             windows: Vec::new(),
             schedules: Vec::new(),
+            shards: None,
         }
     }
 }
@@ -197,6 +202,11 @@ impl Board {
     /// Per-player sliding window on event time: (events, window ms).
     pub fn rate_limit(&self) -> Option<(u64, i64)> {
         self.spec.rate_limit
+    }
+
+    /// Sharded boards: how many shards (hash tags) hold the members.
+    pub fn shards(&self) -> Option<u32> {
+        self.spec.shards
     }
 
     /// Whether the dense-rank index is kept.

@@ -134,6 +134,8 @@ impl Router {
         ts_ms: i64,
         period: impl FnOnce() -> Option<Period>,
     ) -> Option<Arc<PeriodWrite>> {
+        // A sharded board's shards have keys of their own: its cache is by key base.
+        let split = if self.boards[i].shards().is_some() { Some(base) } else { split };
         let mut cache = self.period_cache.lock().unwrap_or_else(|e| e.into_inner());
         let slots = cache.entry((i, slot.0, slot.1)).or_default();
         let hit = match split {
@@ -196,7 +198,7 @@ impl Router {
                 None => return Decision::Refused(Reason::ScoreOutOfRange),
             },
         };
-        let base = keys::base(&self.prefix, board.id(), split);
+        let base = self.base(board, split, &event.player_id);
         match self.periods_at(i, split, &base, event.ts_ms, record_ts_ms) {
             Ok(periods) => {
                 Decision::Write(BoardWrite { base, params: board.write_params(), periods, num, tie, ts: event.ts_ms })
@@ -248,6 +250,24 @@ impl Router {
             return Err(if closed { Reason::PeriodClosed } else { Reason::ExpiredPeriod });
         }
         Ok(out)
+    }
+
+    /// The key base holding `player`'s entries on `board` (split `split`):
+    /// the board's tag, or on a sharded board the player's shard's.
+    pub fn base(&self, board: &Board, split: Option<&str>, player: &str) -> String {
+        match board.shards() {
+            Some(n) => keys::shard_base(&self.prefix, board.id(), split, super::shard_of(player, n)),
+            None => keys::base(&self.prefix, board.id(), split),
+        }
+    }
+
+    /// Every key base a read of `board` (split `split`) merges: the
+    /// board's tag, or each shard's.
+    pub fn read_bases(&self, board: &Board, split: Option<&str>) -> Vec<String> {
+        match board.shards() {
+            Some(n) => (0..n).map(|k| keys::shard_base(&self.prefix, board.id(), split, k)).collect(),
+            None => vec![keys::base(&self.prefix, board.id(), split)],
+        }
     }
 
     /// The index of the board with this id.

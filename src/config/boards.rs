@@ -78,6 +78,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
             e.push(at.field("rolling"), format!("'{}' is also a window's or a schedule's name", r.name));
         }
     }
+    let shards = shards(at, &b, e);
     let packing = packing(at, &b, order?, tie_break?, e)?;
     Some(Board::new(BoardSpec {
         id: b.id,
@@ -92,14 +93,34 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         retention,
         max_members: b.max_members,
         rate_limit,
-        dense_rank: b.dense_rank,
+        dense_rank: b.dense_rank.unwrap_or(shards.is_none()),
         meta: b.meta,
         max_attempts: b.max_attempts.filter(|&n| e.within(&at.field("max_attempts"), n, 1..=1_000_000).is_some()),
         close_after,
         rolling,
         windows,
         schedules,
+        shards,
     }))
+}
+
+/// `shards`: 2 to 256, and only with what a sharded board keeps exact.
+fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
+    let n = b.shards?;
+    e.within(&at.field("shards"), u64::from(n), 2..=256)?;
+    if b.dense_rank == Some(true) {
+        e.push(
+            at.field("dense_rank"),
+            "a sharded board cannot keep dense ranks exact (the shards' distinct values overlap); remove dense_rank or shards",
+        );
+    }
+    if b.close_after.is_some() {
+        e.push(at.field("close_after"), "sealing is not available on sharded boards yet");
+    }
+    if !b.rolling.is_empty() {
+        e.push(at.field("rolling"), "rolling boards are not available on sharded boards yet");
+    }
+    Some(n)
 }
 
 fn is_board_id(s: &str) -> bool {

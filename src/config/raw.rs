@@ -261,10 +261,16 @@ pub struct RawBoard {
     /// Per-player limit on event time: `{ events = 30, window = "60s" }`.
     #[serde(default)]
     pub rate_limit: Option<RawRateLimit>,
-    /// Keep the dense-rank index (default true). Off, writes are cheaper and
-    /// reads with `rank=dense` answer 400.
-    #[serde(default = "default_true")]
-    pub dense_rank: bool,
+    /// Keep the dense-rank index (default true, false on sharded boards,
+    /// which cannot keep it). Off, writes are cheaper and reads with
+    /// `rank=dense` answer 400.
+    #[serde(default)]
+    pub dense_rank: Option<bool>,
+    /// Spread the board's members over this many hash tags (2 to 256), so
+    /// that a Redis Cluster spreads its writes over its primaries; reads
+    /// merge the shards.
+    #[serde(default)]
+    pub shards: Option<u32>,
     /// Keep each entry's metadata: the `meta` of the event that explains
     /// its score (`best`: the event that set the best, the first on a tie;
     /// `latest`: the newest by event time; `sum`: the last applied), read
@@ -320,9 +326,6 @@ fn default_timezone() -> Typed<Tz> {
 }
 fn default_tie_break() -> Typed<TieBreak> {
     Typed::default_text("member")
-}
-fn default_true() -> bool {
-    true
 }
 
 /// `earliest` ties: the tie-break clock starts here unless `tie_epoch` says otherwise.

@@ -30,6 +30,7 @@ mod cursor;
 mod periods;
 mod ranks;
 mod reads;
+mod sharded;
 mod target;
 
 const READ_LUA: &str = include_str!("../scripts/read.lua");

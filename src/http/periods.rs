@@ -58,29 +58,39 @@ pub(super) async fn periods(
 ) -> Result<Json<Value>, ApiError> {
     let board = s.router.board(&board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
     let split = super::target::split_of(board, &q)?;
-    let base = keys::base(s.router.prefix(), board.id(), split);
     let mut conn = s.redis()?;
-    let registered: Vec<String> = redis::cmd("SMEMBERS")
-        .arg(keys::registry_key(&base))
-        .query_async(&mut conn)
-        .await
-        .map_err(ApiError::unavailable)?;
-    let sealed: Vec<String> =
-        redis::cmd("HKEYS").arg(keys::sealed_key(&base)).query_async(&mut conn).await.map_err(ApiError::unavailable)?;
-    let mut candidates = held(board, &base, &registered);
-    // Expired keys can linger in the registry until an erasure cleans it: only the existing count.
-    let mut exists = Vec::with_capacity(candidates.len());
-    for p in &candidates {
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(keys::period_key(&base, &p.id))
-            .arg(keys::shadow_key(&base, &p.id))
+    // A sharded board's periods are those any shard holds.
+    let (mut candidates, mut sealed) = (Vec::new(), BTreeSet::new());
+    for base in s.router.read_bases(board, split) {
+        let registered: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::registry_key(&base))
             .query_async(&mut conn)
             .await
             .map_err(ApiError::unavailable)?;
-        exists.push(n > 0);
+        let sealed_keys: Vec<String> = redis::cmd("HKEYS")
+            .arg(keys::sealed_key(&base))
+            .query_async(&mut conn)
+            .await
+            .map_err(ApiError::unavailable)?;
+        for p in held(board, &base, &registered) {
+            if sealed_keys.contains(&keys::period_key(&base, &p.id)) {
+                sealed.insert(p.id.clone());
+            }
+            if candidates.iter().any(|c: &Period| c.id == p.id) {
+                continue;
+            }
+            // Expired keys can linger in the registry until an erasure cleans it: only the existing count.
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(keys::period_key(&base, &p.id))
+                .arg(keys::shadow_key(&base, &p.id))
+                .query_async(&mut conn)
+                .await
+                .map_err(ApiError::unavailable)?;
+            if n > 0 {
+                candidates.push(p);
+            }
+        }
     }
-    let mut keep = exists.into_iter();
-    candidates.retain(|_| keep.next().unwrap_or(false));
     let now = now_ms();
     let mut ids: BTreeSet<String> = candidates.iter().map(|p| p.id.clone()).collect();
     let upcoming = board
@@ -100,7 +110,7 @@ pub(super) async fn periods(
     let periods: Vec<Value> = candidates
         .iter()
         .map(|p| {
-            let sealed = p.kind != PeriodKind::AllTime && sealed.contains(&keys::period_key(&base, &p.id));
+            let sealed = p.kind != PeriodKind::AllTime && sealed.contains(&p.id);
             period_json(p, sealed, now)
         })
         .collect();

@@ -86,6 +86,22 @@ fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiErr
     Ok(Some(c))
 }
 
+/// A cursor is read only by the board, split and period it was made for.
+fn check_cursor(c: &Cursor, t: &Target<'_>) -> Result<(), ApiError> {
+    if c.board != t.board.id() || c.split != t.split || c.period != t.period {
+        return Err(ApiError::bad(
+            "cursor",
+            format!(
+                "the cursor was made for board '{}' period '{}'{}, not this read",
+                c.board,
+                c.period,
+                if c.split.is_empty() { String::new() } else { format!(" split '{}'", c.split) }
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn top(
     State(s): State<AppState>,
     Path(board_id): Path<String>,
@@ -96,20 +112,16 @@ pub(super) async fn top(
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
+    if !t.shards.is_empty() {
+        if let Some(c) = &cursor {
+            check_cursor(c, &t)?;
+        }
+        return super::sharded::top(&s, &t, cursor.as_ref(), offset, limit, policy).await;
+    }
     let reply: Vec<redis::Value> = match &cursor {
         None => read_script(&s, &t, "top", &[offset.to_string(), limit.to_string()]).await?,
         Some(c) => {
-            if c.board != t.board.id() || c.split != t.split || c.period != t.period {
-                return Err(ApiError::bad(
-                    "cursor",
-                    format!(
-                        "the cursor was made for board '{}' period '{}'{}, not this read",
-                        c.board,
-                        c.period,
-                        if c.split.is_empty() { String::new() } else { format!(" split '{}'", c.split) }
-                    ),
-                ));
-            }
+            check_cursor(c, &t)?;
             let args = [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.name().to_string()];
             read_script(&s, &t, "page", &args).await?
         }
@@ -134,6 +146,9 @@ pub(super) async fn player(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let t = resolve(&s, &board_id, &q)?;
+    if !t.shards.is_empty() {
+        return super::sharded::player(&s, &t, &player_id).await;
+    }
     let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "player", std::slice::from_ref(&player_id)).await?;
     let Some(reply) = reply else {
         return Err(unranked(&player_id, &t));
@@ -174,6 +189,9 @@ pub(super) async fn around(
         Some(_) => return Err(ApiError::bad("fill", "fill must be true or false")),
     };
     let policy = rank_policy(&q, t.board)?;
+    if !t.shards.is_empty() {
+        return super::sharded::around(&s, &t, &player_id, radius, fill, policy).await;
+    }
     let args = [player_id.clone(), radius.to_string(), if fill { "1" } else { "0" }.to_string()];
     let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "around", &args).await?;
     let Some(reply) = reply else {
@@ -215,20 +233,25 @@ pub(super) async fn players(
     let t = resolve(&s, &board_id, &q)?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
-    let mut args = vec![policy.name().to_string()];
-    args.extend(ids.iter().cloned());
-    let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
-    let total = int(reply.first());
-    let stride = if t.meta_key.is_some() { 3 } else { 2 };
-    let mut found: Vec<(String, i64, i64, Option<Box<RawValue>>)> = Vec::new();
-    let mut not_found = Vec::new();
-    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
-        if matches!(row[0], redis::Value::Nil) {
-            not_found.push(id);
-        } else {
-            found.push((id, stored_of(&row[0]), int(row.get(1)) + 1, meta_of(row.get(2))));
+    let (total, mut found, not_found, consistent) = if t.shards.is_empty() {
+        let mut args = vec![policy.name().to_string()];
+        args.extend(ids.iter().cloned());
+        let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
+        let stride = if t.meta_key.is_some() { 3 } else { 2 };
+        let mut found: Vec<(String, i64, i64, Option<Box<RawValue>>)> = Vec::new();
+        let mut not_found = Vec::new();
+        for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
+            if matches!(row[0], redis::Value::Nil) {
+                not_found.push(id);
+            } else {
+                found.push((id, stored_of(&row[0]), int(row.get(1)) + 1, meta_of(row.get(2))));
+            }
         }
-    }
+        (int(reply.first()), found, not_found, None)
+    } else {
+        let (total, found, not_found, consistent) = super::sharded::players(&s, &t, &ids, policy).await?;
+        (total, found, not_found, Some(consistent))
+    };
     // Board order: stored score best first, then member bytes as Redis orders them.
     found.sort_by(|a, b| match t.board.order() {
         Order::Desc => b.1.cmp(&a.1).then_with(|| b.0.as_bytes().cmp(a.0.as_bytes())),
@@ -245,7 +268,10 @@ pub(super) async fn players(
             meta: meta.as_deref(),
         })
         .collect();
-    let head = json!({ "board": t.board.id(), "period": t.period, "total": total, "not_found": not_found });
+    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "not_found": not_found });
+    if let Some(consistent) = consistent {
+        head["consistent"] = json!(consistent);
+    }
     Ok(Json(FriendsJson { head, entries }).into_response())
 }
 
@@ -281,12 +307,16 @@ pub(super) async fn rank_of(
         Some(Err(_)) => return Err(ApiError::bad("score", "score must be an integer")),
         None => return Err(ApiError::bad("score", "score is required")),
     };
-    let reply: Vec<redis::Value> = read_script(&s, &t, "rank_of", &[score.to_string()]).await?;
-    let (total, better, better_or_equal, dense_better) =
-        (int(reply.first()), int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
+    let (total, better, better_or_equal, dense_better, consistent) = if t.shards.is_empty() {
+        let reply: Vec<redis::Value> = read_script(&s, &t, "rank_of", &[score.to_string()]).await?;
+        (int(reply.first()), int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), None)
+    } else {
+        let (total, better, better_or_equal, consistent) = super::sharded::rank_of(&s, &t, score).await?;
+        (total, better, better_or_equal, 0, Some(consistent))
+    };
     // A newcomer ranks after the players already at the score.
     let ordinal = better_or_equal + 1;
-    Ok(Json(json!({
+    let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
         "score": score,
@@ -297,7 +327,11 @@ pub(super) async fn rank_of(
             "dense": t.board.dense_rank().then_some(dense_better + 1),
         },
         "percentile": percentile(total + 1, better),
-    })))
+    });
+    if let Some(consistent) = consistent {
+        body["consistent"] = json!(consistent);
+    }
+    Ok(Json(body))
 }
 
 #[cfg(test)]

@@ -22,6 +22,30 @@ pub(super) struct Target<'a> {
     pub shadow_key: String,
     /// The period's meta hash, on boards that keep metadata.
     pub meta_key: Option<String>,
+    /// A sharded board: each shard's keys (and the fields above are unused).
+    pub shards: Vec<ShardKeys>,
+}
+
+/// One shard's keys of the period a read names.
+pub(super) struct ShardKeys {
+    pub key: String,
+    pub dense_key: String,
+    pub shadow_key: String,
+    pub meta_key: Option<String>,
+    /// The shard tag's recorded offsets: its version (see `read.lua`).
+    pub offsets_key: String,
+}
+
+impl ShardKeys {
+    fn of(board: &Board, base: &str, id: &str) -> ShardKeys {
+        ShardKeys {
+            key: keys::period_key(base, id),
+            dense_key: keys::dense_key(base, id),
+            shadow_key: keys::shadow_key(base, id),
+            meta_key: board.meta().then(|| keys::meta_key(base, id)),
+            offsets_key: keys::offsets_key(base),
+        }
+    }
 }
 
 pub(super) fn resolve<'a>(
@@ -58,6 +82,7 @@ pub(super) fn resolve<'a>(
             dense_key: keys::dense_key(&base, &id),
             shadow_key: keys::shadow_key(&base, &id),
             meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
+            shards: Vec::new(),
             period: id,
         });
     }
@@ -120,6 +145,10 @@ pub(super) fn resolve<'a>(
     } else {
         period.id
     };
+    let shards = match board.shards() {
+        Some(_) => s.router.read_bases(board, split).iter().map(|b| ShardKeys::of(board, b, &id)).collect(),
+        None => Vec::new(),
+    };
     Ok(Target {
         board,
         split: split.unwrap_or_default().to_string(),
@@ -127,6 +156,7 @@ pub(super) fn resolve<'a>(
         dense_key: keys::dense_key(&base, &id),
         shadow_key: keys::shadow_key(&base, &id),
         meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
+        shards,
         period: id,
     })
 }

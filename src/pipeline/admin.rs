@@ -33,7 +33,7 @@ pub enum AdminOutcome {
 
 /// The tags an admin event reaches, each with its board (`None`: a tag of
 /// a board no longer configured, reached only by an erasure or by hiding).
-async fn tags_of(cx: &Context, plan: &AdminPlan) -> Result<Vec<(String, Option<Board>)>, StoreError> {
+async fn tags_of(cx: &Context, plan: &AdminPlan, player: &str) -> Result<Vec<(String, Option<Board>)>, StoreError> {
     let prefix = cx.router.prefix();
     let reach = &plan.reach;
     let mut bases = match reach {
@@ -45,7 +45,7 @@ async fn tags_of(cx: &Context, plan: &AdminPlan) -> Result<Vec<(String, Option<B
             // (Nothing else needs a tag that holds no data yet.)
             if matches!(plan.op, AdminOp::Hide | AdminOp::Unhide) {
                 let unsplit = cx.router.boards().iter().filter(|b| b.split_by().is_none());
-                bases.extend(unsplit.map(|b| keys::base(prefix, b.id(), None)));
+                bases.extend(unsplit.map(|b| cx.router.base(b, None, player)));
             }
             bases.sort();
             bases.dedup();
@@ -107,7 +107,7 @@ pub async fn apply_admin(
     };
     let registry = keys::tags_key(cx.router.prefix());
     let (tags, results) = retry("carry out an admin event", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        let tags = tags_of(cx, plan).await?;
+        let tags = tags_of(cx, plan, &event.player_id).await?;
         // A correction may write a split's first data: registered first, so
         // that an erasure finds it. (Other reaches come from the registry,
         // or are boards without splits, which an erasure always reaches.)

@@ -25,6 +25,18 @@
 --           made at, which may have moved or left since), ARGV[6] limit,
 --           ARGV[7] "next" (the entries after it) | "prev" (those before it)
 --
+-- One shard of a sharded board (the reads merge the shards; each reply
+-- starts with the shard's version: the sum of its tag's recorded offsets,
+-- which every write raises, so equal versions mean the shard stood still):
+-- shard_top:    ARGV[4] the offsets hash, ARGV[5] n: its first n entries
+-- shard_seek:   ARGV[4] the offsets hash, ARGV[5] stored, ARGV[6] member,
+--               ARGV[7] how many entries after, ARGV[8] how many before
+-- shard_counts: ARGV[4] the offsets hash, then triples value, stored,
+--               member ("" for none): per triple the members with a better
+--               value and better_or_equal, and the entries before
+--               (stored, member) in board order
+-- ver:          ARGV[4] the offsets hash
+--
 -- Replies (better = members with a strictly better value than the first
 -- entry's; dense_better = distinct values strictly better than it):
 -- top:      { total, start, better, dense_better, member1, stored1, ... }
@@ -41,6 +53,13 @@
 -- (stored, count, meta).
 -- Hidden players are not in the period key, so only "player" sees them.
 -- page:     { total, start, better, dense_better, member1, stored1, ... }
+-- shard_top:    { ver, total, member1, stored1, [meta1], ... }
+-- shard_seek:   { ver, total, before (entries before the key), present (1:
+--               the key's member is here at that stored score), n_after,
+--               the n_after entries after it, then the entries before it,
+--               nearest last; each member, stored, [meta] }
+-- shard_counts: { ver, total, then per triple better, better_or_equal, before }
+-- ver:          { ver }
 
 local key, dense, shadow, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -149,8 +168,64 @@ local function before(stored_text, member)
   return lo, false
 end
 
+-- The shard's version (see the header).
+local function version(offsets)
+  local v = 0
+  for _, o in ipairs(call('HVALS', offsets)) do v = v + tonumber(o) end
+  return num(v)
+end
+
+-- Entries as (member, stored[, meta]) flattened into out.
+local function push_entries(out, entries)
+  local names = {}
+  for i = 1, #entries, 2 do names[#names + 1] = entries[i] end
+  local metas = meta and #names > 0 and metas_of(names, 1, #names)
+  for i = 1, #names do
+    out[#out + 1] = entries[2 * i - 1]
+    out[#out + 1] = entries[2 * i]
+    if meta then out[#out + 1] = metas[i] end
+  end
+end
+
+local function members_better_or_equal(v)
+  if desc then return call('ZCOUNT', key, num(v * shift), '+inf') end
+  return call('ZCOUNT', key, '-inf', '(' .. num((v + 1) * shift))
+end
+
 local total = call('ZCARD', key)
-if op == 'top' then
+if op == 'ver' then
+  return { version(ARGV[4]) }
+elseif op == 'shard_top' then
+  local out = { version(ARGV[4]), total }
+  local n = tonumber(ARGV[5])
+  if n > 0 then push_entries(out, page(0, n - 1)) end
+  return out
+elseif op == 'shard_seek' then
+  local at, present = before(ARGV[5], ARGV[6])
+  local after_n, before_n = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local from = at
+  if present then from = at + 1 end
+  local after = {}
+  if after_n > 0 then after = page(from, from + after_n - 1) end
+  local out = { version(ARGV[4]), total, at, present and 1 or 0, #after / 2 }
+  push_entries(out, after)
+  if before_n > 0 and at > 0 then push_entries(out, page(max(at - before_n, 0), at - 1)) end
+  return out
+elseif op == 'shard_counts' then
+  local out = { version(ARGV[4]), total }
+  for i = 5, #ARGV, 3 do
+    local v = tonumber(ARGV[i])
+    out[#out + 1] = members_better(v)
+    out[#out + 1] = members_better_or_equal(v)
+    if ARGV[i + 2] ~= '' then
+      local b = before(ARGV[i + 1], ARGV[i + 2])
+      out[#out + 1] = b
+    else
+      out[#out + 1] = 0
+    end
+  end
+  return out
+elseif op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
   -- limit 0: no entries (ZRANGE 0 -1 would read the whole board).
   if limit < 1 then return { total, offset, 0, 0 } end
@@ -210,14 +285,7 @@ elseif op == 'players' then
   return out
 elseif op == 'rank_of' then
   local v = tonumber(ARGV[4])
-  local b, d = members_better(v), values_better(v)
-  local be
-  if desc then
-    be = call('ZCOUNT', key, num(v * shift), '+inf')
-  else
-    be = call('ZCOUNT', key, '-inf', '(' .. num((v + 1) * shift))
-  end
-  return { total, b, be, d }
+  return { total, members_better(v), members_better_or_equal(v), values_better(v) }
 else
   local limit = tonumber(ARGV[6])
   local at, present = before(ARGV[4], ARGV[5])

@@ -332,7 +332,18 @@ impl Broker {
         for p in 0..partitions {
             tpl.add_partition(topic, p);
         }
-        let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+        // A broker slowed by a loaded machine can time one lookup out: asked again, not failed.
+        let mut tries = 0;
+        let got = loop {
+            match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+                Ok(got) => break got,
+                Err(e) if tries < 3 => {
+                    tries += 1;
+                    eprintln!("committed offsets of {group}: {e}; asking again");
+                }
+                Err(e) => panic!("committed offsets: {e}"),
+            }
+        };
         (0..partitions)
             .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => o,

@@ -1,0 +1,406 @@
+//! Reads of sharded boards (`shards = N`): each shard is read atomically by
+//! `read.lua`, all shards at once (one request per shard on the cluster
+//! connection, so one round trip per node), and the answers are merged into
+//! exactly what the unsharded board would answer. Board order is a total
+//! order on (stored score, member), and a member lives in one shard, so:
+//! a page is a merge of the shards' pages; a position is the sum of the
+//! shards' counts of entries before a (stored, member) key; the members
+//! with a better value, the sum of the shards' counts.
+//!
+//! Every read reads the shards' versions (their recorded offsets, which
+//! every write raises) before and after; `"consistent": true` says no
+//! shard changed in between, so the answer describes one instant.
+//! Dense ranks are not kept on sharded boards, and `offset` deeper than
+//! `http.max_limit` is refused (a page at offset O reads O + limit entries
+//! of every shard): cursors page on at any depth.
+
+use std::cmp::Ordering;
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::future::try_join_all;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::cursor::{Cursor, Direction};
+use super::ranks::{int, meta_of, percentile, ranks_at, ranks_of_run, stored_of, Entry, ListingJson};
+use super::target::{unranked, RankPolicy, ShardKeys, Target};
+use super::{ApiError, AppState};
+use crate::board::{shard_of, Order};
+
+/// One shard's query of `read.lua`.
+async fn call(
+    s: &AppState,
+    t: &Target<'_>,
+    k: &ShardKeys,
+    op: &str,
+    args: &[String],
+) -> Result<Option<Vec<redis::Value>>, ApiError> {
+    let mut conn = s.redis()?;
+    let mut inv = s.script.key(&k.key);
+    inv.key(&k.dense_key).key(&k.shadow_key);
+    if let Some(meta) = &k.meta_key {
+        inv.key(meta);
+    }
+    let order = match t.board.order() {
+        Order::Desc => "desc",
+        Order::Asc => "asc",
+    };
+    inv.arg(op).arg(order).arg(t.board.packing().shift());
+    for a in args {
+        inv.arg(a);
+    }
+    inv.invoke_async(&mut conn).await.map_err(ApiError::unavailable)
+}
+
+/// The same query on every shard at once (`args` per shard).
+async fn fan(
+    s: &AppState,
+    t: &Target<'_>,
+    op: &str,
+    args: impl Fn(&ShardKeys) -> Vec<String>,
+) -> Result<Vec<Vec<redis::Value>>, ApiError> {
+    let calls = t.shards.iter().map(|k| {
+        let a = args(k);
+        async move { call(s, t, k, op, &a).await.map(Option::unwrap_or_default) }
+    });
+    try_join_all(calls).await
+}
+
+/// Every shard's version.
+async fn versions(s: &AppState, t: &Target<'_>) -> Result<Vec<i64>, ApiError> {
+    Ok(fan(s, t, "ver", |k| vec![k.offsets_key.clone()]).await?.iter().map(|r| int(r.first())).collect())
+}
+
+/// An entry read from a shard.
+struct Row {
+    member: String,
+    stored: i64,
+    meta: Option<Box<RawValue>>,
+}
+
+/// `n` rows (all if `None`) of (member, stored, [meta]) from `at` in a reply.
+fn rows(reply: &[redis::Value], at: usize, n: Option<usize>, with_meta: bool) -> (Vec<Row>, usize) {
+    let stride = if with_meta { 3 } else { 2 };
+    let chunks = reply.get(at..).unwrap_or_default().chunks(stride).filter(|c| c.len() == stride);
+    let out: Vec<Row> = chunks
+        .take(n.unwrap_or(usize::MAX))
+        .map(|c| Row {
+            member: redis::from_redis_value(c[0].clone()).unwrap_or_default(),
+            stored: stored_of(&c[1]),
+            meta: if with_meta { meta_of(c.get(2)) } else { None },
+        })
+        .collect();
+    let used = out.len() * stride;
+    (out, at + used)
+}
+
+/// Board order: stored score best first, then member bytes as Redis orders them.
+fn board_order(order: Order, a: &Row, b: &Row) -> Ordering {
+    match order {
+        Order::Desc => b.stored.cmp(&a.stored).then_with(|| b.member.as_bytes().cmp(a.member.as_bytes())),
+        Order::Asc => a.stored.cmp(&b.stored).then_with(|| a.member.as_bytes().cmp(b.member.as_bytes())),
+    }
+}
+
+fn merged(t: &Target<'_>, lists: Vec<Vec<Row>>) -> Vec<Row> {
+    let mut all: Vec<Row> = lists.into_iter().flatten().collect();
+    all.sort_by(|a, b| board_order(t.board.order(), a, b));
+    all
+}
+
+/// Per shard (better, better_or_equal, before) of each (value, stored, member) asked, summed over the shards.
+async fn counts(s: &AppState, t: &Target<'_>, asked: &[(i64, i64, &str)]) -> Result<Vec<(i64, i64, i64)>, ApiError> {
+    let replies = fan(s, t, "shard_counts", |k| {
+        let mut a = vec![k.offsets_key.clone()];
+        for (v, stored, member) in asked {
+            a.extend([v.to_string(), stored.to_string(), member.to_string()]);
+        }
+        a
+    })
+    .await?;
+    let mut out = vec![(0, 0, 0); asked.len()];
+    for r in &replies {
+        for (i, o) in out.iter_mut().enumerate() {
+            o.0 += int(r.get(2 + 3 * i));
+            o.1 += int(r.get(3 + 3 * i));
+            o.2 += int(r.get(4 + 3 * i));
+        }
+    }
+    Ok(out)
+}
+
+fn total(replies: &[Vec<redis::Value>]) -> i64 {
+    replies.iter().map(|r| int(r.get(1))).sum()
+}
+
+/// The listing's entries with their ranks, from the first one's position.
+async fn entries(s: &AppState, t: &Target<'_>, start: i64, rows: Vec<Row>) -> Result<Vec<Entry>, ApiError> {
+    let Some(first) = rows.first() else { return Ok(Vec::new()) };
+    let packing = t.board.packing();
+    let better = counts(s, t, &[(packing.decode(first.stored), 0, "")]).await?[0].0;
+    let values: Vec<i64> = rows.iter().map(|r| packing.decode(r.stored)).collect();
+    let ranks = ranks_of_run(start, better, 0, &values);
+    Ok(rows
+        .into_iter()
+        .zip(values)
+        .zip(ranks)
+        .map(|((r, value), ranks)| Entry { member: r.member, stored: r.stored, value, ranks, meta: r.meta })
+        .collect())
+}
+
+fn listing(head: Value, entries: &[Entry], policy: RankPolicy) -> Response {
+    Json(ListingJson { head, entries: entries.iter().map(|e| e.json(policy)).collect() }).into_response()
+}
+
+/// A page of the top, by offset or from a cursor.
+pub(super) async fn top(
+    s: &AppState,
+    t: &Target<'_>,
+    cursor: Option<&Cursor>,
+    offset: usize,
+    limit: usize,
+    policy: RankPolicy,
+) -> Result<Response, ApiError> {
+    if offset > s.max_limit {
+        return Err(ApiError::bad(
+            "offset",
+            format!(
+                "offset beyond {} (http.max_limit) is refused on a sharded board: it would read offset + limit \
+                 entries of every shard; page on with next_cursor instead",
+                s.max_limit
+            ),
+        ));
+    }
+    let with_meta = t.board.meta();
+    let before = versions(s, t).await?;
+    let (total, start, rows) = match cursor {
+        None => {
+            let n = (offset + limit).to_string();
+            let replies = fan(s, t, "shard_top", |k| vec![k.offsets_key.clone(), n.clone()]).await?;
+            let lists = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
+            let page: Vec<Row> = merged(t, lists).into_iter().skip(offset).take(limit).collect();
+            (total(&replies), offset as i64, page)
+        }
+        Some(c) => {
+            let (after, before_n) = match c.direction {
+                Direction::Next => (limit, 0),
+                Direction::Prev => (0, limit),
+            };
+            let replies = fan(s, t, "shard_seek", |k| {
+                vec![k.offsets_key.clone(), c.stored.to_string(), c.member.clone(), after.to_string(), before_n.to_string()]
+            })
+            .await?;
+            let at: i64 = replies.iter().map(|r| int(r.get(2)) + int(r.get(3))).sum();
+            let mut afters = Vec::new();
+            let mut befores = Vec::new();
+            for r in &replies {
+                let n_after = int(r.get(4)).max(0) as usize;
+                let (a, next) = rows(r, 5, Some(n_after), with_meta);
+                afters.push(a);
+                befores.push(rows(r, next, None, with_meta).0);
+            }
+            match c.direction {
+                Direction::Next => (total(&replies), at, merged(t, afters).into_iter().take(limit).collect()),
+                Direction::Prev => {
+                    let all = merged(t, befores);
+                    let skip = all.len().saturating_sub(limit);
+                    // Entries before the key: the cursor's own entry, if present, is not among them.
+                    let present: i64 = replies.iter().map(|r| int(r.get(3))).sum();
+                    let start = at - present - (all.len() - skip) as i64;
+                    (total(&replies), start, all.into_iter().skip(skip).collect())
+                }
+            }
+        }
+    };
+    let entries = entries(s, t, start, rows).await?;
+    let consistent = versions(s, t).await? == before;
+    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "consistent": consistent });
+    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+        let cursor_at = |e: &Entry, direction| {
+            Cursor {
+                direction,
+                board: t.board.id().to_string(),
+                split: t.split.clone(),
+                period: t.period.clone(),
+                stored: e.stored,
+                member: e.member.clone(),
+            }
+            .encode()
+        };
+        if start + (entries.len() as i64) < total {
+            head["next_cursor"] = json!(cursor_at(last, Direction::Next));
+        }
+        if start > 0 {
+            head["prev_cursor"] = json!(cursor_at(first, Direction::Prev));
+        }
+    }
+    Ok(listing(head, &entries, policy))
+}
+
+/// The shard holding `player`.
+fn owner<'t>(t: &'t Target<'_>, player: &str) -> &'t ShardKeys {
+    let n = t.shards.len() as u32;
+    &t.shards[shard_of(player, n) as usize]
+}
+
+/// A player's entry as their shard holds it: (stored, meta, hidden).
+async fn find(
+    s: &AppState,
+    t: &Target<'_>,
+    player: &str,
+) -> Result<Option<(i64, Option<Box<RawValue>>, bool)>, ApiError> {
+    let Some(reply) = call(s, t, owner(t, player), "player", &[player.to_string()]).await? else {
+        return Ok(None);
+    };
+    Ok(Some((reply.get(4).map(stored_of).unwrap_or(0), meta_of(reply.get(5)), int(reply.get(6)) == 1)))
+}
+
+pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Json<Value>, ApiError> {
+    let before = versions(s, t).await?;
+    let Some((stored, meta, hidden)) = find(s, t, player_id).await? else {
+        return Err(unranked(player_id, t));
+    };
+    let value = t.board.packing().decode(stored);
+    let replies = fan(s, t, "shard_counts", |k| {
+        vec![k.offsets_key.clone(), value.to_string(), stored.to_string(), player_id.to_string()]
+    })
+    .await?;
+    let position: i64 = replies.iter().map(|r| int(r.get(4))).sum();
+    let better: i64 = replies.iter().map(|r| int(r.get(2))).sum();
+    let total = total(&replies) + i64::from(hidden);
+    let r = ranks_at(position, better, 0);
+    let consistent = versions(s, t).await? == before;
+    let mut body = json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "player_id": player_id,
+        "score": value,
+        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": Value::Null },
+        "percentile": percentile(total, better),
+        "total": total,
+        "consistent": consistent,
+    });
+    if let Some(meta) = meta {
+        body["meta"] = serde_json::from_str(meta.get()).unwrap_or_default();
+    }
+    if hidden {
+        body["hidden"] = json!(true);
+    }
+    Ok(Json(body))
+}
+
+pub(super) async fn around(
+    s: &AppState,
+    t: &Target<'_>,
+    player_id: &str,
+    radius: usize,
+    fill: bool,
+    policy: RankPolicy,
+) -> Result<Response, ApiError> {
+    let before = versions(s, t).await?;
+    // A hidden player is not on the board others read: no window around them.
+    let Some((stored, meta, false)) = find(s, t, player_id).await? else {
+        return Err(unranked(player_id, t));
+    };
+    let with_meta = t.board.meta();
+    let reach = (2 * radius).to_string();
+    let replies = fan(s, t, "shard_seek", |k| {
+        vec![k.offsets_key.clone(), stored.to_string(), player_id.to_string(), reach.clone(), reach.clone()]
+    })
+    .await?;
+    let total = total(&replies);
+    let position: i64 = replies.iter().map(|r| int(r.get(2))).sum();
+    let (mut afters, mut befores) = (Vec::new(), Vec::new());
+    for r in &replies {
+        let n_after = int(r.get(4)).max(0) as usize;
+        let (a, next) = rows(r, 5, Some(n_after), with_meta);
+        afters.push(a);
+        befores.push(rows(r, next, None, with_meta).0);
+    }
+    let befores = merged(t, befores);
+    let keep = befores.len().min(2 * radius);
+    let first_at = position - keep as i64;
+    let mut window: Vec<Row> = befores.into_iter().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
+    window.push(Row { member: player_id.to_string(), stored, meta });
+    window.extend(merged(t, afters).into_iter().take(2 * radius));
+    // As the unsharded read: [p - r, p + r], moved off an edge when filling.
+    let r = radius as i64;
+    let (mut start, mut stop) = (position - r, position + r);
+    if fill {
+        if start < 0 {
+            (start, stop) = (0, stop - start);
+        }
+        if stop > total - 1 {
+            (start, stop) = (start - (stop - (total - 1)), total - 1);
+        }
+    }
+    let (start, stop) = (start.max(0), stop.min(total - 1));
+    let rows: Vec<Row> = window
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| (start..=stop).contains(&(first_at + *i as i64)))
+        .map(|(_, row)| row)
+        .collect();
+    let entries = entries(s, t, start, rows).await?;
+    let consistent = versions(s, t).await? == before;
+    let head = json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "total": total, "consistent": consistent });
+    Ok(listing(head, &entries, policy))
+}
+
+/// A friends read: each named player's rank on the whole board.
+pub(super) async fn players(
+    s: &AppState,
+    t: &Target<'_>,
+    ids: &[String],
+    policy: RankPolicy,
+) -> Result<(i64, Vec<(String, i64, i64, Option<Box<RawValue>>)>, Vec<String>, bool), ApiError> {
+    let before = versions(s, t).await?;
+    let with_meta = t.board.meta();
+    let stride = if with_meta { 3 } else { 2 };
+    // Each shard is asked for the players it holds.
+    let replies = fan(s, t, "players", |k| {
+        let mut a = vec!["competition".to_string()];
+        a.extend(ids.iter().filter(|p| std::ptr::eq(owner(t, p), k)).cloned());
+        a
+    })
+    .await?;
+    let mut found = Vec::new();
+    for (k, reply) in t.shards.iter().zip(&replies) {
+        let mine = ids.iter().filter(|p| std::ptr::eq(owner(t, p), k));
+        for (id, row) in mine.zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
+            if !matches!(row[0], redis::Value::Nil) {
+                found.push((id.clone(), stored_of(&row[0]), meta_of(row.get(2))));
+            }
+        }
+    }
+    let not_found: Vec<String> = ids.iter().filter(|id| !found.iter().any(|f| &f.0 == *id)).cloned().collect();
+    let packing = t.board.packing();
+    let asked: Vec<(i64, i64, &str)> = found.iter().map(|f| (packing.decode(f.1), f.1, f.0.as_str())).collect();
+    let sums = counts(s, t, &asked).await?;
+    let total: i64 = replies.iter().map(|r| int(r.first())).sum();
+    let rows = found
+        .into_iter()
+        .zip(sums)
+        .map(|((id, stored, meta), (better, _, before))| {
+            let rank = match policy {
+                RankPolicy::Competition => better + 1,
+                _ => before + 1,
+            };
+            (id, stored, rank, meta)
+        })
+        .collect();
+    let consistent = versions(s, t).await? == before;
+    Ok((total, rows, not_found, consistent))
+}
+
+/// What `rank_of` needs: (total, better, better_or_equal, consistent).
+pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<(i64, i64, i64, bool), ApiError> {
+    let before = versions(s, t).await?;
+    let replies = fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
+        .await?;
+    let better = replies.iter().map(|r| int(r.get(2))).sum();
+    let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum();
+    let consistent = versions(s, t).await? == before;
+    Ok((total(&replies), better, better_or_equal, consistent))
+}

@@ -1,0 +1,179 @@
+//! Sharded boards on a local 3-primary Redis Cluster: the same 200,000-record
+//! stream feeds boards with `shards = 8` and unsharded reference boards
+//! with the same rules (a `sum` board with member ties, a `best` board with
+//! `earliest` ties), and after the drain every read answers identically:
+//! every top page followed by cursors to the end, offsets, every player's
+//! score and ranks (friends reads in both policies), players' own reads with
+//! percentiles, around at the edges and in ties, rank-of and totals. Reads
+//! made during the drain say whether every shard stood still.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::stream;
+use support::*;
+
+const PARTITIONS: i32 = 4;
+
+const BOARDS: &str = r#"
+[[board]]
+id = "points"
+on = ["match_finished", "bonus"]
+mode = "sum"
+periods = ["all_time"]
+dense_rank = false
+meta = true
+
+[[board]]
+id = "points-sharded"
+on = ["match_finished", "bonus"]
+mode = "sum"
+periods = ["all_time"]
+meta = true
+shards = 8
+
+[[board]]
+id = "best"
+on = ["match_finished"]
+mode = "best"
+tie_break = "earliest"
+periods = ["all_time"]
+dense_rank = false
+
+[[board]]
+id = "best-sharded"
+on = ["match_finished"]
+mode = "best"
+tie_break = "earliest"
+periods = ["all_time"]
+shards = 8
+"#;
+
+/// A read's answer without what names the board or its cursors.
+fn plain(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["board", "consistent", "next_cursor", "prev_cursor"] {
+            o.remove(k);
+        }
+    }
+    v
+}
+
+async fn get(w: &Worker, path: &str) -> Value {
+    let (status, body) = w.get_json(path).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+/// Both boards' answers to `path` (with `{b}` for the board), compared.
+async fn same(w: &Worker, reference: &str, sharded: &str, path: &str) -> Value {
+    let r = get(w, &path.replace("{b}", reference)).await;
+    let s = get(w, &path.replace("{b}", sharded)).await;
+    assert_eq!(s["consistent"], true, "{path} on {sharded} after the drain: {s}");
+    assert_eq!(plain(r.clone()), plain(s), "{path}");
+    r
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
+    let cluster = RedisCluster::start(3);
+    let broker = Broker::start();
+    let topic = random_name("scores");
+    let dlq = random_name("dlq");
+    broker.create_topic(&topic, PARTITIONS).await;
+    broker.create_topic(&dlq, 1).await;
+    let s = stream::generate(200_000, 81);
+    broker.produce(&topic, &s.records).await;
+    let placeholder = Redis::start();
+    let mut cfg = WorkerConfig::new(&broker, &placeholder, &topic, &dlq, BOARDS);
+    drop(placeholder);
+    cfg.redis_url = cluster.url();
+    cfg.redis_extra = "cluster = true".into();
+    let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(30)).await;
+
+    // During the drain: every sharded read says whether the shards stood still.
+    let (mut flagged, mut unsettled) = (0, 0);
+    let end: i64 = broker.log_end(&topic, PARTITIONS).iter().sum();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while broker.committed(&cfg.group, &topic, PARTITIONS).iter().filter(|o| **o > 0).sum::<i64>() < end {
+        assert!(std::time::Instant::now() < deadline, "the worker did not drain\n{}", w.log());
+        let (status, page) = w.get_json("/v1/boards/points-sharded/top?limit=50").await;
+        if status == 200 {
+            let consistent = page["consistent"].as_bool().expect("every sharded read says whether it is consistent");
+            flagged += 1;
+            unsettled += usize::from(!consistent);
+            // Whatever the flag, a page is in board order with ranks rising.
+            let ranks: Vec<i64> = page["entries"].as_array().unwrap().iter().map(|e| e["rank"].as_i64().unwrap()).collect();
+            assert!(ranks.windows(2).all(|p| p[0] < p[1]), "{page}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("{flagged} reads during the drain, {unsettled} flagged not consistent");
+    assert!(flagged > 0, "no read was made during the drain");
+
+    for (reference, sharded) in [("points", "points-sharded"), ("best", "best-sharded")] {
+        // Every top page, by cursor, to the end.
+        let mut path = "/v1/boards/{b}/top?limit=100".to_string();
+        let (mut players, mut pages) = (Vec::new(), 0);
+        let (mut rc, mut sc) = (None::<String>, None::<String>);
+        loop {
+            let r = get(&w, &match &rc { None => path.replace("{b}", reference), Some(c) => format!("/v1/boards/{reference}/top?limit=100&cursor={c}") }).await;
+            let sh = get(&w, &match &sc { None => path.replace("{b}", sharded), Some(c) => format!("/v1/boards/{sharded}/top?limit=100&cursor={c}") }).await;
+            assert_eq!(sh["consistent"], true);
+            assert_eq!(r["entries"], sh["entries"], "{reference} page {pages}");
+            assert_eq!(r["total"], sh["total"]);
+            assert_eq!(r["next_cursor"].is_null(), sh["next_cursor"].is_null());
+            players.extend(r["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap().to_string()));
+            pages += 1;
+            match (r["next_cursor"].as_str(), sh["next_cursor"].as_str()) {
+                (Some(a), Some(b)) => (rc, sc) = (Some(a.to_string()), Some(b.to_string())),
+                _ => break,
+            }
+        }
+        assert!(players.len() >= 200, "{reference}: only {} players", players.len());
+        // Back from the last page by prev cursors, a few pages.
+        let last_r = get(&w, &format!("/v1/boards/{reference}/top?limit=100&offset=0")).await;
+        assert!(last_r["total"].as_i64().unwrap() as usize == players.len());
+        path = "/v1/boards/{b}/top?limit=37&offset=OFF&rank=competition".into();
+        for off in [0, 1, 36, 500, 1000] {
+            same(&w, reference, sharded, &path.replace("OFF", &off.to_string())).await;
+        }
+        // Every player, in both rank policies, through friends reads.
+        for chunk in players.chunks(500) {
+            for rank in ["ordinal", "competition"] {
+                let body = json!({ "players": chunk }).to_string();
+                let (st, r) = w.post_json(&format!("/v1/boards/{reference}/players?rank={rank}"), &body).await;
+                let (ss, sh) = w.post_json(&format!("/v1/boards/{sharded}/players?rank={rank}"), &body).await;
+                assert_eq!((st, ss), (200, 200), "{r} {sh}");
+                assert_eq!(plain(r), plain(sh), "friends of {reference} ({rank})");
+            }
+        }
+        // Players' own reads (percentiles), around (edges and ties), rank-of.
+        let n = players.len();
+        let sample: Vec<&String> =
+            players.iter().enumerate().filter(|(i, _)| *i < 5 || *i >= n - 5 || i % 97 == 0).map(|(_, p)| p).collect();
+        for p in &sample {
+            let me = same(&w, reference, sharded, &format!("/v1/boards/{{b}}/players/{p}")).await;
+            for q in ["radius=3", "radius=3&fill=true", "radius=1&rank=competition"] {
+                same(&w, reference, sharded, &format!("/v1/boards/{{b}}/players/{p}/around?{q}")).await;
+            }
+            let score = me["score"].as_i64().unwrap();
+            for v in [score - 1, score, score + 1] {
+                same(&w, reference, sharded, &format!("/v1/boards/{{b}}/rank-of?score={v}")).await;
+            }
+        }
+        // Refused where exactness cannot be kept.
+        let (status, body) = w.get_json(&format!("/v1/boards/{sharded}/top?offset=1001")).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.to_string().contains("offset"), "{body}");
+        let (status, body) = w.get_json(&format!("/v1/boards/{sharded}/top?rank=dense")).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    // The shards spread over the primaries.
+    let (keys, holding) = cluster.board_keys(stream::PREFIX).await;
+    assert!(keys.keys().filter(|k| k.contains("points-sharded#")).count() == 8);
+    assert!(holding >= 2);
+}
