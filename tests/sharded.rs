@@ -106,7 +106,8 @@ async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
             flagged += 1;
             unsettled += usize::from(!consistent);
             // Whatever the flag, a page is in board order with ranks rising.
-            let ranks: Vec<i64> = page["entries"].as_array().unwrap().iter().map(|e| e["rank"].as_i64().unwrap()).collect();
+            let ranks: Vec<i64> =
+                page["entries"].as_array().unwrap().iter().map(|e| e["rank"].as_i64().unwrap()).collect();
             assert!(ranks.windows(2).all(|p| p[0] < p[1]), "{page}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -120,13 +121,28 @@ async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
         let (mut players, mut pages) = (Vec::new(), 0);
         let (mut rc, mut sc) = (None::<String>, None::<String>);
         loop {
-            let r = get(&w, &match &rc { None => path.replace("{b}", reference), Some(c) => format!("/v1/boards/{reference}/top?limit=100&cursor={c}") }).await;
-            let sh = get(&w, &match &sc { None => path.replace("{b}", sharded), Some(c) => format!("/v1/boards/{sharded}/top?limit=100&cursor={c}") }).await;
+            let r = get(
+                &w,
+                &match &rc {
+                    None => path.replace("{b}", reference),
+                    Some(c) => format!("/v1/boards/{reference}/top?limit=100&cursor={c}"),
+                },
+            )
+            .await;
+            let sh = get(
+                &w,
+                &match &sc {
+                    None => path.replace("{b}", sharded),
+                    Some(c) => format!("/v1/boards/{sharded}/top?limit=100&cursor={c}"),
+                },
+            )
+            .await;
             assert_eq!(sh["consistent"], true);
             assert_eq!(r["entries"], sh["entries"], "{reference} page {pages}");
             assert_eq!(r["total"], sh["total"]);
             assert_eq!(r["next_cursor"].is_null(), sh["next_cursor"].is_null());
-            players.extend(r["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap().to_string()));
+            players
+                .extend(r["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap().to_string()));
             pages += 1;
             match (r["next_cursor"].as_str(), sh["next_cursor"].as_str()) {
                 (Some(a), Some(b)) => (rc, sc) = (Some(a.to_string()), Some(b.to_string())),
@@ -176,4 +192,44 @@ async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
     let (keys, holding) = cluster.board_keys(stream::PREFIX).await;
     assert!(keys.keys().filter(|k| k.contains("points-sharded#")).count() == 8);
     assert!(holding >= 2);
+}
+
+/// `lb:{points#3}:all` -> `lb:{points}:all`: the key the unsharded board would have.
+fn unsharded_key(key: &str) -> String {
+    match (key.find('#'), key.find('}')) {
+        (Some(h), Some(b)) if h < b => format!("{}{}", &key[..h], &key[b..]),
+        _ => key.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_board_survives_five_sigkills_exactly() {
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(Redis::start(), PARTITIONS).await;
+    let s = stream::generate(60_000, 83);
+    broker.produce(&topic, &s.records).await;
+    // The stream's `points` board, sharded four ways.
+    let boards = stream::BOARDS.replacen(
+        "periods = [\"daily\", \"weekly\", \"all_time\"]",
+        "periods = [\"daily\", \"weekly\", \"all_time\"]\nshards = 4",
+        1,
+    );
+    assert!(boards.contains("shards = 4"));
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
+    let mut conn = redis.conn().await;
+    five_sigkills(&mut cfg, &broker, &mut conn, &[(&topic, PARTITIONS)], s.records.len() as i64, 85).await;
+    let _w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(300));
+    // The shards, put back together, are exactly the model's board.
+    let mut merged: std::collections::HashMap<String, std::collections::HashMap<String, f64>> = Default::default();
+    let mut shard_keys = 0;
+    for (key, members) in board_keys(&mut conn, stream::PREFIX).await {
+        shard_keys += usize::from(key.contains('#'));
+        let into = merged.entry(unsharded_key(&key)).or_default();
+        for (m, v) in members {
+            assert!(into.insert(m.clone(), v).is_none(), "{m} is in two shards of {key}");
+        }
+    }
+    assert!(shard_keys >= 4, "the points board was not sharded");
+    s.assert_board_contents(&merged);
 }

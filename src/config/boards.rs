@@ -120,6 +120,9 @@ fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
     if !b.rolling.is_empty() {
         e.push(at.field("rolling"), "rolling boards are not available on sharded boards yet");
     }
+    if b.max_members.is_some() {
+        e.push(at.field("max_members"), "top-K trimming is not available on sharded boards yet");
+    }
     Some(n)
 }
 

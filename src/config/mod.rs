@@ -242,6 +242,29 @@ retention = { daily = "30d" }
     }
 
     #[test]
+    fn a_sharded_board_keeps_no_dense_ranks_and_refuses_what_it_cannot_merge_yet() {
+        let sharded = |extra: &str| {
+            format!(
+                "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+                 [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\nshards = 8\n{extra}"
+            )
+        };
+        let s = load_str(&sharded(""), none()).unwrap();
+        assert_eq!(s.boards[0].shards(), Some(8));
+        assert!(!s.boards[0].dense_rank(), "a sharded board keeps no dense index unless asked (and cannot be)");
+        for (extra, field) in [
+            ("dense_rank = true", "board[0].dense_rank"),
+            ("max_members = 10", "board[0].max_members"),
+            ("close_after = \"1h\"", "board[0].close_after"),
+        ] {
+            let errs = errors(&sharded(extra), none());
+            assert!(errs.iter().any(|e| e.field == field && !e.reason.is_empty()), "{extra}: {errs:?}");
+        }
+        let errs = errors(&sharded("").replace("shards = 8", "shards = 1"), none());
+        assert!(errs.iter().any(|e| e.field == "board[0].shards"), "{errs:?}");
+    }
+
+    #[test]
     fn unknown_fields_are_named() {
         let errs = errors(&GOOD.replace("[redis]", "[redis]\ncolour = \"blue\""), none());
         assert_eq!(errs[0].field, "redis.colour");

@@ -188,7 +188,13 @@ pub(super) async fn top(
                 Direction::Prev => (0, limit),
             };
             let replies = fan(s, t, "shard_seek", |k| {
-                vec![k.offsets_key.clone(), c.stored.to_string(), c.member.clone(), after.to_string(), before_n.to_string()]
+                vec![
+                    k.offsets_key.clone(),
+                    c.stored.to_string(),
+                    c.member.clone(),
+                    after.to_string(),
+                    before_n.to_string(),
+                ]
             })
             .await?;
             let at: i64 = replies.iter().map(|r| int(r.get(2)) + int(r.get(3))).sum();
@@ -397,8 +403,9 @@ pub(super) async fn players(
 /// What `rank_of` needs: (total, better, better_or_equal, consistent).
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<(i64, i64, i64, bool), ApiError> {
     let before = versions(s, t).await?;
-    let replies = fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
-        .await?;
+    let replies =
+        fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
+            .await?;
     let better = replies.iter().map(|r| int(r.get(2))).sum();
     let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum();
     let consistent = versions(s, t).await? == before;
