@@ -107,6 +107,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// One board sharded over a Redis Cluster's primaries against the same
+    /// board unsharded: write throughput, each primary's CPU share, merged reads.
+    Sharded {
+        /// A seed node of the cluster.
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 300_000)]
+        events: u64,
+        #[arg(long, default_value_t = 1_000_000)]
+        members: u64,
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+    },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
         #[arg(long)]
@@ -164,6 +177,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
             report(bench::store(&redis, events, partitions, rounds).await)
         }
         BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
+        BenchCommand::Sharded { redis, events, members, samples } => {
+            report(bench::sharded(&redis, events, members, samples).await)
+        }
     }
 }
 

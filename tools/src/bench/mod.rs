@@ -42,6 +42,7 @@ mod memory;
 mod pipeline;
 mod probe;
 mod read;
+mod sharded;
 mod store_rows;
 
 use kafka::*;
@@ -51,6 +52,7 @@ use store_rows::*;
 pub use latency::latency_only;
 pub use pipeline::{pipeline, PipelineRun};
 pub use read::read;
+pub use sharded::sharded;
 pub use store_rows::store;
 
 /// The boards every pipeline benchmark uses: a match event fans out to six

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The sharded-board benchmark: starts a local Redis Cluster of 3 primaries
+# (redis-server processes on free ports, joined with redis-cli --cluster
+# create) in a temporary directory, builds the tools in release mode, runs
+# `rankflow-tools bench sharded` (one board's writes unsharded and sharded
+# over the primaries, each primary's CPU share, merged reads on a board of
+# BENCH_MEMBERS members sharded 8 ways), and stops everything.
+# Sizes: BENCH_SHARDED_EVENTS (default 300000), BENCH_MEMBERS (default
+# 1000000), BENCH_SAMPLES (default 2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+scripts/setup.sh >/dev/null
+cargo build --release --quiet -p rankflow-tools
+bin=$PWD/target/release/rankflow-tools
+
+dir=$(mktemp -d /tmp/rankflow-cluster-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 150); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+
+nodes=()
+for i in 1 2 3; do
+  port=$(free_port)
+  mkdir -p "$dir/$i"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction \
+    --cluster-enabled yes --cluster-config-file nodes.conf --dir "$dir/$i" >"$dir/$i/redis.log" 2>&1 &
+  pids+=($!)
+  wait_port "$port"
+  nodes+=("127.0.0.1:$port")
+done
+redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log"
+for n in "${nodes[@]}"; do
+  until redis-cli -p "${n##*:}" cluster info | grep -q cluster_state:ok; do sleep 0.2; done
+done
+
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), a Redis Cluster of 3 primaries"
+"$bin" bench --wipe-redis sharded --redis "redis://${nodes[0]}" --events "${BENCH_SHARDED_EVENTS:-300000}" \
+  --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-2000}"
