@@ -7,9 +7,13 @@
 //! shards' counts of entries before a (stored, member) key; the members
 //! with a better value, the sum of the shards' counts.
 //!
-//! Every read reads the shards' versions (their recorded offsets, which
-//! every write raises) before and after; `"consistent": true` says no
-//! shard changed in between, so the answer describes one instant.
+//! Every shard's answer carries its version (the sum of its recorded
+//! offsets, which every write raises), and a read compares each shard's
+//! versions in its first and last step: all equal, no shard changed from
+//! the first step (all of it done) to the last, so there is an instant all
+//! the shards' answers describe, and the read says `"consistent": true`.
+//! A read takes two steps (a page by offset, a player, rank-of) or three
+//! (a page from a cursor, around, friends).
 //! Dense ranks are not kept on sharded boards, and `offset` deeper than
 //! `http.max_limit` is refused (a page at offset O reads O + limit entries
 //! of every shard): cursors page on at any depth.
@@ -109,8 +113,13 @@ fn merged(t: &Target<'_>, lists: Vec<Vec<Row>>) -> Vec<Row> {
     all
 }
 
-/// Per shard (better, better_or_equal, before) of each (value, stored, member) asked, summed over the shards.
-async fn counts(s: &AppState, t: &Target<'_>, asked: &[(i64, i64, &str)]) -> Result<Vec<(i64, i64, i64)>, ApiError> {
+/// (better, better_or_equal, before) of each (value, stored, member)
+/// asked, summed over the shards, and the shards' versions.
+async fn counts(
+    s: &AppState,
+    t: &Target<'_>,
+    asked: &[(i64, i64, &str)],
+) -> Result<(Vec<(i64, i64, i64)>, Vec<i64>), ApiError> {
     let replies = fan(s, t, "shard_counts", |k| {
         let mut a = vec![k.offsets_key.clone()];
         for (v, stored, member) in asked {
@@ -127,26 +136,45 @@ async fn counts(s: &AppState, t: &Target<'_>, asked: &[(i64, i64, &str)]) -> Res
             o.2 += int(r.get(4 + 3 * i));
         }
     }
-    Ok(out)
+    Ok((out, vers(&replies)))
+}
+
+/// The versions at the head of the shards' replies.
+fn vers(replies: &[Vec<redis::Value>]) -> Vec<i64> {
+    replies.iter().map(|r| int(r.first())).collect()
 }
 
 fn total(replies: &[Vec<redis::Value>]) -> i64 {
     replies.iter().map(|r| int(r.get(1))).sum()
 }
 
-/// The listing's entries with their ranks, from the first one's position.
-async fn entries(s: &AppState, t: &Target<'_>, start: i64, rows: Vec<Row>) -> Result<Vec<Entry>, ApiError> {
-    let Some(first) = rows.first() else { return Ok(Vec::new()) };
+/// How many members have a better value than the first of `rows`, and the
+/// shards' versions: one more step (`None` with no rows).
+async fn better_than_first(s: &AppState, t: &Target<'_>, rows: &[Row]) -> Result<Option<(i64, Vec<i64>)>, ApiError> {
+    let Some(first) = rows.first() else { return Ok(None) };
+    let (sums, vers) = counts(s, t, &[(t.board.packing().decode(first.stored), 0, "")]).await?;
+    Ok(Some((sums[0].0, vers)))
+}
+
+/// The listing's entries with their ranks, from the first one's position
+/// and the members with a better value than it.
+fn entries(t: &Target<'_>, start: i64, better: i64, rows: Vec<Row>) -> Vec<Entry> {
     let packing = t.board.packing();
-    let better = counts(s, t, &[(packing.decode(first.stored), 0, "")]).await?[0].0;
     let values: Vec<i64> = rows.iter().map(|r| packing.decode(r.stored)).collect();
     let ranks = ranks_of_run(start, better, 0, &values);
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .zip(values)
         .zip(ranks)
         .map(|((r, value), ranks)| Entry { member: r.member, stored: r.stored, value, ranks, meta: r.meta })
-        .collect())
+        .collect()
+}
+
+/// Whether `a` is a better value than `b` on the board.
+fn better_value(t: &Target<'_>, a: i64, b: i64) -> bool {
+    match t.board.order() {
+        Order::Desc => a > b,
+        Order::Asc => a < b,
+    }
 }
 
 fn listing(head: Value, entries: &[Entry], policy: RankPolicy) -> Response {
@@ -173,14 +201,23 @@ pub(super) async fn top(
         ));
     }
     let with_meta = t.board.meta();
-    let before = versions(s, t).await?;
-    let (total, start, rows) = match cursor {
+    let (total, start, better, rows, consistent) = match cursor {
         None => {
             let n = (offset + limit).to_string();
             let replies = fan(s, t, "shard_top", |k| vec![k.offsets_key.clone(), n.clone()]).await?;
-            let lists = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
-            let page: Vec<Row> = merged(t, lists).into_iter().skip(offset).take(limit).collect();
-            (total(&replies), offset as i64, page)
+            let lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
+            // Each shard read its first offset + limit entries: every one of
+            // its members with a better value than the page's first entry
+            // (fewer than offset + 1 of them) is among those.
+            let all = merged(t, lists);
+            let packing = t.board.packing();
+            let better = all.get(offset).map_or(0, |first| {
+                let v = packing.decode(first.stored);
+                all.iter().filter(|r| better_value(t, packing.decode(r.stored), v)).count() as i64
+            });
+            let page: Vec<Row> = all.into_iter().skip(offset).take(limit).collect();
+            let consistent = versions(s, t).await? == vers(&replies);
+            (total(&replies), offset as i64, better, page, consistent)
         }
         Some(c) => {
             let (after, before_n) = match c.direction {
@@ -206,21 +243,24 @@ pub(super) async fn top(
                 afters.push(a);
                 befores.push(rows(r, next, None, with_meta).0);
             }
-            match c.direction {
-                Direction::Next => (total(&replies), at, merged(t, afters).into_iter().take(limit).collect()),
+            let (start, page): (i64, Vec<Row>) = match c.direction {
+                Direction::Next => (at, merged(t, afters).into_iter().take(limit).collect()),
                 Direction::Prev => {
                     let all = merged(t, befores);
                     let skip = all.len().saturating_sub(limit);
                     // Entries before the key: the cursor's own entry, if present, is not among them.
                     let present: i64 = replies.iter().map(|r| int(r.get(3))).sum();
-                    let start = at - present - (all.len() - skip) as i64;
-                    (total(&replies), start, all.into_iter().skip(skip).collect())
+                    (at - present - (all.len() - skip) as i64, all.into_iter().skip(skip).collect())
                 }
-            }
+            };
+            let (better, consistent) = match better_than_first(s, t, &page).await? {
+                Some((better, later)) => (better, later == vers(&replies)),
+                None => (0, versions(s, t).await? == vers(&replies)),
+            };
+            (total(&replies), start, better, page, consistent)
         }
     };
-    let entries = entries(s, t, start, rows).await?;
-    let consistent = versions(s, t).await? == before;
+    let entries = entries(t, start, better, rows);
     let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "consistent": consistent });
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
         let cursor_at = |e: &Entry, direction| {
@@ -263,8 +303,8 @@ async fn find(
 }
 
 pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Json<Value>, ApiError> {
-    let before = versions(s, t).await?;
-    let Some((stored, meta, hidden)) = find(s, t, player_id).await? else {
+    let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
+    let Some((stored, meta, hidden)) = found else {
         return Err(unranked(player_id, t));
     };
     let value = t.board.packing().decode(stored);
@@ -276,7 +316,7 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     let better: i64 = replies.iter().map(|r| int(r.get(2))).sum();
     let total = total(&replies) + i64::from(hidden);
     let r = ranks_at(position, better, 0);
-    let consistent = versions(s, t).await? == before;
+    let consistent = vers(&replies) == before;
     let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
@@ -304,9 +344,9 @@ pub(super) async fn around(
     fill: bool,
     policy: RankPolicy,
 ) -> Result<Response, ApiError> {
-    let before = versions(s, t).await?;
+    let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
     // A hidden player is not on the board others read: no window around them.
-    let Some((stored, meta, false)) = find(s, t, player_id).await? else {
+    let Some((stored, meta, false)) = found else {
         return Err(unranked(player_id, t));
     };
     let with_meta = t.board.meta();
@@ -348,8 +388,11 @@ pub(super) async fn around(
         .filter(|(i, _)| (start..=stop).contains(&(first_at + *i as i64)))
         .map(|(_, row)| row)
         .collect();
-    let entries = entries(s, t, start, rows).await?;
-    let consistent = versions(s, t).await? == before;
+    let (better, consistent) = match better_than_first(s, t, &rows).await? {
+        Some((better, later)) => (better, later == before && vers(&replies) == before),
+        None => (0, vers(&replies) == before),
+    };
+    let entries = entries(t, start, better, rows);
     let head = json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "total": total, "consistent": consistent });
     Ok(listing(head, &entries, policy))
 }
@@ -383,7 +426,7 @@ pub(super) async fn players(
     let not_found: Vec<String> = ids.iter().filter(|id| !found.iter().any(|f| &f.0 == *id)).cloned().collect();
     let packing = t.board.packing();
     let asked: Vec<(i64, i64, &str)> = found.iter().map(|f| (packing.decode(f.1), f.1, f.0.as_str())).collect();
-    let sums = counts(s, t, &asked).await?;
+    let (sums, later) = counts(s, t, &asked).await?;
     let total: i64 = replies.iter().map(|r| int(r.first())).sum();
     let rows = found
         .into_iter()
@@ -396,18 +439,17 @@ pub(super) async fn players(
             (id, stored, rank, meta)
         })
         .collect();
-    let consistent = versions(s, t).await? == before;
+    let consistent = later == before;
     Ok((total, rows, not_found, consistent))
 }
 
 /// What `rank_of` needs: (total, better, better_or_equal, consistent).
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<(i64, i64, i64, bool), ApiError> {
-    let before = versions(s, t).await?;
     let replies =
         fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
             .await?;
     let better = replies.iter().map(|r| int(r.get(2))).sum();
     let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum();
-    let consistent = versions(s, t).await? == before;
+    let consistent = versions(s, t).await? == vers(&replies);
     Ok((total(&replies), better, better_or_equal, consistent))
 }
