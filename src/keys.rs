@@ -47,13 +47,42 @@ pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
     }
 }
 
-/// The key base of shard `k` of a sharded board's tag: `lb:{points#3}` or
-/// `lb:{laps:monza#3}` (see `board::shard_of`).
-pub fn shard_base(prefix: &str, board: &str, split: Option<&str>, k: u32) -> String {
-    match split {
-        Some(s) => format!("{prefix}:{{{board}:{s}#{k}}}"),
-        None => format!("{prefix}:{{{board}#{k}}}"),
+/// The key base of shard `k` of `n` of a sharded board's tag:
+/// `lb:{points#3}` or `lb:{laps:monza#3}` (see `board::shard_of`), or with a
+/// spreading suffix, `lb:{points#3.2}`: the first of `points#3`,
+/// `points#3.1`, `points#3.2`, ... whose Redis Cluster slot lies in the
+/// `k`th of `n` equal ranges of slots. Tags that differ in a digit or two
+/// have CRC16s that cluster (twelve `points#k` tags can land eight on one
+/// primary of three); spread this way, a cluster whose primaries hold equal
+/// ranges of slots (what `redis-cli --cluster create` makes) holds equal
+/// shares of the shards.
+pub fn shard_base(prefix: &str, board: &str, split: Option<&str>, k: u32, n: u32) -> String {
+    let tag = match split {
+        Some(s) => format!("{board}:{s}#{k}"),
+        None => format!("{board}#{k}"),
+    };
+    let n = u64::from(n.max(1));
+    let range = (u64::from(k) * SLOTS / n)..((u64::from(k) + 1) * SLOTS / n);
+    let spread = (0u32..)
+        .map(|j| if j == 0 { tag.clone() } else { format!("{tag}.{j}") })
+        .find(|t| range.contains(&u64::from(slot(t))))
+        .expect("some suffix lands in every range");
+    format!("{prefix}:{{{spread}}}")
+}
+
+/// Redis Cluster's slot count.
+const SLOTS: u64 = 16384;
+
+/// The Redis Cluster slot of a hash tag's content: CRC16 (XMODEM) mod 16384.
+pub fn slot(tag: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for b in tag.bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
     }
+    crc % SLOTS as u16
 }
 
 /// `lb:{points}:d:2026-08-14`; the all-time board is `lb:{points}:all`.
@@ -316,9 +345,23 @@ mod tests {
         assert_eq!(tags_key("lb"), "lb:{.tags}:_bases");
         assert_eq!(split_of_base("lb:{laps:monza}"), Some(("laps", "monza")));
         assert_eq!(split_of_base("lb:{points}"), None);
-        assert_eq!(shard_base("lb", "points", None, 3), "lb:{points#3}");
-        assert_eq!(shard_base("lb", "laps", Some("monza"), 0), "lb:{laps:monza#0}");
+        // Redis's own example: CLUSTER KEYSLOT 123456789 is 12739 (CRC16 0x31C3).
+        assert_eq!(slot("123456789"), 12739);
+        for n in [2, 3, 8, 12, 256] {
+            for k in 0..n {
+                let b = shard_base("lb", "points", None, k, n);
+                let tag = b.split_once('{').unwrap().1.trim_end_matches('}');
+                let at = u64::from(slot(tag));
+                assert!(
+                    u64::from(k) * SLOTS / u64::from(n) <= at && at < (u64::from(k) + 1) * SLOTS / u64::from(n),
+                    "{b}"
+                );
+                assert!(tag.starts_with(&format!("points#{k}")), "{b}");
+            }
+        }
+        assert!(shard_base("lb", "laps", Some("monza"), 0, 8).starts_with("lb:{laps:monza#0"));
         assert_eq!(board_of_base("lb:{points#3}"), Some("points"));
+        assert_eq!(board_of_base("lb:{points#3.12}"), Some("points"));
         assert_eq!(split_of_base("lb:{laps:monza#0}"), Some(("laps", "monza")));
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");
         assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);

@@ -18,7 +18,11 @@ pub struct Router {
     /// bounds: most events fall in the period of the event before them, and
     /// their keys need not be worked out and allocated again.
     period_cache: Arc<Mutex<PeriodCache>>,
+    /// Sharded boards: the key bases of each (board, split)'s shards.
+    shard_cache: Arc<Mutex<ShardCache>>,
 }
+
+type ShardCache = rustc_hash::FxHashMap<(String, Option<String>), Arc<Vec<String>>>;
 
 /// Keyed by board, kind and, for windows, the window's index (0 for the calendar's kinds).
 type PeriodCache = rustc_hash::FxHashMap<(usize, PeriodKind, usize), SplitCache>;
@@ -56,7 +60,13 @@ impl Router {
                 by_type.entry(t.clone()).or_default().push(i);
             }
         }
-        Router { boards, by_type, prefix: prefix.to_string(), period_cache: Default::default() }
+        Router {
+            boards,
+            by_type,
+            prefix: prefix.to_string(),
+            period_cache: Default::default(),
+            shard_cache: Default::default(),
+        }
     }
 
     pub fn boards(&self) -> &[Board] {
@@ -256,7 +266,7 @@ impl Router {
     /// the board's tag, or on a sharded board the player's shard's.
     pub fn base(&self, board: &Board, split: Option<&str>, player: &str) -> String {
         match board.shards() {
-            Some(n) => keys::shard_base(&self.prefix, board.id(), split, super::shard_of(player, n)),
+            Some(n) => self.shard_bases(board, split, n)[super::shard_of(player, n) as usize].clone(),
             None => keys::base(&self.prefix, board.id(), split),
         }
     }
@@ -265,9 +275,25 @@ impl Router {
     /// board's tag, or each shard's.
     pub fn read_bases(&self, board: &Board, split: Option<&str>) -> Vec<String> {
         match board.shards() {
-            Some(n) => (0..n).map(|k| keys::shard_base(&self.prefix, board.id(), split, k)).collect(),
+            Some(n) => self.shard_bases(board, split, n).to_vec(),
             None => vec![keys::base(&self.prefix, board.id(), split)],
         }
+    }
+
+    /// The key bases of a sharded board's `n` shards (of split `split`),
+    /// worked out once (see `keys::shard_base`) and cached.
+    fn shard_bases(&self, board: &Board, split: Option<&str>, n: u32) -> Arc<Vec<String>> {
+        let id = (board.id().to_string(), split.map(str::to_string));
+        let mut cache = self.shard_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = cache.get(&id) {
+            return b.clone();
+        }
+        if cache.len() >= PERIOD_CACHE_SPLITS {
+            cache.clear();
+        }
+        let bases = Arc::new((0..n).map(|k| keys::shard_base(&self.prefix, board.id(), split, k, n)).collect());
+        cache.insert(id, Arc::clone(&bases));
+        bases
     }
 
     /// The index of the board with this id.
