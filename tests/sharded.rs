@@ -233,3 +233,42 @@ async fn a_sharded_board_survives_five_sigkills_exactly() {
     assert!(shard_keys >= 4, "the points board was not sharded");
     s.assert_board_contents(&merged);
 }
+
+/// One shard holds the best 60 players: a top page must read that shard
+/// beyond its first share (the read asks each shard for about twice its
+/// share of the page first, then reads again the shards it cut short).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_whose_top_is_all_in_one_shard_is_complete() {
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(Redis::start(), 1).await;
+    let boards =
+        "[[board]]\nid = \"ref\"\non = [\"bonus\"]\nmode = \"best\"\nperiods = [\"all_time\"]\ndense_rank = false\n\
+                  [[board]]\nid = \"sh\"\non = [\"bonus\"]\nmode = \"best\"\nperiods = [\"all_time\"]\nshards = 8\n";
+    let ts = chrono::Utc::now().timestamp_millis();
+    let (mut records, mut strong) = (Vec::new(), 0);
+    for i in 0..800 {
+        let player = format!("p{i}");
+        let in_zero = rankflow::board::shard_of(&player, 8) == 0;
+        if in_zero && strong == 60 {
+            continue;
+        }
+        let score = if in_zero {
+            strong += 1;
+            10_000 + i
+        } else {
+            i
+        };
+        let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": player, "score": score, "ts": ts});
+        records.push((player, v.to_string().into_bytes(), Some(ts)));
+    }
+    assert_eq!(strong, 60);
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, boards);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 1, Duration::from_secs(60));
+    for q in ["limit=100", "limit=100&offset=3", "limit=10&offset=55", "limit=50&offset=20&rank=competition"] {
+        let page = same(&w, "ref", "sh", &format!("/v1/boards/{{b}}/top?{q}")).await;
+        assert!(!page["entries"].as_array().unwrap().is_empty(), "{q}: {page}");
+    }
+    let top = get(&w, "/v1/boards/sh/top?limit=60").await;
+    assert!(top["entries"].as_array().unwrap().iter().all(|e| e["score"].as_i64().unwrap() >= 10_000), "{top}");
+}

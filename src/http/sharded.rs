@@ -203,9 +203,40 @@ pub(super) async fn top(
     let with_meta = t.board.meta();
     let (total, start, better, rows, consistent) = match cursor {
         None => {
-            let n = (offset + limit).to_string();
-            let replies = fan(s, t, "shard_top", |k| vec![k.offsets_key.clone(), n.clone()]).await?;
-            let lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
+            // Each shard's share of the first offset + limit is about
+            // 1/shards of them: twice that (and a margin) is read first, and
+            // a shard whose last entry read still falls inside the merged
+            // first offset + limit is read again, to offset + limit.
+            let want = offset + limit;
+            let first = want.min((2 * want).div_ceil(t.shards.len()) + 16);
+            let n = first.to_string();
+            let mut replies = fan(s, t, "shard_top", |k| vec![k.offsets_key.clone(), n.clone()]).await?;
+            let mut lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
+            if first < want {
+                let mut all: Vec<&Row> = lists.iter().flatten().collect();
+                all.sort_by(|a, b| board_order(t.board.order(), a, b));
+                let again: Vec<usize> = match all.get(want - 1) {
+                    // Fewer than offset + limit in all: every shard was read to its end.
+                    None => Vec::new(),
+                    Some(cut) => (0..lists.len())
+                        .filter(|&i| {
+                            lists[i].len() == first
+                                && lists[i].last().is_some_and(|l| board_order(t.board.order(), l, cut).is_le())
+                        })
+                        .collect(),
+                };
+                let n = want.to_string();
+                let more = try_join_all(again.iter().map(|&i| {
+                    let args = vec![t.shards[i].offsets_key.clone(), n.clone()];
+                    async move { call(s, t, &t.shards[i], "shard_top", &args).await.map(Option::unwrap_or_default) }
+                }))
+                .await?;
+                for (i, r) in again.into_iter().zip(more) {
+                    lists[i] = rows(&r, 2, None, with_meta).0;
+                    // The versions compared are the first read's: a shard that moved in between shows.
+                    replies[i][1] = r.get(1).cloned().unwrap_or(redis::Value::Int(0));
+                }
+            }
             // Each shard read its first offset + limit entries: every one of
             // its members with a better value than the page's first entry
             // (fewer than offset + 1 of them) is among those.
