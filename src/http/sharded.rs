@@ -15,8 +15,8 @@
 //! A read takes two steps (a page by offset, a player, rank-of) or three
 //! (a page from a cursor, around, friends).
 //! Dense ranks are not kept on sharded boards, and `offset` deeper than
-//! `http.max_limit` is refused (a page at offset O reads O + limit entries
-//! of every shard): cursors page on at any depth.
+//! `http.max_limit` is refused (a page at offset O may read O + limit
+//! entries of a shard): cursors page on at any depth.
 
 use std::cmp::Ordering;
 
