@@ -272,3 +272,54 @@ async fn a_page_whose_top_is_all_in_one_shard_is_complete() {
     let top = get(&w, "/v1/boards/sh/top?limit=60").await;
     assert!(top["entries"].as_array().unwrap().iter().all(|e| e["score"].as_i64().unwrap() >= 10_000), "{top}");
 }
+
+/// Moderation on a sharded board acts on the player's shard: a correction
+/// sets their score, hiding takes them off others' reads, and an erasure
+/// removes them from every shard's keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn corrections_hiding_and_erasure_reach_the_players_shard() {
+    let stack = Stack::start_with(Redis::start(), 1).await;
+    let admin_topic = stack.admin_topic().await;
+    let boards = "[[board]]\nid = \"sh\"\non = [\"bonus\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nshards = 4\n";
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    cfg.admin_topics = vec![admin_topic.clone()];
+    let w = Worker::spawn(&cfg);
+    let ts = chrono::Utc::now().timestamp_millis();
+    let records: Vec<_> = (0..40)
+        .map(|i| {
+            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": format!("p{i}"), "score": 100 + i, "ts": ts});
+            (format!("p{i}"), v.to_string().into_bytes(), Some(ts))
+        })
+        .collect();
+    stack.broker.produce(&stack.topic, &records).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let event = |kind: &str, player: &str, extra: Value| {
+        let mut v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player, "ts": chrono::Utc::now().timestamp_millis()});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        admin_record(v)
+    };
+    let admin = [
+        event("score_set", "p3", json!({"board": "sh", "score": 1000})),
+        event("player_hidden", "p5", json!({})),
+        event("player_erased", "p7", json!({})),
+    ];
+    stack.broker.produce(&admin_topic, &admin).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin_topic, 1, Duration::from_secs(60));
+
+    let top = get(&w, "/v1/boards/sh/top?limit=100").await;
+    let ids: Vec<&str> = top["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
+    assert_eq!(ids[0], "p3", "{top}");
+    assert_eq!(top["entries"][0]["score"], 1000);
+    assert!(!ids.contains(&"p5") && !ids.contains(&"p7"), "{top}");
+    assert_eq!(top["total"], 38);
+    let me = get(&w, "/v1/boards/sh/players/p5").await;
+    assert_eq!(me["hidden"], true, "{me}");
+    let (status, _) = w.get_json("/v1/boards/sh/players/p7").await;
+    assert_eq!(status, 404);
+    let mut conn = stack.redis.conn().await;
+    for (key, members) in board_keys(&mut conn, stream::PREFIX).await {
+        assert!(!members.contains_key("p7"), "p7 is still in {key}");
+    }
+}
