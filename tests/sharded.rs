@@ -323,3 +323,56 @@ async fn corrections_hiding_and_erasure_reach_the_players_shard() {
         assert!(!members.contains_key("p7"), "p7 is still in {key}");
     }
 }
+
+/// Top-K on a sharded `best` board: each shard keeps its best K, and reads
+/// show the board's best K exactly as the unsharded board keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_top_k_board_reads_as_the_unsharded_one() {
+    use rand::{Rng, SeedableRng};
+    let Stack { redis, broker, topic, dlq } = Stack::start_with(Redis::start(), 2).await;
+    let board = |id: &str, extra: &str| {
+        format!("[[board]]\nid = \"{id}\"\non = [\"bonus\"]\nmode = \"best\"\nperiods = [\"all_time\"]\nmax_members = 25\ndense_rank = false\n{extra}")
+    };
+    let boards = board("ref", "") + &board("sh", "shards = 4").replace("dense_rank = false\n", "");
+    let ts = chrono::Utc::now().timestamp_millis();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(87);
+    let records: Vec<_> = (0..3_000)
+        .map(|_| {
+            let player = format!("p{}", rng.random_range(0..200));
+            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "bonus", "player_id": player, "score": rng.random_range(0..5_000), "ts": ts});
+            (player, v.to_string().into_bytes(), Some(ts))
+        })
+        .collect();
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    let w = Worker::spawn(&cfg);
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
+    for q in ["limit=10", "limit=100", "limit=10&offset=20", "limit=10&offset=30&rank=competition"] {
+        same(&w, "ref", "sh", &format!("/v1/boards/{{b}}/top?{q}")).await;
+    }
+    let top = same(&w, "ref", "sh", "/v1/boards/{b}/top?limit=100").await;
+    assert_eq!(top["total"], 25);
+    let kept: Vec<String> =
+        top["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap().to_string()).collect();
+    for i in 0..200 {
+        let p = format!("p{i}");
+        let (a, ra) = w.get_json(&format!("/v1/boards/ref/players/{p}")).await;
+        let (b, rb) = w.get_json(&format!("/v1/boards/sh/players/{p}")).await;
+        assert_eq!(a, b, "{p}: {ra} {rb}");
+        if a == 200 {
+            assert_eq!(plain(ra), plain(rb), "{p}");
+        }
+        assert_eq!(a == 200, kept.contains(&p), "{p}");
+        if a == 200 {
+            same(&w, "ref", "sh", &format!("/v1/boards/{{b}}/players/{p}/around?radius=3&fill=true")).await;
+        }
+    }
+    let all: Vec<String> = (0..200).map(|i| format!("p{i}")).collect();
+    let body = json!({ "players": all }).to_string();
+    let (_, r) = w.post_json("/v1/boards/ref/players", &body).await;
+    let (_, sh) = w.post_json("/v1/boards/sh/players", &body).await;
+    assert_eq!(plain(r), plain(sh));
+    for v in [0, 2_500, 4_990, 5_000] {
+        same(&w, "ref", "sh", &format!("/v1/boards/{{b}}/rank-of?score={v}")).await;
+    }
+}

@@ -120,8 +120,12 @@ fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
     if !b.rolling.is_empty() {
         e.push(at.field("rolling"), "rolling boards are not available on sharded boards yet");
     }
-    if b.max_members.is_some() {
-        e.push(at.field("max_members"), "top-K trimming is not available on sharded boards yet");
+    if b.max_members.is_some() && b.mode.value.as_ref().ok() != Some(&Mode::Best) {
+        e.push(
+            at.field("max_members"),
+            "top-K trimming on a sharded board needs mode = \"best\": what a latest board's trimming keeps depends on \
+             history the shards do not share",
+        );
     }
     Some(n)
 }

@@ -252,16 +252,19 @@ retention = { daily = "30d" }
         let s = load_str(&sharded(""), none()).unwrap();
         assert_eq!(s.boards[0].shards(), Some(8));
         assert!(!s.boards[0].dense_rank(), "a sharded board keeps no dense index unless asked (and cannot be)");
-        for (extra, field) in [
-            ("dense_rank = true", "board[0].dense_rank"),
-            ("max_members = 10", "board[0].max_members"),
-            ("close_after = \"1h\"", "board[0].close_after"),
-        ] {
+        for (extra, field) in
+            [("dense_rank = true", "board[0].dense_rank"), ("close_after = \"1h\"", "board[0].close_after")]
+        {
             let errs = errors(&sharded(extra), none());
             assert!(errs.iter().any(|e| e.field == field && !e.reason.is_empty()), "{extra}: {errs:?}");
         }
         let errs = errors(&sharded("").replace("shards = 8", "shards = 1"), none());
         assert!(errs.iter().any(|e| e.field == "board[0].shards"), "{errs:?}");
+        // Top-K on a sharded board: best boards only.
+        assert!(load_str(&sharded("max_members = 10"), none()).is_ok());
+        let latest = sharded("max_members = 10").replace("mode = \"best\"", "mode = \"latest\"");
+        let errs = errors(&latest, none());
+        assert!(errs.iter().any(|e| e.field == "board[0].max_members"), "{errs:?}");
     }
 
     #[test]

@@ -144,6 +144,14 @@ fn vers(replies: &[Vec<redis::Value>]) -> Vec<i64> {
     replies.iter().map(|r| int(r.first())).collect()
 }
 
+/// A top-K board (`max_members = K`, `best` only) holds its best K: each
+/// shard keeps its own best K, which hold the board's best K (a member of
+/// those has fewer than K better members in its shard too), and reads show
+/// only the first K of the merged order, as the unsharded board holds.
+fn cap(t: &Target<'_>) -> i64 {
+    t.board.max_members().map_or(i64::MAX, |k| i64::try_from(k).unwrap_or(i64::MAX))
+}
+
 fn total(replies: &[Vec<redis::Value>]) -> i64 {
     replies.iter().map(|r| int(r.get(1))).sum()
 }
@@ -291,6 +299,8 @@ pub(super) async fn top(
             (total(&replies), start, better, page, consistent)
         }
     };
+    let total = total.min(cap(t));
+    let rows: Vec<Row> = rows.into_iter().take((cap(t) - start).max(0) as usize).collect();
     let entries = entries(t, start, better, rows);
     let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "consistent": consistent });
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
@@ -344,8 +354,11 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     })
     .await?;
     let position: i64 = replies.iter().map(|r| int(r.get(4))).sum();
+    if position >= cap(t) {
+        return Err(unranked(player_id, t));
+    }
     let better: i64 = replies.iter().map(|r| int(r.get(2))).sum();
-    let total = total(&replies) + i64::from(hidden);
+    let total = (total(&replies) + i64::from(hidden)).min(cap(t));
     let r = ranks_at(position, better, 0);
     let consistent = vers(&replies) == before;
     let mut body = json!({
@@ -386,8 +399,11 @@ pub(super) async fn around(
         vec![k.offsets_key.clone(), stored.to_string(), player_id.to_string(), reach.clone(), reach.clone()]
     })
     .await?;
-    let total = total(&replies);
+    let total = total(&replies).min(cap(t));
     let position: i64 = replies.iter().map(|r| int(r.get(2))).sum();
+    if position >= cap(t) {
+        return Err(unranked(player_id, t));
+    }
     let (mut afters, mut befores) = (Vec::new(), Vec::new());
     for r in &replies {
         let n_after = int(r.get(4)).max(0) as usize;
@@ -454,14 +470,14 @@ pub(super) async fn players(
             }
         }
     }
-    let not_found: Vec<String> = ids.iter().filter(|id| !found.iter().any(|f| &f.0 == *id)).cloned().collect();
     let packing = t.board.packing();
     let asked: Vec<(i64, i64, &str)> = found.iter().map(|f| (packing.decode(f.1), f.1, f.0.as_str())).collect();
     let (sums, later) = counts(s, t, &asked).await?;
-    let total: i64 = replies.iter().map(|r| int(r.first())).sum();
-    let rows = found
+    let total: i64 = replies.iter().map(|r| int(r.first())).sum::<i64>().min(cap(t));
+    let rows: Vec<_> = found
         .into_iter()
         .zip(sums)
+        .filter(|(_, (_, _, before))| *before < cap(t))
         .map(|((id, stored, meta), (better, _, before))| {
             let rank = match policy {
                 RankPolicy::Competition => better + 1,
@@ -470,6 +486,8 @@ pub(super) async fn players(
             (id, stored, rank, meta)
         })
         .collect();
+    let not_found: Vec<String> =
+        ids.iter().filter(|id| !rows.iter().any(|r: &(String, i64, i64, _)| &r.0 == *id)).cloned().collect();
     let consistent = later == before;
     Ok((total, rows, not_found, consistent))
 }
@@ -479,8 +497,8 @@ pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<
     let replies =
         fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
             .await?;
-    let better = replies.iter().map(|r| int(r.get(2))).sum();
-    let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum();
+    let better = replies.iter().map(|r| int(r.get(2))).sum::<i64>().min(cap(t));
+    let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum::<i64>().min(cap(t));
     let consistent = versions(s, t).await? == vers(&replies);
-    Ok((total(&replies), better, better_or_equal, consistent))
+    Ok((total(&replies).min(cap(t)), better, better_or_equal, consistent))
 }
