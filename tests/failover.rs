@@ -41,16 +41,10 @@ fn committed_total(broker: &Broker, group: &str, topic: &str) -> i64 {
 async fn run_with_failovers(min_replicas: u32, seed: u64) -> Run {
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
     let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let (topic, dlq) = broker.topics(PARTITIONS).await;
     let s = stream::generate(RECORDS, seed);
-    let placeholder = Redis::start();
-    let mut cfg = WorkerConfig::new(&broker, &placeholder, &topic, &dlq, BOARDS);
-    drop(placeholder);
-    cfg.redis_url = cluster.url();
-    cfg.redis_extra = format!("cluster = true\nmin_replicas = {min_replicas}\nreplica_wait = \"500ms\"");
+    let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
+    cfg.redis_extra += &format!("\nmin_replicas = {min_replicas}\nreplica_wait = \"500ms\"");
     cfg.worker_section = "max_backoff = \"500ms\"\n".into();
     let w = Worker::spawn(&cfg);
     wait_http(w.http_port, Duration::from_secs(30)).await;

@@ -357,16 +357,9 @@ async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it(
 async fn two_workers_on_a_three_master_redis_cluster_are_exact() {
     let cluster = RedisCluster::start(3);
     let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let (topic, dlq) = broker.topics(PARTITIONS).await;
     let s = stream::generate(20_000, 108);
-    let placeholder = Redis::start();
-    let mut cfg = WorkerConfig::new(&broker, &placeholder, &topic, &dlq, BOARDS);
-    drop(placeholder);
-    cfg.redis_url = cluster.url();
-    cfg.redis_extra = "cluster = true".into();
+    let cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
     let w1 = Worker::spawn(&cfg);
     let w2 = Worker::spawn_with_port(&cfg, free_port());
     // Both workers hold partitions before the stream starts, so that both

@@ -80,17 +80,10 @@ async fn same(w: &Worker, reference: &str, sharded: &str, path: &str) -> Value {
 async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
     let cluster = RedisCluster::start(3);
     let broker = Broker::start();
-    let topic = random_name("scores");
-    let dlq = random_name("dlq");
-    broker.create_topic(&topic, PARTITIONS).await;
-    broker.create_topic(&dlq, 1).await;
+    let (topic, dlq) = broker.topics(PARTITIONS).await;
     let s = stream::generate(200_000, 81);
     broker.produce(&topic, &s.records).await;
-    let placeholder = Redis::start();
-    let mut cfg = WorkerConfig::new(&broker, &placeholder, &topic, &dlq, BOARDS);
-    drop(placeholder);
-    cfg.redis_url = cluster.url();
-    cfg.redis_extra = "cluster = true".into();
+    let cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
     let w = Worker::spawn(&cfg);
     wait_http(w.http_port, Duration::from_secs(30)).await;
 

@@ -128,16 +128,22 @@ pub(super) async fn top(
     };
     let (total, entries) = listing(&t, &reply);
     let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total });
+    add_cursors(&mut head, &t, &entries, total);
+    Ok(listing_response(head, &entries, policy))
+}
+
+/// A page's cursors: `next_cursor` unless it ends the board, `prev_cursor`
+/// unless it starts it.
+pub(super) fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
         let start = first.ranks.ordinal - 1;
         if start + (entries.len() as i64) < total {
-            head["next_cursor"] = json!(cursor_at(&t, last, Direction::Next));
+            head["next_cursor"] = json!(cursor_at(t, last, Direction::Next));
         }
         if start > 0 {
-            head["prev_cursor"] = json!(cursor_at(&t, first, Direction::Prev));
+            head["prev_cursor"] = json!(cursor_at(t, first, Direction::Prev));
         }
     }
-    Ok(listing_response(head, &entries, policy))
 }
 
 pub(super) async fn player(

@@ -303,25 +303,7 @@ pub(super) async fn top(
     let rows: Vec<Row> = rows.into_iter().take((cap(t) - start).max(0) as usize).collect();
     let entries = entries(t, start, better, rows);
     let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "consistent": consistent });
-    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
-        let cursor_at = |e: &Entry, direction| {
-            Cursor {
-                direction,
-                board: t.board.id().to_string(),
-                split: t.split.clone(),
-                period: t.period.clone(),
-                stored: e.stored,
-                member: e.member.clone(),
-            }
-            .encode()
-        };
-        if start + (entries.len() as i64) < total {
-            head["next_cursor"] = json!(cursor_at(last, Direction::Next));
-        }
-        if start > 0 {
-            head["prev_cursor"] = json!(cursor_at(first, Direction::Prev));
-        }
-    }
+    super::reads::add_cursors(&mut head, t, &entries, total);
     Ok(listing(head, &entries, policy))
 }
 

@@ -245,6 +245,14 @@ impl Broker {
         self.client().set("linger.ms", "5").set("message.timeout.ms", "30000").create().expect("producer")
     }
 
+    /// A source topic of `partitions` partitions and a dead-letter topic, created: (topic, dlq).
+    pub async fn topics(&self, partitions: i32) -> (String, String) {
+        let (topic, dlq) = (random_name("scores"), random_name("dlq"));
+        self.create_topic(&topic, partitions).await;
+        self.create_topic(&dlq, 1).await;
+        (topic, dlq)
+    }
+
     /// Produces every record (key, value, optional record timestamp) in order
     /// and waits for all acknowledgements.
     pub async fn produce(&self, topic: &str, records: &[(String, Vec<u8>, Option<i64>)]) {
@@ -478,9 +486,20 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     pub fn new(broker: &Broker, redis: &Redis, topic: &str, dlq: &str, boards: &str) -> WorkerConfig {
+        WorkerConfig::with_redis_url(broker, redis.url(), topic, dlq, boards)
+    }
+
+    /// A worker of `cluster` (`redis.cluster = true`, a seed node's URL).
+    pub fn on_cluster(broker: &Broker, cluster: &RedisCluster, topic: &str, dlq: &str, boards: &str) -> WorkerConfig {
+        let mut cfg = WorkerConfig::with_redis_url(broker, cluster.url(), topic, dlq, boards);
+        cfg.redis_extra = "cluster = true".into();
+        cfg
+    }
+
+    fn with_redis_url(broker: &Broker, redis_url: String, topic: &str, dlq: &str, boards: &str) -> WorkerConfig {
         WorkerConfig {
             brokers: broker.brokers(),
-            redis_url: redis.url(),
+            redis_url,
             topic: topic.into(),
             dead_letter_topic: dlq.into(),
             admin_topics: Vec::new(),
