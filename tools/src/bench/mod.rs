@@ -249,6 +249,26 @@ pub(super) fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
+/// An event of type `m` with a random event id (the read and sharded
+/// benchmarks' boards take `m`).
+pub(super) fn m_event(
+    g: &mut rand::rngs::StdRng,
+    player_id: String,
+    score: i64,
+    ts_ms: i64,
+    meta: Option<String>,
+) -> Event {
+    Event {
+        event_id: uuid::Builder::from_random_bytes(rand::Rng::random(g)).into_uuid(),
+        kind: "m".into(),
+        player_id,
+        score,
+        ts_ms,
+        attrs: Default::default(),
+        meta,
+    }
+}
+
 pub(super) fn rand_seed(seed: u64) -> rand::rngs::StdRng {
     rand::SeedableRng::seed_from_u64(seed)
 }

@@ -20,16 +20,10 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     let now = chrono::Utc::now().timestamp_millis();
     let events: Vec<(i32, i64, i64, Event)> = (0..members)
         .map(|i| {
-            let e = Event {
-                event_id: uuid::Builder::from_random_bytes(rand::Rng::random(&mut g)).into_uuid(),
-                kind: "m".into(),
-                player_id: format!("player-{i:07}"),
-                score: rand::Rng::random_range(&mut g, 0..200_000),
-                ts_ms: now,
-                attrs: Default::default(),
-                // A display name: what studios keep beside a score most often.
-                meta: Some(format!(r#"{{"name":"Player {i:07}"}}"#)),
-            };
+            let score = rand::Rng::random_range(&mut g, 0..200_000);
+            // A display name: what studios keep beside a score most often.
+            let meta = Some(format!(r#"{{"name":"Player {i:07}"}}"#));
+            let e = m_event(&mut g, format!("player-{i:07}"), score, now, meta);
             (0, i as i64, now, e)
         })
         .collect();

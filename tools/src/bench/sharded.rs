@@ -25,15 +25,9 @@ fn events_for(count: u64, players: u64, seed: u64) -> Vec<(i32, i64, i64, Event)
     let mut g = rand_seed(seed);
     (0..count)
         .map(|i| {
-            let e = Event {
-                event_id: uuid::Builder::from_random_bytes(rand::Rng::random(&mut g)).into_uuid(),
-                kind: "m".into(),
-                player_id: format!("player-{:07}", rand::Rng::random_range(&mut g, 0..players)),
-                score: rand::Rng::random_range(&mut g, 0..1_000),
-                ts_ms: now,
-                attrs: Default::default(),
-                meta: None,
-            };
+            let player = format!("player-{:07}", rand::Rng::random_range(&mut g, 0..players));
+            let score = rand::Rng::random_range(&mut g, 0..1_000);
+            let e = m_event(&mut g, player, score, now, None);
             ((i % 8) as i32, (i / 8) as i64, now, e)
         })
         .collect()
@@ -103,15 +97,8 @@ pub async fn sharded(redis_url: &str, events: u64, members: u64, samples: usize)
     let mut g = rand_seed(12);
     let fill: Vec<(i32, i64, i64, Event)> = (0..members)
         .map(|i| {
-            let e = Event {
-                event_id: uuid::Builder::from_random_bytes(rand::Rng::random(&mut g)).into_uuid(),
-                kind: "m".into(),
-                player_id: format!("player-{i:07}"),
-                score: rand::Rng::random_range(&mut g, 0..200_000),
-                ts_ms: now,
-                attrs: Default::default(),
-                meta: None,
-            };
+            let score = rand::Rng::random_range(&mut g, 0..200_000);
+            let e = m_event(&mut g, format!("player-{i:07}"), score, now, None);
             ((i % 8) as i32, (i / 8) as i64, now, e)
         })
         .collect();
