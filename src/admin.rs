@@ -210,18 +210,24 @@ pub async fn close(
     }
     let base = keys::base(router.prefix(), board_id, split);
     let key = keys::period_key(&base, &period.id);
-    let sealed_hash = keys::sealed_key(&base);
     let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let mut c = conn.clone();
     let now = chrono::Utc::now().timestamp_millis();
     // The first close on demand stands; a timed close that comes first still counts (seal.rs takes the earlier).
-    let _: i64 = redis::cmd("HSETNX")
-        .arg(&sealed_hash)
-        .arg(keys::closes_field(&key))
-        .arg(now)
-        .query_async(&mut c)
-        .await
-        .map_err(|e| e.to_string())?;
+    // Every shard of a sharded board refuses what is produced from now on.
+    let bases = router.read_bases(board, split);
+    for b in &bases {
+        let _: i64 = redis::cmd("HSETNX")
+            .arg(keys::sealed_key(b))
+            .arg(keys::closes_field(&keys::period_key(b, &period.id)))
+            .arg(now)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    // Sealed once its last shard is (a job seals the shards in order).
+    let last = bases.last().expect("a board has a tag");
+    let (sealed_hash, sealed_field) = (keys::sealed_key(last), keys::period_key(last, &period.id));
     let store = crate::store::Store::new(conn, settings.redis.dedupe_ttl);
     let job = crate::schedule::Job::Seal { base: base.clone(), period: period.id.clone() }.encode();
     crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await?;
@@ -231,8 +237,12 @@ pub async fn close(
     };
     let deadline = Instant::now() + timeout;
     loop {
-        let sealed: bool =
-            redis::cmd("HEXISTS").arg(&sealed_hash).arg(&key).query_async(&mut c).await.map_err(|e| e.to_string())?;
+        let sealed: bool = redis::cmd("HEXISTS")
+            .arg(&sealed_hash)
+            .arg(&sealed_field)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| e.to_string())?;
         if sealed {
             println!("sealed");
             return Ok(());

@@ -30,6 +30,7 @@
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
 //! | `{prefix}:{tag}:_roll:r:<name>`, `..:<d>` | zset | a rolling board's build in progress: the staged union, and day `d`'s staged copy (in the registry while they exist); the staged dense index is `_dense:_roll:r:<name>` |
 //! | `{prefix}:{tag}:_roll:<name>` | hash | where that build is: `window`, `phase`, `d`, `at` |
+//! | `{prefix}:{tag}:_ver:<period>` | hash | a sealed snapshot's (`<period>:final`) or rolling board's (`r:<name>`) change counters: `seals` (`seal.lua`), `swaps` (`roll.lua`), `admin` (`admin.lua`); the version of a sharded board's read of it; same expiry |
 //! | `{prefix}:{.tags}:_bases` | set | every board tag's key base, for erasure |
 //! | `{prefix}:{.sched}:due` | zset | scheduler: job -> when it is due (ms) |
 //! | `{prefix}:{.sched}:lease` | zset | scheduler: claimed job -> when its claim lapses (ms) |
@@ -214,6 +215,14 @@ pub fn board_of_base(base: &str) -> Option<&str> {
     Some(tag.split(':').next().unwrap_or(tag))
 }
 
+/// The board's own key base of a shard's (`prefix:{points}` of
+/// `prefix:{points#3.1}`); a base without a shard is its own. A sharded
+/// board's scheduled seal is named by it: one job seals every shard.
+pub fn unsharded_base(base: &str) -> Option<String> {
+    let (prefix, _) = base.split_once('{')?;
+    Some(format!("{prefix}{{{}}}", tag_of_base(base)?))
+}
+
 /// The (board, split) of a split board's key base `prefix:{board:split}`;
 /// `None` for a board without splits.
 pub fn split_of_base(base: &str) -> Option<(&str, &str)> {
@@ -241,6 +250,22 @@ pub fn rolling_id(name: &str) -> String {
     format!("r:{name}")
 }
 
+/// A key rankflow never writes, on the same hash tag as `key`: what a read
+/// of a snapshot not made yet reads (an empty board).
+pub fn absent_key(key: &str) -> String {
+    format!("{key}:_absent")
+}
+
+/// Whether a period id names a sealed snapshot ([`final_id`]).
+pub fn is_final_id(id: &str) -> bool {
+    id.ends_with(":final")
+}
+
+/// Whether a period id names a rolling board ([`rolling_id`]).
+pub fn is_rolling_id(id: &str) -> bool {
+    id.starts_with("r:")
+}
+
 /// The id of a rolling board's build in progress, `_roll:r:last7d`: its
 /// staged union is `period_key(base, id)`, the staged dense index
 /// `dense_key(base, id)`, and day `d`'s staged copy `period_key(base, "{id}:{d}")`.
@@ -251,6 +276,18 @@ pub fn rolling_build_id(name: &str) -> String {
 /// The hash that records where a rolling board's build is (`roll.lua`).
 pub fn rolling_state_key(base: &str, name: &str) -> String {
     format!("{base}:_roll:{name}")
+}
+
+/// The change counters of a sealed snapshot or a rolling board (see the
+/// table above): they rise whenever it can change, so a read of it that
+/// sees the same sum before and after saw it stand still.
+pub fn version_key(base: &str, period_id: &str) -> String {
+    format!("{}{period_id}", version_prefix(base))
+}
+
+/// What [`version_key`] puts before the period id.
+pub fn version_prefix(base: &str) -> String {
+    format!("{base}:_ver:")
 }
 
 /// Which periods of the tag are sealed (see the table above).
@@ -363,6 +400,11 @@ mod tests {
         assert_eq!(board_of_base("lb:{points#3}"), Some("points"));
         assert_eq!(board_of_base("lb:{points#3.12}"), Some("points"));
         assert_eq!(split_of_base("lb:{laps:monza#0}"), Some(("laps", "monza")));
+        assert_eq!(unsharded_base("lb:{laps:monza#3.1}").as_deref(), Some("lb:{laps:monza}"));
+        assert_eq!(unsharded_base("lb:{points}").as_deref(), Some("lb:{points}"));
+        assert_eq!(version_key(&b, "r:last7d"), "lb:{points}:_ver:r:last7d");
+        assert!(is_final_id(&final_id("d:2026-08-14")) && !is_final_id("d:2026-08-14"));
+        assert!(is_rolling_id(&rolling_id("last7d")) && !is_rolling_id("all"));
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");
         assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);
         assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));

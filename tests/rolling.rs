@@ -13,6 +13,7 @@ use rankflow::moderation::AdminOp;
 use rankflow::schedule::{rolling_keys, Refresh, Step};
 use rankflow::score::MAX_EXACT;
 use rankflow::store::{AdminCall, RedisConn, Store};
+use support::periods::Lcg;
 use support::Redis;
 
 const DAY: i64 = 86_400_000;
@@ -85,15 +86,6 @@ async fn run_out(refresh: &Refresh, store: &Store, budget: usize) -> (usize, Ste
             Step::More(_) => assert!(steps < 1_000_000, "the build never ends"),
             end => return (steps, end),
         }
-    }
-}
-
-/// A tiny pseudo-random sequence, so the boards are the same every run.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
     }
 }
 

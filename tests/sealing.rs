@@ -12,10 +12,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::Message;
 use serde_json::{json, Value};
+use support::periods::*;
 use support::*;
-
-const HOUR: i64 = 3_600_000;
-const DAY: i64 = 86_400_000;
 
 fn record(
     kind: &str,
@@ -28,22 +26,10 @@ fn record(
     event_record(kind, player, score, ts, record_ts, Some(attrs))
 }
 
-/// The record with `meta` added to its event.
-fn with_meta(mut r: (String, Vec<u8>, Option<i64>), meta: Value) -> (String, Vec<u8>, Option<i64>) {
-    let mut v: Value = serde_json::from_slice(&r.1).unwrap();
-    v["meta"] = meta;
-    r.1 = v.to_string().into_bytes();
-    r
-}
-
 /// A meta hash: member -> meta.
 async fn metas(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, Value> {
     let raw: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
     raw.into_iter().map(|(m, v)| (m, serde_json::from_str(&v).unwrap())).collect()
-}
-
-fn hour_id(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).unwrap().format("h:%Y-%m-%dT%H").to_string()
 }
 
 /// The scheduler's keys, for failure messages: due and claimed jobs, watermarks.
@@ -63,28 +49,6 @@ fn sched_state(url: &str) -> String {
         out.push_str(&format!("{}: {}\n", args[..2].join(" "), String::from_utf8_lossy(&o.stdout).replace('\n', " ")));
     }
     out
-}
-
-/// A tiny deterministic generator, so a failure can be replayed.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
-/// Waits until a topic holds `n` records (or fails naming what it saw).
-fn wait_records(broker: &Broker, topic: &str, n: i64, timeout: Duration, logs: &dyn Fn() -> String) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got: i64 = broker.log_end(topic, 1).iter().sum();
-        if got >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{topic} holds {got} of {n} records after {timeout:?}\n{}", logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -290,18 +254,6 @@ split_by = "track"
     let due: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:due").query_async(&mut conn).await.unwrap();
     let leased: i64 = redis::cmd("ZCARD").arg("lb:{.sched}:lease").query_async(&mut conn).await.unwrap();
     assert_eq!((due, leased), (0, 0), "{}", logs());
-}
-
-/// An IANA zone where it is about noon now, so no day boundary falls inside the test.
-fn noon_zone(now: i64) -> (String, i64) {
-    let utc_hour = now.rem_euclid(DAY) / HOUR;
-    let mut k = 12 - utc_hour;
-    if k < -12 {
-        k += 24;
-    }
-    // Etc/GMT-k is UTC+k.
-    let name = if k >= 0 { format!("Etc/GMT-{k}") } else { format!("Etc/GMT+{}", -k) };
-    (name, k * HOUR)
 }
 
 #[tokio::test(flavor = "multi_thread")]

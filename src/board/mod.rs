@@ -61,6 +61,17 @@ impl Order {
             Order::Asc => "asc",
         }
     }
+
+    /// Board order of two entries, each (stored score, member): the better
+    /// stored score first, and among equal ones member bytes as Redis orders
+    /// them (descending on desc boards, ascending on asc boards). A total
+    /// order, so merging the shards of a board lists it as one sorted set.
+    pub fn entries(self, a: (i64, &str), b: (i64, &str)) -> std::cmp::Ordering {
+        match self {
+            Order::Desc => b.0.cmp(&a.0).then_with(|| b.1.as_bytes().cmp(a.1.as_bytes())),
+            Order::Asc => a.0.cmp(&b.0).then_with(|| a.1.as_bytes().cmp(b.1.as_bytes())),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

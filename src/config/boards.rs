@@ -114,12 +114,6 @@ fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
             "a sharded board cannot keep dense ranks exact (the shards' distinct values overlap); remove dense_rank or shards",
         );
     }
-    if b.close_after.is_some() {
-        e.push(at.field("close_after"), "sealing is not available on sharded boards yet");
-    }
-    if !b.rolling.is_empty() {
-        e.push(at.field("rolling"), "rolling boards are not available on sharded boards yet");
-    }
     if b.max_members.is_some() && b.mode.value.as_ref().ok() != Some(&Mode::Best) {
         e.push(
             at.field("max_members"),

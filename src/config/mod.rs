@@ -242,7 +242,7 @@ retention = { daily = "30d" }
     }
 
     #[test]
-    fn a_sharded_board_keeps_no_dense_ranks_and_refuses_what_it_cannot_merge_yet() {
+    fn a_sharded_board_keeps_no_dense_ranks_and_refuses_what_it_cannot_merge() {
         let sharded = |extra: &str| {
             format!(
                 "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
@@ -252,12 +252,13 @@ retention = { daily = "30d" }
         let s = load_str(&sharded(""), none()).unwrap();
         assert_eq!(s.boards[0].shards(), Some(8));
         assert!(!s.boards[0].dense_rank(), "a sharded board keeps no dense index unless asked (and cannot be)");
-        for (extra, field) in
-            [("dense_rank = true", "board[0].dense_rank"), ("close_after = \"1h\"", "board[0].close_after")]
-        {
-            let errs = errors(&sharded(extra), none());
-            assert!(errs.iter().any(|e| e.field == field && !e.reason.is_empty()), "{extra}: {errs:?}");
-        }
+        let errs = errors(&sharded("dense_rank = true"), none());
+        assert!(errs.iter().any(|e| e.field == "board[0].dense_rank" && e.reason.contains("exact")), "{errs:?}");
+        // Sealing and rolling boards work per shard.
+        let periodic = sharded("close_after = \"1h\"\nrolling = [{ name = \"last3d\", days = 3 }]")
+            .replace("periods = [\"all_time\"]", "periods = [\"daily\", \"all_time\"]");
+        let s = load_str(&periodic, none()).unwrap();
+        assert_eq!((s.boards[0].shards(), s.boards[0].rolling().len()), (Some(8), 1));
         let errs = errors(&sharded("").replace("shards = 8", "shards = 1"), none());
         assert!(errs.iter().any(|e| e.field == "board[0].shards"), "{errs:?}");
         // Top-K on a sharded board: best boards only.

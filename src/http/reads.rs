@@ -108,7 +108,7 @@ pub(super) async fn top(
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let cursor = take_cursor(&mut q)?;
-    let t = resolve(&s, &board_id, &q)?;
+    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
@@ -151,7 +151,7 @@ pub(super) async fn player(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = resolve(&s, &board_id, &q)?;
+    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     if !t.shards.is_empty() {
         return super::sharded::player(&s, &t, &player_id).await;
     }
@@ -187,7 +187,7 @@ pub(super) async fn around(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let t = resolve(&s, &board_id, &q)?;
+    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let fill = match q.get("fill").map(String::as_str) {
         None | Some("false") => false,
@@ -236,7 +236,7 @@ pub(super) async fn players(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let t = resolve(&s, &board_id, &q)?;
+    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
     let (total, mut found, not_found, consistent) = if t.shards.is_empty() {
@@ -305,7 +305,7 @@ pub(super) async fn rank_of(
     Path(board_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = resolve(&s, &board_id, &q)?;
+    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let max = t.board.packing().max_value();
     let score = match q.get("score").map(|v| v.parse::<i64>()) {
         Some(Ok(v)) if v.abs() <= max => v,

@@ -31,6 +31,7 @@ use super::ranks::{int, meta_of, percentile, ranks_at, ranks_of_run, stored_of, 
 use super::target::{unranked, RankPolicy, ShardKeys, Target};
 use super::{ApiError, AppState};
 use crate::board::{shard_of, Order};
+use crate::keys;
 
 /// One shard's query of `read.lua`.
 async fn call(
@@ -71,9 +72,30 @@ async fn fan(
     try_join_all(calls).await
 }
 
+/// A sealed period of a sharded board reads as the unsharded board's does
+/// before its seal (empty) until its last shard is sealed: a job seals the
+/// shards in order, so from then on every shard's snapshot is whole.
+pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Target<'a>, ApiError> {
+    let Some((hash, field)) = &t.last_seal else {
+        return Ok(t);
+    };
+    let mut conn = s.redis()?;
+    let sealed: bool =
+        redis::cmd("HEXISTS").arg(hash).arg(field).query_async(&mut conn).await.map_err(ApiError::unavailable)?;
+    if !sealed {
+        for k in &mut t.shards {
+            k.key = keys::absent_key(&k.key);
+            k.dense_key = keys::absent_key(&k.dense_key);
+            k.shadow_key = keys::absent_key(&k.shadow_key);
+            k.meta_key = k.meta_key.as_deref().map(keys::absent_key);
+        }
+    }
+    Ok(t)
+}
+
 /// Every shard's version.
 async fn versions(s: &AppState, t: &Target<'_>) -> Result<Vec<i64>, ApiError> {
-    Ok(fan(s, t, "ver", |k| vec![k.offsets_key.clone()]).await?.iter().map(|r| int(r.first())).collect())
+    Ok(fan(s, t, "ver", |k| vec![k.version_key.clone()]).await?.iter().map(|r| int(r.first())).collect())
 }
 
 /// An entry read from a shard.
@@ -99,12 +121,9 @@ fn rows(reply: &[redis::Value], at: usize, n: Option<usize>, with_meta: bool) ->
     (out, at + used)
 }
 
-/// Board order: stored score best first, then member bytes as Redis orders them.
+/// Board order of two rows (see [`Order::entries`]).
 fn board_order(order: Order, a: &Row, b: &Row) -> Ordering {
-    match order {
-        Order::Desc => b.stored.cmp(&a.stored).then_with(|| b.member.as_bytes().cmp(a.member.as_bytes())),
-        Order::Asc => a.stored.cmp(&b.stored).then_with(|| a.member.as_bytes().cmp(b.member.as_bytes())),
-    }
+    order.entries((a.stored, &a.member), (b.stored, &b.member))
 }
 
 fn merged(t: &Target<'_>, lists: Vec<Vec<Row>>) -> Vec<Row> {
@@ -121,7 +140,7 @@ async fn counts(
     asked: &[(i64, i64, &str)],
 ) -> Result<(Vec<(i64, i64, i64)>, Vec<i64>), ApiError> {
     let replies = fan(s, t, "shard_counts", |k| {
-        let mut a = vec![k.offsets_key.clone()];
+        let mut a = vec![k.version_key.clone()];
         for (v, stored, member) in asked {
             a.extend([v.to_string(), stored.to_string(), member.to_string()]);
         }
@@ -218,7 +237,7 @@ pub(super) async fn top(
             let want = offset + limit;
             let first = want.min((2 * want).div_ceil(t.shards.len()) + 16);
             let n = first.to_string();
-            let mut replies = fan(s, t, "shard_top", |k| vec![k.offsets_key.clone(), n.clone()]).await?;
+            let mut replies = fan(s, t, "shard_top", |k| vec![k.version_key.clone(), n.clone()]).await?;
             let mut lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
             if first < want {
                 let mut all: Vec<&Row> = lists.iter().flatten().collect();
@@ -235,7 +254,7 @@ pub(super) async fn top(
                 };
                 let n = want.to_string();
                 let more = try_join_all(again.iter().map(|&i| {
-                    let args = vec![t.shards[i].offsets_key.clone(), n.clone()];
+                    let args = vec![t.shards[i].version_key.clone(), n.clone()];
                     async move { call(s, t, &t.shards[i], "shard_top", &args).await.map(Option::unwrap_or_default) }
                 }))
                 .await?;
@@ -265,7 +284,7 @@ pub(super) async fn top(
             };
             let replies = fan(s, t, "shard_seek", |k| {
                 vec![
-                    k.offsets_key.clone(),
+                    k.version_key.clone(),
                     c.stored.to_string(),
                     c.member.clone(),
                     after.to_string(),
@@ -332,7 +351,7 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     };
     let value = t.board.packing().decode(stored);
     let replies = fan(s, t, "shard_counts", |k| {
-        vec![k.offsets_key.clone(), value.to_string(), stored.to_string(), player_id.to_string()]
+        vec![k.version_key.clone(), value.to_string(), stored.to_string(), player_id.to_string()]
     })
     .await?;
     let position: i64 = replies.iter().map(|r| int(r.get(4))).sum();
@@ -378,7 +397,7 @@ pub(super) async fn around(
     let with_meta = t.board.meta();
     let reach = (2 * radius).to_string();
     let replies = fan(s, t, "shard_seek", |k| {
-        vec![k.offsets_key.clone(), stored.to_string(), player_id.to_string(), reach.clone(), reach.clone()]
+        vec![k.version_key.clone(), stored.to_string(), player_id.to_string(), reach.clone(), reach.clone()]
     })
     .await?;
     let total = total(&replies).min(cap(t));
@@ -477,7 +496,7 @@ pub(super) async fn players(
 /// What `rank_of` needs: (total, better, better_or_equal, consistent).
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<(i64, i64, i64, bool), ApiError> {
     let replies =
-        fan(s, t, "shard_counts", |k| vec![k.offsets_key.clone(), value.to_string(), "0".into(), String::new()])
+        fan(s, t, "shard_counts", |k| vec![k.version_key.clone(), value.to_string(), "0".into(), String::new()])
             .await?;
     let better = replies.iter().map(|r| int(r.get(2))).sum::<i64>().min(cap(t));
     let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum::<i64>().min(cap(t));

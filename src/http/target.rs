@@ -24,6 +24,10 @@ pub(super) struct Target<'a> {
     pub meta_key: Option<String>,
     /// A sharded board: each shard's keys (and the fields above are unused).
     pub shards: Vec<ShardKeys>,
+    /// A sealed period of a sharded board: the last shard's sealed hash and
+    /// live period key. The shards are sealed in order, so the period is
+    /// sealed on every shard once it is on the last.
+    pub last_seal: Option<(String, String)>,
 }
 
 /// One shard's keys of the period a read names.
@@ -32,18 +36,30 @@ pub(super) struct ShardKeys {
     pub dense_key: String,
     pub shadow_key: String,
     pub meta_key: Option<String>,
-    /// The shard tag's recorded offsets: its version (see `read.lua`).
-    pub offsets_key: String,
+    /// The hash whose values sum to the shard's version (see `read.lua`):
+    /// the tag's recorded offsets, which every write raises; for a sealed
+    /// snapshot or a rolling board, its own version hash, which rises with
+    /// its seal, each swap and each admin event that can change it.
+    pub version_key: String,
 }
 
 impl ShardKeys {
     fn of(board: &Board, base: &str, id: &str) -> ShardKeys {
+        let snapshot = keys::is_final_id(id) || keys::is_rolling_id(id);
         ShardKeys {
             key: keys::period_key(base, id),
             dense_key: keys::dense_key(base, id),
             shadow_key: keys::shadow_key(base, id),
             meta_key: board.meta().then(|| keys::meta_key(base, id)),
-            offsets_key: keys::offsets_key(base),
+            version_key: if snapshot { keys::version_key(base, id) } else { keys::offsets_key(base) },
+        }
+    }
+
+    /// Each shard's keys of period `id` of a sharded board (none unsharded).
+    fn all(s: &AppState, board: &Board, split: Option<&str>, id: &str) -> Vec<ShardKeys> {
+        match board.shards() {
+            Some(_) => s.router.read_bases(board, split).iter().map(|b| ShardKeys::of(board, b, id)).collect(),
+            None => Vec::new(),
         }
     }
 }
@@ -82,7 +98,8 @@ pub(super) fn resolve<'a>(
             dense_key: keys::dense_key(&base, &id),
             shadow_key: keys::shadow_key(&base, &id),
             meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
-            shards: Vec::new(),
+            shards: ShardKeys::all(s, board, split, &id),
+            last_seal: None,
             period: id,
         });
     }
@@ -131,6 +148,7 @@ pub(super) fn resolve<'a>(
             }
         },
     };
+    let live_id = period.id.clone();
     let id = if sealed {
         if board.close_after().is_none() {
             return Err(ApiError::bad(
@@ -145,9 +163,12 @@ pub(super) fn resolve<'a>(
     } else {
         period.id
     };
-    let shards = match board.shards() {
-        Some(_) => s.router.read_bases(board, split).iter().map(|b| ShardKeys::of(board, b, &id)).collect(),
-        None => Vec::new(),
+    let shards = ShardKeys::all(s, board, split, &id);
+    let last_seal = match (sealed, board.shards()) {
+        (true, Some(_)) => {
+            s.router.read_bases(board, split).last().map(|b| (keys::sealed_key(b), keys::period_key(b, &live_id)))
+        }
+        _ => None,
     };
     Ok(Target {
         board,
@@ -157,6 +178,7 @@ pub(super) fn resolve<'a>(
         shadow_key: keys::shadow_key(&base, &id),
         meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
         shards,
+        last_seal,
         period: id,
     })
 }

@@ -381,8 +381,10 @@ impl Scheduler<'_> {
 }
 
 /// The jobs one planned write needs that `seen` (one batch's) does not hold
-/// yet: a seal per closing period, a rolling refresh per rolling board of the
-/// tag. Each with when it is due. Job strings are only built for new ones.
+/// yet: a seal per closing period (of the whole board on a sharded board:
+/// one job seals every shard), a rolling refresh per rolling board of the
+/// tag (each shard's own). Each with when it is due. Job strings are only
+/// built for new ones.
 pub fn jobs_for<'a>(
     board: &'a Board,
     base: &'a str,
@@ -395,7 +397,11 @@ pub fn jobs_for<'a>(
         if let Some(close_at) = p.close_at {
             // Period ids hold a ':' (or are "all"); rolling names cannot.
             if seen.insert((base, p.id.as_str())) {
-                out.push((Job::Seal { base: base.into(), period: p.id.clone() }.encode(), close_at));
+                let board_base = match board.shards() {
+                    Some(_) => keys::unsharded_base(base).unwrap_or_else(|| base.to_string()),
+                    None => base.to_string(),
+                };
+                out.push((Job::Seal { base: board_base, period: p.id.clone() }.encode(), close_at));
             }
         }
     }

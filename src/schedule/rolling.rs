@@ -36,6 +36,8 @@ pub enum Step {
 pub struct Refresh {
     keys: Vec<String>,
     args: Vec<String>,
+    /// The rolling key's version hash (`keys::version_key`), raised by each swap.
+    versions: String,
 }
 
 impl Refresh {
@@ -59,13 +61,18 @@ impl Refresh {
             board.order().as_str().to_string(),
             if board.meta() { "1" } else { "0" }.to_string(),
         ];
-        Ok(Refresh { keys: rolling_keys(board, base, name, days, now_ms)?, args })
+        Ok(Refresh {
+            keys: rolling_keys(board, base, name, days, now_ms)?,
+            args,
+            versions: keys::version_key(base, &keys::rolling_id(name)),
+        })
     }
 
     /// Runs one step of at most `budget` members.
     pub async fn step(&self, store: &Store, budget: usize) -> Result<Step, String> {
         let mut args = self.args.clone();
         args.push(budget.max(1).to_string());
+        args.push(self.versions.clone());
         let reply: (String, u64) = store
             .eval(&ROLL, ROLL_LUA, &self.keys, &args)
             .await

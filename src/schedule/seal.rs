@@ -66,22 +66,44 @@ fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Ve
         .collect()
 }
 
+/// The tops of a board's shards as one: merged in board order, the first `n`.
+fn merged_top(
+    board: &Board,
+    tops: Vec<Vec<(String, f64, Option<String>)>>,
+    n: usize,
+) -> Vec<(String, f64, Option<String>)> {
+    let mut all: Vec<_> = tops.into_iter().flatten().collect();
+    all.sort_by(|a, b| board.order().entries((a.1 as i64, &a.0), (b.1 as i64, &b.0)));
+    all.truncate(n);
+    all
+}
+
 impl Scheduler<'_> {
+    /// Seals one period of the board tag at `base`. On a sharded board (the
+    /// job names the board's own base) every shard is sealed, in shard
+    /// order, and the merged top published once: a shard's seal is at most
+    /// once, so a job taken over halfway seals the rest and publishes. Reads
+    /// of the sealed period wait for the last shard (`http::sharded`).
     pub(super) async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
         let board = self.board_of(base)?.clone();
         let period = board.period_by_id(period_id).map_err(|e| e.to_string())?;
         let Some(close_at) = board.close_at(&period) else {
             return Ok(Outcome::Done);
         };
-        // Closed on demand (`rankflow admin close`) before its time: that close counts.
+        let split = keys::split_of_base(base).map(|(_, s)| s);
+        let bases = self.router.read_bases(&board, split);
+        // Closed on demand (`rankflow admin close`, on every shard) before its time: that close counts.
         let mut conn = self.store.conn();
-        let manual: Option<i64> = redis::cmd("HGET")
-            .arg(keys::sealed_key(base))
-            .arg(keys::closes_field(&keys::period_key(base, period_id)))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let close_at = manual.map_or(close_at, |m| m.min(close_at));
+        let mut close_at = close_at;
+        for b in &bases {
+            let manual: Option<i64> = redis::cmd("HGET")
+                .arg(keys::sealed_key(b))
+                .arg(keys::closes_field(&keys::period_key(b, period_id)))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            close_at = manual.map_or(close_at, |m| m.min(close_at));
+        }
         let check = self.settings.sealing.check_interval.as_millis() as i64;
         if now_ms() < close_at {
             return Ok(Outcome::Again(close_at, "waiting"));
@@ -90,6 +112,67 @@ impl Scheduler<'_> {
             return Ok(Outcome::Again(now_ms() + check, "waiting"));
         }
         let expire_at = period.expire_at_secs(board.retention(period.kind)).unwrap_or(0);
+        let (mut newly, mut published, mut total, mut tops) = (false, false, 0, Vec::new());
+        for (k, b) in bases.iter().enumerate() {
+            let reply = self.seal_tag(&board, b, period_id, close_at, expire_at).await?;
+            newly |= reply.newly;
+            // The publication is recorded on the first shard.
+            published |= k == 0 && reply.published;
+            total += reply.total;
+            tops.push(reply.top);
+        }
+        let live = keys::period_key(base, period_id);
+        if newly {
+            metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
+            info!(board = %board.id(), key = %live, members = total, "Period sealed.");
+        }
+        if published {
+            return Ok(Outcome::Done);
+        }
+        let top = merged_top(&board, tops, self.settings.sealing.top);
+        let final_id = keys::final_id(period_id);
+        let mut payload = json!({
+            "board": board.id(),
+            "split": split,
+            "period": period_id,
+            "key": keys::period_key(base, &final_id),
+            "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
+            "total": total,
+            "entries": published_entries(&board, &top),
+        });
+        if board.shards().is_some() {
+            payload["shard_keys"] = bases.iter().map(|b| keys::period_key(b, &final_id)).collect();
+        }
+        let record_key = match split {
+            Some(s) => format!("{}:{s}|{period_id}", board.id()),
+            None => format!("{}|{period_id}", board.id()),
+        };
+        let payload = payload.to_string();
+        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
+        self.producer
+            .deliver(record)
+            .await
+            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
+        let _: i64 = redis::cmd("HSET")
+            .arg(keys::sealed_key(&bases[0]))
+            .arg(keys::published_field(&keys::period_key(&bases[0], period_id)))
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
+        Ok(Outcome::Done)
+    }
+
+    /// `seal.lua` on one tag (a board's, or one shard's).
+    async fn seal_tag(
+        &self,
+        board: &Board,
+        base: &str,
+        period_id: &str,
+        close_at: i64,
+        expire_at: i64,
+    ) -> Result<SealReply, String> {
         let final_id = keys::final_id(period_id);
         let live = keys::period_key(base, period_id);
         let mut keys_ = vec![
@@ -112,46 +195,10 @@ impl Scheduler<'_> {
             self.settings.sealing.top.to_string(),
             board.order().as_str().to_string(),
             keys::published_field(&live),
+            keys::version_key(base, &final_id),
         ];
         let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
-        let SealReply { newly, published, total, top } = parse_seal_reply(&reply, board.meta())?;
-        if newly {
-            metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
-            info!(board = %board.id(), key = %live, members = total, "Period sealed.");
-        }
-        if published {
-            return Ok(Outcome::Done);
-        }
-        let split = keys::split_of_base(base);
-        let payload = json!({
-            "board": board.id(),
-            "split": split.map(|(_, s)| s),
-            "period": period_id,
-            "key": keys::period_key(base, &final_id),
-            "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
-            "total": total,
-            "entries": published_entries(&board, &top),
-        })
-        .to_string();
-        let record_key = match split {
-            Some((b, s)) => format!("{b}:{s}|{period_id}"),
-            None => format!("{}|{period_id}", board.id()),
-        };
-        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
-        self.producer
-            .deliver(record)
-            .await
-            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
-        let mut conn = self.store.conn();
-        let _: i64 = redis::cmd("HSET")
-            .arg(keys::sealed_key(base))
-            .arg(keys::published_field(&live))
-            .arg(1)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
-        Ok(Outcome::Done)
+        parse_seal_reply(&reply, board.meta())
     }
 }
 

@@ -13,6 +13,10 @@
 -- KEYS[1]   the tag's offsets hash
 -- KEYS[2]   the tag's registry of period keys (a set, filled by apply.lua)
 -- KEYS[3]   the tag's hidden set
+-- KEYS[4]   what the version hashes of the tag's sealed snapshots and rolling
+--           boards start with (on the tag's slot; completed with a period id):
+--           their `admin` counter rises with a removal, hiding, unhiding or
+--           erasure, which may change them
 -- ARGV[1]   field "<topic>:<partition>", ARGV[2] offset, ARGV[3] the member (player id)
 -- ARGV[4]   dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
 -- ARGV[5]   dedupe ttl, seconds          ARGV[6] the event's marker (16 bytes)
@@ -152,6 +156,19 @@ local function remove_from(k, id)
 end
 
 local hidden = call('SISMEMBER', hidden_set, member) == 1
+
+-- A removal, hiding, unhiding or erasure may change sealed snapshots and
+-- rolling boards: their version hashes rise (with their keys' expiry,
+-- taken while the keys still exist).
+if op ~= 'set' and op ~= 'adjust' then
+  for _, p in ipairs(period_keys()) do
+    local id = p[2]
+    if not is_live(id) and string.sub(id, 1, 6) ~= '_roll:' then
+      call('HINCRBY', KEYS[4] .. id, 'admin', 1)
+      same_expiry(p[1], KEYS[4] .. id)
+    end
+  end
+end
 
 if op == 'set' or op == 'adjust' then
   local ts = tonumber(ARGV[24])

@@ -26,16 +26,18 @@
 --           ARGV[7] "next" (the entries after it) | "prev" (those before it)
 --
 -- One shard of a sharded board (the reads merge the shards; each reply
--- starts with the shard's version: the sum of its tag's recorded offsets,
--- which every write raises, so equal versions mean the shard stood still):
--- shard_top:    ARGV[4] the offsets hash, ARGV[5] n: its first n entries
--- shard_seek:   ARGV[4] the offsets hash, ARGV[5] stored, ARGV[6] member,
+-- starts with the shard's version: the sum of the values of a hash of
+-- counters that rise with every change the key can see, so equal versions
+-- mean the shard stood still: its tag's recorded offsets, which every
+-- write raises; for sealed snapshots and rolling boards, its versions hash):
+-- shard_top:    ARGV[4] the version hash, ARGV[5] n: its first n entries
+-- shard_seek:   ARGV[4] the version hash, ARGV[5] stored, ARGV[6] member,
 --               ARGV[7] how many entries after, ARGV[8] how many before
--- shard_counts: ARGV[4] the offsets hash, then triples value, stored,
+-- shard_counts: ARGV[4] the version hash, then triples value, stored,
 --               member ("" for none): per triple the members with a better
 --               value and better_or_equal, and the entries before
 --               (stored, member) in board order
--- ver:          ARGV[4] the offsets hash
+-- ver:          ARGV[4] the version hash
 --
 -- Replies (better = members with a strictly better value than the first
 -- entry's; dense_better = distinct values strictly better than it):

@@ -14,6 +14,7 @@
 -- ARGV[1] SUM | MAX | MIN    ARGV[2] SHIFT (packing)   ARGV[3] "1": keep the dense index
 -- ARGV[4] EXPIREAT seconds   ARGV[5] top-K (0: none)   ARGV[6] "desc" or "asc"
 -- ARGV[7] "1": the board keeps metadata    ARGV[8] the most members one call reads or writes
+-- ARGV[9] the rolling key's version hash (its `swaps` counter rises with every swap)
 --
 -- Metadata follows the value it explains: a day's copy takes each member's
 -- meta in the same step as its score; merging, a SUM keeps the meta of the
@@ -264,4 +265,6 @@ if card > 0 then
 end
 drop_staged()
 redis.call('DEL', state)
+redis.call('HINCRBY', ARGV[9], 'swaps', 1)
+redis.call('EXPIREAT', ARGV[9], expire_at)
 return {'done', card}

@@ -15,6 +15,7 @@
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
+-- ARGV[6] the final key's version hash (its `seals` counter rises with the seal)
 --
 -- Returns {sealed now (1/0), already published (1/0), total, member, score, ...},
 -- with (member, score, meta) triples where KEYS[9] is given (meta false: none).
@@ -26,6 +27,8 @@ local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1
   redis.call('HSET', KEYS[5], live, ARGV[1])
+  redis.call('HINCRBY', ARGV[6], 'seals', 1)
+  if ARGV[2] ~= '0' then redis.call('EXPIREAT', ARGV[6], ARGV[2]) end
   redis.call('DEL', final, KEYS[4], KEYS[8])
   if meta then redis.call('DEL', final_meta) end
   if redis.call('EXISTS', KEYS[7]) == 1 then

@@ -32,7 +32,8 @@ pub fn admin_invocation(
     call: &AdminCall<'_>,
     dedupe_ttl_secs: u64,
 ) -> (Vec<String>, Vec<Vec<u8>>) {
-    let keys = vec![keys::offsets_key(base), keys::registry_key(base), keys::hidden_key(base)];
+    let keys =
+        vec![keys::offsets_key(base), keys::registry_key(base), keys::hidden_key(base), keys::version_prefix(base)];
     let (mode, shift, order, top_k, dense, sealed) = match board {
         Some(b) => (
             b.write_op().as_str(),
@@ -149,7 +150,7 @@ mod tests {
         let op = AdminOp::Adjust { delta: -5, tie: 3, periods: vec![pw("d:2026-08-14", Some(100)), pw("all", None)] };
         let call = AdminCall { field: "admin:0", offset: 9, event_id: &id, member: "alice", ts_ms: 42, op: &op };
         let (keys, args) = admin_invocation("lb:{p}", None, &call, 60);
-        assert_eq!(keys, ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden"]);
+        assert_eq!(keys, ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"]);
         let text: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         assert_eq!(args[5], crate::markers::marker(&id).to_vec());
         assert_eq!(&text[..5], ["admin:0", "9", "alice", "lb:{p}:_seen:", "60"]);

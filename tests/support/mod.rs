@@ -7,6 +7,7 @@
 //! test run left behind.
 #![allow(dead_code)]
 
+pub mod periods;
 pub mod stream;
 
 use std::collections::{BTreeMap, HashMap};
