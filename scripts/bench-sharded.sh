@@ -6,12 +6,12 @@
 # over the primaries, each primary's CPU share, merged reads on a board of
 # BENCH_MEMBERS members sharded 8 ways), and stops everything.
 # Sizes: BENCH_SHARDED_EVENTS (default 300000), BENCH_MEMBERS (default
-# 1000000), BENCH_SAMPLES (default 2000).
+# 1000000), BENCH_SAMPLES (default 2000); BENCH_NO_BUILD=1 runs the tools as built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh >/dev/null
-cargo build --release --quiet -p rankflow-tools
+[ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release --quiet -p rankflow-tools
 bin=$PWD/target/release/rankflow-tools
 
 dir=$(mktemp -d /tmp/rankflow-cluster-XXXXXX)

@@ -230,12 +230,15 @@ pub(super) async fn top(
     let with_meta = t.board.meta();
     let (total, start, better, rows, consistent) = match cursor {
         None => {
-            // Each shard's share of the first offset + limit is about
-            // 1/shards of them: twice that (and a margin) is read first, and
-            // a shard whose last entry read still falls inside the merged
-            // first offset + limit is read again, to offset + limit.
+            // A shard's share of the first offset + limit is about share =
+            // (offset + limit) / shards, with a standard deviation under
+            // sqrt(share) when members spread evenly: share + 4 sqrt(share)
+            // + 4 is read first (a shard holds more about once in 10,000
+            // reads), and a shard whose last entry read still falls inside
+            // the merged first offset + limit is read again, to offset + limit.
             let want = offset + limit;
-            let first = want.min((2 * want).div_ceil(t.shards.len()) + 16);
+            let share = want.div_ceil(t.shards.len());
+            let first = want.min(share + 4 * share.isqrt() + 8);
             let n = first.to_string();
             let mut replies = fan(s, t, "shard_top", |k| vec![k.version_key.clone(), n.clone()]).await?;
             let mut lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
