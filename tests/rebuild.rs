@@ -1,5 +1,6 @@
 //! `rankflow rebuild` while a live worker consumes a continuous stream: a
-//! board added after its topic had history is backfilled, a damaged board
+//! board added after its topic had history (sharded) is backfilled into
+//! each of its shards, a damaged board
 //! is recomputed, and the swap, made while records keep arriving, loses
 //! nothing and counts nothing twice: at the end every board is exactly the
 //! model's.
@@ -42,8 +43,10 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
     assert!(w.sigterm(Duration::from_secs(25)).is_some_and(|st| st.success()));
 
-    // `best` is added; a damaged `points` board (an intruder, a wrong total).
-    cfg.boards = BOARDS.into();
+    // `best` is added, sharded three ways; a damaged `points` board (an
+    // intruder, a wrong total).
+    cfg.boards = BOARDS.replace(BEST.trim(), &format!("{}\nshards = 3", BEST.trim()));
+    assert!(cfg.boards.contains("shards = 3"));
     let w = Worker::spawn(&cfg);
     let mut conn = redis.conn().await;
     let all = "lb:{points}:all";
@@ -83,6 +86,9 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
 
     // The live worker drains the rest; every board is the model's.
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(120));
+    // `best` is in its shards, backfilled: put back together, every board is the model's.
+    let shards = board_keys(&mut conn, stream::PREFIX).await.into_keys().filter(|k| k.contains("{best#")).count();
+    assert_eq!(shards, 3, "best is sharded three ways");
     s.assert_boards(&mut conn).await;
     let leftovers: Vec<String> = redis::cmd("KEYS").arg("_rebuild:*").query_async(&mut conn).await.unwrap();
     assert!(leftovers.is_empty(), "the rebuild left keys behind: {leftovers:?}");

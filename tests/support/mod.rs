@@ -798,6 +798,30 @@ pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// `lb:{points#3}:all` -> `lb:{points}:all`: the key the unsharded board would have.
+pub fn unsharded_key(key: &str) -> String {
+    match (key.find('#'), key.find('}')) {
+        (Some(h), Some(b)) if h < b => format!("{}{}", &key[..h], &key[b..]),
+        _ => key.to_string(),
+    }
+}
+
+/// [`board_keys`] with each sharded board's shards put back together under
+/// the unsharded board's keys (a member in two shards fails).
+pub async fn merged_board_keys(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> HashMap<String, HashMap<String, f64>> {
+    let mut merged: HashMap<String, HashMap<String, f64>> = HashMap::new();
+    for (key, members) in board_keys(conn, prefix).await {
+        let into = merged.entry(unsharded_key(&key)).or_default();
+        for (m, v) in members {
+            assert!(into.insert(m.clone(), v).is_none(), "{m} is in two shards of {key}");
+        }
+    }
+    merged
+}
+
 /// Every key under `prefix:` with its members and scores, for comparing
 /// against a model. Internal keys (a segment starting with `_`) are left out.
 pub async fn board_keys(
