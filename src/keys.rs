@@ -15,7 +15,7 @@
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
-//! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it (keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
+//! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it, for values held by two or more (no field: one; keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_meta:<period>` | hash | boards with `meta = true`: member -> the compact JSON `meta` of the event that explains its score (no field: none), same expiry; `_meta:<period>:final` and `_meta:r:<name>` for sealed snapshots and rolling boards |
 //! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |

@@ -12,8 +12,9 @@ use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
 use rankflow::keys;
 use rankflow::markers::{self, Growth};
+use rankflow::moderation::AdminOp;
 use rankflow::score::Packing;
-use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
+use rankflow::store::{AdminCall, ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
 use support::Redis;
 use uuid::Uuid;
 
@@ -102,16 +103,25 @@ fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a
     TagBatch { base, params: params(op, 1, MAX), items }
 }
 
-/// The dense index `key`, after checking it against its value counts: they
-/// name the same values, and count every member of the board once.
-async fn dense(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+/// The dense index `key` of a board packed with `shift`, after checking it against its value counts: they
+/// count every member of the board once, and each value's count is the
+/// number of members holding it.
+async fn dense(conn: &mut redis::aio::MultiplexedConnection, key: &str, shift: i64) -> Vec<String> {
     let index: Vec<String> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query_async(conn).await.unwrap();
     let counts = support::value_counts(conn, &key.replace(":_dense:", ":_dcount:")).await;
-    let mut named: Vec<&String> = counts.keys().collect();
-    named.sort();
-    let mut sorted: Vec<&String> = index.iter().collect();
-    sorted.sort();
-    assert_eq!(named, sorted, "the value counts of {key} name the index's values");
+    let board: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(key.replace(":_dense:", ":"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut held: HashMap<String, i64> = HashMap::new();
+    for (_, stored) in &board {
+        *held.entry(format!("{}", (*stored as i64).div_euclid(shift))).or_default() += 1;
+    }
+    assert_eq!(counts, held, "the value counts of {key} are the board's");
     let card: i64 = redis::cmd("ZCARD").arg(key.replace(":_dense:", ":")).query_async(conn).await.unwrap();
     assert_eq!(counts.values().sum::<i64>(), card, "the value counts of {key} count every member once");
     index
@@ -214,8 +224,8 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     s.apply(&batches).await.unwrap();
     assert_eq!(zscore(&mut conn, "lb:{hi}:all", "bob").await, Some(120.0));
     assert_eq!(zscore(&mut conn, "lb:{lo}:all", "bob").await, Some(90.0));
-    assert_eq!(dense(&mut conn, "lb:{hi}:_dense:all").await, ["120"]);
-    assert_eq!(dense(&mut conn, "lb:{lo}:_dense:all").await, ["90"]);
+    assert_eq!(dense(&mut conn, "lb:{hi}:_dense:all", 1).await, ["120"]);
+    assert_eq!(dense(&mut conn, "lb:{lo}:_dense:all", 1).await, ["90"]);
 }
 
 /// `i` with the event's meta.
@@ -304,7 +314,7 @@ async fn the_dense_index_holds_exactly_the_distinct_values_as_totals_move() {
     for (n, (member, delta)) in steps.iter().enumerate() {
         s.apply(&[tag("lb:{p}", WriteOp::Sum, vec![item(n as i64, member, *delta, &ids[n], &keys)])]).await.unwrap();
     }
-    let mut d = dense(&mut conn, "lb:{p}:_dense:all").await;
+    let mut d = dense(&mut conn, "lb:{p}:_dense:all", 1).await;
     d.sort();
     assert_eq!(d, ["0", "90", "95"]);
     // The same steps in one call: each sees the totals the earlier ones left.
@@ -312,7 +322,7 @@ async fn the_dense_index_holds_exactly_the_distinct_values_as_totals_move() {
     let ids: Vec<Uuid> = (10..16).map(Uuid::from_u128).collect();
     let items = steps.iter().enumerate().map(|(n, (m, delta))| item(n as i64, m, *delta, &ids[n], &keys)).collect();
     s.apply(&[tag("lb:{q}", WriteOp::Sum, items)]).await.unwrap();
-    let mut d = dense(&mut conn, "lb:{q}:_dense:all").await;
+    let mut d = dense(&mut conn, "lb:{q}:_dense:all", 1).await;
     d.sort();
     assert_eq!(d, ["0", "90", "95"]);
     assert_eq!(zscore(&mut conn, "lb:{q}:all", "carol").await, Some(95.0));
@@ -352,7 +362,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     let carol = zscore(&mut conn, "lb:{e}:all", "carol").await.unwrap() as i64;
     assert_eq!(p.decode(carol), 100);
     assert_eq!(carol, p.encode(100, 9_000).unwrap());
-    let mut d = dense(&mut conn, "lb:{e}:_dense:all").await;
+    let mut d = dense(&mut conn, "lb:{e}:_dense:all", p.shift()).await;
     d.sort();
     assert_eq!(d, ["100", "90"]);
     // A total past max_score is refused.
@@ -404,7 +414,7 @@ async fn a_sum_near_the_edge_of_the_exact_range_is_refused_only_when_it_would_le
     for key in ["lb:{g}:d:2026-08-14", "lb:{g}:all"] {
         assert_eq!(zscore(&mut conn, key, "whale").await, Some((half + 2) as f64), "{key}");
     }
-    assert_eq!(dense(&mut conn, "lb:{g}:_dense:all").await, [(half + 2).to_string()]);
+    assert_eq!(dense(&mut conn, "lb:{g}:_dense:all", 1).await, [(half + 2).to_string()]);
 }
 
 #[tokio::test]
@@ -458,7 +468,7 @@ async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
             assert_eq!(zscore(&mut conn, key, member).await, Some(*sum as f64), "{key} {member}");
         }
         let values: std::collections::BTreeSet<i64> = sums.values().copied().collect();
-        assert_eq!(dense(&mut conn, &key.replace("{big}:", "{big}:_dense:")).await.len(), values.len(), "{key}");
+        assert_eq!(dense(&mut conn, &key.replace("{big}:", "{big}:_dense:"), 1).await.len(), values.len(), "{key}");
     }
     let applied: std::collections::BTreeSet<Uuid> = ids.iter().copied().collect();
     assert_markers_laid_out(&mut conn, "lb:{big}", &applied).await;
@@ -651,4 +661,41 @@ async fn a_new_marker_hash_starts_as_large_as_the_last_and_both_are_read() {
     let all: std::collections::BTreeSet<Uuid> = first.iter().chain(&later).copied().collect();
     assert_markers_laid_out(&mut conn, "lb:{p}", &all).await;
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "fay").await, Some(8000.0));
+}
+
+#[tokio::test]
+async fn admin_events_keep_the_value_counts_exact_as_values_gain_and_lose_holders() {
+    let redis = Redis::start();
+    let s = store(&redis).await;
+    let mut conn = redis.conn().await;
+    let keys = vec![pw("v", "all", None)];
+    let ids: Vec<Uuid> = (1..4).map(Uuid::from_u128).collect();
+    let items = [("alice", 10), ("bob", 20), ("carol", 30)]
+        .iter()
+        .enumerate()
+        .map(|(n, (m, v))| item(n as i64, m, *v, &ids[n], &keys))
+        .collect();
+    s.apply(&[tag("lb:{v}", WriteOp::Sum, items)]).await.unwrap();
+    let index = "lb:{v}:_dense:all";
+    // Each admin event moves a value's holders across 1 and 2 (the counts
+    // hash keeps only 2 and up); after each, the counts are the board's.
+    let steps: Vec<(&str, AdminOp, Vec<&str>)> = vec![
+        ("alice", AdminOp::Set { stored: 20, periods: keys.clone() }, vec!["20", "30"]),
+        ("carol", AdminOp::Adjust { delta: -10, tie: 0, periods: keys.clone() }, vec!["20"]),
+        ("bob", AdminOp::Remove { period: None }, vec!["20"]),
+        ("carol", AdminOp::Hide, vec!["20"]),
+        ("alice", AdminOp::Hide, vec![]),
+        ("carol", AdminOp::Unhide, vec!["20"]),
+        ("alice", AdminOp::Unhide, vec!["20"]),
+    ];
+    for (offset, (member, op, values)) in steps.iter().enumerate() {
+        let id = Uuid::from_u128(100 + offset as u128);
+        let call = AdminCall { field: "admin:0", offset: offset as i64, event_id: &id, member, ts_ms: 0, op };
+        s.admin(&[("lb:{v}".to_string(), None)], &call).await.unwrap();
+        let mut d = dense(&mut conn, index, 1).await;
+        d.sort();
+        assert_eq!(d, *values, "after {} of {member}", op.script_name());
+    }
+    let counts = support::value_counts(&mut conn, "lb:{v}:_dcount:all").await;
+    assert_eq!(counts, HashMap::from([("20".into(), 2)]));
 }

@@ -78,12 +78,13 @@ local function has_shadow(id)
 end
 
 -- Member m with stored score s has left period key k (id): its value leaves
--- the dense index when no member holds it any more.
+-- the dense index when no member holds it any more. (A value count is kept
+-- only from 2 up: no field, one member; see apply.lua.)
 local function dense_out(k, id, s)
   local v = floor(tonumber(s) / shift)
   local vs = num(v)
   local counts = counts_prefix .. id
-  if call('HEXISTS', counts, vs) == 1 and call('HINCRBY', counts, vs, -1) <= 0 then
+  if call('HEXISTS', counts, vs) == 1 and call('HINCRBY', counts, vs, -1) <= 1 then
     call('HDEL', counts, vs)
   end
   local lo = v * shift
@@ -96,8 +97,12 @@ end
 local function dense_in(id, s)
   if not dense_on then return end
   local vs = num(floor(tonumber(s) / shift))
-  call('ZADD', dense_prefix .. id, vs, vs)
-  if is_live(id) then call('HINCRBY', counts_prefix .. id, vs, 1) end
+  -- A value new to the index is held once (no count); one held already
+  -- counts one more, from an implicit 1 to 2 when it had no field.
+  if call('ZADD', dense_prefix .. id, vs, vs) == 0 and is_live(id) then
+    local counts = counts_prefix .. id
+    if call('HINCRBY', counts, vs, 1) == 1 then call('HSET', counts, vs, 2) end
+  end
 end
 
 -- Top-K: a live key over its limit drops its worst members, with their metadata.

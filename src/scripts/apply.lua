@@ -25,10 +25,12 @@
 --
 -- Stored scores are packed: stored = value * SHIFT + tie (see src/score.rs),
 -- SHIFT = 1 without a tie-break. Each period key has a dense index (a zset of
--- its distinct values) and a count of the members holding each value (a hash
--- value -> members), kept exact here so dense ranks are read without
--- scanning the board: a value joins the index when its count leaves 0 and
--- leaves it when its count returns to 0.
+-- its distinct values) and a count of the members holding each value, kept
+-- exact here so dense ranks are read without scanning the board: a value
+-- joins the index when its count leaves 0 and leaves it when its count
+-- returns to 0. The counts hash holds only counts of 2 or more: a value in
+-- the index without a field is held by one member (most values, on boards
+-- of times or large sums), so the hash costs nothing for them.
 --
 -- KEYS[1]             the tag's offsets hash (field "<topic>:<partition>" -> last applied offset)
 -- KEYS[1 + j]         period key j, j = 1..P
@@ -584,7 +586,8 @@ local small = {}
 for n = 1, 16 do small[n] = fmt(n) end
 
 -- Makes period key j's dense index and value counts exact again: one HMGET
--- of the counts of the values that changed, then variadic writes.
+-- of the counts and one ZMSCORE of the index for the values that changed
+-- (a value in the index without a count is held once), then variadic writes.
 local function settle(j, delta)
   local vals, nv = {}, 0
   for v, d in pairs(delta) do
@@ -604,20 +607,25 @@ local function settle(j, delta)
   for s = 1, nv, CHUNK do
     local e = math.min(s + CHUNK - 1, nv)
     local olds = call('HMGET', counts, unpack(vals, s, e))
+    local held = call('ZMSCORE', index, unpack(vals, s, e))
     for x = s, e do
       local v = vals[x]
-      local old = tonumber(olds[x - s + 1]) or 0
+      local field = tonumber(olds[x - s + 1])
+      local old = field or (held[x - s + 1] and 1 or 0)
       local new = old + delta[v]
-      if new > 0 then
+      if new > 1 then
         set[ns + 1], set[ns + 2] = v, small[new] or fmt(new)
         ns = ns + 2
-        if old <= 0 then
-          add[na + 1], add[na + 2] = v, v
-          na = na + 2
-        end
-      elseif old > 0 then
-        nd, nr = nd + 1, nr + 1
-        del[nd], rem[nr] = v, v
+      elseif field then
+        nd = nd + 1
+        del[nd] = v
+      end
+      if new > 0 and old <= 0 then
+        add[na + 1], add[na + 2] = v, v
+        na = na + 2
+      elseif new <= 0 and old > 0 then
+        nr = nr + 1
+        rem[nr] = v
       end
     end
   end

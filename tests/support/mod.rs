@@ -772,24 +772,29 @@ pub async fn zset_values(conn: &mut redis::aio::MultiplexedConnection, key: &str
     v.into_iter().map(|(m, s)| (m, s as i64)).collect()
 }
 
-/// A dense index's value counts (`_dcount` hash: value -> members holding
-/// it), after checking the hash's one other field: the pin that keeps it a
-/// hash table rather than a listpack scanned on every lookup.
+/// A dense index's value counts: value -> members holding it, read from the
+/// `_dcount` hash (`key`), which holds only counts of 2 or more, and the
+/// index beside it (a value there without a field is held once). Checks
+/// the hash's pin (one other field, which keeps it a hash table rather than
+/// a listpack scanned on every lookup), that no field holds less than 2 and
+/// that every field's value is in the index.
 pub async fn value_counts(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, i64> {
     let mut all: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
-    if all.is_empty() {
-        return HashMap::new();
+    if !all.is_empty() {
+        let pin = all.remove("encoding").unwrap_or_else(|| panic!("{key} has no encoding pin"));
+        assert!(pin.len() > 64, "the pin of {key} is longer than hash-max-listpack-value");
+        let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(key).query_async(conn).await.unwrap();
+        assert_eq!(encoding, "hashtable", "{key} is a hash table");
     }
-    let pin = all.remove("encoding").unwrap_or_else(|| panic!("{key} has no encoding pin"));
-    assert!(pin.len() > 64, "the pin of {key} is longer than hash-max-listpack-value");
-    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(key).query_async(conn).await.unwrap();
-    assert_eq!(encoding, "hashtable", "{key} is a hash table");
-    all.into_iter()
-        .map(|(v, n)| {
-            let count = n.parse().unwrap_or_else(|_| panic!("{key}: count {n} of {v}"));
-            (v, count)
-        })
-        .collect()
+    let index: Vec<String> =
+        redis::cmd("ZRANGE").arg(key.replace(":_dcount:", ":_dense:")).arg(0).arg(-1).query_async(conn).await.unwrap();
+    let mut counts: HashMap<String, i64> = index.into_iter().map(|v| (v, 1)).collect();
+    for (v, n) in all {
+        let count: i64 = n.parse().unwrap_or_else(|_| panic!("{key}: count {n} of {v}"));
+        assert!(count >= 2, "{key} keeps a count of {count} for {v}: only counts of 2 or more are kept");
+        assert!(counts.insert(v.clone(), count).is_some(), "{key} counts {v}, which its index lacks");
+    }
+    counts
 }
 
 /// A record header's value as text.
