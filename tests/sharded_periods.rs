@@ -127,6 +127,7 @@ mode = "best"
 periods = ["daily"]
 timezone = "{zone}"
 max_members = 5
+close_after = "10m"
 dense_rank = false
 rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
 {shards}
@@ -177,7 +178,8 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
 
     // Every closed period of both boards is published once: the sharded
     // board's record holds the reference's top and total.
-    let periods = (hours.len() + days.len()) as i64;
+    // (`pts` seals its hours and days, `hi` its days.)
+    let periods = (hours.len() + 2 * days.len()) as i64;
     let url = cluster.url();
     let logs = || {
         let due = cli(&url, &["ZRANGE", "lb:{.sched}:due", "0", "-1", "WITHSCORES"]);
@@ -195,12 +197,17 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         assert!(by_key.insert(key.clone(), v).is_none(), "{key} published twice");
     }
     let mut filled = 0;
-    for (key, r) in by_key.iter().filter(|(k, _)| k.starts_with("pts|")) {
-        let s = &by_key[&key.replacen("pts|", "pts-sh|", 1)];
+    for (key, r) in by_key.iter().filter(|(k, _)| k.starts_with("pts|") || k.starts_with("hi|")) {
+        let s = &by_key[&key.replacen('|', "-sh|", 1)];
         assert_eq!((&s["entries"], &s["total"]), (&r["entries"], &r["total"]), "{key}");
         assert_eq!(s["shard_keys"].as_array().map(Vec::len), Some(SHARDS), "{s}");
-        // (Hours past the hourly retention were refused: their tops are empty.)
-        filled += usize::from(r["total"].as_i64() > Some(1) && r["entries"][0]["meta"].is_object());
+        if key.starts_with("hi|") {
+            // A top-K board publishes its K.
+            assert_eq!((r["total"].as_i64(), r["entries"].as_array().map(Vec::len)), (Some(5), Some(5)), "{r}");
+        } else {
+            // (Hours past the hourly retention were refused: their tops are empty.)
+            filled += usize::from(r["total"].as_i64() > Some(1) && r["entries"][0]["meta"].is_object());
+        }
     }
     assert!(filled > 20, "only {filled} periods hold players");
 

@@ -129,7 +129,10 @@ impl Scheduler<'_> {
         if published {
             return Ok(Outcome::Done);
         }
-        let top = merged_top(&board, tops, self.settings.sealing.top);
+        // A sharded top-K board's shards each keep their best K: the board holds the first K of them.
+        let kept = board.max_members().unwrap_or(u64::MAX);
+        let total = total.min(i64::try_from(kept).unwrap_or(i64::MAX));
+        let top = merged_top(&board, tops, self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX)));
         let final_id = keys::final_id(period_id);
         let mut payload = json!({
             "board": board.id(),
