@@ -607,11 +607,23 @@ local function settle(j, delta)
   for s = 1, nv, CHUNK do
     local e = math.min(s + CHUNK - 1, nv)
     local olds = call('HMGET', counts, unpack(vals, s, e))
-    local held = call('ZMSCORE', index, unpack(vals, s, e))
+    -- Values without a count: held once if in the index, else by none.
+    local bare, nb = {}, 0
+    for x = s, e do
+      if not olds[x - s + 1] then
+        nb = nb + 1
+        bare[nb] = vals[x]
+      end
+    end
+    local held = {}
+    if nb > 0 then
+      local in_index = call('ZMSCORE', index, unpack(bare))
+      for y = 1, nb do held[bare[y]] = in_index[y] end
+    end
     for x = s, e do
       local v = vals[x]
       local field = tonumber(olds[x - s + 1])
-      local old = field or (held[x - s + 1] and 1 or 0)
+      local old = field or (held[v] and 1 or 0)
       local new = old + delta[v]
       if new > 1 then
         set[ns + 1], set[ns + 2] = v, small[new] or fmt(new)
