@@ -51,16 +51,6 @@ periods = ["all_time"]
 shards = 8
 "#;
 
-/// A read's answer without what names the board or its cursors.
-fn plain(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        for k in ["board", "consistent", "next_cursor", "prev_cursor"] {
-            o.remove(k);
-        }
-    }
-    v
-}
-
 async fn get(w: &Worker, path: &str) -> Value {
     let (status, body) = w.get_json(path).await;
     assert_eq!(status, 200, "{path}: {body}");

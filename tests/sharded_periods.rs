@@ -18,16 +18,6 @@ use support::*;
 
 const SHARDS: usize = 4;
 
-/// A read's answer without what names the board or its cursors.
-fn plain(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        for k in ["board", "consistent", "next_cursor", "prev_cursor"] {
-            o.remove(k);
-        }
-    }
-    v
-}
-
 /// A sharded board's answer made while no shard changed: rolling boards
 /// are swapped in every second, and a read that spans a swap says so.
 async fn settled(w: &Worker, path: &str) -> (u16, Value) {

@@ -55,12 +55,17 @@ impl ShardKeys {
         }
     }
 
-    /// Each shard's keys of period `id` of a sharded board (none unsharded).
-    fn all(s: &AppState, board: &Board, split: Option<&str>, id: &str) -> Vec<ShardKeys> {
-        match board.shards() {
-            Some(_) => s.router.read_bases(board, split).iter().map(|b| ShardKeys::of(board, b, id)).collect(),
-            None => Vec::new(),
-        }
+    /// Each shard's keys of period `id`, from the shards' key bases.
+    fn all(board: &Board, bases: &[String], id: &str) -> Vec<ShardKeys> {
+        bases.iter().map(|b| ShardKeys::of(board, b, id)).collect()
+    }
+}
+
+/// The key bases of a sharded board's shards (none for an unsharded board).
+fn shard_bases(s: &AppState, board: &Board, split: Option<&str>) -> Vec<String> {
+    match board.shards() {
+        Some(_) => s.router.read_bases(board, split),
+        None => Vec::new(),
     }
 }
 
@@ -98,7 +103,7 @@ pub(super) fn resolve<'a>(
             dense_key: keys::dense_key(&base, &id),
             shadow_key: keys::shadow_key(&base, &id),
             meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
-            shards: ShardKeys::all(s, board, split, &id),
+            shards: ShardKeys::all(board, &shard_bases(s, board, split), &id),
             last_seal: None,
             period: id,
         });
@@ -163,13 +168,9 @@ pub(super) fn resolve<'a>(
     } else {
         period.id
     };
-    let shards = ShardKeys::all(s, board, split, &id);
-    let last_seal = match (sealed, board.shards()) {
-        (true, Some(_)) => {
-            s.router.read_bases(board, split).last().map(|b| (keys::sealed_key(b), keys::period_key(b, &live_id)))
-        }
-        _ => None,
-    };
+    let bases = shard_bases(s, board, split);
+    let shards = ShardKeys::all(board, &bases, &id);
+    let last_seal = bases.last().filter(|_| sealed).map(|b| (keys::sealed_key(b), keys::period_key(b, &live_id)));
     Ok(Target {
         board,
         split: split.unwrap_or_default().to_string(),

@@ -162,11 +162,14 @@ end
 
 local hidden = call('SISMEMBER', hidden_set, member) == 1
 
--- A removal, hiding, unhiding or erasure may change sealed snapshots and
--- rolling boards: their version hashes rise (with their keys' expiry,
--- taken while the keys still exist).
+-- A removal, hiding, unhiding or erasure walks the tag's period keys (read
+-- once, here) and may change sealed snapshots and rolling boards: their
+-- version hashes rise (with their keys' expiry, taken while the keys still
+-- exist).
+local tag_keys = {}
 if op ~= 'set' and op ~= 'adjust' then
-  for _, p in ipairs(period_keys()) do
+  tag_keys = period_keys()
+  for _, p in ipairs(tag_keys) do
     local id = p[2]
     if not is_live(id) and string.sub(id, 1, 6) ~= '_roll:' then
       call('HINCRBY', KEYS[4] .. id, 'admin', 1)
@@ -228,13 +231,13 @@ if op == 'set' or op == 'adjust' then
   end
 elseif op == 'remove' then
   if ARGV[23] == '' then
-    for _, p in ipairs(period_keys()) do remove_from(p[1], p[2]) end
+    for _, p in ipairs(tag_keys) do remove_from(p[1], p[2]) end
   else
     remove_from(period_prefix .. ARGV[23], ARGV[23])
   end
 elseif op == 'hide' then
   call('SADD', hidden_set, member)
-  for _, p in ipairs(period_keys()) do
+  for _, p in ipairs(tag_keys) do
     local k, id = p[1], p[2]
     local s = call('ZSCORE', k, member)
     if s then
@@ -250,7 +253,7 @@ elseif op == 'hide' then
   end
 elseif op == 'unhide' then
   call('SREM', hidden_set, member)
-  for _, p in ipairs(period_keys()) do
+  for _, p in ipairs(tag_keys) do
     local k, id = p[1], p[2]
     local shadow = shadow_prefix .. id
     local s = call('ZSCORE', shadow, member)
@@ -264,7 +267,7 @@ elseif op == 'unhide' then
     end
   end
 elseif op == 'erase' then
-  for _, p in ipairs(period_keys()) do remove_from(p[1], p[2]) end
+  for _, p in ipairs(tag_keys) do remove_from(p[1], p[2]) end
   call('SREM', hidden_set, member)
   call('DEL', ARGV[14])
 end

@@ -803,6 +803,18 @@ pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// A read's answer without what names the board or its cursors, or says
+/// whether it was consistent: what two boards' answers share when they hold
+/// the same entries (a sharded board and its unsharded reference).
+pub fn plain(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["board", "consistent", "next_cursor", "prev_cursor"] {
+            o.remove(k);
+        }
+    }
+    v
+}
+
 /// `lb:{points#3}:all` -> `lb:{points}:all`: the key the unsharded board would have.
 pub fn unsharded_key(key: &str) -> String {
     match (key.find('#'), key.find('}')) {
