@@ -14,12 +14,8 @@ scripts/setup.sh >/dev/null
 [ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release --quiet -p rankflow-tools
 bin=$PWD/target/release/rankflow-tools
 
-dir=$(mktemp -d /tmp/rankflow-cluster-XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 150); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+. scripts/lib.sh
+scratch cluster
 
 nodes=()
 for i in 1 2 3; do
