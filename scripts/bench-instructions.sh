@@ -7,12 +7,18 @@
 # weigh cache misses at nothing, though: a change that saves instructions
 # must still show in `rankflow-tools bench store`'s times.
 # Size: BENCH_EVENTS (default 20000; callgrind runs Redis about 50x slower).
+# BENCH_BIN: another build's rankflow-tools to count (say a copy of the one
+# before a change), instead of building this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release --quiet
-bin=$PWD/target/release/rankflow-tools
+if [ -n "${BENCH_BIN:-}" ]; then
+  bin=$BENCH_BIN
+else
+  cargo build --release --quiet
+  bin=$PWD/target/release/rankflow-tools
+fi
 events=${BENCH_EVENTS:-20000}
 
 dir=$(mktemp -d /tmp/rankflow-instr-XXXXXX)

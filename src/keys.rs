@@ -11,7 +11,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{prefix}:{tag}:all`, `:h:..`, `:d:..`, `:w:..`, `:m:..`, `:y:..` | zset | the boards |
-//! | `{prefix}:{tag}:_seen:<n>` | hash | dedupe markers set while Redis's clock was in the `n`th `dedupe_ttl` since the epoch, in buckets: `<b>` -> bucket `b`'s 16-byte markers, concatenated; `level`, `split`, `count` (see [`crate::markers`]); expires `dedupe_ttl / 2` after the next one ends |
+//! | `{prefix}:{tag}:_seen:<n>` | hash | dedupe markers set while Redis's clock was in the `n`th `dedupe_ttl` since the epoch, in buckets: `<b>` -> bucket `b`'s 12-byte markers, concatenated; `level`, `split`, `count` (see [`crate::markers`]); expires `dedupe_ttl / 2` after the next one ends |
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |

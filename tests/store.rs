@@ -498,19 +498,22 @@ async fn assert_markers_laid_out(
         for (field, blob) in &fields {
             let Ok(b) = field.parse::<u64>() else { continue };
             assert!(b < g.buckets(), "{key}: bucket {b} beyond {g:?}");
-            assert_eq!(blob.len() % 16, 0, "{key}: bucket {b}");
-            assert!(blob.len() / 16 <= 4 * markers::LOAD as usize, "{key}: bucket {b} holds {}", blob.len() / 16);
-            for m in blob.chunks_exact(16) {
-                let m: [u8; 16] = m.try_into().unwrap();
+            assert_eq!(blob.len() % markers::BYTES, 0, "{key}: bucket {b}");
+            let held_here = blob.len() / markers::BYTES;
+            assert!(held_here <= 4 * markers::LOAD as usize, "{key}: bucket {b} holds {held_here}");
+            for m in blob.chunks_exact(markers::BYTES) {
+                let m: markers::Marker = m.try_into().unwrap();
                 assert_eq!(g.bucket(&m), b, "{key}: a marker in the wrong bucket");
-                assert!(found.insert(markers::event_id(&m)), "{key}: a marker held twice");
+                assert!(found.insert(m), "{key}: a marker held twice");
                 held += 1;
             }
         }
         assert_eq!(held, count, "{key}: count");
         assert!(count as u64 <= markers::LOAD * g.buckets(), "{key}: {count} markers in {} buckets", g.buckets());
     }
-    assert_eq!(&found, ids);
+    let want: std::collections::BTreeSet<markers::Marker> = ids.iter().map(markers::marker).collect();
+    assert_eq!(want.len(), ids.len(), "the ids' markers are distinct");
+    assert_eq!(found, want);
 }
 
 #[tokio::test]

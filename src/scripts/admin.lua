@@ -19,7 +19,7 @@
 --           erasure, which may change them
 -- ARGV[1]   field "<topic>:<partition>", ARGV[2] offset, ARGV[3] the member (player id)
 -- ARGV[4]   dedupe marker hash prefix ("<prefix>:{tag}:_seen:"), completed with n (see markers.lua)
--- ARGV[5]   dedupe ttl, seconds          ARGV[6] the event's marker (16 bytes)
+-- ARGV[5]   dedupe ttl, seconds          ARGV[6] the event's marker (12 bytes)
 -- ARGV[7]   refusal key prefix ("<prefix>:{tag}:_refused:")
 -- ARGV[8]   what the tag's period keys start with ("<prefix>:{tag}:"): the rest is the period id
 -- ARGV[9]   dense index prefix ("..._dense:")     ARGV[10] value counts prefix ("..._dcount:")

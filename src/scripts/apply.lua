@@ -78,7 +78,7 @@
 --                     or L = -1 alone when those are all M members in order;
 --                     S, then S shapes: W, then W period-key indexes (1-based),
 --                     the distinct lists of period keys the events write;
---                     E, then the E events' markers (16 bytes each, see
+--                     E, then the E events' markers (12 bytes each, see
 --                     markers.lua), then per
 --                     event: f, offset, m, num, shape, [tie], [ts], [meta], [rts]
 --                     f: index of the event's field; m: index of its member; num:

@@ -294,8 +294,8 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     }
     mp_int(&mut events, batch.items.len() as i64);
     for item in &batch.items {
-        // A str of the marker's 16 bytes: Redis's cmsgpack reads no bin formats.
-        rmp::encode::write_str_len(&mut events, 16).expect("writing to a Vec cannot fail");
+        // A str of the marker's bytes: Redis's cmsgpack reads no bin formats.
+        rmp::encode::write_str_len(&mut events, crate::markers::BYTES as u32).expect("writing to a Vec cannot fail");
         events.extend_from_slice(&crate::markers::marker(item.event_id));
     }
     events.extend_from_slice(&body);
@@ -471,11 +471,13 @@ pub(super) mod tests {
                     rd = peek;
                     got.push(n.to_string());
                 }
-                Err(_) if rd[0] == 0xb0 => {
-                    // An event's marker: a str of 16 bytes, undone into its event id.
+                Err(_) if rd[0] == 0xa0 | crate::markers::BYTES as u8 => {
+                    // An event's marker: a str of its bytes, told by the event id it was made of.
                     let len = rmp::decode::read_str_len(&mut rd).unwrap() as usize;
-                    let marker: [u8; 16] = rd[..len].try_into().unwrap();
-                    got.push(crate::markers::event_id(&marker).to_string());
+                    let marker: crate::markers::Marker = rd[..len].try_into().unwrap();
+                    let id =
+                        [1, 2].map(uuid::Uuid::from_u128).into_iter().find(|id| crate::markers::marker(id) == marker);
+                    got.push(id.expect("the marker of an event of the batch").to_string());
                     rd = &rd[len..];
                 }
                 Err(_) => got.push(rmp::decode::read_str(&mut rd, &mut buf).unwrap().to_string()),
