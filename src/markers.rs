@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 /// The mean number of markers per bucket past which a bucket is split
 /// (the same constant as `LOAD` in `scripts/markers.lua`).
-pub const LOAD: u64 = 32;
+pub const LOAD: u64 = 48;
 
 /// A marker's length in bytes (the same constant as `SIZE` in
 /// `scripts/markers.lua`).

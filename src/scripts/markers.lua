@@ -34,7 +34,7 @@
 
 local Markers = {}
 do
-  local LOAD, SIZE = 32, 12
+  local LOAD, SIZE = 48, 12
   local call, floor, format, byte, find, sub, concat = redis.call, math.floor, string.format, string.byte, string.find, string.sub, table.concat
   local unpack, min, tonumber = unpack, math.min, tonumber
   local CHUNK = 1000
