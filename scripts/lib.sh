@@ -8,5 +8,15 @@ dir=""
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -z "$dir" ] || rm -rf "$dir"; }
 trap cleanup EXIT
 scratch() { dir=$(mktemp -d "/tmp/rankflow-$1-XXXXXX"); }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port no higher than 55535: a Redis Cluster node also listens on its
+# port + 10000, and refuses to start above that (about one free port in five
+# is higher, with the default range of ephemeral ports).
+free_port() {
+  python3 -c '
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p <= 55535:
+        print(p); break'
+}
 wait_port() { for _ in $(seq 1 150); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
