@@ -37,7 +37,8 @@
 --               member ("" for none): per triple the members with a better
 --               value and better_or_equal, and the entries before
 --               (stored, member) in board order
--- ver:          ARGV[4] the version hash
+-- (The reads' last step asks each shard's version alone with HVALS of its
+-- version hash, and sums the values the same way.)
 --
 -- Replies (better = members with a strictly better value than the first
 -- entry's; dense_better = distinct values strictly better than it):
@@ -61,7 +62,6 @@
 --               the n_after entries after it, then the entries before it,
 --               nearest last; each member, stored, [meta] }
 -- shard_counts: { ver, total, then per triple better, better_or_equal, before }
--- ver:          { ver }
 
 local key, dense, shadow, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -195,9 +195,7 @@ local function members_better_or_equal(v)
 end
 
 local total = call('ZCARD', key)
-if op == 'ver' then
-  return { version(ARGV[4]) }
-elseif op == 'shard_top' then
+if op == 'shard_top' then
   local out = { version(ARGV[4]), total }
   local n = tonumber(ARGV[5])
   if n > 0 then push_entries(out, page(0, n - 1)) end
