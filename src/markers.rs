@@ -22,7 +22,7 @@ use uuid::Uuid;
 /// (the same constant as `LOAD` in `scripts/markers.lua`).
 pub const LOAD: u64 = 48;
 
-/// A marker's length in bytes (the same constant as `SIZE` in
+/// A marker's length in bytes (the same constant as `BYTES` in
 /// `scripts/markers.lua`).
 pub const BYTES: usize = 12;
 

@@ -2,11 +2,11 @@
 -- admin.lua (the worker puts this file before each of them; it defines
 -- Markers and runs nothing).
 --
--- A marker is the first SIZE (12) bytes of an event id's 16 through a
+-- A marker is the first BYTES (12) bytes of an event id's 16 through a
 -- bijection the worker applies (src/markers.rs), so its first four bytes
--- are uniform. The markers set
--- while Redis's clock was in the nth dedupe_ttl are in the hash
--- "<prefix>:{tag}:_seen:<n>", n = floor(TIME / ttl), in buckets:
+-- are uniform. The markers set while Redis's clock was in the nth
+-- dedupe_ttl are in the hash "<prefix>:{tag}:_seen:<n>", n = floor(TIME /
+-- ttl), in buckets:
 --   field "<b>" (decimal)    the concatenated markers of bucket b
 --   fields level, split     how the buckets have grown (absent: 0 and 0)
 --   field count             how many markers the hash holds
@@ -16,8 +16,8 @@
 -- and split + 2^level, and split moves on (at 2^level: level + 1, split 0).
 -- A new hash starts at the level the one before it needed, so a tag with
 -- steady traffic splits buckets only in its first dedupe_ttl.
--- A bucket is one value of about LOAD x SIZE bytes: a marker costs Redis its
--- SIZE bytes and a share of one field, where a field per marker cost about 83
+-- A bucket is one value of about LOAD x BYTES bytes: a marker costs Redis its
+-- BYTES bytes and a share of one field, where a field per marker cost about 83
 -- bytes; and a call still reads and writes all its markers with one HMGET
 -- per hash and one HSET.
 --
@@ -34,7 +34,7 @@
 
 local Markers = {}
 do
-  local LOAD, SIZE = 48, 12
+  local LOAD, BYTES = 48, 12
   local call, floor, format, byte, find, sub, concat = redis.call, math.floor, string.format, string.byte, string.find, string.sub, table.concat
   local unpack, min, tonumber = unpack, math.min, tonumber
   local CHUNK = 1000
@@ -74,7 +74,7 @@ do
   local function holds(blob, m)
     local p = find(blob, m, 1, true)
     while p do
-      if p % SIZE == 1 then return true end
+      if p % BYTES == 1 then return true end
       p = find(blob, m, p + 1, true)
     end
     return false
@@ -241,7 +241,7 @@ do
             local blob = blobs[b]
             out[b] = {}
             outs[#outs + 1] = b
-            for p = 1, #blob, SIZE do
+            for p = 1, #blob, BYTES do
               local to = bucket(hash_of(blob, p), size, split)
               local list = out[to]
               if not list then
@@ -249,7 +249,7 @@ do
                 out[to] = list
                 outs[#outs + 1] = to
               end
-              list[#list + 1] = sub(blob, p, p + SIZE - 1)
+              list[#list + 1] = sub(blob, p, p + BYTES - 1)
             end
           end
           for _, b in ipairs(outs) do

@@ -24,9 +24,17 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, no higher than 55535: a Redis
+/// Cluster node also listens on its port + 10000 and refuses to start above
+/// that (as `free_port` in scripts/lib.sh).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    loop {
+        let port =
+            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+        if port <= 55535 {
+            return port;
+        }
+    }
 }
 
 pub fn temp_dir() -> tempfile::TempDir {
