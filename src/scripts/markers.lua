@@ -270,9 +270,11 @@ do
         for s = 1, na, 2 * CHUNK do
           call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, na)))
         end
-        call('EXPIREAT', st.key, num((n + 2) * ttl + floor(ttl / 2)))
+        if not st.exists then call('EXPIREAT', st.key, num((n + 2) * ttl + floor(ttl / 2))) end
       end
-      call('UNLINK', prefix .. num(n - 2))
+      -- The call that makes hash n gives it its expiry and unlinks hash n - 2;
+      -- later calls in hash n find both done.
+      if not now.exists then call('UNLINK', prefix .. num(n - 2)) end
     end
 
     return mk

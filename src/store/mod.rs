@@ -37,8 +37,9 @@ const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
 static APPLY_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
 
 /// The most events one apply-script call carries unless configured
-/// (`[worker] max_events_per_call`): 5-15 ms of Redis's time on a small
-/// machine, so that reads get in between a batch's calls.
+/// (`[worker] max_events_per_call`): 25-55 ms of Redis's time on a 2-core
+/// machine, so that reads get in between a batch's calls. Smaller calls
+/// cost Redis more per event (docs/benchmarks.md, "What a call's size costs").
 pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 1000;
 
 /// Errors of the Redis store, each naming the operation that failed.
