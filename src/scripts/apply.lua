@@ -223,9 +223,10 @@ for f = 1, nf do fields[f] = ARGV[18 + np + f] end
 -- HMGET for the preconditions and phase 2 (every redis.call costs Redis
 -- some 6,000 instructions besides its command's own work).
 local recorded = {}
-if nf > 0 then
-  local got = call('HMGET', offsets_key, unpack(fields))
-  for f = 1, nf do recorded[f] = tonumber(got[f]) or -1 end
+for s = 1, nf, CHUNK do
+  local e = math.min(s + CHUNK - 1, nf)
+  local got = call('HMGET', offsets_key, unpack(fields, s, e))
+  for f = s, e do recorded[f] = tonumber(got[f - s + 1]) or -1 end
 end
 for f = 1, nf do
   local need = tonumber(ARGV[18 + np + nf + f])
@@ -573,7 +574,7 @@ for f, first in pairs(first_off) do
     moved_offsets[#moved_offsets + 1] = fmt(last_off[f])
   end
 end
-if #moved_offsets > 0 then call('HSET', offsets_key, unpack(moved_offsets)) end
+if #moved_offsets > 0 then variadic('HSET', offsets_key, moved_offsets, 2) end
 markers.flush()
 
 -- Net change of the member count of each value of period key j, by the
@@ -786,5 +787,5 @@ end
 for j = 1, np do
   if cur[j] then write_key(j, cur[j]) end
 end
-if #registered > 0 then call('SADD', registry, unpack(registered)) end
+if #registered > 0 then variadic('SADD', registry, registered, 1) end
 return out
