@@ -11,6 +11,8 @@ MODE says how its commands reach Redis:
           script: one MULTI/EXEC per call
   thin    each call's commands through a Lua script that only runs them
 The parsed trace is cached beside TRACE (TRACE.MODE.pickle).
+REPLAY_WITHOUT_MARKERS=1 leaves out the commands on dedupe marker keys
+(`_seen`), in every mode but script: what the markers' commands cost.
 """
 
 import hashlib
@@ -111,6 +113,8 @@ class Conn:
 def main():
     port, mode, trace = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     groups = load(trace, mode == "bare")
+    if os.environ.get("REPLAY_WITHOUT_MARKERS") == "1" and mode != "script":
+        groups = [(call, [c for c in cmds if len(c) < 2 or b":_seen:" not in c[1]]) for call, cmds in groups]
     conn = Conn(port)
     if mode == "script":
         with open(sys.argv[4], "rb") as f:
