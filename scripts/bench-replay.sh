@@ -7,7 +7,8 @@
 #   script  the apply script's calls, as sent
 #   native  each call's commands without a script (MULTI/EXEC per call)
 #   thin    each call's commands through a Lua script that only runs them
-# and prints Redis's main-thread CPU per event of each, in rounds. The
+# and prints Redis's main-thread CPU per event of each and its rate against
+# the bare writes' in the same round, in rounds, then each one's median. The
 # replays must leave Redis in the same state (DEBUG DIGEST), or it stops.
 # BENCH_EVENTS (default 100000), BENCH_ROUNDS (default 3), BENCH_BIN (another
 # build's rankflow-tools), BENCH_CALLGRIND=1: also instructions per event,
@@ -68,18 +69,32 @@ for mode in script native thin; do
 done
 
 cpu() { redis-cli -p "$port" info cpu | awk -F: '/used_cpu_(user|sys)_main_thread/ {s += $2} END {printf "%.6f", s}'; }
-echo "Redis main-thread CPU per event, $events events ($(nproc) cores, $(redis-server --version | awk '{print $3}')):"
+echo "Redis main-thread CPU per event, $events events ($(nproc) cores, $(redis-server --version | awk '{print $3}')),"
+echo "and the bare writes' CPU against each in the same round (a rate relative to theirs):"
 for round in $(seq 1 "$rounds"); do
-  line="round $round:"
   for mode in bare script native thin; do
     redis-cli -p "$port" script flush >/dev/null
     a=$(cpu)
     $replay "$port" "$mode" "$(trace_of $mode)" "$dir/apply.lua"
-    b=$(cpu)
-    line="$line $mode $(python3 -c "print(f'{($b - $a) / $events * 1e6:.1f}')") µs,"
+    echo "$round $mode $a $(cpu)" >>"$dir/cpu.txt"
   done
-  echo "${line%,}"
 done
+python3 - "$dir/cpu.txt" "$events" <<'PY'
+import statistics, sys
+rounds = {}
+for line in open(sys.argv[1]):
+    r, mode, a, b = line.split()
+    rounds.setdefault(r, {})[mode] = (float(b) - float(a)) / int(sys.argv[2]) * 1e6
+ratios = {}
+for r, us in rounds.items():
+    cells = []
+    for mode, t in us.items():
+        ratio = us["bare"] / t
+        ratios.setdefault(mode, []).append(ratio)
+        cells.append(f"{mode} {t:.1f} µs {ratio:.2f}x")
+    print(f"round {r}: " + ", ".join(cells))
+print("median of the rounds' ratios: " + ", ".join(f"{m} {statistics.median(v):.2f}x" for m, v in ratios.items()))
+PY
 
 if [ "${BENCH_CALLGRIND:-0}" = 1 ]; then
   command -v valgrind >/dev/null || { echo "BENCH_CALLGRIND needs valgrind" >&2; exit 1; }
