@@ -86,6 +86,17 @@ pub fn slot(tag: &str) -> u16 {
     crc % SLOTS as u16
 }
 
+/// The Redis Cluster slot of a key: of its hash tag (what is between its
+/// first `{` and the first `}` after it, when not empty), else of the whole key.
+pub fn key_slot(key: &str) -> u16 {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty());
+    slot(tag.unwrap_or(key))
+}
+
 /// `lb:{points}:d:2026-08-14`; the all-time board is `lb:{points}:all`.
 pub fn period_key(base: &str, period_id: &str) -> String {
     format!("{base}:{period_id}")
@@ -384,6 +395,12 @@ mod tests {
         assert_eq!(split_of_base("lb:{points}"), None);
         // Redis's own example: CLUSTER KEYSLOT 123456789 is 12739 (CRC16 0x31C3).
         assert_eq!(slot("123456789"), 12739);
+        // A key hashes by its hash tag, as Redis Cluster does (CLUSTER KEYSLOT).
+        assert_eq!(key_slot("lb:{123456789}:_seen:3"), 12739);
+        assert_eq!(key_slot("lb:{123456789}"), key_slot("x{123456789}y{z}"));
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("a{}b"), slot("a{}b"));
+        assert_eq!(key_slot("a{b"), slot("a{b"));
         for n in [2, 3, 8, 12, 256] {
             for k in 0..n {
                 let b = shard_base("lb", "points", None, k, n);

@@ -702,3 +702,78 @@ async fn admin_events_keep_the_value_counts_exact_as_values_gain_and_lose_holder
     let counts = support::value_counts(&mut conn, "lb:{v}:_dcount:all").await;
     assert_eq!(counts, HashMap::from([("20".into(), 2)]));
 }
+
+#[tokio::test]
+async fn batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order() {
+    // Each node of a cluster takes two calls at a time, the worker's batches
+    // two at a time, each behind the one before with preconditions: on a
+    // fresh store (whose first batches read the cluster's slot map) every
+    // batch must still reach each tag after the one before it, or its calls
+    // fail as STALE. Twelve tags over three primaries, eight fresh stores.
+    use futures::StreamExt as _;
+    let cluster = support::RedisCluster::start(3);
+    let text = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+         [redis]\nurl = \"{}\"\ncluster = true\n\
+         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+        cluster.url()
+    );
+    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
+    let bases: Vec<String> = (0..12).map(|t| format!("lb:{{t{t}}}")).collect();
+    let periods: Vec<Vec<Arc<PeriodWrite>>> = (0..12).map(|t| vec![pw(&format!("t{t}"), "all", None)]).collect();
+    let members: Vec<String> = (0..40).map(|m| format!("player-{m}")).collect();
+    let ids: Vec<Uuid> = (0..8 * 6 * 40u128).map(|i| Uuid::from_u128(i + 1)).collect();
+    let mut expected: HashMap<(usize, usize), i64> = HashMap::new();
+    for round in 0..8 {
+        let s =
+            Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl).with_max_events_per_call(10);
+        // Six batches of 40 events, each event on every tag.
+        let batches: Vec<Vec<TagBatch<'_>>> = (0..6)
+            .map(|b| {
+                (0..12)
+                    .map(|t| {
+                        let items = (0..40)
+                            .map(|e| {
+                                let n = (round * 6 + b) * 40 + e;
+                                item(n as i64, &members[e], (n % 7) as i64 + 1, &ids[n], &periods[t])
+                            })
+                            .collect();
+                        tag(&bases[t], WriteOp::Sum, items)
+                    })
+                    .collect()
+            })
+            .collect();
+        for (b, _) in batches.iter().enumerate() {
+            for e in 0..40 {
+                let n = (round * 6 + b) * 40 + e;
+                for t in 0..12 {
+                    *expected.entry((t, e)).or_default() += (n % 7) as i64 + 1;
+                }
+            }
+        }
+        let mut before: Option<rankflow::store::Tails> = None;
+        let mut sent = futures::stream::iter(&batches)
+            .map(|batch| {
+                let mut calls = s.prepare(batch);
+                if let Some(tails) = &before {
+                    calls.after(tails);
+                }
+                before = Some(calls.tails());
+                let s = &s;
+                async move { s.apply_prepared(&calls).await }
+            })
+            .buffered(2);
+        while let Some(r) = sent.next().await {
+            let r = r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(r.iter().flatten().all(|a| *a == ApplyResult::Applied), "round {round}: {r:?}");
+        }
+    }
+    let (boards, holding) = cluster.board_keys("lb").await;
+    assert_eq!(holding, 3, "the tags are on every primary");
+    for t in 0..12 {
+        let board = &boards[&format!("lb:{{t{t}}}:all")];
+        for e in 0..40 {
+            assert_eq!(board.get(&members[e]).copied(), Some(expected[&(t, e)] as f64), "t{t} {}", members[e]);
+        }
+    }
+}

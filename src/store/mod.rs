@@ -17,6 +17,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tracing::debug;
 
 mod conn;
+mod gate;
 pub mod maintenance;
 mod moderation;
 mod prepared;
@@ -24,6 +25,7 @@ mod protocol;
 mod swap;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
+use gate::Gate;
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
@@ -72,19 +74,6 @@ impl StoreError {
     fn is_no_script(&self) -> bool {
         matches!(self, StoreError::Apply { source, .. } if source.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
     }
-}
-
-/// How many apply calls one worker has sent Redis and not had answered, at
-/// most: one running and one waiting in Redis's input buffer keep Redis busy,
-/// and a read from another client waits behind at most those two (Redis
-/// reads all a client has sent at once, so calls sent together would run
-/// back to back, however small each is).
-const CALLS_IN_REDIS: usize = 2;
-
-/// Orders apply calls across batches and bounds those in Redis.
-struct Gate {
-    order: tokio::sync::Mutex<()>,
-    slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// `EVALSHA` of `script` on `keys` and `args`.
@@ -159,10 +148,7 @@ impl Store {
             script: redis::Script::new(&APPLY_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
             max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
-            gate: Arc::new(Gate {
-                order: tokio::sync::Mutex::new(()),
-                slots: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_REDIS)),
-            }),
+            gate: Arc::new(Gate::new()),
             replicas: None,
         }
     }
@@ -192,7 +178,8 @@ impl Store {
         self
     }
 
-    /// Sends prepared calls, in order, at most two in Redis at a time (see [`CALLS_IN_REDIS`]).
+    /// Sends prepared calls, in order, at most two in each Redis node at a
+    /// time (see [`gate::CALLS_IN_REDIS`]).
     pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
         let mut landed = Landed::new(prepared);
         self.apply_pending(prepared, &mut landed).await?;
@@ -221,35 +208,28 @@ impl Store {
     }
 
     async fn send_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
-        use futures::{FutureExt, StreamExt};
+        use futures::StreamExt;
         let done = landed.durable.clone();
-        let mut inflight = futures::stream::FuturesUnordered::new();
-        let mut answers = Vec::new();
-        {
-            // One batch at a time queues its calls, so batches reach Redis in order.
+        let to_send = prepared.to_send(&done);
+        let (mut answers, mut running) = {
+            // One batch at a time starts its calls, so batches reach Redis in
+            // order: the lock is the first thing a batch waits for.
             let _order = self.gate.order.lock().await;
-            for i in prepared.to_send(&done) {
-                // A slot in Redis, answering the calls in flight meanwhile.
-                let permit = loop {
-                    tokio::select! {
-                        biased;
-                        Some(a) = inflight.next(), if !inflight.is_empty() => answers.push(a),
-                        p = self.gate.slots.clone().acquire_owned() => break p.expect("the gate is never closed"),
-                    }
-                };
-                let c = &prepared.calls[i];
-                inflight.push(async move {
-                    let r = self.apply_one(&c.base, &c.inv, c.n).await;
-                    drop(permit);
-                    (i, r)
-                });
-                // Polled now, the call is queued on the connection, behind the one before.
-                while let Some(Some(a)) = inflight.next().now_or_never() {
-                    answers.push(a);
+            if let RedisConn::Cluster(_) = &self.conn {
+                if self.gate.map_due() {
+                    self.gate.set_map(self.slot_map().await);
                 }
             }
-        }
-        while let Some(a) = inflight.next().await {
+            let slots = to_send.iter().map(|&i| crate::keys::key_slot(&prepared.calls[i].base));
+            let (lanes, gates) = self.gate.assign(slots);
+            let order: Vec<(usize, usize)> = to_send.into_iter().zip(lanes).collect();
+            gate::start_in_order(&order, &gates, |i| {
+                let c = &prepared.calls[i];
+                self.apply_one(&c.base, &c.inv, c.n)
+            })
+            .await
+        };
+        while let Some(a) = running.next().await {
             answers.push(a);
         }
         let mut first_error = None;
@@ -347,6 +327,18 @@ impl Store {
             .await
             .map_err(StoreError::LoadScript)?;
         Ok(())
+    }
+
+    /// A cluster's slot map (`CLUSTER SLOTS`), or `None` when it cannot be read.
+    async fn slot_map(&self) -> Option<gate::SlotMap> {
+        let mut conn = self.conn.clone();
+        match redis::cmd("CLUSTER").arg("SLOTS").query_async::<redis::Value>(&mut conn).await {
+            Ok(reply) => gate::SlotMap::parse(&reply),
+            Err(e) => {
+                debug!(error = %e, "Reading the cluster's slot map failed; the calls' lanes stay as they were.");
+                None
+            }
+        }
     }
 
     /// The key base of every board tag registered in `registry` (see
