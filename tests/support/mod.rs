@@ -67,6 +67,13 @@ pub fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Kills and reaps the process in `child`, if any, leaving `None`.
+pub fn end(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        kill(&mut c);
+    }
+}
+
 /// What most tests start with: a Redis, a broker, a source topic with
 /// `partitions` partitions and a one-partition dead-letter topic.
 pub struct Stack {

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::keys::board_keys;
-use super::{free_port, kill, temp_dir, wait_for_port};
+use super::{end, free_port, temp_dir, wait_for_port};
 
 /// A `redis-server` of our own.
 pub struct Redis {
@@ -84,9 +84,7 @@ impl Redis {
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c);
-        }
+        end(&mut self.child);
     }
 
     pub fn restart(&mut self) {

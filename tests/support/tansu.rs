@@ -14,7 +14,7 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{free_port, kill, random_name, temp_dir, wait_for_port};
+use super::{end, free_port, random_name, temp_dir, wait_for_port};
 
 /// Where the tansu binary is: `$TANSU`, `tansu` on PATH, or cargo's bin dir.
 pub fn tansu_bin() -> PathBuf {
@@ -87,9 +87,7 @@ impl Broker {
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c);
-        }
+        end(&mut self.child);
     }
 
     pub fn restart(&mut self) {

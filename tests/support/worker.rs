@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::http::{http_get, http_post};
-use super::{free_port, kill, random_name, temp_dir, Broker, Redis, RedisCluster};
+use super::{end, free_port, kill, random_name, temp_dir, Broker, Redis, RedisCluster};
 
 /// The settings a test worker runs with.
 #[derive(Clone)]
@@ -147,9 +147,7 @@ impl Worker {
     }
 
     pub fn sigkill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c);
-        }
+        end(&mut self.child);
     }
 
     /// Waits for the process to exit by itself, at most `timeout`.
@@ -235,9 +233,7 @@ pub fn sum(samples: &[(String, HashMap<String, String>, f64)], name: &str, filte
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c);
-        }
+        end(&mut self.child);
     }
 }
 
