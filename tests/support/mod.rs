@@ -17,15 +17,13 @@ mod worker;
 
 // Each test crate uses some of these: the others are unused there.
 #[allow(unused_imports)]
-pub use http::{http_get, http_post, wait_http};
-#[allow(unused_imports)]
-pub use keys::*;
-#[allow(unused_imports)]
-pub use redis_server::{Failover, Redis, RedisCluster};
-#[allow(unused_imports)]
-pub use tansu::{tansu_bin, Broker};
-#[allow(unused_imports)]
-pub use worker::{samples, sum, Worker, WorkerConfig};
+pub use self::{
+    http::{http_get, http_post, wait_http},
+    keys::*,
+    redis_server::{Failover, Redis, RedisCluster},
+    tansu::{tansu_bin, Broker},
+    worker::{samples, sum, Worker, WorkerConfig},
+};
 
 use std::net::TcpListener;
 use std::process::Child;
