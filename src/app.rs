@@ -64,7 +64,7 @@ pub async fn run(settings: Settings) -> i32 {
     state.connected(reads);
 
     if settings.schedules() {
-        tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), cancel.clone()));
+        tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), health.clone(), cancel.clone()));
     }
     let worker_task = tokio::spawn(pipeline::run(settings.clone(), router, store, health, cancel.clone()));
     let mut worker_task = std::pin::pin!(worker_task);

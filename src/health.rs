@@ -1,9 +1,13 @@
 //! What the worker knows of its connections, shared with `/readyz`.
 //!
-//! The Kafka client callbacks and the pipeline write it; the HTTP server
-//! only reads it.
+//! The Kafka client callbacks, the pipeline and the scheduler write it; the
+//! HTTP server only reads it.
 
 use std::sync::atomic::AtomicBool;
+
+use tracing::error;
+
+use crate::metrics;
 
 /// Liveness facts shared with the HTTP server's `/readyz`.
 #[derive(Debug, Default)]
@@ -14,4 +18,26 @@ pub struct Health {
     pub redis_up: AtomicBool,
     /// Why the worker refuses to consume: Redis lost data (see `pipeline::lost`).
     pub data_lost: std::sync::Mutex<Option<String>>,
+}
+
+impl Health {
+    /// Redis lost data: from now on nothing is consumed, applied or stored
+    /// (the pipeline and the scheduler look here), `/readyz` answers 503
+    /// with `reason`, `rankflow_redis_data_lost` is 1, and the log says what
+    /// to do. The first reason stays.
+    pub fn lost_data(&self, reason: String) {
+        metrics::get().redis_data_lost.set(1);
+        let mut lost = self.data_lost.lock().unwrap_or_else(|e| e.into_inner());
+        if lost.is_some() {
+            return;
+        }
+        error!(%reason, "Redis lost data: it holds fewer applied records than the group committed, or than it acknowledged (it came back empty, was flushed, was restored from an older snapshot, or failed over to a replica without the latest writes). \
+            Nothing is consumed or written from now on. Rebuild the boards from the topics (rankflow rebuild), or accept the loss (rankflow accept-loss); then restart the workers.");
+        *lost = Some(reason);
+    }
+
+    /// Whether Redis lost data (see [`Health::lost_data`]).
+    pub fn is_lost(&self) -> bool {
+        self.data_lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
 }

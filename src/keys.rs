@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `{prefix}:{tag}:all`, `:h:..`, `:d:..`, `:w:..`, `:m:..`, `:y:..` | zset | the boards |
 //! | `{prefix}:{tag}:_seen:<n>` | hash | dedupe markers set while Redis's clock was in the `n`th `dedupe_ttl` since the epoch, in buckets: `<b>` -> bucket `b`'s 12-byte markers, concatenated; `level`, `split`, `count` (see [`crate::markers`]); expires `dedupe_ttl / 2` after the next one ends |
-//! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset |
+//! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset; `registered` -> when the tag was registered (ms): a tag without it takes no write (its data is gone, see `store::registry`) |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 //! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it, for values held by two or more (no field: one; keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
@@ -21,7 +21,7 @@
 //! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |
 //! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
 //! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
-//! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data) |
+//! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data); `registry` -> 1 once the registry of tags holds a tag (an empty registry then means it was lost) |
 //! | `{prefix}:{.admin}:_outcome:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
@@ -172,6 +172,20 @@ pub fn shadow_key(base: &str, period_id: &str) -> String {
 /// What [`shadow_key`] puts before the period id.
 pub fn shadow_prefix(base: &str) -> String {
     format!("{base}:_hid:")
+}
+
+/// The field of a tag's offsets hash that registers the tag (see
+/// `store::registry`). It holds no colon, so no `<topic>:<partition>`
+/// field can be it; the scripts that write to a tag check it by this name.
+pub const REGISTERED_FIELD: &str = "registered";
+
+/// The field of a deployment marker that says the registry of tags has
+/// held a tag: an empty registry is then a lost one.
+pub const REGISTRY_FIELD: &str = "registry";
+
+/// The key prefix of a key base (`lb` of `lb:{points}`).
+pub fn prefix_of_base(base: &str) -> &str {
+    base.split_once(":{").map_or(base, |(p, _)| p)
 }
 
 /// A consumer group's deployment marker: `<topic>:<partition>` -> the offset
@@ -371,6 +385,23 @@ pub fn topic_of_field(field: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {
+        let check = format!("'HEXISTS', offsets_key, '{REGISTERED_FIELD}'");
+        assert!(include_str!("scripts/apply.lua").contains(&check));
+        for (name, script) in [
+            ("admin.lua", include_str!("scripts/admin.lua")),
+            ("seal.lua", include_str!("scripts/seal.lua")),
+            ("roll.lua", include_str!("scripts/roll.lua")),
+        ] {
+            assert!(script.contains(&format!("'{REGISTERED_FIELD}') == 0 then")), "{name} does not check it");
+            assert!(script.contains("error_reply('LOST "), "{name} does not answer LOST");
+        }
+        assert!(!REGISTERED_FIELD.contains(':') && !REGISTRY_FIELD.contains(':'));
+        assert_eq!(prefix_of_base("lb:{points:eu}"), "lb");
+        assert_eq!(prefix_of_base("_rebuild:lb:{points}"), "_rebuild:lb");
+    }
 
     #[test]
     fn keys_follow_the_documented_layout() {

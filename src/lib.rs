@@ -10,7 +10,9 @@
 //!
 //! - **Wiring** — [`app`]: starts the HTTP server, the scheduler and the
 //!   pipeline, and stops them on SIGTERM. [`admin`]: `rankflow admin`, an
-//!   operator's admin event produced and waited for. [`demo`]: `rankflow
+//!   operator's admin event produced and waited for. [`rebuild`] and
+//!   [`recovery`]: `rankflow rebuild` and `rankflow accept-loss`, what an
+//!   operator runs after Redis lost data. [`demo`]: `rankflow
 //!   demo`, the whole flow on an embedded broker. `main.rs` only parses
 //!   arguments.
 //! - **Services** — [`pipeline`]: the batch loop (read, send, settle, store
@@ -68,6 +70,7 @@ pub mod period;
 pub mod pipeline;
 pub mod progress;
 pub mod rebuild;
+pub mod recovery;
 pub mod retry;
 pub mod samples;
 pub mod schedule;

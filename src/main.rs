@@ -75,6 +75,14 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<std::net::SocketAddr>,
     },
+    /// After Redis lost data: accept the loss, so that the workers go on
+    /// from the group's commits (the lost scores stay lost). Run it with the
+    /// workers stopped or refusing, then restart them. To recover the
+    /// scores instead, run `rebuild`.
+    AcceptLoss {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Correct or moderate: produce an admin event to the first admin topic
     /// and print its event_id (with --wait, then its outcome).
     Admin {
@@ -282,6 +290,19 @@ fn main() -> ExitCode {
                     let request = rankflow::rebuild::RebuildRequest { boards, from_retained, listen };
                     report(rankflow::rebuild::run(s, request).await)
                 }
+                Err(code) => code,
+            },
+            Command::AcceptLoss { config } => match load(&config) {
+                Ok(s) => report(rankflow::recovery::accept_loss(&s).await.map(|a| {
+                    println!(
+                        "accepted the loss: {} board tag(s) had lost their data and take writes again{}; \
+                         the deployment marker restarts from the group's commits ({} partition(s) raised). \
+                         Restart the workers.",
+                        a.lost_tags.len(),
+                        if a.lost_tags.is_empty() { String::new() } else { format!(" ({})", a.lost_tags.join(", ")) },
+                        a.raised
+                    );
+                })),
                 Err(code) => code,
             },
             Command::ForgetOffsets { config, topic } => match load(&config) {

@@ -221,7 +221,7 @@ impl Metrics {
             redis_data_lost: gauge(
                 &r,
                 "rankflow_redis_data_lost",
-                "1 when Redis holds fewer applied records than the consumer group committed (it lost data): nothing is consumed.",
+                "1 when Redis lost data (a board tag's registration is gone, or Redis holds fewer applied records than the consumer group committed): nothing is consumed or written.",
             ),
             registry: r,
         }

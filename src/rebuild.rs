@@ -219,7 +219,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
             match swap_tag(&conn, live, b, dedupe_ttl).await {
                 Ok(Swap::Done(n)) => {
                     store
-                        .register_tags(&keys::tags_key(&live_prefix), &[live.to_string()])
+                        .register_tags(&keys::tags_key(&live_prefix), &[live.to_string()], false)
                         .await
                         .map_err(|e| e.to_string())?;
                     info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
@@ -254,6 +254,9 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
         let _: Result<i64, _> = redis::cmd("UNLINK").arg(key).query_async(&mut c).await;
     }
     outcome?;
+    // The live workers, stopped after Redis lost data, start again from the
+    // group's commits, which the rebuilt tags now hold (a no-op otherwise).
+    crate::recovery::restart_marker(&settings, &store).await?;
     let live_tags = store.tag_bases(&keys::tags_key(&live_prefix)).await.map_err(|e| e.to_string())?;
     let untouched: Vec<&String> = live_tags
         .iter()

@@ -44,9 +44,17 @@ async fn a_batch_retried_after_one_board_tag_failed_counts_every_event_as_what_h
     let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
     let s = stream::generate(3_000, 7);
     let mut conn = redis.conn().await;
-    // The `best` board's offsets hash is a string: every call on that tag
-    // fails (WRONGTYPE) while the other tags' calls of the same batches land.
-    let _: () = redis::cmd("SET").arg("lb:{best}:_offsets").arg("in the way").query_async(&mut conn).await.unwrap();
+    // The `best` board's dedupe hashes (those of this week of Redis's clock,
+    // of the one before and of the next: the default dedupe_ttl is 7d) are
+    // strings: every call on that tag fails (WRONGTYPE) as it reads its
+    // markers, before it writes anything, while the other tags' calls of the
+    // same batches land.
+    let (now, _): (String, String) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let week = now.parse::<u64>().unwrap() / (7 * 86400);
+    let in_the_way: Vec<String> = (week - 1..=week + 1).map(|n| format!("lb:{{best}}:_seen:{n}")).collect();
+    for key in &in_the_way {
+        let _: () = redis::cmd("SET").arg(key).arg("in the way").query_async(&mut conn).await.unwrap();
+    }
     broker.produce(&topic, &s.records).await;
     let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
     let w = Worker::spawn(&cfg);
@@ -56,7 +64,7 @@ async fn a_batch_retried_after_one_board_tag_failed_counts_every_event_as_what_h
         assert!(std::time::Instant::now() < deadline, "no failed apply:\n{}", w.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _: () = redis::cmd("DEL").arg("lb:{best}:_offsets").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&in_the_way).query_async(&mut conn).await.unwrap();
     broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
 
     s.assert_boards(&mut conn).await;

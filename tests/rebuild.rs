@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::stream::{self, BOARDS};
@@ -59,19 +58,7 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
     let producing = broker.produce_paced(&topic, live.to_vec(), 500, Duration::from_millis(200));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
-    let out = tokio::task::spawn_blocking({
-        let config = w.config_path.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_rankflow"))
-                .args(["rebuild", "--config"])
-                .arg(config)
-                .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let out = run_rankflow(&["rebuild"], &w.config_path).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rebuild failed:\n{stdout}\n{stderr}");
@@ -103,11 +90,7 @@ async fn rebuild_names_an_unknown_board_and_changes_nothing() {
     let dir = temp_dir();
     let path = dir.path().join("rankflow.toml");
     std::fs::write(&path, cfg.render()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
-        .args(["rebuild", "--board", "nope", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_rankflow(&["rebuild", "--board", "nope"], &path).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--board nope") && err.contains("points"), "{err}");

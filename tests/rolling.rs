@@ -44,7 +44,9 @@ async fn setup(board: &str) -> (Redis, Store, Board, redis::aio::MultiplexedConn
 
 /// The daily keys of the window ending on the day of `now`, today first.
 fn day_keys(board: &Board, days: u32, now: i64) -> Vec<String> {
-    rolling_keys(board, BASE, "roll", days, now).unwrap()[6..].iter().step_by(2).cloned().collect()
+    // After the six keys of the build, day and copy pairs; the tag's offsets hash last.
+    let k = rolling_keys(board, BASE, "roll", days, now).unwrap();
+    k[6..k.len() - 1].iter().step_by(2).cloned().collect()
 }
 
 /// Writes `members` into `key` (as the apply script would, registry included).
@@ -58,6 +60,14 @@ async fn fill(conn: &mut redis::aio::MultiplexedConnection, key: &str, members: 
         let _: i64 = cmd.query_async(conn).await.unwrap();
     }
     let _: i64 = redis::cmd("SADD").arg(keys::registry_key(BASE)).arg(key).query_async(conn).await.unwrap();
+    // The tag registered, as the worker registers it before its first write.
+    let _: i64 = redis::cmd("HSET")
+        .arg(keys::offsets_key(BASE))
+        .arg(keys::REGISTERED_FIELD)
+        .arg(1)
+        .query_async(conn)
+        .await
+        .unwrap();
 }
 
 async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {

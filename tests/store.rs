@@ -14,7 +14,7 @@ use rankflow::keys;
 use rankflow::markers::{self, Growth};
 use rankflow::moderation::AdminOp;
 use rankflow::score::Packing;
-use rankflow::store::{AdminCall, ApplyItem, ApplyResult, RedisConn, Store, TagBatch};
+use rankflow::store::{AdminCall, ApplyItem, ApplyResult, RedisConn, Store, StoreError, TagBatch};
 use support::Redis;
 use uuid::Uuid;
 
@@ -532,6 +532,8 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     let first = s.prepare(&first);
     let mut second = s.prepare(&second);
     second.after(&first.tails());
+    // Registered before its first write, as the worker does.
+    s.register_tags("lb:{.tags}:_bases", &first.bases(), false).await.unwrap();
 
     // The first batch failed on its way (it never reached Redis): the second
     // must not run ahead of it, or offset 12 would make 10 and 11 look
@@ -541,8 +543,9 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, None);
     let markers: Vec<String> = redis::cmd("KEYS").arg("lb:{p}:_seen:*").query_async(&mut conn).await.unwrap();
     assert!(markers.is_empty(), "a refused call sets no marker: {markers:?}");
-    let offsets: HashMap<String, i64> =
+    let mut offsets: HashMap<String, i64> =
         redis::cmd("HGETALL").arg("lb:{p}:_offsets").query_async(&mut conn).await.unwrap();
+    offsets.remove(keys::REGISTERED_FIELD);
     assert!(offsets.is_empty(), "a refused call records no offset: {offsets:?}");
 
     // Retried in order, both apply, each event once.
@@ -553,13 +556,18 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     }
 
     // Redis lost its data (a restart without persistence) after the first
-    // batch landed: the precondition can no longer hold, and without it the
-    // call runs as any other.
+    // batch landed: the tag's registration is gone with it, so the call is
+    // refused as lost data and writes nothing, with its precondition or
+    // without (a board refilled from the middle of the stream would miss
+    // every score before).
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
-    assert!(s.apply_prepared(&second).await.is_err());
-    second.unconditional();
-    assert_eq!(s.apply_prepared(&second).await.unwrap(), vec![vec![ApplyResult::Applied]]);
-    assert_eq!(zscore(&mut conn, "lb:{p}:all", "carol").await, Some(7.0));
+    let err = s.apply_prepared(&second).await.unwrap_err();
+    assert!(matches!(err, StoreError::Lost { .. }), "{err}");
+    let unconditional = s.prepare(&[tag("lb:{p}", WriteOp::Sum, vec![item(13, "dana", 2, &ids[0], &keys)])]);
+    let err = s.apply_prepared(&unconditional).await.unwrap_err();
+    assert!(matches!(err, StoreError::Lost { .. }), "{err}");
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();
+    assert!(left.is_empty(), "a refused call writes nothing: {left:?}");
 }
 
 #[tokio::test]
@@ -751,6 +759,7 @@ async fn batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order() {
                 }
             }
         }
+        s.register_tags("lb:{.tags}:_bases", &bases, false).await.unwrap();
         let mut before: Option<rankflow::store::Tails> = None;
         let mut sent = futures::stream::iter(&batches)
             .map(|batch| {

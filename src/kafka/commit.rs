@@ -125,3 +125,32 @@ pub fn close(consumer: WorkerConsumer, producer: &KafkaProducer) {
         let _ = producer.flush(Duration::from_secs(5));
     });
 }
+
+/// What a consumer's group has committed on `topics`, per
+/// `<topic>:<partition>` field (`keys::offsets_field`), for the partitions
+/// with a commit. Blocking: call it from `block_in_place`.
+pub fn committed_fields<C: ConsumerContext, K: Consumer<C>>(
+    consumer: &K,
+    topics: &[String],
+) -> Result<std::collections::HashMap<String, i64>, String> {
+    let mut tpl = TopicPartitionList::new();
+    for t in topics {
+        let md =
+            consumer.fetch_metadata(Some(t), Duration::from_secs(10)).map_err(|e| format!("metadata of {t}: {e}"))?;
+        for topic in md.topics().iter().filter(|x| x.name() == t) {
+            for p in topic.partitions() {
+                tpl.add_partition(t, p.id());
+            }
+        }
+    }
+    let got =
+        consumer.committed_offsets(tpl, Duration::from_secs(10)).map_err(|e| format!("committed offsets: {e}"))?;
+    Ok(got
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) if o > 0 => Some((crate::keys::offsets_field(e.topic(), e.partition()), o)),
+            _ => None,
+        })
+        .collect())
+}

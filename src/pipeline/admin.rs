@@ -13,8 +13,8 @@ use crate::event::{AdminEvent, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
 use crate::moderation::{AdminOp, AdminPlan, Reach};
-use crate::retry::retry;
-use crate::store::{maintenance, AdminCall, ApplyResult, StoreError};
+use crate::retry::{retry, retry_unless, Retried};
+use crate::store::{AdminCall, ApplyResult, StoreError};
 
 use super::Context;
 
@@ -106,18 +106,35 @@ pub async fn apply_admin(
         op: &plan.op,
     };
     let registry = keys::tags_key(cx.router.prefix());
-    let (tags, results) = retry("carry out an admin event", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        let tags = tags_of(cx, plan, &event.player_id).await?;
-        // A correction may write a split's first data: registered first, so
-        // that an erasure finds it. (Other reaches come from the registry,
-        // or are boards without splits, which an erasure always reaches.)
-        if let Reach::Tag(base) = &plan.reach {
-            cx.store.register_tags(&registry, std::slice::from_ref(base)).await?;
+    let max_backoff = cx.settings.worker.max_backoff;
+    let carried = retry_unless(
+        "carry out an admin event",
+        &cx.cancel,
+        max_backoff,
+        || async {
+            let tags = tags_of(cx, plan, &event.player_id).await?;
+            // A correction may write a split's first data, and hiding reaches a
+            // board's tag before its first event: a tag new to the registry is
+            // registered first, so that an erasure finds it and its writes are
+            // checked for lost data like any other's (see `store::registry`).
+            let bases: Vec<String> = tags.iter().map(|(b, _)| b.clone()).collect();
+            let known = !cx.tags.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+            cx.store.register_tags(&registry, &bases, known).await?;
+            cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(bases);
+            let results = cx.store.admin(&tags, &call).await?;
+            Ok::<_, StoreError>((tags.len(), results))
+        },
+        |e| matches!(e, StoreError::Lost { .. }),
+    )
+    .await;
+    let (tags, results) = match carried {
+        Retried::Done(done) => done,
+        Retried::Cancelled => return None,
+        Retried::Fatal(e) => {
+            cx.health.lost_data(super::lost::lost_tag(&e));
+            return None;
         }
-        let results = cx.store.admin(&tags, &call).await?;
-        Ok::<_, StoreError>((tags.len(), results))
-    })
-    .await?;
+    };
     let outcome = outcome_of(&results);
     let kind = event.kind.as_str();
     let board = event.board.as_deref().or(event.boards.as_ref().map(|_| "(several)")).unwrap_or("(all)");
@@ -152,27 +169,4 @@ pub async fn apply_admin(
     })
     .await;
     noted.map(|()| outcome)
-}
-
-/// At start, registers every board tag that already has data (found by one
-/// scan of the offsets hashes: data written before the registry existed),
-/// so that an erasure reaches them. `false`: abandoned on shutdown.
-pub async fn seed_registry(cx: &Context) -> bool {
-    let registry = keys::tags_key(cx.router.prefix());
-    let seeded = retry("register the existing board tags", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        let bases = maintenance::tag_bases(&cx.settings.redis).await.map_err(StoreError::Scan)?;
-        cx.store.register_tags(&registry, &bases).await?;
-        Ok::<_, StoreError>(bases)
-    })
-    .await;
-    match seeded {
-        Some(bases) => {
-            cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(bases);
-            true
-        }
-        None => {
-            warn!("Shutdown while registering the board tags.");
-            false
-        }
-    }
 }

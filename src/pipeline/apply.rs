@@ -16,11 +16,12 @@ use crate::health::Health;
 use crate::kafka::offsets::BatchOffsets;
 use crate::keys;
 use crate::metrics;
-use crate::retry::retry;
+use crate::retry::{retry, retry_unless, Retried};
 use crate::schedule;
 use crate::store::{push_write, Landed, Prepared, StoreError, TagBatch};
 
 use super::inflight::Results;
+use super::lost::lost_tag;
 use super::outcome::Routes;
 use super::record::{Item, Record};
 use super::Context;
@@ -99,16 +100,33 @@ async fn register_tags(cx: &Context, tags: &[TagBatch<'_>]) -> bool {
     if new.is_empty() {
         return true;
     }
+    let known = !cx.tags.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
     let registry = keys::tags_key(cx.router.prefix());
-    let sent = retry("register board tags", &cx.cancel, cx.settings.worker.max_backoff, || {
-        cx.store.register_tags(&registry, &new)
-    })
+    let marker = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
+    let flag = [(keys::REGISTRY_FIELD.to_string(), 1)];
+    let sent = retry_unless(
+        "register board tags",
+        &cx.cancel,
+        cx.settings.worker.max_backoff,
+        || async {
+            cx.store.register_tags(&registry, &new, known).await?;
+            // From now on an empty registry is a lost one (see `lost`).
+            cx.store.set_marker(&marker, &flag).await
+        },
+        |e| matches!(e, StoreError::Lost { .. }),
+    )
     .await;
-    if sent.is_none() {
-        return false;
+    match sent {
+        Retried::Done(()) => {
+            cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(new);
+            true
+        }
+        Retried::Cancelled => false,
+        Retried::Fatal(e) => {
+            cx.health.lost_data(super::lost::lost_tag(&e));
+            false
+        }
     }
-    cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(new);
-    true
 }
 
 /// Sends the scheduler jobs (seals, rolling refreshes) the batch's periods
@@ -152,16 +170,19 @@ async fn enqueue_jobs(cx: &Context, items: &[Item]) -> bool {
 
 /// Sends a prepared batch on a task of its own, retried with capped
 /// backoff until Redis has applied it; `done` fires then. The task's
-/// result is `None` if it was abandoned on shutdown.
+/// result is `None` if it was abandoned on shutdown, or if Redis lost data
+/// (then `Health::lost_data` says so, and nothing of the batch is stored).
 ///
 /// `after`: the batch was sent behind one still in flight, with
 /// preconditions on it (`Prepared::after`), and this fires when that one
 /// has landed. If the first attempt fails (the batch before failed too,
 /// so the script refused this one, or Redis is down), the batch waits for
-/// the one before to land and is then retried without preconditions.
+/// the one before to land and is then retried with the same
+/// preconditions: they hold from then on, so one that fails means the tag
+/// lost the offsets that batch recorded there.
 pub fn spawn_apply(
     cx: &Context,
-    mut calls: Prepared,
+    calls: Prepared,
     after: Option<oneshot::Receiver<()>>,
     done: oneshot::Sender<()>,
     span: tracing::Span,
@@ -179,15 +200,16 @@ pub fn spawn_apply(
         // An empty batch has nothing to send.
         if let Some(after) = after.filter(|_| !landed.is_complete()) {
             let started = Instant::now();
-            let r = store.apply_pending(&calls, &mut landed).await;
-            if let Err(e) = &r {
-                debug!(error = %e, "A batch sent behind another is not done; what is not is sent again once that one is.");
-            }
-            if r.is_ok() {
-                landed_ok(started, &health);
-            } else {
-                after.await.ok()?;
-                calls.unconditional();
+            match store.apply_pending(&calls, &mut landed).await {
+                Ok(()) => landed_ok(started, &health),
+                Err(e @ StoreError::Lost { .. }) => {
+                    health.lost_data(lost_tag(&e));
+                    return None;
+                }
+                Err(e) => {
+                    debug!(error = %e, "A batch sent behind another is not done; what is not is sent again once that one is.");
+                    after.await.ok()?;
+                }
             }
         }
         // What is not done yet (not landed, or with redis.min_replicas not
@@ -199,27 +221,42 @@ pub fn spawn_apply(
         // before the ones behind it.
         if !landed.is_complete() {
             let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
-            retry("apply a batch to Redis", &cancel, max_backoff, || {
-                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
-                async move {
-                    let started = Instant::now();
-                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await;
-                    match &r {
-                        Ok(()) => landed_ok(started, &health),
-                        Err(StoreError::NotReplicated { .. }) => {
-                            landed_ok(started, &health);
-                            m.replica_wait_failures.inc();
+            let sent = retry_unless(
+                "apply a batch to Redis",
+                &cancel,
+                max_backoff,
+                || {
+                    let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
+                    async move {
+                        let started = Instant::now();
+                        let r = store.apply_pending(&calls, &mut *shared.lock().await).await.map_err(stale_is_lost);
+                        match &r {
+                            Ok(()) => landed_ok(started, &health),
+                            Err(StoreError::NotReplicated { .. }) => {
+                                landed_ok(started, &health);
+                                m.replica_wait_failures.inc();
+                            }
+                            Err(StoreError::Lost { .. }) => landed_ok(started, &health),
+                            Err(_) => {
+                                m.redis_errors.with_label_values(&["apply"]).inc();
+                                health.redis_up.store(false, Ordering::Relaxed);
+                                m.redis_up.set(0);
+                            }
                         }
-                        Err(_) => {
-                            m.redis_errors.with_label_values(&["apply"]).inc();
-                            health.redis_up.store(false, Ordering::Relaxed);
-                            m.redis_up.set(0);
-                        }
+                        r
                     }
-                    r
+                },
+                |e| matches!(e, StoreError::Lost { .. }),
+            )
+            .await;
+            match sent {
+                Retried::Done(()) => {}
+                Retried::Cancelled => return None,
+                Retried::Fatal(e) => {
+                    health.lost_data(lost_tag(&e));
+                    return None;
                 }
-            })
-            .await?;
+            }
             landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
         }
         let results = landed.into_results().expect("every call landed");
@@ -237,5 +274,19 @@ pub fn spawn_apply(
     match std::future::Future::poll(apply.as_mut(), &mut std::task::Context::from_waker(&waker)) {
         std::task::Poll::Ready(results) => tokio::spawn(async move { results }),
         std::task::Poll::Pending => tokio::spawn(apply),
+    }
+}
+
+/// Once every batch before has landed, a call's preconditions hold unless
+/// its tag lost the offsets they name: `STALE` then means lost data.
+fn stale_is_lost(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Apply { base, source } if source.code() == Some("STALE") => StoreError::Lost {
+            base,
+            detail: "it no longer holds the offsets the batch before this one recorded there (a restart without \
+                     persistence, or a failover to a replica without those writes)"
+                .into(),
+        },
+        other => other,
     }
 }

@@ -1,59 +1,40 @@
-//! Redis that lost data: detected at start, before anything is consumed,
-//! and while running, at the first offsets recorded after the loss.
+//! Redis that lost data: refused in the atomic step, and detected at start.
 //!
-//! Before the pipeline stores an offset it records it in Redis, in the
-//! consumer group's marker (`keys::deploy_key`: `<topic>:<partition>` ->
-//! the offset about to be stored). So in a Redis that kept what it
-//! acknowledged, the marker is at or past every offset the group has
-//! committed. A Redis that came back empty, or restored from an older
-//! snapshot, has a marker behind the commits (or none while commits exist):
-//! the scores in between are missing from its boards. The worker then
-//! refuses to consume, `/readyz` answers 503 with the reason, the log says
-//! what to do, and `rankflow_redis_data_lost` is 1 (alerted on).
+//! Three facts that a Redis which lost data cannot keep:
+//! - each board tag's registration (`store::registry`): every script that
+//!   writes to a tag first checks it, and a tag that lost it answers `LOST`
+//!   with nothing written, whether the call was sent before the loss or
+//!   after; the worker then stops consuming on every partition and stores
+//!   no offset ([`lost_tag`]);
+//! - the consumer group's deployment marker (`keys::deploy_key`:
+//!   `<topic>:<partition>` -> the offset about to be stored, recorded before
+//!   it is stored): in a Redis that kept what it acknowledged it is at or
+//!   past every committed offset, so one behind the commits (or missing
+//!   while commits exist) means lost data, at start ([`check`]) or at the
+//!   next offsets recorded ([`record`]);
+//! - the marker's `registry` field, set once the registry of tags holds a
+//!   tag: an empty registry is then a lost one ([`check`]).
+//!
+//! Lost data stops consumption: `/readyz` answers 503 with the reason, the
+//! log says what to do, and `rankflow_redis_data_lost` is 1 (alerted on).
+//! What comes next is the operator's: `rankflow rebuild` or
+//! `rankflow accept-loss`, then a restart.
 //!
 //! A Redis that holds rankflow's data but no marker yet (a deployment
-//! upgraded from a version without it) gets one from the commits.
+//! upgraded from a version without it, or a consumer group new to the
+//! deployment) gets one from the group's commits.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use rdkafka::consumer::Consumer;
-use rdkafka::{Offset, TopicPartitionList};
-use tracing::{error, info};
+use tracing::info;
 
-use crate::kafka::commit::WorkerConsumer;
+use crate::kafka::commit::{self, WorkerConsumer};
 use crate::keys;
 use crate::metrics;
 use crate::retry::retry;
-use crate::store::StoreError;
+use crate::store::{maintenance, StoreError};
 
 use super::Context;
-
-/// What the group has committed, per `<topic>:<partition>` field (only
-/// partitions with a commit).
-fn committed(cx: &Context, consumer: &WorkerConsumer) -> Result<HashMap<String, i64>, String> {
-    let topics = cx.settings.kafka.topics.iter().chain(&cx.settings.kafka.admin_topics);
-    let mut tpl = TopicPartitionList::new();
-    for t in topics {
-        let md =
-            consumer.fetch_metadata(Some(t), Duration::from_secs(10)).map_err(|e| format!("metadata of {t}: {e}"))?;
-        for topic in md.topics().iter().filter(|x| x.name() == t) {
-            for p in topic.partitions() {
-                tpl.add_partition(t, p.id());
-            }
-        }
-    }
-    let got =
-        consumer.committed_offsets(tpl, Duration::from_secs(10)).map_err(|e| format!("committed offsets: {e}"))?;
-    Ok(got
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) if o > 0 => Some((keys::offsets_field(e.topic(), e.partition()), o)),
-            _ => None,
-        })
-        .collect())
-}
 
 /// The partitions whose commit is past what Redis recorded: (field, recorded, committed).
 pub fn behind(marker: &HashMap<String, i64>, committed: &HashMap<String, i64>) -> Vec<(String, i64, i64)> {
@@ -68,24 +49,62 @@ pub fn behind(marker: &HashMap<String, i64>, committed: &HashMap<String, i64>) -
     out
 }
 
-/// Checks Redis against the group's commits before consuming. `true`: go
-/// on. `false`: Redis lost data (readiness and the metric say so, and the
-/// log says what to do), or shutdown came first; either way consume nothing.
+/// What Redis holds of the deployment at start.
+struct Found {
+    /// The group's deployment marker.
+    marker: HashMap<String, i64>,
+    /// The registry of tags.
+    registry: Vec<String>,
+    /// The tags with an offsets hash (a scan).
+    scanned: Vec<String>,
+}
+
+async fn found(cx: &Context) -> Result<Found, StoreError> {
+    let key = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
+    Ok(Found {
+        marker: cx.store.marker(&key).await?,
+        registry: cx.store.tag_bases(&keys::tags_key(cx.router.prefix())).await?,
+        scanned: maintenance::tag_bases(&cx.settings.redis).await.map_err(StoreError::Scan)?,
+    })
+}
+
+/// Checks Redis against the group's commits before consuming, and loads
+/// the tags registered (`Context::tags`). `true`: go on. `false`: Redis
+/// lost data (readiness and the metric say so, and the log says what to
+/// do), or shutdown came first; either way consume nothing.
 pub async fn check(cx: &Context, consumer: &WorkerConsumer) -> bool {
     let key = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
+    let topics: Vec<String> = cx.settings.kafka.topics.iter().chain(&cx.settings.kafka.admin_topics).cloned().collect();
     let commits = retry("read the group's committed offsets", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        tokio::task::block_in_place(|| committed(cx, consumer))
+        tokio::task::block_in_place(|| commit::committed_fields(consumer, &topics))
     })
     .await;
     let Some(commits) = commits else { return false };
-    let marker = retry("read the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
-        cx.store.marker(&key).await
-    })
+    let found = retry(
+        "read the deployment marker and the registry of tags",
+        &cx.cancel,
+        cx.settings.worker.max_backoff,
+        || found(cx),
+    )
     .await;
-    let Some(marker) = marker else { return false };
-    let has_data = !cx.tags.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-    if marker.is_empty() && has_data {
-        // rankflow's data without a marker: a version before the marker. Start one from the commits.
+    let Some(Found { marker, registry, scanned }) = found else { return false };
+    if marker.get(keys::REGISTRY_FIELD) == Some(&1) && registry.is_empty() {
+        let reason = format!(
+            "Redis lost data: the registry of board tags ({}) is gone, though the deployment had registered tags; \
+             boards on the node that held it may have lost their data too, so nothing is consumed",
+            keys::tags_key(cx.router.prefix())
+        );
+        refuse(cx, reason);
+        cx.cancel.cancelled().await;
+        return false;
+    }
+    let has_data = !registry.is_empty() || !scanned.is_empty();
+    if !seed_registry(cx, registry, scanned).await {
+        return false;
+    }
+    if !marker.keys().any(|f| f.contains(':')) && has_data {
+        // rankflow's data without a marker: a version before the marker, or
+        // a group new to the deployment. Start one from the commits.
         let fields: Vec<(String, i64)> = commits.into_iter().collect();
         let fields = &fields;
         let seeded = retry("start the deployment marker", &cx.cancel, cx.settings.worker.max_backoff, || async {
@@ -105,13 +124,39 @@ pub async fn check(cx: &Context, consumer: &WorkerConsumer) -> bool {
     }
     let detail =
         lost.iter().map(|(f, m, c)| format!("{f} recorded up to {m}, committed {c}")).collect::<Vec<_>>().join("; ");
-    let reason = format!(
-        "Redis lost data: it has recorded fewer records than the consumer group has committed ({detail}); \
-         the boards miss the scores in between, so nothing is consumed"
+    refuse(
+        cx,
+        format!(
+            "Redis lost data: it has recorded fewer records than the consumer group has committed ({detail}); \
+             the boards miss the scores in between, so nothing is consumed"
+        ),
     );
-    refuse(cx, &key, reason, &detail);
     cx.cancel.cancelled().await;
     false
+}
+
+/// At start: every tag found with data gets its registration where it has
+/// none (data written by a version before registrations) and joins the
+/// registry; the registry's tags and those are the tags this worker knows
+/// (`Context::tags`), and the marker notes that the registry holds tags.
+/// `false`: abandoned on shutdown.
+async fn seed_registry(cx: &Context, registry: Vec<String>, scanned: Vec<String>) -> bool {
+    let tags_key = keys::tags_key(cx.router.prefix());
+    let key = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
+    let seeded = retry("register the existing board tags", &cx.cancel, cx.settings.worker.max_backoff, || async {
+        cx.store.stamp_tags(&scanned).await?;
+        cx.store.add_to_registry(&tags_key, &scanned).await?;
+        if !registry.is_empty() || !scanned.is_empty() {
+            cx.store.set_marker(&key, &[(keys::REGISTRY_FIELD.to_string(), 1)]).await?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await;
+    if seeded.is_none() {
+        return false;
+    }
+    cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(registry.into_iter().chain(scanned));
+    true
 }
 
 /// Records the offsets about to be stored (see the module header), after
@@ -158,23 +203,29 @@ pub async fn record(cx: &Context, offsets: &[(String, i64)]) -> bool {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    refuse(cx, &key, format!("Redis lost data while the worker ran: it no longer holds offsets this worker recorded ({detail}); the boards miss the scores in between, so nothing more is consumed"), &detail);
+    refuse(cx, format!("Redis lost data while the worker ran: it no longer holds offsets this worker recorded ({detail}); the boards miss the scores in between, so nothing more is consumed"));
     false
+}
+
+/// The reason `/readyz` gives for a tag whose registration is gone (a
+/// script answered `LOST`), or whose offsets fell behind what the batch
+/// before recorded there.
+pub fn lost_tag(error: &StoreError) -> String {
+    format!(
+        "Redis lost data while the worker ran: {error}; nothing was written to it, and nothing more is consumed \
+         (a board refilled from the middle of the stream would miss every score before)"
+    )
 }
 
 /// Stops consumption for lost data: readiness, the metric and the log say
 /// why and what to do.
-fn refuse(cx: &Context, key: &str, reason: String, detail: &str) {
-    metrics::get().redis_data_lost.set(1);
-    error!(group = %cx.settings.kafka.group_id, %detail, "Redis holds fewer applied records than the group committed: it came back empty, from an older snapshot, or failed over to a replica without the latest writes. \
-        Restore Redis from a backup taken after the commits, or rebuild the boards from the topics (rankflow rebuild); \
-        to accept the loss and go on, delete the marker key {key} and restart. Nothing is consumed meanwhile.");
-    *cx.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+fn refuse(cx: &Context, reason: String) {
+    cx.health.lost_data(reason);
 }
 
 /// Whether consumption stopped for lost data.
 pub fn refused(cx: &Context) -> bool {
-    cx.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    cx.health.is_lost()
 }
 
 #[cfg(test)]

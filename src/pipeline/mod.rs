@@ -198,9 +198,6 @@ pub async fn run_with(
         recorded: Mutex::default(),
         dead_letters,
     };
-    if !admin::seed_registry(&cx).await {
-        return Ok(()); // shutdown while Redis was retried
-    }
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
         commit::close(consumer, &cx.producer);
@@ -230,7 +227,7 @@ pub async fn run_with(
             Next::Again => continue,
             Next::Stop => break,
         };
-        if !p.send(records, items).await {
+        if !p.send(records, items).await && !lost::refused(&p.cx) {
             break;
         }
     }
@@ -313,6 +310,8 @@ impl Pipeline {
                     self.settle_landed(planned, results).await;
                     Err(Next::Again)
                 }
+                // Redis lost data: the loop stops consuming (see `run_with`).
+                None if lost::refused(&self.cx) => Err(Next::Again),
                 None => Err(Next::Stop),
             },
             m = self.consumer.recv() => match m {
@@ -358,7 +357,7 @@ impl Pipeline {
             return self.admin(records, items).instrument(span).await;
         }
         let Some((planned, mut calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
-            info!("Shutdown while sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
+            info!("Shutdown (or lost data) while registering tags or sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
             return false;
         };
         // With two batches in flight, the older one leaves Redis first; this
@@ -368,7 +367,7 @@ impl Pipeline {
             match self.inflight.oldest().await {
                 (older, Some(results)) => Some((older, results)),
                 (_, None) => {
-                    info!("Shutdown during a retry: the batches in flight are abandoned and their offsets are not stored.");
+                    info!("Shutdown (or lost data) during a retry: the batches in flight are abandoned and their offsets are not stored.");
                     return false;
                 }
             }

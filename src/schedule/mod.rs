@@ -38,10 +38,11 @@ use tracing::{debug, info, warn};
 
 use crate::board::{Board, Router};
 use crate::config::Settings;
+use crate::health::Health;
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 pub use crate::watermarks::Watermarks;
 
 mod rolling;
@@ -103,8 +104,19 @@ async fn eval<T: redis::FromRedisValue>(
     keys: &[String],
     args: &[String],
 ) -> Result<T, String> {
-    store.eval(script, source, keys, args).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+    let base = keys.first().map(String::as_str).unwrap_or_default();
+    store.eval(script, source, keys, args).await.map_err(|e| e.to_string())?.map_err(|source| {
+        StoreError::from_script(base, source, |source| StoreError::Script { base: base.into(), source }).to_string()
+    })
 }
+
+/// Whether a job's error is a tag's lost data (a script answered `LOST`).
+fn is_lost(error: &str) -> bool {
+    error.starts_with(LOST_DATA)
+}
+
+/// How [`StoreError::Lost`] reads.
+const LOST_DATA: &str = "Redis lost data";
 
 /// `op` followed by `name, number` pairs.
 fn pairs_args<'a>(op: &str, pairs: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Vec<String> {
@@ -178,11 +190,22 @@ impl JobCache {
 /// cannot create its producer, or that panics, must not die silently while
 /// the worker goes on. Each restart is logged and counted
 /// (`rankflow_scheduler_restarts_total`, alerted on).
-pub async fn run(settings: Arc<Settings>, router: Arc<Router>, store: Store, cancel: CancellationToken) {
+///
+/// Once Redis lost data (`health`), it runs no job: a seal or a rolling
+/// board of a tag that lost its data would freeze boards that miss scores
+/// (the scripts refuse them too, and a job that meets that says so here).
+pub async fn run(
+    settings: Arc<Settings>,
+    router: Arc<Router>,
+    store: Store,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+) {
     let max_backoff = settings.worker.max_backoff;
     supervise(&cancel, max_backoff, || {
-        let (settings, router, store, cancel) = (settings.clone(), router.clone(), store.clone(), cancel.clone());
-        async move { run_once(&settings, &router, &store, &cancel).await }
+        let (settings, router, store, health, cancel) =
+            (settings.clone(), router.clone(), store.clone(), health.clone(), cancel.clone());
+        async move { run_once(&settings, &router, &store, &health, &cancel).await }
     })
     .await;
 }
@@ -192,11 +215,12 @@ async fn run_once(
     settings: &Settings,
     router: &Router,
     store: &Store,
+    health: &Health,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
     let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
         .map_err(|e| format!("cannot create the sealed-topic producer: {e}"))?;
-    let s = Scheduler { settings, router, store, producer: Arc::new(producer), partitions: None };
+    let s = Scheduler { settings, router, store, health, producer: Arc::new(producer), partitions: None };
     s.run(cancel).await;
     Ok(())
 }
@@ -205,6 +229,8 @@ struct Scheduler<'a> {
     settings: &'a Settings,
     router: &'a Router,
     store: &'a Store,
+    /// Where lost data is reported, and looked at before each round.
+    health: &'a Health,
     producer: Arc<KafkaProducer>,
     /// Partition counts of the consumed topics, and when they were read.
     partitions: Option<(Instant, HashMap<String, i32>)>,
@@ -238,6 +264,9 @@ impl Scheduler<'_> {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(pause) => {}
             }
+            if self.health.is_lost() {
+                continue;
+            }
             let claimed = match self.claim().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -263,6 +292,10 @@ impl Scheduler<'_> {
                             Job::Roll { base, name } => self.roll(base, name).await,
                         };
                         r.unwrap_or_else(|e| {
+                            if is_lost(&e) {
+                                self.health
+                                    .lost_data(format!("{e}; a scheduled job ({text}) found it and wrote nothing"));
+                            }
                             warn!(job = %text, error = %e, "A scheduled job failed; it is tried again.");
                             Outcome::Again(now_ms() + interval.as_millis() as i64 * 5, "failed")
                         })

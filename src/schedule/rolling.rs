@@ -91,7 +91,9 @@ impl Refresh {
 /// build's state, staged union and staged dense index, then each daily key
 /// of the `days` days ending with the day containing `now_ms`, followed by
 /// its staged copy; on boards that keep metadata, then the meta hashes of
-/// the rolling key and the staged union, and of each day and its copy.
+/// the rolling key and the staged union, and of each day and its copy;
+/// last, the tag's offsets hash (whose `registered` field says the tag
+/// still has its data).
 pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Vec<String>, PeriodError> {
     let id = keys::rolling_id(name);
     let build = keys::rolling_build_id(name);
@@ -123,6 +125,7 @@ pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i6
             out.push(keys::meta_key(base, copy));
         }
     }
+    out.push(keys::offsets_key(base));
     Ok(out)
 }
 
@@ -153,15 +156,16 @@ mod tests {
                 "lb:{p}:_roll:r:last3d:2",
                 "lb:{p}:d:2026-10-30",
                 "lb:{p}:_roll:r:last3d:3",
+                "lb:{p}:_offsets",
             ]
         );
-        // A board that keeps metadata: each of those zsets' meta hash follows, in the same order.
+        // A board that keeps metadata: each of those zsets' meta hash follows, in the same order, before the offsets.
         let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Best, &[PeriodKind::Daily]);
         spec.meta = true;
         let with_meta = rolling_keys(&Board::new(spec), "lb:{p}", "last3d", 3, now).unwrap();
         assert_eq!(with_meta.len(), k.len() + 8);
         assert_eq!(
-            with_meta[k.len()..],
+            with_meta[k.len() - 1..with_meta.len() - 1],
             [
                 "lb:{p}:_meta:r:last3d",
                 "lb:{p}:_meta:_roll:r:last3d",

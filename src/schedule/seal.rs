@@ -187,6 +187,7 @@ impl Scheduler<'_> {
             keys::registry_key(base),
             keys::shadow_key(base, period_id),
             keys::shadow_key(base, &final_id),
+            keys::offsets_key(base),
         ];
         if board.meta() {
             keys_.push(keys::meta_key(base, period_id));

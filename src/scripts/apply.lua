@@ -91,8 +91,9 @@
 --                     (the grouping is done by the caller, so that the script
 --                     keeps its per-member state in tables indexed by number)
 --
--- Returns the error STALE, having done nothing, when a precondition does not
--- hold; otherwise E, then (i, code) for each event i not applied, i
+-- Returns the error LOST, having done nothing, when the tag's offsets hash
+-- has no "registered" field (see "Lost data" below); the error STALE,
+-- having done nothing, when a precondition does not hold; otherwise E, then (i, code) for each event i not applied, i
 -- ascending, with the codes:
 --   2 duplicate event_id (marker present), 3 redelivered offset,
 --   4 refused: score_out_of_range (a total would pass the allowed value),
@@ -200,6 +201,17 @@ end
 -- period closed on demand (rankflow admin close; field "<period key>:closes",
 -- see keys::closes_field) refuses the events produced at or after its close
 -- time (closes[j], ms) until it is sealed.
+-- Lost data. Every tag is registered before its first write, and its
+-- registration is the field "registered" of its offsets hash
+-- (keys::REGISTERED_FIELD). A tag without it was never registered, which a
+-- worker never writes, or has lost its data since: Redis restarted without
+-- persistence, was flushed, or failed over to a replica that never had it.
+-- Writing to it would start boards that look valid and miss every score
+-- before, so nothing is written, and the worker stops consuming.
+if call('HEXISTS', offsets_key, 'registered') == 0 then
+  return redis.error_reply('LOST board tag ' .. offsets_key .. ' is not registered: its data is gone')
+end
+
 local sealed, closes = {}, {}
 if seal_on then
   for j = 1, np do

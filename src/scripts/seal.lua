@@ -11,18 +11,26 @@
 -- KEYS[3] live dense index    KEYS[4] final dense index
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
 -- KEYS[7] live shadow (hidden players' values)    KEYS[8] final shadow
--- KEYS[9] live meta hash      KEYS[10] final meta hash (boards that keep metadata only)
+-- KEYS[9] the tag's offsets hash (its "registered" field: see apply.lua, "Lost data")
+-- KEYS[10] live meta hash     KEYS[11] final meta hash (boards that keep metadata only)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
 -- ARGV[6] the final key's version hash (its `seals` counter rises with the seal)
 --
--- Returns {sealed now (1/0), already published (1/0), total, member, score, ...},
--- with (member, score, meta) triples where KEYS[9] is given (meta false: none).
+-- Returns the error LOST, having done nothing, when the tag is not
+-- registered (its data is gone); otherwise {sealed now (1/0), already
+-- published (1/0), total, member, score, ...}, with (member, score, meta)
+-- triples where KEYS[10] is given (meta false: none).
 -- Hidden players are sealed in the final shadow, out of the snapshot and its top.
 
 local live, final = KEYS[1], KEYS[2]
-local meta, final_meta = KEYS[9], KEYS[10]
+local meta, final_meta = KEYS[10], KEYS[11]
+-- A period of a tag that lost its data is not sealed: its final key would
+-- freeze a board that misses every score before the loss.
+if redis.call('HEXISTS', KEYS[9], 'registered') == 0 then
+  return redis.error_reply('LOST board tag ' .. KEYS[9] .. ' is not registered: its data is gone')
+end
 local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1

@@ -42,11 +42,15 @@ local aux = {}
 local final_suffix, rolling, building = ARGV[6], ARGV[7], ARGV[8]
 for i = 9, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
 
+-- Only the partition fields ("<topic>:<partition>") compare: the field
+-- "registered" (keys::REGISTERED_FIELD) is not an offset.
 local live = call('HGETALL', live_off)
 for i = 1, #live, 2 do
-  local built = call('HGET', built_off, live[i])
-  if not built or tonumber(built) < tonumber(live[i + 1]) then
-    return { 0, live[i], live[i + 1], built or '-1' }
+  if string.find(live[i], ':', 1, true) then
+    local built = call('HGET', built_off, live[i])
+    if not built or tonumber(built) < tonumber(live[i + 1]) then
+      return { 0, live[i], live[i + 1], built or '-1' }
+    end
   end
 end
 

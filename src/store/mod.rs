@@ -22,6 +22,7 @@ pub mod maintenance;
 mod moderation;
 mod prepared;
 mod protocol;
+mod registry;
 mod swap;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
@@ -67,12 +68,30 @@ pub enum StoreError {
     NotReplicated { base: String },
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
+    #[error("a script on board tag {base} failed: {source}")]
+    Script { base: String, source: RedisError },
+    /// Redis no longer holds what it acknowledged on a board tag (see
+    /// `registry`): nothing was written, and retrying cannot help.
+    #[error("Redis lost data: {base}: {detail}")]
+    Lost { base: String, detail: String },
 }
 
 impl StoreError {
     /// Redis answered `NOSCRIPT`: its script cache is empty (a restart).
     fn is_no_script(&self) -> bool {
         matches!(self, StoreError::Apply { source, .. } if source.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+    }
+
+    /// A script's error reply, as a [`StoreError::Lost`] when it is `LOST`
+    /// (the tag is not registered: its data is gone), else as `other`.
+    pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {
+        match source.code() {
+            Some("LOST") => StoreError::Lost {
+                base: base.to_string(),
+                detail: source.detail().unwrap_or("the tag is not registered").to_string(),
+            },
+            _ => other(source),
+        }
     }
 }
 
@@ -157,10 +176,15 @@ impl Store {
         self.conn.clone()
     }
 
-    /// Applies every tag batch, concurrently. The result lists, per tag
+    /// Registers the batches' tags where they are new (see `registry`), then
+    /// applies every tag batch, concurrently. The result lists, per tag
     /// batch, one [`ApplyResult`] per item in order. Any failure fails the
     /// whole call: the caller retries the batch, which the script makes safe.
     pub async fn apply(&self, batches: &[TagBatch<'_>]) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
+        for b in batches {
+            let registry = crate::keys::tags_key(crate::keys::prefix_of_base(b.base));
+            self.register_tags(&registry, &[b.base.to_string()], false).await?;
+        }
         self.apply_prepared(&self.prepare(batches)).await
     }
 
@@ -290,7 +314,9 @@ impl Store {
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
         let cmd = evalsha(&self.script, &inv.keys, &inv.args);
-        let apply_error = |source| StoreError::Apply { base: base.to_string(), source };
+        let apply_error = |source| {
+            StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
+        };
         let (reply, durable) = match self.replicas {
             None => (cmd.query_async::<Vec<i64>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
             Some((wanted, timeout)) => {
@@ -339,28 +365,6 @@ impl Store {
                 None
             }
         }
-    }
-
-    /// The key base of every board tag registered in `registry` (see
-    /// `keys::tags_key`): where an erasure looks, instead of scanning the keyspace.
-    pub async fn tag_bases(&self, registry: &str) -> Result<Vec<String>, StoreError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("SMEMBERS").arg(registry).query_async(&mut conn).await.map_err(StoreError::Registry)
-    }
-
-    /// Adds board tags to the registry of tags.
-    pub async fn register_tags(&self, registry: &str, bases: &[String]) -> Result<(), StoreError> {
-        if bases.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.conn.clone();
-        redis::cmd("SADD")
-            .arg(registry)
-            .arg(bases)
-            .query_async::<i64>(&mut conn)
-            .await
-            .map_err(StoreError::Registry)?;
-        Ok(())
     }
 
     /// A deployment marker (`keys::deploy_key`): field -> offset.

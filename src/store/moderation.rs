@@ -115,7 +115,9 @@ impl Store {
             async move {
                 let (keys, args) = admin_invocation(base, board.as_ref(), call, self.dedupe_ttl_secs);
                 let reply: Result<i64, redis::RedisError> = self.eval(script, &ADMIN_LUA, &keys, &args).await?;
-                reply.map(ApplyResult::from_code).map_err(|source| StoreError::Admin { base: base.clone(), source })
+                reply.map(ApplyResult::from_code).map_err(|source| {
+                    StoreError::from_script(base, source, |source| StoreError::Admin { base: base.clone(), source })
+                })
             }
         });
         futures::future::try_join_all(calls).await

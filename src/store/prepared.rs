@@ -59,6 +59,17 @@ impl Prepared {
         self.calls.is_empty()
     }
 
+    /// The board tags the calls write to, each once, in call order.
+    pub fn bases(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.calls {
+            if !out.contains(&c.base) {
+                out.push(c.base.clone());
+            }
+        }
+        out
+    }
+
     /// Where this batch leaves each board tag: per tag, each partition
     /// field's last offset, which a batch sent behind it waits for.
     pub fn tails(&self) -> Tails {
@@ -88,6 +99,11 @@ impl Prepared {
     /// fails with `STALE` having done nothing (see apply.lua). Without this,
     /// a later batch applied ahead of a failed one would make the failed
     /// one's events look redelivered when it is retried.
+    ///
+    /// The preconditions stay once that batch has landed: they hold then,
+    /// unless the tag lost the offsets it recorded (Redis restarted
+    /// without persistence, or failed over to a replica without the
+    /// writes), and a call must not run on a tag that lost them.
     pub fn after(&mut self, before: &Tails) {
         for c in &mut self.calls {
             let Some((_, tails)) = before.0.iter().find(|(b, _)| *b == c.base) else { continue };
@@ -102,25 +118,10 @@ impl Prepared {
         }
     }
 
-    /// Drops the preconditions [`Prepared::after`] set. Once the batch
-    /// before has landed they hold, unless Redis has lost its offsets (a
-    /// restart without persistence): then the calls must run all the same.
-    /// The preconditions between a tag's calls stay: the calls are sent
-    /// again together (see `Store::apply_pending`).
-    pub fn unconditional(&mut self) {
-        for c in &mut self.calls {
-            for f in 0..c.inv.tails.len() {
-                if !c.chained[f] {
-                    c.inv.args[c.inv.need_at + f] = b"-1".to_vec();
-                }
-            }
-        }
-    }
-
     /// The calls to send while `landed` says which have landed: those that
     /// have not, and, before each, the calls of its tag it is chained to
-    /// that have (sent again, they change nothing unless Redis lost them,
-    /// and then they restore what the pending call's precondition needs).
+    /// that have (sent again, they change nothing; on a tag that lost its
+    /// data they answer `LOST`, as the pending call would).
     pub(super) fn to_send(&self, landed: &[bool]) -> Vec<usize> {
         let pending = |i: usize| !landed[i];
         (0..self.calls.len())
@@ -160,8 +161,6 @@ mod tests {
         };
         next.after(&before);
         assert_eq!(needs(&next), ["-1", "8"]);
-        next.unconditional();
-        assert_eq!(needs(&next), ["-1", "-1"]);
         // Its own tails: each partition's last offset in the call.
         assert_eq!(next.tails().0, [("lb:{p}".to_string(), vec![("t:0".to_string(), 7), ("t:1".to_string(), 9)])]);
     }
@@ -203,13 +202,10 @@ mod tests {
         assert_eq!(needs(&p, 0), [pair("t:0", "-1"), pair("t:1", "-1")]);
         assert_eq!(needs(&p, 1), [pair("t:0", "1")]);
         assert_eq!(needs(&p, 2), [pair("t:1", "10")]);
-        // Behind another batch, only the first call's fields wait for it, and
-        // dropping those preconditions keeps the chain.
+        // Behind another batch, only the first call's fields wait for it.
         p.after(&Tails(vec![("lb:{p}".to_string(), vec![("t:0".to_string(), 0), ("t:1".to_string(), 9)])]));
         assert_eq!(needs(&p, 0), [pair("t:0", "0"), pair("t:1", "9")]);
         assert_eq!(needs(&p, 1), [pair("t:0", "1")]);
-        p.unconditional();
-        assert_eq!(needs(&p, 0), [pair("t:0", "-1"), pair("t:1", "-1")]);
         assert_eq!(needs(&p, 2), [pair("t:1", "10")]);
         // The tag's tails are its last offsets over all its calls.
         assert_eq!(p.tails().0, [("lb:{p}".to_string(), vec![("t:0".to_string(), 3), ("t:1".to_string(), 11)])]);

@@ -22,7 +22,7 @@ pub use self::{
     keys::*,
     redis_server::{Failover, Redis, RedisCluster},
     tansu::{tansu_bin, Broker},
-    worker::{samples, sum, Worker, WorkerConfig},
+    worker::{run_rankflow, samples, sum, Worker, WorkerConfig},
 };
 
 use std::net::TcpListener;

@@ -275,6 +275,20 @@ impl RedisCluster {
         Failover { outage, unreplicated_bytes: (primary - replica_at).max(0) }
     }
 
+    /// Restarts node `node` without its data (no persistence): it comes
+    /// back empty with its cluster identity and slots (`nodes.conf`), as a
+    /// primary without a replica does after a crash. Returns once the
+    /// cluster is ok again.
+    pub fn restart_empty(&mut self, node: usize) {
+        self.nodes[node].restart();
+        self.wait_ok();
+    }
+
+    /// A connection to node `node` alone.
+    pub async fn node_conn(&self, node: usize) -> redis::aio::MultiplexedConnection {
+        self.nodes[node].conn().await
+    }
+
     fn wait_replica_synced(&self, node: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

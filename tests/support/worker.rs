@@ -87,6 +87,23 @@ impl WorkerConfig {
     }
 }
 
+/// `rankflow <args> --config <config>` run to its end, off the async
+/// runtime (an operator's command: `rebuild`, `accept-loss`).
+pub async fn run_rankflow(args: &[&str], config: &std::path::Path) -> std::process::Output {
+    let (args, config): (Vec<String>, PathBuf) = (args.iter().map(|a| a.to_string()).collect(), config.into());
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .args(&args)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .output()
+            .expect("run rankflow")
+    })
+    .await
+    .expect("the command's thread")
+}
+
 /// A running `rankflow run` process.
 pub struct Worker {
     child: Option<Child>,
