@@ -216,6 +216,7 @@ async fn an_accepted_loss_goes_on_from_the_commits_with_the_lost_scores_left_out
     let after = stream::generate(1_000, 52);
     broker.produce(&topic, &after.records).await;
     let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(10)).await;
     let mut conn = redis.conn().await;
     assert_nothing_written(&mut conn, &w, &broker, &cfg).await;
     for (p, c) in broker.committed(&cfg.group, &topic, PARTITIONS).into_iter().enumerate() {
