@@ -21,6 +21,7 @@ mod sections;
 mod settings;
 
 pub use field::parse_duration;
+pub use raw::DEFAULT_MAX_EVENTS_PER_CALL;
 pub use settings::{
     redact_url, EventSettings, HttpSettings, KafkaSettings, RedisSettings, SealingSettings, Settings, WorkerSettings,
 };

@@ -165,11 +165,17 @@ pub struct RawWorker {
     pub max_backoff: Typed<Duration>,
 }
 
+/// The most events one apply-script call carries unless configured
+/// (`[worker] max_events_per_call`): 25-55 ms of Redis's time on a 2-core
+/// machine, so that reads get in between a batch's calls. Smaller calls
+/// cost Redis more per event (docs/benchmarks.md, "What a call's size costs").
+pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 1000;
+
 impl Default for RawWorker {
     fn default() -> Self {
         RawWorker {
             batch_size: 5000,
-            max_events_per_call: crate::store::DEFAULT_MAX_EVENTS_PER_CALL as u64,
+            max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL as u64,
             batch_linger: Typed::default_text("5ms"),
             shutdown_timeout: Typed::default_text("30s"),
             max_backoff: Typed::default_text("10s"),

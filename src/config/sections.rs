@@ -81,7 +81,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
 pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
     if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
         e.push("redis.url", "must start with redis:// or rediss://");
-    } else if let Err(err) = redis::Client::open(r.url.as_str()) {
+    } else if let Err(err) = redis::IntoConnectionInfo::into_connection_info(r.url.as_str()) {
         e.push("redis.url", format!("is not a valid Redis URL ({err})"));
     }
     if r.key_prefix.is_empty() || r.key_prefix.len() > 64 || r.key_prefix.contains(['{', '}', ' ']) {
