@@ -16,7 +16,7 @@ use crate::event::{AdminEvent, AdminKind};
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::moderation::{self, Reach};
-use crate::store::RedisConn;
+use crate::store::Store;
 
 /// What the operator asked for.
 #[derive(Clone, Debug)]
@@ -81,8 +81,8 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Stri
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
     let event = request.event();
     let plan = moderation::plan(&event, &router, event.ts_ms).map_err(|r| format!("{}: {}", r.reason, r.detail))?;
-    let mut conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    check_player(&mut conn, &router, &event, &plan.reach).await?;
+    let store = Store::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    check_player(&store, &router, &event, &plan.reach).await?;
 
     let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
         .map_err(|e| format!("cannot create the producer: {e}"))?;
@@ -98,8 +98,7 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Stri
     let key = keys::admin_outcome_key(router.prefix(), &event.event_id);
     let deadline = Instant::now() + timeout;
     loop {
-        let note: Option<String> =
-            redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+        let note = store.admin_outcome(&key).await.map_err(|e| e.to_string())?;
         if let Some(note) = note {
             let v: Value = serde_json::from_str(&note).map_err(|e| format!("unreadable outcome {note}: {e}"))?;
             return match v["outcome"].as_str() {
@@ -127,18 +126,14 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Stri
 
 /// A change to an existing entry needs the player there: on a board the
 /// event reaches (or, to unhide, hidden there). A `score_set` may create one.
-async fn check_player(conn: &mut RedisConn, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), String> {
+async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), String> {
     if event.kind == AdminKind::ScoreSet {
         return Ok(());
     }
     let bases: Vec<String> = match reach {
         Reach::Tag(base) => vec![base.clone()],
         Reach::Boards(_) | Reach::All => {
-            let all: Vec<String> = redis::cmd("SMEMBERS")
-                .arg(keys::tags_key(router.prefix()))
-                .query_async(conn)
-                .await
-                .map_err(|e| e.to_string())?;
+            let all = store.tag_bases(&keys::tags_key(router.prefix())).await.map_err(|e| e.to_string())?;
             match reach {
                 Reach::Boards(ids) => all
                     .into_iter()
@@ -150,24 +145,15 @@ async fn check_player(conn: &mut RedisConn, router: &Router, event: &AdminEvent,
     };
     let player = &event.player_id;
     for base in &bases {
-        let hidden: bool = redis::cmd("SISMEMBER")
-            .arg(keys::hidden_key(base))
-            .arg(player)
-            .query_async(conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let hidden = store.is_hidden(base, player).await.map_err(|e| e.to_string())?;
         match event.kind {
             AdminKind::PlayerUnhidden if hidden => return Ok(()),
             AdminKind::PlayerUnhidden => continue,
             _ if hidden => return Ok(()),
             _ => {}
         }
-        let period_keys: Vec<String> =
-            redis::cmd("SMEMBERS").arg(keys::registry_key(base)).query_async(conn).await.map_err(|e| e.to_string())?;
-        for key in period_keys {
-            let found: Option<f64> =
-                redis::cmd("ZSCORE").arg(&key).arg(player).query_async(conn).await.map_err(|e| e.to_string())?;
-            if found.is_some() {
+        for key in store.period_keys(base).await.map_err(|e| e.to_string())? {
+            if store.stored_score(&key, player).await.map_err(|e| e.to_string())?.is_some() {
                 return Ok(());
             }
         }
@@ -210,25 +196,14 @@ pub async fn close(
     }
     let base = keys::base(router.prefix(), board_id, split);
     let key = keys::period_key(&base, &period.id);
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let mut c = conn.clone();
+    let store = Store::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let now = chrono::Utc::now().timestamp_millis();
     // The first close on demand stands; a timed close that comes first still counts (seal.rs takes the earlier).
     // Every shard of a sharded board refuses what is produced from now on.
     let bases = router.read_bases(board, split);
-    for b in &bases {
-        let _: i64 = redis::cmd("HSETNX")
-            .arg(keys::sealed_key(b))
-            .arg(keys::closes_field(&keys::period_key(b, &period.id)))
-            .arg(now)
-            .query_async(&mut c)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
+    store.close_on_demand(&bases, &period.id, now).await.map_err(|e| e.to_string())?;
     // Sealed once its last shard is (a job seals the shards in order).
     let last = bases.last().expect("a board has a tag");
-    let (sealed_hash, sealed_field) = (keys::sealed_key(last), keys::period_key(last, &period.id));
-    let store = crate::store::Store::new(conn, settings.redis.dedupe_ttl);
     let job = crate::schedule::Job::Seal { base: base.clone(), period: period.id.clone() }.encode();
     crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await?;
     println!("closing {key}");
@@ -237,13 +212,7 @@ pub async fn close(
     };
     let deadline = Instant::now() + timeout;
     loop {
-        let sealed: bool = redis::cmd("HEXISTS")
-            .arg(&sealed_hash)
-            .arg(&sealed_field)
-            .query_async(&mut c)
-            .await
-            .map_err(|e| e.to_string())?;
-        if sealed {
+        if store.is_sealed(last, &period.id).await.map_err(|e| e.to_string())? {
             println!("sealed");
             return Ok(());
         }

@@ -11,7 +11,7 @@
 //! the live workers').
 //!
 //! Once it has read every record that was in the topics when it started,
-//! it swaps each tag it built (`store::swap_tag`): atomically, and only
+//! it swaps each tag it built (`Store::swap_tag`): atomically, and only
 //! where it has applied every record the live workers have applied on that
 //! tag; a tag the live workers are ahead on is tried again while the
 //! rebuild reads on. The live workers then find the records the rebuild
@@ -32,7 +32,7 @@ use crate::board::{Board, Router};
 use crate::config::Settings;
 use crate::health::Health;
 use crate::kafka::client;
-use crate::store::{scan_keys, swap_tag, RedisConn, Store, Swap};
+use crate::store::{scan_keys, Store, Swap};
 use crate::{keys, metrics, pipeline, progress};
 
 /// What `rankflow rebuild` was asked.
@@ -160,10 +160,10 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     own.boards = boards;
     let own = Arc::new(own);
 
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
-        .with_max_events_per_call(settings.worker.max_events_per_call)
-        .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);
+    let store = Store::connect(&settings.redis)
+        .await
+        .map_err(|e| e.to_string())?
+        .with_max_events_per_call(settings.worker.max_events_per_call);
     store.load_script().await.map_err(|e| e.to_string())?;
 
     let gauges = Arc::new(Gauges::new());
@@ -212,25 +212,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
         }
         // Every record there was at the start is applied: swap what agrees.
         let built = store.tag_bases(&keys::tags_key(&own.redis.key_prefix)).await.map_err(|e| e.to_string())?;
-        let mut waiting = Vec::new();
-        let pending: Vec<&String> = built.iter().filter(|b| !swapped.contains(*b)).collect();
-        for b in pending {
-            let Some(live) = keys::live_base(b) else { continue };
-            match swap_tag(&conn, live, b, dedupe_ttl).await {
-                Ok(Swap::Done(n)) => {
-                    store
-                        .register_tags(&keys::tags_key(&live_prefix), &[live.to_string()], false)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
-                    swapped.insert(b.clone());
-                }
-                Ok(Swap::Behind(field, live_at, built_at)) => {
-                    waiting.push((live.to_string(), field, live_at, built_at))
-                }
-                Err(e) => warn!(error = %e, tag = %live, "A swap failed; it is tried again."),
-            }
-        }
+        let waiting = swap_agreeing(&store, &built, &mut swapped, &live_prefix, dedupe_ttl).await?;
         gauges.swapped.set(swapped.len() as i64);
         gauges.waiting.set(waiting.len() as i64);
         if waiting.is_empty() && built.iter().all(|b| swapped.contains(b)) {
@@ -249,9 +231,9 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     // The rebuild's own keys: what was not swapped in, and its bookkeeping.
     let pattern = format!("{}:*", own.redis.key_prefix);
     let leftovers = scan_keys(&settings.redis, &pattern).await?;
-    let mut c = conn.clone();
-    for key in &leftovers {
-        let _: Result<i64, _> = redis::cmd("UNLINK").arg(key).query_async(&mut c).await;
+    let kept = store.unlink_each(&leftovers).await;
+    if kept > 0 {
+        warn!(keys = kept, pattern = %pattern, "Some of the rebuild's own keys could not be removed; remove them by hand.");
     }
     outcome?;
     // The live workers, stopped after Redis lost data, start again from the
@@ -271,6 +253,36 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
         if untouched.is_empty() { String::new() } else { format!(": {untouched:?}") }
     );
     Ok(())
+}
+
+/// Swaps in each rebuilt tag of `built` not `swapped` yet where the rebuild
+/// and the live workers agree, and registers it live; returns the tags the
+/// live workers are ahead on: (tag, partition field, live offset, rebuilt offset).
+async fn swap_agreeing(
+    store: &Store,
+    built: &[String],
+    swapped: &mut BTreeSet<String>,
+    live_prefix: &str,
+    dedupe_ttl: u64,
+) -> Result<Vec<(String, String, i64, i64)>, String> {
+    let mut waiting = Vec::new();
+    let pending: Vec<&String> = built.iter().filter(|b| !swapped.contains(*b)).collect();
+    for b in pending {
+        let Some(live) = keys::live_base(b) else { continue };
+        match store.swap_tag(live, b, dedupe_ttl).await {
+            Ok(Swap::Done(n)) => {
+                store
+                    .register_tags(&keys::tags_key(live_prefix), &[live.to_string()], false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
+                swapped.insert(b.clone());
+            }
+            Ok(Swap::Behind(field, live_at, built_at)) => waiting.push((live.to_string(), field, live_at, built_at)),
+            Err(e) => warn!(error = %e, tag = %live, "A swap failed; it is tried again."),
+        }
+    }
+    Ok(waiting)
 }
 
 async fn serve_metrics(addr: SocketAddr, gauges: Arc<Gauges>, cancel: CancellationToken) -> Result<(), String> {

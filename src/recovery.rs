@@ -15,7 +15,7 @@ use rdkafka::consumer::BaseConsumer;
 use crate::config::Settings;
 use crate::kafka::{client, commit};
 use crate::keys;
-use crate::store::{maintenance, RedisConn, Store};
+use crate::store::{maintenance, Store};
 
 /// What `rankflow accept-loss` did.
 #[derive(Debug)]
@@ -52,8 +52,7 @@ pub async fn restart_marker(settings: &Settings, store: &Store) -> Result<usize,
 /// group's commits. Run it with the workers stopped (or refusing), then
 /// restart them.
 pub async fn accept_loss(settings: &Settings) -> Result<Accepted, String> {
-    let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
-    let store = Store::new(conn, settings.redis.dedupe_ttl);
+    let store = Store::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let registry = keys::tags_key(&settings.redis.key_prefix);
     let registered = store.tag_bases(&registry).await.map_err(|e| e.to_string())?;
     let scanned = maintenance::tag_bases(&settings.redis).await?;

@@ -379,9 +379,7 @@ impl Scheduler<'_> {
     async fn complete(&mut self, close_at: i64) -> Result<bool, String> {
         let counts = self.partition_counts().await?;
         let (_, _, wm) = keys::sched_keys(self.router.prefix());
-        let mut conn = self.store.conn();
-        let marks: HashMap<String, i64> =
-            redis::cmd("HGETALL").arg(&wm).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+        let marks = self.store.integers(&wm).await.map_err(|e| e.to_string())?;
         Ok(counts.iter().all(|(topic, &n)| {
             (0..n).all(|p| marks.get(&keys::offsets_field(topic, p)).is_some_and(|&ms| ms >= close_at))
         }))

@@ -93,15 +93,9 @@ impl Scheduler<'_> {
         let split = keys::split_of_base(base).map(|(_, s)| s);
         let bases = self.router.read_bases(&board, split);
         // Closed on demand (`rankflow admin close`, on every shard) before its time: that close counts.
-        let mut conn = self.store.conn();
         let mut close_at = close_at;
         for b in &bases {
-            let manual: Option<i64> = redis::cmd("HGET")
-                .arg(keys::sealed_key(b))
-                .arg(keys::closes_field(&keys::period_key(b, period_id)))
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
+            let manual = self.store.closed_on_demand(b, period_id).await.map_err(|e| e.to_string())?;
             close_at = manual.map_or(close_at, |m| m.min(close_at));
         }
         let check = self.settings.sealing.check_interval.as_millis() as i64;
@@ -156,13 +150,7 @@ impl Scheduler<'_> {
             .deliver(record)
             .await
             .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
-        let _: i64 = redis::cmd("HSET")
-            .arg(keys::sealed_key(&bases[0]))
-            .arg(keys::published_field(&keys::period_key(&bases[0], period_id)))
-            .arg(1)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.store.note_published(&bases[0], period_id).await.map_err(|e| e.to_string())?;
         info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
         Ok(Outcome::Done)
     }

@@ -20,6 +20,7 @@ mod conn;
 mod gate;
 pub mod maintenance;
 mod moderation;
+mod operator;
 mod prepared;
 mod protocol;
 mod registry;
@@ -31,7 +32,7 @@ pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
-pub use swap::{swap_invocation, swap_tag, Swap};
+pub use swap::{swap_invocation, Swap};
 
 // Both scripts keep dedupe markers, whose code is `markers.lua`, put before
 // each. (Put together at run time: cargo does not see a file that
@@ -39,11 +40,7 @@ pub use swap::{swap_invocation, swap_tag, Swap};
 const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
 static APPLY_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
 
-/// The most events one apply-script call carries unless configured
-/// (`[worker] max_events_per_call`): 25-55 ms of Redis's time on a 2-core
-/// machine, so that reads get in between a batch's calls. Smaller calls
-/// cost Redis more per event (docs/benchmarks.md, "What a call's size costs").
-pub const DEFAULT_MAX_EVENTS_PER_CALL: usize = 1000;
+pub use crate::config::DEFAULT_MAX_EVENTS_PER_CALL;
 
 /// Errors of the Redis store, each naming the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +65,8 @@ pub enum StoreError {
     NotReplicated { base: String },
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
+    #[error("cannot {what}: {source}")]
+    Bookkeeping { what: &'static str, source: RedisError },
     #[error("a script on board tag {base} failed: {source}")]
     Script { base: String, source: RedisError },
     /// Redis no longer holds what it acknowledged on a board tag (see
@@ -170,6 +169,13 @@ impl Store {
             gate: Arc::new(Gate::new()),
             replicas: None,
         }
+    }
+
+    /// A store on a connection of its own, with the settings' replica
+    /// wait: what operators' commands use.
+    pub async fn connect(settings: &crate::config::RedisSettings) -> Result<Store, StoreError> {
+        let conn = RedisConn::connect(settings).await?;
+        Ok(Store::new(conn, settings.dedupe_ttl).with_min_replicas(settings.min_replicas, settings.replica_wait))
     }
 
     pub fn conn(&self) -> RedisConn {

@@ -50,8 +50,15 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     inv
 }
 
+impl super::Store {
+    /// Runs the swap of one tag (see `scripts/swap.lua`).
+    pub async fn swap_tag(&self, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
+        swap_tag(&self.conn, live, built, dedupe_ttl_secs).await
+    }
+}
+
 /// Runs the swap of one tag (see `scripts/swap.lua`).
-pub async fn swap_tag(conn: &RedisConn, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
+async fn swap_tag(conn: &RedisConn, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
     let mut conn = conn.clone();
     let reply: Vec<redis::Value> =
         swap_invocation(live, built, dedupe_ttl_secs).invoke_async(&mut conn).await.map_err(StoreError::Registry)?;
