@@ -22,6 +22,7 @@
 //!   callbacks, offset commits, the producer, topic creation. [`store`]:
 //!   Redis connections, the apply and erase scripts and their calling
 //!   convention. [`metrics`]: every Prometheus family. [`health`], [`retry`].
+//!   [`progress`]: the progress of long commands, drawn on a terminal.
 //! - **Domain, pure** — [`config`]: the TOML file into validated types.
 //!   [`event`]: one record value into an event or a rejection. [`board`]:
 //!   routing an event to boards and planning their writes. [`period`]: period
@@ -31,6 +32,7 @@
 //!   marker is and which bucket holds it. [`watermarks`]: how far each
 //!   partition has been applied. [`moderation`]: what an admin event
 //!   (a correction, a removal, hiding, erasure) does to which board tags.
+//!   [`samples`]: the demo's sample events.
 //!
 //! # The flow of one event
 //!
@@ -50,8 +52,8 @@
 //!    partition's last offset + 1, which librdkafka then commits.
 //!
 //! The benchmarks are tools, in the `rankflow-tools` crate (`tools/`), not
-//! part of this library; the demo's sample events ([`samples`]) are here,
-//! and [`progress`] draws the progress of long commands on a terminal.
+//! part of this library. `tests/layers.rs` checks the layers above against
+//! the imports.
 
 pub mod admin;
 pub mod app;

@@ -74,6 +74,18 @@ fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCoun
     c
 }
 
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("static metric definition");
+    r.register(Box::new(c.clone())).expect("metric registered once");
+    c
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric definition");
+    r.register(Box::new(g.clone())).expect("metric registered once");
+    g
+}
+
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("static metric definition");
     r.register(Box::new(g.clone())).expect("metric registered once");
@@ -86,15 +98,17 @@ fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogr
     h
 }
 
+/// Buckets of the latency histograms: fine around the tens of milliseconds
+/// a live stream takes, so that a quantile read from them is off by little.
+const LATENCY_BUCKETS: [f64; 26] = [
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
 impl Metrics {
     fn new() -> Metrics {
         let r = Registry::new();
-        // Fine around the tens of milliseconds a live stream takes, so that
-        // a quantile read from the buckets is off by little.
-        let latency_buckets = vec![
-            0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15,
-            0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-        ];
+        let latency_buckets = LATENCY_BUCKETS.to_vec();
         let event_latency = HistogramVec::new(
             HistogramOpts::new(
                 "rankflow_event_latency_seconds",
@@ -105,29 +119,20 @@ impl Metrics {
         )
         .expect("static metric definition");
         r.register(Box::new(event_latency.clone())).expect("metric registered once");
-        let consumer_lag = IntGaugeVec::new(
-            Opts::new(
-                "rankflow_consumer_lag",
-                "Records between the committed offset and the log end, per partition (librdkafka statistics).",
-            ),
+        let consumer_lag = gauge_vec(
+            &r,
+            "rankflow_consumer_lag",
+            "Records between the committed offset and the log end, per partition (librdkafka statistics).",
             &["topic", "partition"],
-        )
-        .expect("static metric definition");
-        r.register(Box::new(consumer_lag.clone())).expect("metric registered once");
-        let build_info =
-            IntGaugeVec::new(Opts::new("rankflow_build_info", "Always 1; labels name the build."), &["version"])
-                .expect("static metric definition");
-        r.register(Box::new(build_info.clone())).expect("metric registered once");
+        );
+        let build_info = gauge_vec(&r, "rankflow_build_info", "Always 1; labels name the build.", &["version"]);
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        let events_skipped =
-            IntCounter::new("rankflow_events_skipped_total", "Events whose type no board takes.").expect("static");
-        r.register(Box::new(events_skipped.clone())).expect("metric registered once");
-        let dead_letter_errors = IntCounter::new(
+        let events_skipped = counter(&r, "rankflow_events_skipped_total", "Events whose type no board takes.");
+        let dead_letter_errors = counter(
+            &r,
             "rankflow_dead_letter_errors_total",
             "Failed attempts to produce to the dead-letter topic (retried).",
-        )
-        .expect("static");
-        r.register(Box::new(dead_letter_errors.clone())).expect("metric registered once");
+        );
         Metrics {
             records_consumed: counter_vec(
                 &r,
@@ -194,30 +199,22 @@ impl Metrics {
                 "Periods this worker sealed into ...:final (each period is sealed once across all workers).",
                 &["board"],
             ),
-            scheduler_restarts: {
-                let c = IntCounter::new(
-                    "rankflow_scheduler_restarts_total",
-                    "Times the scheduler stopped (failed or panicked) and was started again.",
-                )
-                .expect("static metric definition");
-                r.register(Box::new(c.clone())).expect("metric registered once");
-                c
-            },
+            scheduler_restarts: counter(
+                &r,
+                "rankflow_scheduler_restarts_total",
+                "Times the scheduler stopped (failed or panicked) and was started again.",
+            ),
             admin_events: counter_vec(
                 &r,
                 "rankflow_admin_events_total",
                 "Admin events by type and outcome: applied, duplicate (a producer retry or a redelivery), refused (by the board's state), rejected (dead-lettered before reaching Redis).",
                 &["type", "outcome"],
             ),
-            replica_wait_failures: {
-                let c = IntCounter::new(
-                    "rankflow_redis_replica_wait_failures_total",
-                    "WAITs that saw fewer replicas acknowledge a batch's writes than redis.min_replicas asks (retried; the batch's offsets wait).",
-                )
-                .expect("static metric definition");
-                r.register(Box::new(c.clone())).expect("metric registered once");
-                c
-            },
+            replica_wait_failures: counter(
+                &r,
+                "rankflow_redis_replica_wait_failures_total",
+                "WAITs that saw fewer replicas acknowledge a batch's writes than redis.min_replicas asks (retried; the batch's offsets wait).",
+            ),
             redis_data_lost: gauge(
                 &r,
                 "rankflow_redis_data_lost",

@@ -99,108 +99,132 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
             let _ = axum::body::to_bytes(resp.into_body(), 1 << 24).await;
             api.push(t.elapsed().as_secs_f64() * 1000.0);
 
-            let mut c = conn.clone();
             let t = Instant::now();
-            match what {
-                w if w == "top 10" || w == "top 100" || w == near_name => {
-                    let (start, n) = match what {
-                        "top 10" => (0, 10),
-                        "top 100" => (0, 100),
-                        _ => (size, size),
-                    };
-                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                        .arg(key)
-                        .arg(start)
-                        .arg(start + n - 1)
-                        .arg("REV")
-                        .arg("WITHSCORES")
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                "top 100, meta = true" => {
-                    let top: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                        .arg("lb:{bigmeta}:all")
-                        .arg(0)
-                        .arg(99)
-                        .arg("REV")
-                        .arg("WITHSCORES")
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let names: Vec<&String> = top.iter().map(|(m, _)| m).collect();
-                    let _: Vec<Option<String>> = redis::cmd("HMGET")
-                        .arg("lb:{bigmeta}:_meta:all")
-                        .arg(names)
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                "player rank" => {
-                    let _: (Option<f64>, Option<i64>) = redis::pipe()
-                        .zscore(key, &player)
-                        .zrevrank(key, &player)
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                "around me (radius 2)" => {
-                    let r: Option<i64> = redis::cmd("ZREVRANK")
-                        .arg(key)
-                        .arg(&player)
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let r = r.unwrap_or(0);
-                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                        .arg(key)
-                        .arg((r - 2).max(0))
-                        .arg(r + 2)
-                        .arg("REV")
-                        .arg("WITHSCORES")
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                "friends (100 players)" => {
-                    let mut p = redis::pipe();
-                    for f in &friends {
-                        p.zscore(key, f).zrevrank(key, f);
-                    }
-                    let _: Vec<Option<f64>> = p.query_async(&mut c).await.map_err(|e| e.to_string())?;
-                }
-                "dense rank (top page)" => {
-                    let s: Option<f64> = redis::cmd("ZSCORE")
-                        .arg(key)
-                        .arg(&player)
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let _: i64 = redis::cmd("ZCOUNT")
-                        .arg(dense_key)
-                        .arg(format!("({}", s.unwrap_or(0.0)))
-                        .arg("+inf")
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                _ => {
-                    let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                        .arg(key)
-                        .arg(deep)
-                        .arg(deep + size - 1)
-                        .arg("REV")
-                        .arg("WITHSCORES")
-                        .query_async(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-            }
+            let page = Page { key, dense_key, size, deep, near: &near_name };
+            bare_read(conn.clone(), what, &page, &player, &friends).await?;
             bare.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         results.push((what, api, bare));
     }
     bar.finish_and_clear();
+    report(members, samples, results);
+    Ok(())
+}
+
+/// The board keys and pages the bare reads address.
+struct Page<'a> {
+    key: &'a str,
+    dense_key: &'a str,
+    size: u64,
+    deep: u64,
+    /// The name of the read of page 2 by cursor.
+    near: &'a str,
+}
+
+/// The bare Redis commands the read `what` needs, sent straight to Redis.
+async fn bare_read(
+    mut c: RedisConn,
+    what: &str,
+    page: &Page<'_>,
+    player: &str,
+    friends: &[String],
+) -> Result<(), String> {
+    match what {
+        w if w == "top 10" || w == "top 100" || w == page.near => {
+            let (start, n) = match what {
+                "top 10" => (0, 10),
+                "top 100" => (0, 100),
+                _ => (page.size, page.size),
+            };
+            let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(page.key)
+                .arg(start)
+                .arg(start + n - 1)
+                .arg("REV")
+                .arg("WITHSCORES")
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        "top 100, meta = true" => {
+            let top: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg("lb:{bigmeta}:all")
+                .arg(0)
+                .arg(99)
+                .arg("REV")
+                .arg("WITHSCORES")
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+            let names: Vec<&String> = top.iter().map(|(m, _)| m).collect();
+            let _: Vec<Option<String>> = redis::cmd("HMGET")
+                .arg("lb:{bigmeta}:_meta:all")
+                .arg(names)
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        "player rank" => {
+            let _: (Option<f64>, Option<i64>) = redis::pipe()
+                .zscore(page.key, player)
+                .zrevrank(page.key, player)
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        "around me (radius 2)" => {
+            let r: Option<i64> = redis::cmd("ZREVRANK")
+                .arg(page.key)
+                .arg(player)
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+            let r = r.unwrap_or(0);
+            let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(page.key)
+                .arg((r - 2).max(0))
+                .arg(r + 2)
+                .arg("REV")
+                .arg("WITHSCORES")
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        "friends (100 players)" => {
+            let mut p = redis::pipe();
+            for f in friends {
+                p.zscore(page.key, f).zrevrank(page.key, f);
+            }
+            let _: Vec<Option<f64>> = p.query_async(&mut c).await.map_err(|e| e.to_string())?;
+        }
+        "dense rank (top page)" => {
+            let s: Option<f64> =
+                redis::cmd("ZSCORE").arg(page.key).arg(player).query_async(&mut c).await.map_err(|e| e.to_string())?;
+            let _: i64 = redis::cmd("ZCOUNT")
+                .arg(page.dense_key)
+                .arg(format!("({}", s.unwrap_or(0.0)))
+                .arg("+inf")
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        _ => {
+            let _: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(page.key)
+                .arg(page.deep)
+                .arg(page.deep + page.size - 1)
+                .arg("REV")
+                .arg("WITHSCORES")
+                .query_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// The table of reads timed through the API and bare, and what metadata adds to a top-100 read.
+fn report(members: u64, samples: usize, results: Vec<(&str, Vec<f64>, Vec<f64>)>) {
     println!("\nboard of {members} members, {samples} samples each (ms):\n");
     println!("| read | API p50 | API p99 | bare Redis p50 | bare Redis p99 | bare commands |");
     println!("|---|---:|---:|---:|---:|---|");
@@ -237,5 +261,4 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
         100.0 * (meta_p50 / p50 - 1.0),
         100.0 * (meta_p99 / p99 - 1.0)
     );
-    Ok(())
 }

@@ -1,0 +1,265 @@
+//! The shape the code keeps. The layering `src/lib.rs` states holds: every
+//! module named in its "Layers" section imports (`crate::...`) only modules
+//! of its own layer or of the layers below, and no two modules import each
+//! other, directly or round a longer cycle (the layers are read from
+//! `lib.rs` itself, so the documentation and this check cannot drift
+//! apart). Redis is called from `store` only. No Rust file of the product
+//! or its tools is over 650 lines, and no function over 120.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers of `lib.rs`'s "Layers" section, top (wiring) first: each
+/// bullet `- **Name** — ...` and the modules it links as [`name`].
+fn layers(lib: &str) -> Vec<(String, BTreeSet<String>)> {
+    let section =
+        lib.split("//! # Layers").nth(1).and_then(|s| s.split("//! # ").next()).expect("lib.rs has a Layers section");
+    let mut out: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for line in section.lines() {
+        let text = line.trim_start_matches("//!").trim();
+        if let Some(rest) = text.strip_prefix("- **") {
+            let name = rest.split("**").next().unwrap_or_default().to_string();
+            out.push((name, BTreeSet::new()));
+        }
+        if let Some((_, modules)) = out.last_mut() {
+            for link in text.split("[`").skip(1) {
+                let name = link.split('`').next().unwrap_or_default();
+                if name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    modules.insert(name.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every `.rs` file of a module: `src/name.rs` and everything under `src/name/`.
+fn files(src: &Path, module: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let file = src.join(format!("{module}.rs"));
+    if file.exists() {
+        out.push(file);
+    }
+    let mut dirs = vec![src.join(module)];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The top-level modules a source file names with `crate::` (comments left out).
+fn imports(source: &str) -> BTreeSet<String> {
+    let code: String = source.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = BTreeSet::new();
+    for rest in code.split("crate::").skip(1) {
+        match rest.strip_prefix('{') {
+            // `crate::{a::b, c}`: the first name of each item of the group.
+            Some(group) => {
+                let mut depth = 0;
+                let mut item_start = true;
+                for (i, ch) in group.char_indices() {
+                    match ch {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => item_start = true,
+                        c if item_start && !c.is_whitespace() => {
+                            item_start = false;
+                            out.insert(ident(&group[i..]));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            None => {
+                out.insert(ident(rest));
+            }
+        }
+    }
+    out.retain(|m| !m.is_empty());
+    out
+}
+
+#[test]
+fn no_module_imports_a_layer_above_its_own_and_no_modules_import_each_other_in_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let layers = layers(&lib);
+    assert!(layers.len() >= 4, "lib.rs names its layers: {layers:?}");
+    let layer_of: BTreeMap<&str, usize> =
+        layers.iter().enumerate().flat_map(|(i, (_, ms))| ms.iter().map(move |m| (m.as_str(), i))).collect();
+
+    // Every module of the crate has its layer.
+    let declared: Vec<&str> =
+        lib.lines().filter_map(|l| l.strip_prefix("pub mod ")).map(|l| l.trim_end_matches(';')).collect();
+    for m in &declared {
+        assert!(layer_of.contains_key(m), "module {m} is in no layer of lib.rs's Layers section");
+    }
+
+    let mut graph: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut upward = Vec::new();
+    for &m in &declared {
+        let mut deps = BTreeSet::new();
+        for f in files(&src, m) {
+            deps.extend(imports(&std::fs::read_to_string(&f).unwrap()));
+        }
+        deps.remove(m);
+        for d in &deps {
+            let Some(&dl) = layer_of.get(d.as_str()) else { continue };
+            if dl < layer_of[m] {
+                upward.push(format!("{m} ({}) imports {d} ({})", layers[layer_of[m]].0, layers[dl].0));
+            }
+        }
+        graph.insert(m, deps);
+    }
+    assert!(upward.is_empty(), "imports up the layers:\n{}", upward.join("\n"));
+
+    // A cycle: a module reached again from itself.
+    for &start in &declared {
+        let mut stack: Vec<Vec<&str>> = vec![vec![start]];
+        let mut seen = BTreeSet::new();
+        while let Some(path) = stack.pop() {
+            let last = *path.last().unwrap();
+            for d in graph.get(last).into_iter().flatten() {
+                assert!(d != start, "a cycle of imports: {} -> {start}", path.join(" -> "));
+                if seen.insert(d.as_str()) {
+                    let mut next = path.clone();
+                    next.push(d.as_str());
+                    stack.push(next);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn grouped_and_inline_crate_paths_are_read_as_imports() {
+    let got =
+        imports("use crate::{board::Router, config::{self, Settings}};\nlet x = crate::keys::base(); // crate::nope\n");
+    assert_eq!(got, BTreeSet::from(["board".to_string(), "config".to_string(), "keys".to_string()]));
+    let lib = "//! # Layers\n//!\n//! - **Top** — [`app`] and [`http`].\n//! - **Low** — [`keys`]:\n//!   and [`score`].\n//!\n//! # Flow\n//! [`other`]\n";
+    let l = layers(lib);
+    assert_eq!(l.len(), 2);
+    assert_eq!(l[1].1, BTreeSet::from(["keys".to_string(), "score".to_string()]));
+}
+
+/// Files outside `src/store/` that still send Redis commands themselves:
+/// the read path and the scheduler's scripts, until they move behind typed
+/// `store` calls. The list may only shrink: a file not on it that calls
+/// Redis fails, and so does a file on it that no longer does (take it off).
+const NOT_YET_BEHIND_STORE: &[&str] = &[
+    "src/http/mod.rs",
+    "src/http/periods.rs",
+    "src/http/reads.rs",
+    "src/http/sharded.rs",
+    "src/schedule/mod.rs",
+    "src/schedule/rolling.rs",
+    "src/schedule/seal.rs",
+];
+
+#[test]
+fn only_store_sends_redis_commands() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let calls = ["redis::cmd", "redis::pipe", "query_async", "invoke_async", "redis::Script", ".eval(", ".conn()"];
+    let mut dirs = vec![root.join("src")];
+    let mut offenders = BTreeSet::new();
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+            if p.is_dir() {
+                if rel != "src/store" {
+                    dirs.push(p);
+                }
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let code = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+            if p.extension().is_some_and(|x| x == "rs") && calls.iter().any(|c| code.contains(c)) {
+                offenders.insert(rel);
+            }
+        }
+    }
+    let allowed: BTreeSet<String> = NOT_YET_BEHIND_STORE.iter().map(|s| s.to_string()).collect();
+    let new: Vec<&String> = offenders.difference(&allowed).collect();
+    assert!(new.is_empty(), "Redis called outside store (add a typed call to store instead): {new:?}");
+    let moved: Vec<&String> = allowed.difference(&offenders).collect();
+    assert!(moved.is_empty(), "no longer calling Redis, take them off NOT_YET_BEHIND_STORE: {moved:?}");
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Each function of rustfmt-formatted source: (name, lines from its `fn`
+/// line to the `}` at its indentation).
+fn function_lengths(source: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let indent = line.len() - line.trim_start().len();
+        let head = line.trim_start();
+        let after = ["pub(crate) ", "pub(super) ", "pub ", "async ", "const ", "unsafe "]
+            .iter()
+            .fold(head, |h, p| h.strip_prefix(p).unwrap_or(h));
+        let after = after.strip_prefix("async ").unwrap_or(after);
+        if let Some(rest) = after.strip_prefix("fn ").filter(|_| !line.trim_end().ends_with(';')) {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let end = (i + 1..lines.len())
+                .find(|&j| {
+                    let l = lines[j];
+                    l.len() - l.trim_start().len() == indent && l.trim_start().starts_with('}')
+                })
+                .unwrap_or(i);
+            out.push((name, end - i + 1));
+            i = end;
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn no_rust_file_is_over_650_lines_and_no_function_over_120() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut long = Vec::new();
+    for dir in ["src", "tools/src"] {
+        for f in rust_files(&root.join(dir)) {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let rel = f.strip_prefix(root).unwrap().display().to_string();
+            if text.lines().count() > 650 {
+                long.push(format!("{rel}: {} lines", text.lines().count()));
+            }
+            for (name, n) in function_lengths(&text).into_iter().filter(|(_, n)| *n > 120) {
+                long.push(format!("{rel}: fn {name} is {n} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "too long:\n{}", long.join("\n"));
+    let sample = "fn a() {\n    x();\n}\n\n    pub async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n";
+    assert_eq!(function_lengths(sample), [("a".to_string(), 3), ("b".to_string(), 5)]);
+}
