@@ -30,7 +30,7 @@
 //! once, while the build is unfinished.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,7 @@ use crate::health::Health;
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 pub use crate::watermarks::Watermarks;
 
 mod rolling;
@@ -52,9 +52,6 @@ mod supervisor;
 pub use rolling::{rolling_keys, Refresh, Step, STEP_BUDGET};
 
 pub use supervisor::supervise;
-
-const SCHED_LUA: &str = include_str!("../scripts/sched.lua");
-static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
 
 /// A scheduled job, as its string in the due zset names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,22 +89,7 @@ impl Job {
 
 /// One call of `sched.lua`: `op`, then its arguments (see the script's header).
 async fn sched_call(store: &Store, prefix: &str, args: Vec<String>) -> Result<redis::Value, String> {
-    let (due, lease, wm) = keys::sched_keys(prefix);
-    eval(store, &SCHED, SCHED_LUA, &[due, lease, wm], &args).await
-}
-
-/// `Store::eval` with either failure (loading the script, or running it) as text.
-async fn eval<T: redis::FromRedisValue>(
-    store: &Store,
-    script: &redis::Script,
-    source: &str,
-    keys: &[String],
-    args: &[String],
-) -> Result<T, String> {
-    let base = keys.first().map(String::as_str).unwrap_or_default();
-    store.eval(script, source, keys, args).await.map_err(|e| e.to_string())?.map_err(|source| {
-        StoreError::from_script(base, source, |source| StoreError::Script { base: base.into(), source }).to_string()
-    })
+    store.sched(prefix, &args).await.map_err(|e| e.to_string())
 }
 
 /// Whether a job's error is a tag's lost data (a script answered `LOST`).

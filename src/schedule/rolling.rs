@@ -13,9 +13,6 @@ use crate::keys;
 use crate::period::{Period, PeriodError, PeriodKind};
 use crate::store::Store;
 
-const ROLL_LUA: &str = include_str!("../scripts/roll.lua");
-static ROLL: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| redis::Script::new(ROLL_LUA));
-
 /// The most members one call of `roll.lua` reads or writes: a few
 /// milliseconds of Redis time.
 pub const STEP_BUDGET: usize = 1000;
@@ -73,11 +70,7 @@ impl Refresh {
         let mut args = self.args.clone();
         args.push(budget.max(1).to_string());
         args.push(self.versions.clone());
-        let reply: (String, u64) = store
-            .eval(&ROLL, ROLL_LUA, &self.keys, &args)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        let reply = store.roll_step(&self.keys, &args).await.map_err(|e| e.to_string())?;
         match reply.0.as_str() {
             "more" => Ok(Step::More(reply.1)),
             "done" => Ok(Step::Done(reply.1)),

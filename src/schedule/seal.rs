@@ -2,19 +2,14 @@
 //! its final snapshot (at most once), and its top is published to
 //! `[sealing] topic` once, the publication recorded in the tag's sealed hash.
 
-use std::sync::LazyLock;
-
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tracing::info;
 
-use super::{eval, now_ms, Outcome, Scheduler};
+use super::{now_ms, Outcome, Scheduler};
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
-
-const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
-static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
 
 /// What `seal.lua` answered.
 #[derive(Debug, PartialEq)]
@@ -189,7 +184,7 @@ impl Scheduler<'_> {
             keys::published_field(&live),
             keys::version_key(base, &final_id),
         ];
-        let reply: Vec<redis::Value> = eval(self.store, &SEAL, SEAL_LUA, &keys_, &args).await?;
+        let reply = self.store.seal(&keys_, &args).await.map_err(|e| e.to_string())?;
         parse_seal_reply(&reply, board.meta())
     }
 }

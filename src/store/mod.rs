@@ -18,6 +18,7 @@ use tracing::debug;
 
 mod conn;
 mod gate;
+mod jobs;
 pub mod maintenance;
 mod moderation;
 mod operator;
