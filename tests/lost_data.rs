@@ -2,7 +2,7 @@
 //! from the moment it comes back empty, no board key appears in it and, once
 //! the loss is reported, no committed offset moves on any partition, whether
 //! the loss meets new batches or a batch already in flight, on a single Redis
-//! or on one primary of a cluster. After the documented recovery
+//! restarted or flushed, or on one primary of a cluster. After the documented recovery
 //! (`rankflow rebuild`, then a restart) the boards equal the model over every
 //! record; after `rankflow accept-loss` the workers go on from the commits.
 
@@ -107,12 +107,22 @@ async fn restart_and_drain(mut w: Worker, broker: &Broker, cfg: &WorkerConfig) -
     w
 }
 
+/// How Redis loses its data in [`lose_data_under_load`].
+#[derive(PartialEq)]
+enum Loss {
+    /// Restarted without persistence between two batches (the last one
+    /// settled, the next one about to come).
+    Restart,
+    /// Restarted while an apply call is in Redis, held there by `CLIENT PAUSE WRITE`.
+    RestartWithACallInFlight,
+    /// `FLUSHALL` between two batches: the same server answers on, empty.
+    Flush,
+}
+
 /// A worker draining a stream that is still being produced, 4 partitions,
 /// calls of at most 50 events (so that a batch is always on its way), and
-/// Redis restarted empty mid-stream: between two batches (the last one
-/// settled, the next one about to come), or with `hold_a_call` at a moment
-/// when an apply call is in Redis, held there by `CLIENT PAUSE WRITE`.
-async fn restart_empty_under_load(hold_a_call: bool, seed: u64) {
+/// Redis losing its data mid-stream as `loss` says.
+async fn lose_data_under_load(loss: Loss, seed: u64) {
     let Stack { mut redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(12_000, seed);
     let (first, rest) = s.records.split_at(4_000);
@@ -130,7 +140,7 @@ async fn restart_empty_under_load(hold_a_call: bool, seed: u64) {
         assert!(Instant::now() < deadline, "the worker did not apply the live stream\n{}", w.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    if !hold_a_call {
+    if loss != Loss::RestartWithACallInFlight {
         wait_settled(&mut conn, &cfg.group, &topic).await;
     } else {
         let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(20_000).arg("WRITE").query_async(&mut conn).await.unwrap();
@@ -144,8 +154,12 @@ async fn restart_empty_under_load(hold_a_call: bool, seed: u64) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    assert!(!producing.is_finished(), "the stream ended before Redis restarted (not mid-stream)");
-    redis.restart();
+    assert!(!producing.is_finished(), "the stream ended before Redis lost its data (not mid-stream)");
+    if loss == Loss::Flush {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    } else {
+        redis.restart();
+    }
     let mut conn = redis.conn().await;
     let body = assert_nothing_written(&mut conn, &w, &broker, &cfg).await;
     assert!(body["reason"].as_str().unwrap().contains("while the worker ran"), "{body}");
@@ -161,12 +175,17 @@ async fn restart_empty_under_load(hold_a_call: bool, seed: u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redis_restarted_empty_under_load_takes_no_write_and_no_commit_until_rebuilt() {
-    restart_empty_under_load(false, 41).await;
+    lose_data_under_load(Loss::Restart, 41).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_in_flight_when_redis_restarts_empty_writes_nothing_either() {
-    restart_empty_under_load(true, 43).await;
+    lose_data_under_load(Loss::RestartWithACallInFlight, 43).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_flushed_under_load_takes_no_write_and_no_commit_until_rebuilt() {
+    lose_data_under_load(Loss::Flush, 45).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
