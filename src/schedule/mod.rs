@@ -42,12 +42,48 @@ use crate::health::Health;
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
-use crate::store::Store;
+use crate::period::PeriodError;
+use crate::store::{Store, StoreError};
 pub use crate::watermarks::Watermarks;
+use rdkafka::error::KafkaError;
 
 mod rolling;
 mod seal;
 mod supervisor;
+
+/// Why a scheduler job (or one of its steps) failed, naming what it was doing. Every one is
+/// retried (the job stays due); [`JobError::is_lost`] ones also stop
+/// the worker (Redis lost data).
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Redis(#[from] StoreError),
+    #[error("cannot create the sealed-topic producer: {0}")]
+    Producer(#[source] KafkaError),
+    #[error("publishing to {topic}: {source}")]
+    Publish { topic: String, source: KafkaError },
+    #[error("metadata of {topic}: {source}")]
+    Metadata { topic: String, source: KafkaError },
+    #[error("topic {0} has no partitions")]
+    NoPartitions(String),
+    #[error("reading the topics' metadata stopped: {0}")]
+    MetadataTask(String),
+    #[error("{script} answered {got}")]
+    BadReply { script: &'static str, got: String },
+    #[error(transparent)]
+    Period(#[from] PeriodError),
+    #[error("'{0}' is not a board key base")]
+    NotABase(String),
+    #[error("board '{0}' is no longer configured")]
+    UnknownBoard(String),
+}
+
+impl JobError {
+    /// A script found its tag's data gone (`LOST`): nothing was written.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, JobError::Redis(StoreError::Lost { .. }))
+    }
+}
 
 pub use rolling::{rolling_keys, Refresh, Step, STEP_BUDGET};
 
@@ -88,17 +124,9 @@ impl Job {
 }
 
 /// One call of `sched.lua`: `op`, then its arguments (see the script's header).
-async fn sched_call(store: &Store, prefix: &str, args: Vec<String>) -> Result<redis::Value, String> {
-    store.sched(prefix, &args).await.map_err(|e| e.to_string())
+async fn sched_call(store: &Store, prefix: &str, args: Vec<String>) -> Result<redis::Value, JobError> {
+    Ok(store.sched(prefix, &args).await?)
 }
-
-/// Whether a job's error is a tag's lost data (a script answered `LOST`).
-fn is_lost(error: &str) -> bool {
-    error.starts_with(LOST_DATA)
-}
-
-/// How [`StoreError::Lost`] reads.
-const LOST_DATA: &str = "Redis lost data";
 
 /// `op` followed by `name, number` pairs.
 fn pairs_args<'a>(op: &str, pairs: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Vec<String> {
@@ -111,7 +139,7 @@ fn pairs_args<'a>(op: &str, pairs: impl IntoIterator<Item = (&'a String, &'a i64
 }
 
 /// Writes watermarks (raising only) in one call.
-pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), String> {
+pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), JobError> {
     if marks.is_empty() {
         return Ok(());
     }
@@ -119,7 +147,7 @@ pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<Strin
 }
 
 /// Adds jobs that are neither due nor claimed already.
-pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), String> {
+pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), JobError> {
     if jobs.is_empty() {
         return Ok(());
     }
@@ -127,7 +155,7 @@ pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Res
 }
 
 /// Makes jobs due by the times given at the latest (`rankflow admin close`).
-pub async fn advance(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), String> {
+pub async fn advance(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), JobError> {
     sched_call(store, prefix, pairs_args("advance", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
 }
 
@@ -201,7 +229,7 @@ async fn run_once(
     cancel: &CancellationToken,
 ) -> Result<(), String> {
     let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
-        .map_err(|e| format!("cannot create the sealed-topic producer: {e}"))?;
+        .map_err(|e| JobError::Producer(e).to_string())?;
     let s = Scheduler { settings, router, store, health, producer: Arc::new(producer), partitions: None };
     s.run(cancel).await;
     Ok(())
@@ -274,7 +302,7 @@ impl Scheduler<'_> {
                             Job::Roll { base, name } => self.roll(base, name).await,
                         };
                         r.unwrap_or_else(|e| {
-                            if is_lost(&e) {
+                            if e.is_lost() {
                                 self.health
                                     .lost_data(format!("{e}; a scheduled job ({text}) found it and wrote nothing"));
                             }
@@ -303,32 +331,34 @@ impl Scheduler<'_> {
         info!("Scheduler stopped.");
     }
 
-    async fn claim(&self) -> Result<Vec<(String, String)>, String> {
+    async fn claim(&self) -> Result<Vec<(String, String)>, JobError> {
         let lease = self.settings.sealing.lease.as_millis().to_string();
         let v = sched_call(self.store, self.router.prefix(), vec!["claim".into(), lease, "16".into()]).await?;
-        let flat: Vec<String> = redis::from_redis_value(v).map_err(|e| e.to_string())?;
+        let flat: Vec<String> = redis::from_redis_value(v)
+            .map_err(|e| JobError::BadReply { script: "sched.lua claim", got: e.to_string() })?;
         Ok(flat.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect())
     }
 
-    async fn finish(&self, job: &str, token: &str, next_due: i64) -> Result<bool, String> {
+    async fn finish(&self, job: &str, token: &str, next_due: i64) -> Result<bool, JobError> {
         let v = sched_call(
             self.store,
             self.router.prefix(),
             vec!["finish".into(), job.into(), token.into(), next_due.to_string()],
         )
         .await?;
-        let n: i64 = redis::from_redis_value(v).map_err(|e| e.to_string())?;
+        let n: i64 = redis::from_redis_value(v)
+            .map_err(|e| JobError::BadReply { script: "sched.lua finish", got: e.to_string() })?;
         Ok(n == 1)
     }
 
-    fn board_of(&self, base: &str) -> Result<&Board, String> {
-        let id = keys::board_of_base(base).ok_or_else(|| format!("'{base}' is not a board key base"))?;
-        self.router.board(id).ok_or_else(|| format!("board '{id}' is no longer configured"))
+    fn board_of(&self, base: &str) -> Result<&Board, JobError> {
+        let id = keys::board_of_base(base).ok_or_else(|| JobError::NotABase(base.into()))?;
+        self.router.board(id).ok_or_else(|| JobError::UnknownBoard(id.into()))
     }
 
     /// Partition counts of every consumed topic, read from the broker's
     /// metadata and kept for 30 s.
-    async fn partition_counts(&mut self) -> Result<HashMap<String, i32>, String> {
+    async fn partition_counts(&mut self) -> Result<HashMap<String, i32>, JobError> {
         if let Some((at, counts)) = &self.partitions {
             if at.elapsed() < Duration::from_secs(30) {
                 return Ok(counts.clone());
@@ -342,26 +372,26 @@ impl Scheduler<'_> {
                 let md = producer
                     .client()
                     .fetch_metadata(Some(&t), Duration::from_secs(5))
-                    .map_err(|e| format!("metadata of {t}: {e}"))?;
+                    .map_err(|source| JobError::Metadata { topic: t.clone(), source })?;
                 let n = md.topics().iter().find(|x| x.name() == t).map_or(0, |x| x.partitions().len() as i32);
                 if n == 0 {
-                    return Err(format!("topic {t} has no partitions"));
+                    return Err(JobError::NoPartitions(t));
                 }
                 counts.insert(t, n);
             }
-            Ok::<_, String>(counts)
+            Ok::<_, JobError>(counts)
         })
         .await
-        .map_err(|e| e.to_string())??;
+        .map_err(|e| JobError::MetadataTask(e.to_string()))??;
         self.partitions = Some((Instant::now(), counts.clone()));
         Ok(counts)
     }
 
     /// Whether every partition of every topic has been applied up to `close_at`.
-    async fn complete(&mut self, close_at: i64) -> Result<bool, String> {
+    async fn complete(&mut self, close_at: i64) -> Result<bool, JobError> {
         let counts = self.partition_counts().await?;
         let (_, _, wm) = keys::sched_keys(self.router.prefix());
-        let marks = self.store.integers(&wm).await.map_err(|e| e.to_string())?;
+        let marks = self.store.integers(&wm).await?;
         Ok(counts.iter().all(|(topic, &n)| {
             (0..n).all(|p| marks.get(&keys::offsets_field(topic, p)).is_some_and(|&ms| ms >= close_at))
         }))
@@ -370,12 +400,12 @@ impl Scheduler<'_> {
     /// Runs steps of a rolling board's refresh for up to [`ROLL_SLICE`], then
     /// hands the job back as due now if the build is not finished, so other
     /// jobs (and other workers) take turns with a large board.
-    async fn roll(&mut self, base: &str, name: &str) -> Result<Outcome, String> {
+    async fn roll(&mut self, base: &str, name: &str) -> Result<Outcome, JobError> {
         let board = self.board_of(base)?.clone();
         let Some(rolling) = board.rolling().iter().find(|r| r.name == name) else {
             return Ok(Outcome::Done);
         };
-        let refresh = Refresh::new(&board, base, name, rolling.days, now_ms()).map_err(|e| e.to_string())?;
+        let refresh = Refresh::new(&board, base, name, rolling.days, now_ms())?;
         let started = Instant::now();
         loop {
             match refresh.step(self.store, STEP_BUDGET).await? {

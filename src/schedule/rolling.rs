@@ -13,6 +13,8 @@ use crate::keys;
 use crate::period::{Period, PeriodError, PeriodKind};
 use crate::store::Store;
 
+use super::JobError;
+
 /// The most members one call of `roll.lua` reads or writes: a few
 /// milliseconds of Redis time.
 pub const STEP_BUDGET: usize = 1000;
@@ -66,16 +68,16 @@ impl Refresh {
     }
 
     /// Runs one step of at most `budget` members.
-    pub async fn step(&self, store: &Store, budget: usize) -> Result<Step, String> {
+    pub async fn step(&self, store: &Store, budget: usize) -> Result<Step, JobError> {
         let mut args = self.args.clone();
         args.push(budget.max(1).to_string());
         args.push(self.versions.clone());
-        let reply = store.roll_step(&self.keys, &args).await.map_err(|e| e.to_string())?;
+        let reply = store.roll_step(&self.keys, &args).await?;
         match reply.0.as_str() {
             "more" => Ok(Step::More(reply.1)),
             "done" => Ok(Step::Done(reply.1)),
             "inexact" => Ok(Step::Inexact),
-            other => Err(format!("roll.lua answered '{other}'")),
+            other => Err(JobError::BadReply { script: "roll.lua", got: format!("'{other}'") }),
         }
     }
 }

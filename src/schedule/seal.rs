@@ -6,7 +6,7 @@ use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tracing::info;
 
-use super::{now_ms, Outcome, Scheduler};
+use super::{now_ms, JobError, Outcome, Scheduler};
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
@@ -26,12 +26,13 @@ struct SealReply {
 
 /// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
 /// past its end). `with_meta`: entries are (member, score, meta) triples.
-fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply, String> {
+fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply, JobError> {
     let stride = if with_meta { 3 } else { 2 };
     if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(stride) {
-        return Err(format!("seal.lua answered {} values, not 3 followed by entries of {stride}", reply.len()));
+        let got = format!("{} values, not 3 followed by entries of {stride}", reply.len());
+        return Err(JobError::BadReply { script: "seal.lua", got });
     }
-    let err = |e: redis::ParsingError| format!("seal.lua: {e}");
+    let err = |e: redis::ParsingError| JobError::BadReply { script: "seal.lua", got: e.to_string() };
     let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(err);
     let mut top = Vec::with_capacity((reply.len() - 3) / stride);
     for entry in reply[3..].chunks_exact(stride) {
@@ -79,9 +80,9 @@ impl Scheduler<'_> {
     /// order, and the merged top published once: a shard's seal is at most
     /// once, so a job taken over halfway seals the rest and publishes. Reads
     /// of the sealed period wait for the last shard (`http::sharded`).
-    pub(super) async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, String> {
+    pub(super) async fn seal(&mut self, base: &str, period_id: &str) -> Result<Outcome, JobError> {
         let board = self.board_of(base)?.clone();
-        let period = board.period_by_id(period_id).map_err(|e| e.to_string())?;
+        let period = board.period_by_id(period_id)?;
         let Some(close_at) = board.close_at(&period) else {
             return Ok(Outcome::Done);
         };
@@ -90,7 +91,7 @@ impl Scheduler<'_> {
         // Closed on demand (`rankflow admin close`, on every shard) before its time: that close counts.
         let mut close_at = close_at;
         for b in &bases {
-            let manual = self.store.closed_on_demand(b, period_id).await.map_err(|e| e.to_string())?;
+            let manual = self.store.closed_on_demand(b, period_id).await?;
             close_at = manual.map_or(close_at, |m| m.min(close_at));
         }
         let check = self.settings.sealing.check_interval.as_millis() as i64;
@@ -144,8 +145,8 @@ impl Scheduler<'_> {
         self.producer
             .deliver(record)
             .await
-            .map_err(|e| format!("publishing to {}: {e}", self.settings.sealing.topic))?;
-        self.store.note_published(&bases[0], period_id).await.map_err(|e| e.to_string())?;
+            .map_err(|source| JobError::Publish { topic: self.settings.sealing.topic.clone(), source })?;
+        self.store.note_published(&bases[0], period_id).await?;
         info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
         Ok(Outcome::Done)
     }
@@ -158,7 +159,7 @@ impl Scheduler<'_> {
         period_id: &str,
         close_at: i64,
         expire_at: i64,
-    ) -> Result<SealReply, String> {
+    ) -> Result<SealReply, JobError> {
         let final_id = keys::final_id(period_id);
         let live = keys::period_key(base, period_id);
         let mut keys_ = vec![
@@ -184,7 +185,7 @@ impl Scheduler<'_> {
             keys::published_field(&live),
             keys::version_key(base, &final_id),
         ];
-        let reply = self.store.seal(&keys_, &args).await.map_err(|e| e.to_string())?;
+        let reply = self.store.seal(&keys_, &args).await?;
         parse_seal_reply(&reply, board.meta())
     }
 }
