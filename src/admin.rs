@@ -205,7 +205,7 @@ pub async fn close(
     // Sealed once its last shard is (a job seals the shards in order).
     let last = bases.last().expect("a board has a tag");
     let job = crate::schedule::Job::Seal { base: base.clone(), period: period.id.clone() }.encode();
-    crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await?;
+    crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await.map_err(|e| e.to_string())?;
     println!("closing {key}");
     let Some(timeout) = wait else {
         return Ok(());

@@ -315,7 +315,7 @@ fn main() -> ExitCode {
     })
 }
 
-fn report(r: Result<(), String>) -> ExitCode {
+fn report<E: std::fmt::Display>(r: Result<(), E>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -32,8 +32,42 @@ use crate::board::{Board, Router};
 use crate::config::Settings;
 use crate::health::Health;
 use crate::kafka::client;
-use crate::store::{scan_keys, Store, Swap};
+use crate::store::{scan_keys, Store, StoreError, Swap};
 use crate::{keys, metrics, pipeline, progress};
+
+/// Why a rebuild stopped, or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error("--board {name}: no such board in the config (its boards: {known})")]
+    UnknownBoard { name: String, known: String },
+    #[error("cannot create a Kafka client: {0}")]
+    Client(#[source] rdkafka::error::KafkaError),
+    #[error("cannot read the metadata of topic {topic}: {source}")]
+    Metadata { topic: String, source: rdkafka::error::KafkaError },
+    #[error("topic {0} does not exist (or has no partitions)")]
+    NoTopic(String),
+    #[error("cannot read the offsets of {topic}/{partition}: {source}")]
+    Watermarks { topic: String, partition: i32, source: rdkafka::error::KafkaError },
+    #[error(
+        "the earliest records of some partitions are gone (retained: {0}): rebuilt boards would miss them. \
+         Pass --from-retained to rebuild from what is retained"
+    )]
+    NotRetained(String),
+    #[error(transparent)]
+    Redis(#[from] StoreError),
+    #[error("cannot list the rebuild's leftover keys: {0}")]
+    Scan(String),
+    #[error("--listen {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("the rebuild's pipeline stopped: {0}")]
+    Pipeline(String),
+    #[error("interrupted: the live boards are as they were for every tag not swapped yet")]
+    Interrupted,
+    #[error("{0}")]
+    LostData(String),
+    #[error(transparent)]
+    Recovery(#[from] crate::recovery::RecoveryError),
+}
 
 /// What `rankflow rebuild` was asked.
 #[derive(Debug, Default)]
@@ -48,7 +82,7 @@ pub struct RebuildRequest {
 }
 
 /// The boards named, or every board; an unknown name is an error that lists the known ones.
-pub fn select_boards(settings: &Settings, names: &[String]) -> Result<Vec<Board>, String> {
+pub fn select_boards(settings: &Settings, names: &[String]) -> Result<Vec<Board>, RebuildError> {
     if names.is_empty() {
         return Ok(settings.boards.clone());
     }
@@ -61,7 +95,7 @@ pub fn select_boards(settings: &Settings, names: &[String]) -> Result<Vec<Board>
                 .iter()
                 .find(|b| b.id() == n)
                 .cloned()
-                .ok_or_else(|| format!("--board {n}: no such board in the config (its boards: {})", known.join(", ")))
+                .ok_or_else(|| RebuildError::UnknownBoard { name: n.clone(), known: known.join(", ") })
         })
         .collect()
 }
@@ -111,22 +145,21 @@ struct Topics {
     bounds: HashMap<String, (i64, i64)>,
 }
 
-fn topics(settings: &Settings) -> Result<Topics, String> {
-    let consumer: BaseConsumer =
-        client::observer(&settings.kafka).create().map_err(|e| format!("cannot create a Kafka client: {e}"))?;
+fn topics(settings: &Settings) -> Result<Topics, RebuildError> {
+    let consumer: BaseConsumer = client::observer(&settings.kafka).create().map_err(RebuildError::Client)?;
     let mut bounds = HashMap::new();
     for t in settings.kafka.topics.iter().chain(&settings.kafka.admin_topics) {
         let md = consumer
             .fetch_metadata(Some(t), Duration::from_secs(10))
-            .map_err(|e| format!("cannot read the metadata of topic {t}: {e}"))?;
-        let topic = md.topics().iter().find(|x| x.name() == t).ok_or_else(|| format!("no topic {t}"))?;
+            .map_err(|source| RebuildError::Metadata { topic: t.clone(), source })?;
+        let topic = md.topics().iter().find(|x| x.name() == t).ok_or_else(|| RebuildError::NoTopic(t.clone()))?;
         if topic.partitions().is_empty() {
-            return Err(format!("topic {t} does not exist (or has no partitions)"));
+            return Err(RebuildError::NoTopic(t.clone()));
         }
         for p in topic.partitions() {
             let (low, high) = consumer
                 .fetch_watermarks(t, p.id(), Duration::from_secs(10))
-                .map_err(|e| format!("cannot read the offsets of {t}/{}: {e}", p.id()))?;
+                .map_err(|source| RebuildError::Watermarks { topic: t.clone(), partition: p.id(), source })?;
             bounds.insert(keys::offsets_field(t, p.id()), (low, high));
         }
     }
@@ -135,7 +168,7 @@ fn topics(settings: &Settings) -> Result<Topics, String> {
 
 /// Runs a rebuild to its end (see the module header). Progress goes to a
 /// bar on a terminal, the log, and the gauges (on `listen`).
-pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), String> {
+pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), RebuildError> {
     let boards = select_boards(&settings, &request.boards)?;
     let ids: BTreeSet<String> = boards.iter().map(|b| b.id().to_string()).collect();
     let topics = tokio::task::block_in_place(|| topics(&settings))?;
@@ -143,11 +176,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
         topics.bounds.iter().filter(|(_, (low, _))| *low > 0).map(|(f, (low, _))| format!("{f} from {low}")).collect();
     gone.sort();
     if !gone.is_empty() && !request.from_retained {
-        return Err(format!(
-            "the earliest records of some partitions are gone (retained: {}): rebuilt boards would miss them. \
-             Pass --from-retained to rebuild from what is retained",
-            gone.join(", ")
-        ));
+        return Err(RebuildError::NotRetained(gone.join(", ")));
     }
     let target: i64 = topics.bounds.values().map(|(low, high)| high - low).sum();
 
@@ -160,11 +189,8 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     own.boards = boards;
     let own = Arc::new(own);
 
-    let store = Store::connect(&settings.redis)
-        .await
-        .map_err(|e| e.to_string())?
-        .with_max_events_per_call(settings.worker.max_events_per_call);
-    store.load_script().await.map_err(|e| e.to_string())?;
+    let store = Store::connect(&settings.redis).await?.with_max_events_per_call(settings.worker.max_events_per_call);
+    store.load_script().await?;
 
     let gauges = Arc::new(Gauges::new());
     gauges.target.set(target);
@@ -191,12 +217,12 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     let mut last_note = std::time::Instant::now();
     let outcome = loop {
         tokio::select! {
-            r = &mut worker => break Err(format!("the rebuild's pipeline stopped: {r:?}")),
-            _ = tokio::signal::ctrl_c() => break Err("interrupted: the live boards are as they were for every tag not swapped yet".into()),
+            r = &mut worker => break Err(RebuildError::Pipeline(format!("{r:?}"))),
+            _ = tokio::signal::ctrl_c() => break Err(RebuildError::Interrupted),
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
         if let Some(reason) = health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            break Err(reason);
+            break Err(RebuildError::LostData(reason));
         }
         // How far the rebuild has read: its marker holds each partition's stored offset.
         let Ok(at) = store.marker(&marker).await else { continue };
@@ -211,7 +237,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
             continue;
         }
         // Every record there was at the start is applied: swap what agrees.
-        let built = store.tag_bases(&keys::tags_key(&own.redis.key_prefix)).await.map_err(|e| e.to_string())?;
+        let built = store.tag_bases(&keys::tags_key(&own.redis.key_prefix)).await?;
         let waiting = swap_agreeing(&store, &built, &mut swapped, &live_prefix, dedupe_ttl).await?;
         gauges.swapped.set(swapped.len() as i64);
         gauges.waiting.set(waiting.len() as i64);
@@ -230,7 +256,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     let _ = tokio::time::timeout(settings.worker.shutdown_timeout, worker).await;
     // The rebuild's own keys: what was not swapped in, and its bookkeeping.
     let pattern = format!("{}:*", own.redis.key_prefix);
-    let leftovers = scan_keys(&settings.redis, &pattern).await?;
+    let leftovers = scan_keys(&settings.redis, &pattern).await.map_err(RebuildError::Scan)?;
     let kept = store.unlink_each(&leftovers).await;
     if kept > 0 {
         warn!(keys = kept, pattern = %pattern, "Some of the rebuild's own keys could not be removed; remove them by hand.");
@@ -239,7 +265,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Stri
     // The live workers, stopped after Redis lost data, start again from the
     // group's commits, which the rebuilt tags now hold (a no-op otherwise).
     crate::recovery::restart_marker(&settings, &store).await?;
-    let live_tags = store.tag_bases(&keys::tags_key(&live_prefix)).await.map_err(|e| e.to_string())?;
+    let live_tags = store.tag_bases(&keys::tags_key(&live_prefix)).await?;
     let untouched: Vec<&String> = live_tags
         .iter()
         .filter(|t| keys::board_of_base(t).is_some_and(|b| ids.contains(b)))
@@ -264,17 +290,14 @@ async fn swap_agreeing(
     swapped: &mut BTreeSet<String>,
     live_prefix: &str,
     dedupe_ttl: u64,
-) -> Result<Vec<(String, String, i64, i64)>, String> {
+) -> Result<Vec<(String, String, i64, i64)>, RebuildError> {
     let mut waiting = Vec::new();
     let pending: Vec<&String> = built.iter().filter(|b| !swapped.contains(*b)).collect();
     for b in pending {
         let Some(live) = keys::live_base(b) else { continue };
         match store.swap_tag(live, b, dedupe_ttl).await {
             Ok(Swap::Done(n)) => {
-                store
-                    .register_tags(&keys::tags_key(live_prefix), &[live.to_string()], false)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                store.register_tags(&keys::tags_key(live_prefix), &[live.to_string()], false).await?;
                 info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");
                 swapped.insert(b.clone());
             }
@@ -285,8 +308,8 @@ async fn swap_agreeing(
     Ok(waiting)
 }
 
-async fn serve_metrics(addr: SocketAddr, gauges: Arc<Gauges>, cancel: CancellationToken) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("--listen {addr}: {e}"))?;
+async fn serve_metrics(addr: SocketAddr, gauges: Arc<Gauges>, cancel: CancellationToken) -> Result<(), RebuildError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| RebuildError::Listen { addr, source })?;
     let app = axum::Router::new().route("/metrics", axum::routing::get(move || async move { gauges.render() }));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).with_graceful_shutdown(async move { cancel.cancelled().await }).await;
@@ -307,7 +330,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(select_boards(&settings, &[]).unwrap().len(), 1);
-        let err = select_boards(&settings, &["nope".into()]).unwrap_err();
+        let err = select_boards(&settings, &["nope".into()]).unwrap_err().to_string();
         assert!(err.contains("--board nope") && err.contains("points"), "{err}");
     }
 }
