@@ -16,7 +16,51 @@ use crate::event::{AdminEvent, AdminKind};
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::moderation::{self, Reach};
-use crate::store::Store;
+use crate::period::PeriodError;
+use crate::schedule::JobError;
+use crate::store::{Store, StoreError};
+use rdkafka::error::KafkaError;
+
+/// Why an admin command produced nothing, or what its event came to.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("kafka.admin_topics is empty: admin events are honoured only on an admin topic, so configure one first")]
+    NoAdminTopic,
+    #[error("{reason}: {detail}")]
+    Invalid { reason: String, detail: String },
+    #[error(transparent)]
+    Redis(#[from] StoreError),
+    #[error("cannot create the producer: {0}")]
+    Producer(#[source] KafkaError),
+    #[error("producing to {topic} failed: {source}")]
+    Produce { topic: String, source: KafkaError },
+    #[error("unreadable outcome {0}")]
+    UnreadableOutcome(String),
+    #[error("refused: {reason}: {detail}")]
+    Refused { reason: String, detail: String },
+    #[error("no worker recorded an outcome within {timeout:?}: is a worker running? A record it could not read goes to {dead_letter_topic}")]
+    NoOutcome { timeout: Duration, dead_letter_topic: String },
+    #[error("player '{player}' is not {where_}")]
+    NotThere { player: String, where_: String },
+    #[error("board '{0}' is not a configured board")]
+    UnknownBoard(String),
+    #[error("board '{0}' does not seal its periods (no close_after): there is nothing to close")]
+    NotSealing(String),
+    #[error("board '{board}' is split by '{attr}': name a split")]
+    NeedsSplit { board: String, attr: String },
+    #[error("board '{0}' has no splits")]
+    NoSplits(String),
+    #[error("'{0}' is not a split value")]
+    BadSplit(String),
+    #[error(transparent)]
+    Period(#[from] PeriodError),
+    #[error("all_time never closes")]
+    AllTimeNeverCloses,
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error("{key} was not sealed within {timeout:?}: is a worker running, and have all partitions been applied past the close?")]
+    NotSealed { key: String, timeout: Duration },
+}
 
 /// What the operator asked for.
 #[derive(Clone, Debug)]
@@ -74,23 +118,22 @@ pub fn event_json(e: &AdminEvent) -> Value {
 /// Produces the admin event and prints its id; with `wait`, then waits for
 /// and prints its outcome. An error says why nothing was produced, or why
 /// the event was refused.
-pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), String> {
-    let topic = settings.kafka.admin_topics.first().ok_or(
-        "kafka.admin_topics is empty: admin events are honoured only on an admin topic, so configure one first",
-    )?;
+pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), AdminError> {
+    let topic = settings.kafka.admin_topics.first().ok_or(AdminError::NoAdminTopic)?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
     let event = request.event();
-    let plan = moderation::plan(&event, &router, event.ts_ms).map_err(|r| format!("{}: {}", r.reason, r.detail))?;
-    let store = Store::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let plan = moderation::plan(&event, &router, event.ts_ms)
+        .map_err(|r| AdminError::Invalid { reason: r.reason.to_string(), detail: r.detail })?;
+    let store = Store::connect(&settings.redis).await?;
     check_player(&store, &router, &event, &plan.reach).await?;
 
-    let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
-        .map_err(|e| format!("cannot create the producer: {e}"))?;
+    let producer =
+        KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka)).map_err(AdminError::Producer)?;
     let payload = event_json(&event).to_string();
     producer
         .deliver(FutureRecord::to(topic).key(&event.player_id).payload(&payload))
         .await
-        .map_err(|e| format!("producing to {topic} failed: {e}"))?;
+        .map_err(|source| AdminError::Produce { topic: topic.clone(), source })?;
     println!("{}", event.event_id);
     let Some(timeout) = request.wait else {
         return Ok(());
@@ -98,27 +141,24 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Stri
     let key = keys::admin_outcome_key(router.prefix(), &event.event_id);
     let deadline = Instant::now() + timeout;
     loop {
-        let note = store.admin_outcome(&key).await.map_err(|e| e.to_string())?;
+        let note = store.admin_outcome(&key).await?;
         if let Some(note) = note {
-            let v: Value = serde_json::from_str(&note).map_err(|e| format!("unreadable outcome {note}: {e}"))?;
+            let v: Value =
+                serde_json::from_str(&note).map_err(|e| AdminError::UnreadableOutcome(format!("{note}: {e}")))?;
             return match v["outcome"].as_str() {
-                Some("refused") => Err(format!(
-                    "refused: {}: {}",
-                    v["reason"].as_str().unwrap_or("?"),
-                    v["detail"].as_str().unwrap_or_default()
-                )),
+                Some("refused") => Err(AdminError::Refused {
+                    reason: v["reason"].as_str().unwrap_or("?").to_string(),
+                    detail: v["detail"].as_str().unwrap_or_default().to_string(),
+                }),
                 Some(outcome) => {
                     println!("{outcome}");
                     Ok(())
                 }
-                None => Err(format!("unreadable outcome {note}")),
+                None => Err(AdminError::UnreadableOutcome(note)),
             };
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "no worker recorded an outcome within {timeout:?}: is a worker running? A record it could not read goes to {}",
-                settings.kafka.dead_letter_topic
-            ));
+            return Err(AdminError::NoOutcome { timeout, dead_letter_topic: settings.kafka.dead_letter_topic.clone() });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -126,14 +166,14 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Stri
 
 /// A change to an existing entry needs the player there: on a board the
 /// event reaches (or, to unhide, hidden there). A `score_set` may create one.
-async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), String> {
+async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), AdminError> {
     if event.kind == AdminKind::ScoreSet {
         return Ok(());
     }
     let bases: Vec<String> = match reach {
         Reach::Tag(base) => vec![base.clone()],
         Reach::Boards(_) | Reach::All => {
-            let all = store.tag_bases(&keys::tags_key(router.prefix())).await.map_err(|e| e.to_string())?;
+            let all = store.tag_bases(&keys::tags_key(router.prefix())).await?;
             match reach {
                 Reach::Boards(ids) => all
                     .into_iter()
@@ -145,24 +185,25 @@ async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach:
     };
     let player = &event.player_id;
     for base in &bases {
-        let hidden = store.is_hidden(base, player).await.map_err(|e| e.to_string())?;
+        let hidden = store.is_hidden(base, player).await?;
         match event.kind {
             AdminKind::PlayerUnhidden if hidden => return Ok(()),
             AdminKind::PlayerUnhidden => continue,
             _ if hidden => return Ok(()),
             _ => {}
         }
-        for key in store.period_keys(base).await.map_err(|e| e.to_string())? {
-            if store.stored_score(&key, player).await.map_err(|e| e.to_string())?.is_some() {
+        for key in store.period_keys(base).await? {
+            if store.stored_score(&key, player).await?.is_some() {
                 return Ok(());
             }
         }
     }
     let scope = event.board.as_deref().map_or("any board".to_string(), |b| format!("board '{b}'"));
-    Err(match event.kind {
-        AdminKind::PlayerUnhidden => format!("player '{player}' is not hidden on {scope}"),
-        _ => format!("player '{player}' is not on {scope}"),
-    })
+    let where_ = match event.kind {
+        AdminKind::PlayerUnhidden => format!("hidden on {scope}"),
+        _ => format!("on {scope}"),
+    };
+    Err(AdminError::NotThere { player: player.clone(), where_ })
 }
 
 /// `rankflow admin close`: closes a period now. Records produced from now
@@ -176,50 +217,46 @@ pub async fn close(
     split: Option<&str>,
     period_id: &str,
     wait: Option<Duration>,
-) -> Result<(), String> {
+) -> Result<(), AdminError> {
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
-    let board = router.board(board_id).ok_or_else(|| format!("board '{board_id}' is not a configured board"))?;
+    let board = router.board(board_id).ok_or_else(|| AdminError::UnknownBoard(board_id.into()))?;
     if board.close_after().is_none() {
-        return Err(format!(
-            "board '{board_id}' does not seal its periods (no close_after): there is nothing to close"
-        ));
+        return Err(AdminError::NotSealing(board_id.into()));
     }
     match (board.split_by(), split) {
-        (Some(attr), None) => return Err(format!("board '{board_id}' is split by '{attr}': name a split")),
-        (None, Some(_)) => return Err(format!("board '{board_id}' has no splits")),
-        (_, Some(s)) if !crate::event::valid_split_value(s) => return Err(format!("'{s}' is not a split value")),
+        (Some(attr), None) => return Err(AdminError::NeedsSplit { board: board_id.into(), attr: attr.into() }),
+        (None, Some(_)) => return Err(AdminError::NoSplits(board_id.into())),
+        (_, Some(s)) if !crate::event::valid_split_value(s) => return Err(AdminError::BadSplit(s.into())),
         _ => {}
     }
-    let period = board.period_by_id(period_id).map_err(|e| e.to_string())?;
+    let period = board.period_by_id(period_id)?;
     if period.end_ms.is_none() {
-        return Err("all_time never closes".into());
+        return Err(AdminError::AllTimeNeverCloses);
     }
     let base = keys::base(router.prefix(), board_id, split);
     let key = keys::period_key(&base, &period.id);
-    let store = Store::connect(&settings.redis).await.map_err(|e| e.to_string())?;
+    let store = Store::connect(&settings.redis).await?;
     let now = chrono::Utc::now().timestamp_millis();
     // The first close on demand stands; a timed close that comes first still counts (seal.rs takes the earlier).
     // Every shard of a sharded board refuses what is produced from now on.
     let bases = router.read_bases(board, split);
-    store.close_on_demand(&bases, &period.id, now).await.map_err(|e| e.to_string())?;
+    store.close_on_demand(&bases, &period.id, now).await?;
     // Sealed once its last shard is (a job seals the shards in order).
     let last = bases.last().expect("a board has a tag");
     let job = crate::schedule::Job::Seal { base: base.clone(), period: period.id.clone() }.encode();
-    crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await.map_err(|e| e.to_string())?;
+    crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await?;
     println!("closing {key}");
     let Some(timeout) = wait else {
         return Ok(());
     };
     let deadline = Instant::now() + timeout;
     loop {
-        if store.is_sealed(last, &period.id).await.map_err(|e| e.to_string())? {
+        if store.is_sealed(last, &period.id).await? {
             println!("sealed");
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{key} was not sealed within {timeout:?}: is a worker running, and have all partitions been applied past the close?"
-            ));
+            return Err(AdminError::NotSealed { key, timeout });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
