@@ -44,7 +44,7 @@ pub async fn run(mut settings: Settings, stream: DemoStream) -> i32 {
             }
         }
     } else {
-        if let Err(e) = crate::kafka::admin::create_topics(&settings, PARTITIONS).await {
+        if let Err(e) = crate::kafka::topics::create_topics(&settings, PARTITIONS).await {
             eprintln!("rankflow: {e}");
             return 1;
         }

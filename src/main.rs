@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use rankflow::admin::AdminRequest;
 use rankflow::config::{self, Settings};
 use rankflow::event::AdminKind;
-use rankflow::kafka::admin;
+use rankflow::kafka::topics;
 use rankflow::store::maintenance;
 
 #[derive(Parser)]
@@ -267,7 +267,7 @@ fn main() -> ExitCode {
                 Err(code) => code,
             },
             Command::CreateTopics { config, partitions } => match load(&config) {
-                Ok(s) => report(admin::create_topics(&s, partitions).await),
+                Ok(s) => report(topics::create_topics(&s, partitions).await),
                 Err(code) => code,
             },
             Command::Admin { action: AdminAction::Close { config, board, period, split, wait, timeout } } => {

@@ -3,9 +3,9 @@
 //! dead letters and sealed periods, and topic creation. The pipeline decides
 //! *what* to store; this layer only does it.
 
-pub mod admin;
 pub mod callbacks;
 pub mod client;
 pub mod commit;
 pub mod offsets;
 pub mod producer;
+pub mod topics;
