@@ -1,7 +1,8 @@
 //! The reference pages in `docs/` say what the code does: the metrics table
 //! (`docs/metrics.md`) names exactly the families `src/metrics.rs`
 //! registers, and the key layout (`docs/keys.md`) names exactly the
-//! bookkeeping keys and hash tags `src/keys.rs` documents.
+//! bookkeeping keys and hash tags `src/keys.rs` documents. The README stays
+//! a page for users, at most 650 lines, its commands on the first screen.
 
 use std::collections::BTreeSet;
 
@@ -61,4 +62,14 @@ fn the_key_page_names_exactly_the_keys_the_layout_documents() {
         assert!(coded.len() >= 4, "read src/keys.rs's table: {coded:?}");
         assert_eq!(documented, coded, "docs/keys.md and src/keys.rs name different keys ({prefix}...)");
     }
+}
+
+#[test]
+fn the_readme_stays_a_users_page_of_at_most_650_lines() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 650, "README.md is {lines} lines: move reference detail to docs/");
+    // Its first screen says how to run the demo and the tests.
+    let top: String = readme.lines().take(20).collect::<Vec<_>>().join("\n");
+    assert!(top.contains("scripts/demo.sh") && top.contains("scripts/test.sh"), "{top}");
 }
