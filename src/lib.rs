@@ -20,8 +20,8 @@
 //!   [`http`]: `/metrics`, `/healthz`, `/readyz` and the read API.
 //! - **I/O** — [`kafka`]: client configs (built in one place), consumer
 //!   callbacks, offset commits, the producer, topic creation. [`store`]:
-//!   Redis connections, the apply and erase scripts and their calling
-//!   convention. [`metrics`]: every Prometheus family. [`health`], [`retry`].
+//!   the only door to Redis: connections, every script (apply, admin, the
+//!   scheduler's, reads) and every command, as typed calls. [`metrics`]: every Prometheus family. [`health`], [`retry`].
 //!   [`progress`]: the progress of long commands, drawn on a terminal.
 //! - **Domain, pure** — [`config`]: the TOML file into validated types.
 //!   [`event`]: one record value into an event or a rejection. [`board`]:

@@ -3,7 +3,8 @@
 //! of its own layer or of the layers below, and no two modules import each
 //! other, directly or round a longer cycle (the layers are read from
 //! `lib.rs` itself, so the documentation and this check cannot drift
-//! apart). Redis is called from `store` only. No Rust file of the product
+//! apart). Redis is called from `store` only (commands, scripts, the raw
+//! connection). No Rust file of the product
 //! or its tools is over 650 lines, and no function over 120.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -152,13 +153,6 @@ fn grouped_and_inline_crate_paths_are_read_as_imports() {
     assert_eq!(l[1].1, BTreeSet::from(["keys".to_string(), "score".to_string()]));
 }
 
-/// Files outside `src/store/` that still send Redis commands themselves:
-/// the read path, until it moves behind typed `store` reads. The list may
-/// only shrink: a file not on it that calls Redis fails, and so does a file
-/// on it that no longer does (take it off).
-const NOT_YET_BEHIND_STORE: &[&str] =
-    &["src/http/mod.rs", "src/http/periods.rs", "src/http/reads.rs", "src/http/sharded.rs"];
-
 #[test]
 fn only_store_sends_redis_commands() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -182,11 +176,7 @@ fn only_store_sends_redis_commands() {
             }
         }
     }
-    let allowed: BTreeSet<String> = NOT_YET_BEHIND_STORE.iter().map(|s| s.to_string()).collect();
-    let new: Vec<&String> = offenders.difference(&allowed).collect();
-    assert!(new.is_empty(), "Redis called outside store (add a typed call to store instead): {new:?}");
-    let moved: Vec<&String> = allowed.difference(&offenders).collect();
-    assert!(moved.is_empty(), "no longer calling Redis, take them off NOT_YET_BEHIND_STORE: {moved:?}");
+    assert!(offenders.is_empty(), "Redis called outside store (add a typed call to store instead): {offenders:?}");
 }
 
 /// Every `.rs` file under `dir`.

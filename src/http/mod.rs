@@ -24,7 +24,7 @@ use crate::health::Health;
 use crate::keys;
 use crate::metrics;
 use crate::period::Period;
-use crate::store::RedisConn;
+use crate::store::{Reader, RedisConn, StoreError};
 
 mod cursor;
 mod periods;
@@ -32,8 +32,6 @@ mod ranks;
 mod reads;
 mod sharded;
 mod target;
-
-const READ_LUA: &str = include_str!("../scripts/read.lua");
 
 /// The leaderboard page (`GET /`): HTML, CSS and a small script on the read
 /// API, shipped inside the binary.
@@ -49,20 +47,18 @@ pub struct AppState {
     pub router: Arc<Router>,
     /// Set once Redis is connected; until then reads answer 503 and
     /// `/readyz` says Redis is still being connected.
-    redis: Arc<OnceLock<RedisConn>>,
+    redis: Arc<OnceLock<Reader>>,
     pub health: Arc<Health>,
     pub max_limit: usize,
     /// Most players a friends read may name.
     pub max_players: usize,
-    script: Arc<redis::Script>,
 }
 
 impl AppState {
     /// The handlers' state before Redis is connected (see [`AppState::connected`]).
     pub fn new(router: Arc<Router>, health: Arc<Health>, max_limit: usize) -> AppState {
         let redis = Arc::new(OnceLock::new());
-        let script = Arc::new(redis::Script::new(READ_LUA));
-        AppState { router, redis, health, max_limit, max_players: 1000, script }
+        AppState { router, redis, health, max_limit, max_players: 1000 }
     }
 
     /// Caps friends reads at `n` players (`http.max_players`).
@@ -73,10 +69,10 @@ impl AppState {
 
     /// Hands the handlers the Redis connection, once it is up.
     pub fn connected(&self, conn: RedisConn) {
-        let _ = self.redis.set(conn);
+        let _ = self.redis.set(Reader::new(conn));
     }
 
-    fn redis(&self) -> Result<RedisConn, ApiError> {
+    fn reader(&self) -> Result<Reader, ApiError> {
         self.redis.get().cloned().ok_or_else(|| ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             parameter: None,
@@ -205,12 +201,8 @@ impl ApiError {
     fn not_found(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::NOT_FOUND, parameter: None, message: message.into() }
     }
-    fn unavailable(err: redis::RedisError) -> ApiError {
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            parameter: None,
-            message: format!("Redis is unavailable: {err}"),
-        }
+    fn unavailable(err: StoreError) -> ApiError {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, parameter: None, message: err.to_string() }
     }
 }
 
@@ -233,8 +225,8 @@ async fn readyz(State(s): State<AppState>) -> Response {
             reasons.push("Redis is not connected yet");
             false
         }
-        Some(conn) => {
-            let ok = redis::cmd("PING").query_async::<String>(&mut conn.clone()).await.is_ok();
+        Some(reader) => {
+            let ok = reader.ping().await;
             s.health.redis_up.store(ok, Ordering::Relaxed);
             metrics::get().redis_up.set(i64::from(ok));
             if !ok {

@@ -58,36 +58,25 @@ pub(super) async fn periods(
 ) -> Result<Json<Value>, ApiError> {
     let board = s.router.board(&board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
     let split = super::target::split_of(board, &q)?;
-    let mut conn = s.redis()?;
+    let reader = s.reader()?;
     // A sharded board's periods are those any shard holds, sealed once its
     // last shard is (the shards are sealed in order).
     let mut candidates: Vec<Period> = Vec::new();
     let bases = s.router.read_bases(board, split);
     for base in &bases {
-        let registered: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(keys::registry_key(base))
-            .query_async(&mut conn)
-            .await
-            .map_err(ApiError::unavailable)?;
+        let registered = reader.period_keys(base).await.map_err(ApiError::unavailable)?;
         for p in held(board, base, &registered) {
             if candidates.iter().any(|c| c.id == p.id) {
                 continue;
             }
             // Expired keys can linger in the registry until an erasure cleans it: only the existing count.
-            let n: i64 = redis::cmd("EXISTS")
-                .arg(keys::period_key(base, &p.id))
-                .arg(keys::shadow_key(base, &p.id))
-                .query_async(&mut conn)
-                .await
-                .map_err(ApiError::unavailable)?;
-            if n > 0 {
+            if reader.holds(base, &p.id).await.map_err(ApiError::unavailable)? {
                 candidates.push(p);
             }
         }
     }
     let last = bases.last().expect("a board has a tag");
-    let sealed_keys: BTreeSet<String> =
-        redis::cmd("HKEYS").arg(keys::sealed_key(last)).query_async(&mut conn).await.map_err(ApiError::unavailable)?;
+    let sealed_keys = reader.sealed_fields(last).await.map_err(ApiError::unavailable)?;
     let sealed: BTreeSet<String> = candidates
         .iter()
         .filter(|p| sealed_keys.contains(&keys::period_key(last, &p.id)))

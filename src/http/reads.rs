@@ -17,6 +17,7 @@ use super::ranks::{int, listing, meta_of, percentile, ranks_at, stored_of, Entry
 use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::{Board, Order};
+use crate::store::ReadKeys;
 
 /// `read.lua`'s name of a board's order.
 fn order_arg(board: &Board) -> &'static str {
@@ -33,17 +34,12 @@ async fn read_script<T: redis::FromRedisValue>(
     op: &str,
     args: &[String],
 ) -> Result<T, ApiError> {
-    let mut conn = s.redis()?;
-    let mut inv = s.script.key(&t.key);
-    inv.key(&t.dense_key).key(&t.shadow_key);
-    if let Some(meta) = &t.meta_key {
-        inv.key(meta);
-    }
-    inv.arg(op).arg(order_arg(t.board)).arg(t.board.packing().shift());
-    for a in args {
-        inv.arg(a);
-    }
-    inv.invoke_async(&mut conn).await.map_err(ApiError::unavailable)
+    let keys =
+        ReadKeys { key: &t.key, dense_key: &t.dense_key, shadow_key: &t.shadow_key, meta_key: t.meta_key.as_deref() };
+    s.reader()?
+        .query(keys, op, order_arg(t.board), t.board.packing().shift(), args)
+        .await
+        .map_err(ApiError::unavailable)
 }
 
 /// A listing's answer, serialised here: the entries' metadata is passed

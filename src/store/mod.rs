@@ -24,6 +24,7 @@ mod moderation;
 mod operator;
 mod prepared;
 mod protocol;
+mod reads;
 mod registry;
 mod swap;
 
@@ -33,6 +34,7 @@ pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 use protocol::{decode_reply, ttl_secs};
+pub use reads::{ReadKeys, Reader};
 pub use swap::{swap_invocation, Swap};
 
 // Both scripts keep dedupe markers, whose code is `markers.lua`, put before
@@ -66,6 +68,8 @@ pub enum StoreError {
     NotReplicated { base: String },
     #[error("the apply script for {base} returned a reply of {got} values that does not describe {expected} events")]
     BadReply { base: String, got: usize, expected: usize },
+    #[error("Redis is unavailable: {0}")]
+    Read(#[source] RedisError),
     #[error("cannot {what}: {source}")]
     Bookkeeping { what: &'static str, source: RedisError },
     #[error("a script on board tag {base} failed: {source}")]
@@ -177,10 +181,6 @@ impl Store {
     pub async fn connect(settings: &crate::config::RedisSettings) -> Result<Store, StoreError> {
         let conn = RedisConn::connect(settings).await?;
         Ok(Store::new(conn, settings.dedupe_ttl).with_min_replicas(settings.min_replicas, settings.replica_wait))
-    }
-
-    pub fn conn(&self) -> RedisConn {
-        self.conn.clone()
     }
 
     /// Registers the batches' tags where they are new (see `registry`), then
