@@ -27,8 +27,9 @@
 -- The swap: every live period key that is not sealed goes, with its
 -- per-period keys; every rebuilt period key takes its live name (unless
 -- that period is sealed live: a sealed period is final, and stays as the
--- live workers sealed it), and so do the offsets, the hidden set and the
--- dedupe hashes of the current windows. Sealed snapshots, rolling boards,
+-- live workers sealed it), and so do the hidden set and the dedupe hashes
+-- of the current windows; the offsets (with the tag's registration) are
+-- copied. Sealed snapshots, rolling boards,
 -- the sealed hash and rate-limit windows are the live tag's and stay.
 -- Reply: {1, period keys swapped in}.
 
@@ -94,7 +95,12 @@ for _, k in ipairs(call('SMEMBERS', built_reg)) do
   end
 end
 
-move(built_off, live_off)
+-- The offsets are copied, not moved: the rebuild reads on after a swap
+-- (other tags may still wait), and its later calls on this tag must find
+-- its own registration and offsets (see apply.lua, "Lost data"); what it
+-- writes there from now on is removed when it ends.
+call('UNLINK', live_off)
+call('COPY', built_off, live_off)
 move(built_hidden, live_hidden)
 -- The dedupe hashes that may still be consulted: every rebuilt one takes
 -- the live one's place (it holds every event the live one saw in that
