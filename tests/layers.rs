@@ -36,22 +36,10 @@ fn layers(lib: &str) -> Vec<(String, BTreeSet<String>)> {
 
 /// Every `.rs` file of a module: `src/name.rs` and everything under `src/name/`.
 fn files(src: &Path, module: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut out = rust_files(&src.join(module));
     let file = src.join(format!("{module}.rs"));
     if file.exists() {
         out.push(file);
-    }
-    let mut dirs = vec![src.join(module)];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
     }
     out
 }
@@ -157,23 +145,16 @@ fn grouped_and_inline_crate_paths_are_read_as_imports() {
 fn only_store_sends_redis_commands() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let calls = ["redis::cmd", "redis::pipe", "query_async", "invoke_async", "redis::Script", ".eval(", ".conn()"];
-    let mut dirs = vec![root.join("src")];
     let mut offenders = BTreeSet::new();
-    while let Some(dir) = dirs.pop() {
-        for e in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
-            if p.is_dir() {
-                if rel != "src/store" {
-                    dirs.push(p);
-                }
-                continue;
-            }
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let code = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-            if p.extension().is_some_and(|x| x == "rs") && calls.iter().any(|c| code.contains(c)) {
-                offenders.insert(rel);
-            }
+    for f in rust_files(&root.join("src")) {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        if rel.starts_with("src/store/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let code = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        if calls.iter().any(|c| code.contains(c)) {
+            offenders.insert(rel);
         }
     }
     assert!(offenders.is_empty(), "Redis called outside store (add a typed call to store instead): {offenders:?}");
@@ -184,7 +165,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
                 dirs.push(p);
