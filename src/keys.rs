@@ -388,15 +388,17 @@ mod tests {
 
     #[test]
     fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {
-        let check = format!("'HEXISTS', offsets_key, '{REGISTERED_FIELD}'");
-        assert!(include_str!("scripts/apply.lua").contains(&check));
+        let guard = include_str!("scripts/registered.lua");
+        assert!(guard.contains(&format!("'HEXISTS', offsets_key, '{REGISTERED_FIELD}'")));
+        assert!(guard.contains("error_reply('LOST "));
         for (name, script) in [
+            ("apply.lua", include_str!("scripts/apply.lua")),
             ("admin.lua", include_str!("scripts/admin.lua")),
             ("seal.lua", include_str!("scripts/seal.lua")),
             ("roll.lua", include_str!("scripts/roll.lua")),
         ] {
-            assert!(script.contains(&format!("'{REGISTERED_FIELD}') == 0 then")), "{name} does not check it");
-            assert!(script.contains("error_reply('LOST "), "{name} does not answer LOST");
+            assert!(script.contains("local lost = Registered.check("), "{name} does not check it");
+            assert!(script.contains("if lost then return lost end"), "{name} does not answer LOST");
         }
         assert!(!REGISTERED_FIELD.contains(':') && !REGISTRY_FIELD.contains(':'));
         assert_eq!(prefix_of_base("lb:{points:eu}"), "lb");

@@ -36,7 +36,7 @@
 -- remove:   ARGV[23] the period id, or "" for every period key of the tag
 --
 -- Returns the error LOST, having done nothing, when the tag's offsets hash
--- has no "registered" field (its data is gone, see apply.lua); otherwise
+-- has no "registered" field (its data is gone, see registered.lua); otherwise
 -- 1 applied (or nothing to do), 2 duplicate event id, 3 redelivered
 -- offset (or the refusal remembered for it), 4 refused: score_out_of_range,
 -- 6 refused: period_closed (every period named is sealed).
@@ -51,10 +51,9 @@ local attempts_prefix = ARGV[22]
 local hidden_set, registry = KEYS[3], KEYS[2]
 local call, floor, format = redis.call, math.floor, string.format
 
--- Lost data: a tag whose registration is gone has lost its data (see apply.lua).
-if call('HEXISTS', KEYS[1], 'registered') == 0 then
-  return redis.error_reply('LOST board tag ' .. KEYS[1] .. ' is not registered: its data is gone')
-end
+-- Lost data: a tag whose registration is gone takes no write (registered.lua).
+local lost = Registered.check(KEYS[1])
+if lost then return lost end
 
 local last = call('HGET', KEYS[1], field)
 if last and tonumber(off_s) <= tonumber(last) then

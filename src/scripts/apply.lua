@@ -92,7 +92,7 @@
 --                     keeps its per-member state in tables indexed by number)
 --
 -- Returns the error LOST, having done nothing, when the tag's offsets hash
--- has no "registered" field (see "Lost data" below); the error STALE,
+-- has no "registered" field (see registered.lua); the error STALE,
 -- having done nothing, when a precondition does not hold; otherwise E, then (i, code) for each event i not applied, i
 -- ascending, with the codes:
 --   2 duplicate event_id (marker present), 3 redelivered offset,
@@ -201,16 +201,9 @@ end
 -- period closed on demand (rankflow admin close; field "<period key>:closes",
 -- see keys::closes_field) refuses the events produced at or after its close
 -- time (closes[j], ms) until it is sealed.
--- Lost data. Every tag is registered before its first write, and its
--- registration is the field "registered" of its offsets hash
--- (keys::REGISTERED_FIELD). A tag without it was never registered, which a
--- worker never writes, or has lost its data since: Redis restarted without
--- persistence, was flushed, or failed over to a replica that never had it.
--- Writing to it would start boards that look valid and miss every score
--- before, so nothing is written, and the worker stops consuming.
-if call('HEXISTS', offsets_key, 'registered') == 0 then
-  return redis.error_reply('LOST board tag ' .. offsets_key .. ' is not registered: its data is gone')
-end
+-- Lost data: a tag whose registration is gone takes no write (registered.lua).
+local lost = Registered.check(offsets_key)
+if lost then return lost end
 
 local sealed, closes = {}, {}
 if seal_on then

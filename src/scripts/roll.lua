@@ -11,7 +11,7 @@
 -- Boards that keep metadata only, after those (M = 6 + 2 * days):
 -- KEYS[M + 1] the rolling key's meta hash   KEYS[M + 2] the staged union's meta hash
 -- KEYS[M + 1 + 2d] daily key d's meta hash and KEYS[M + 2 + 2d] its staged copy's
--- KEYS[#KEYS] the tag's offsets hash (its "registered" field: see apply.lua, "Lost data")
+-- KEYS[#KEYS] the tag's offsets hash (its "registered" field: see registered.lua)
 -- ARGV[1] SUM | MAX | MIN    ARGV[2] SHIFT (packing)   ARGV[3] "1": keep the dense index
 -- ARGV[4] EXPIREAT seconds   ARGV[5] top-K (0: none)   ARGV[6] "desc" or "asc"
 -- ARGV[7] "1": the board keeps metadata    ARGV[8] the most members one call reads or writes
@@ -50,9 +50,8 @@ local dest, dense, registry, state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local staged, staged_dense = KEYS[5], KEYS[6]
 -- A tag that lost its data gets no rolling board: it would be built from
 -- daily keys that miss every score before the loss.
-if redis.call('HEXISTS', KEYS[#KEYS], 'registered') == 0 then
-  return redis.error_reply('LOST board tag ' .. KEYS[#KEYS] .. ' is not registered: its data is gone')
-end
+local lost = Registered.check(KEYS[#KEYS])
+if lost then return lost end
 local days
 if meta_on then days = (#KEYS - 9) / 4 else days = (#KEYS - 7) / 2 end
 local MAX_EXACT = 9007199254740991

@@ -11,7 +11,7 @@
 -- KEYS[3] live dense index    KEYS[4] final dense index
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
 -- KEYS[7] live shadow (hidden players' values)    KEYS[8] final shadow
--- KEYS[9] the tag's offsets hash (its "registered" field: see apply.lua, "Lost data")
+-- KEYS[9] the tag's offsets hash (its "registered" field: see registered.lua)
 -- KEYS[10] live meta hash     KEYS[11] final meta hash (boards that keep metadata only)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
@@ -28,9 +28,8 @@ local live, final = KEYS[1], KEYS[2]
 local meta, final_meta = KEYS[10], KEYS[11]
 -- A period of a tag that lost its data is not sealed: its final key would
 -- freeze a board that misses every score before the loss.
-if redis.call('HEXISTS', KEYS[9], 'registered') == 0 then
-  return redis.error_reply('LOST board tag ' .. KEYS[9] .. ' is not registered: its data is gone')
-end
+local lost = Registered.check(KEYS[9])
+if lost then return lost end
 local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1

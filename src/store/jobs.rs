@@ -11,10 +11,13 @@ use crate::keys;
 
 const SCHED_LUA: &str = include_str!("../scripts/sched.lua");
 static SCHED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCHED_LUA));
-const SEAL_LUA: &str = include_str!("../scripts/seal.lua");
-static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEAL_LUA));
-const ROLL_LUA: &str = include_str!("../scripts/roll.lua");
-static ROLL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ROLL_LUA));
+// Seal and roll write to a board tag: its lost-data check goes before them.
+static SEAL_LUA: LazyLock<String> =
+    LazyLock::new(|| [super::REGISTERED_LUA, include_str!("../scripts/seal.lua")].concat());
+static SEAL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&SEAL_LUA));
+static ROLL_LUA: LazyLock<String> =
+    LazyLock::new(|| [super::REGISTERED_LUA, include_str!("../scripts/roll.lua")].concat());
+static ROLL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&ROLL_LUA));
 
 impl Store {
     /// One call of a script on `keys` (the first names what it is about),
@@ -40,11 +43,11 @@ impl Store {
 
     /// One call of `seal.lua`: its reply's values.
     pub async fn seal(&self, keys: &[String], args: &[String]) -> Result<Vec<redis::Value>, StoreError> {
-        self.script(&SEAL, SEAL_LUA, keys, args).await
+        self.script(&SEAL, &SEAL_LUA, keys, args).await
     }
 
     /// One step of `roll.lua`: its state ("more", "done", "inexact") and count.
     pub async fn roll_step(&self, keys: &[String], args: &[String]) -> Result<(String, u64), StoreError> {
-        self.script(&ROLL, ROLL_LUA, keys, args).await
+        self.script(&ROLL, &ROLL_LUA, keys, args).await
     }
 }

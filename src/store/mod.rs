@@ -41,7 +41,10 @@ pub use swap::{swap_invocation, Swap};
 // each. (Put together at run time: cargo does not see a file that
 // `include_str!` reads inside `concat!` change.)
 const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
-static APPLY_LUA: LazyLock<String> = LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
+/// Put before every script that writes to a board tag: its lost-data check.
+const REGISTERED_LUA: &str = include_str!("../scripts/registered.lua");
+static APPLY_LUA: LazyLock<String> =
+    LazyLock::new(|| [REGISTERED_LUA, MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
 
 pub use crate::config::DEFAULT_MAX_EVENTS_PER_CALL;
 

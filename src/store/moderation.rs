@@ -2,13 +2,13 @@
 //! (pure, so it is unit tested) and the calls, one per board tag, each
 //! atomic. What an admin event does is decided before, in `moderation`.
 
-use super::{ApplyResult, Store, StoreError, MARKERS_LUA};
+use super::{ApplyResult, Store, StoreError, MARKERS_LUA, REGISTERED_LUA};
 use crate::board::Board;
 use crate::keys;
 use crate::moderation::AdminOp;
 
 static ADMIN_LUA: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| [MARKERS_LUA, include_str!("../scripts/admin.lua")].concat());
+    std::sync::LazyLock::new(|| [REGISTERED_LUA, MARKERS_LUA, include_str!("../scripts/admin.lua")].concat());
 
 /// One admin event on one board tag, as the script's caller knows it.
 #[derive(Clone, Copy, Debug)]
