@@ -13,7 +13,9 @@ use crate::event::{AdminEvent, Reason, Rejection};
 use crate::keys;
 use crate::metrics;
 use crate::moderation::{AdminOp, AdminPlan, Reach};
-use crate::retry::{retry, retry_unless, Retried};
+use crate::retry::retry;
+
+use super::lost::retry_unless_lost;
 use crate::store::{AdminCall, ApplyResult, StoreError};
 
 use super::Context;
@@ -107,11 +109,8 @@ pub async fn apply_admin(
     };
     let registry = keys::tags_key(cx.router.prefix());
     let max_backoff = cx.settings.worker.max_backoff;
-    let carried = retry_unless(
-        "carry out an admin event",
-        &cx.cancel,
-        max_backoff,
-        || async {
+    let (tags, results) =
+        retry_unless_lost("carry out an admin event", &cx.cancel, max_backoff, &cx.health, || async {
             let tags = tags_of(cx, plan, &event.player_id).await?;
             // A correction may write a split's first data, and hiding reaches a
             // board's tag before its first event: a tag new to the registry is
@@ -123,18 +122,8 @@ pub async fn apply_admin(
             cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(bases);
             let results = cx.store.admin(&tags, &call).await?;
             Ok::<_, StoreError>((tags.len(), results))
-        },
-        |e| matches!(e, StoreError::Lost { .. }),
-    )
-    .await;
-    let (tags, results) = match carried {
-        Retried::Done(done) => done,
-        Retried::Cancelled => return None,
-        Retried::Fatal(e) => {
-            cx.health.lost_data(super::lost::lost_tag(&e));
-            return None;
-        }
-    };
+        })
+        .await?;
     let outcome = outcome_of(&results);
     let kind = event.kind.as_str();
     let board = event.board.as_deref().or(event.boards.as_ref().map(|_| "(several)")).unwrap_or("(all)");

@@ -16,12 +16,12 @@ use crate::health::Health;
 use crate::kafka::offsets::BatchOffsets;
 use crate::keys;
 use crate::metrics;
-use crate::retry::{retry, retry_unless, Retried};
+use crate::retry::retry;
 use crate::schedule;
 use crate::store::{push_write, Landed, Prepared, StoreError, TagBatch};
 
 use super::inflight::Results;
-use super::lost::lost_tag;
+use super::lost::{lost_tag, retry_unless_lost};
 use super::outcome::Routes;
 use super::record::{Item, Record};
 use super::Context;
@@ -104,29 +104,18 @@ async fn register_tags(cx: &Context, tags: &[TagBatch<'_>]) -> bool {
     let registry = keys::tags_key(cx.router.prefix());
     let marker = keys::deploy_key(cx.router.prefix(), &cx.settings.kafka.group_id);
     let flag = [(keys::REGISTRY_FIELD.to_string(), 1)];
-    let sent = retry_unless(
-        "register board tags",
-        &cx.cancel,
-        cx.settings.worker.max_backoff,
-        || async {
-            cx.store.register_tags(&registry, &new, known).await?;
-            // From now on an empty registry is a lost one (see `lost`).
-            cx.store.set_marker(&marker, &flag).await
-        },
-        |e| matches!(e, StoreError::Lost { .. }),
-    )
+    let max_backoff = cx.settings.worker.max_backoff;
+    let sent = retry_unless_lost("register board tags", &cx.cancel, max_backoff, &cx.health, || async {
+        cx.store.register_tags(&registry, &new, known).await?;
+        // From now on an empty registry is a lost one (see `lost`).
+        cx.store.set_marker(&marker, &flag).await
+    })
     .await;
-    match sent {
-        Retried::Done(()) => {
-            cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(new);
-            true
-        }
-        Retried::Cancelled => false,
-        Retried::Fatal(e) => {
-            cx.health.lost_data(super::lost::lost_tag(&e));
-            false
-        }
+    if sent.is_none() {
+        return false;
     }
+    cx.tags.lock().unwrap_or_else(|e| e.into_inner()).extend(new);
+    true
 }
 
 /// Sends the scheduler jobs (seals, rolling refreshes) the batch's periods
@@ -202,7 +191,7 @@ pub fn spawn_apply(
             let started = Instant::now();
             match store.apply_pending(&calls, &mut landed).await {
                 Ok(()) => landed_ok(started, &health),
-                Err(e @ StoreError::Lost { .. }) => {
+                Err(e) if e.is_lost() => {
                     health.lost_data(lost_tag(&e));
                     return None;
                 }
@@ -221,42 +210,28 @@ pub fn spawn_apply(
         // before the ones behind it.
         if !landed.is_complete() {
             let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
-            let sent = retry_unless(
-                "apply a batch to Redis",
-                &cancel,
-                max_backoff,
-                || {
-                    let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
-                    async move {
-                        let started = Instant::now();
-                        let r = store.apply_pending(&calls, &mut *shared.lock().await).await.map_err(stale_is_lost);
-                        match &r {
-                            Ok(()) => landed_ok(started, &health),
-                            Err(StoreError::NotReplicated { .. }) => {
-                                landed_ok(started, &health);
-                                m.replica_wait_failures.inc();
-                            }
-                            Err(StoreError::Lost { .. }) => landed_ok(started, &health),
-                            Err(_) => {
-                                m.redis_errors.with_label_values(&["apply"]).inc();
-                                health.redis_up.store(false, Ordering::Relaxed);
-                                m.redis_up.set(0);
-                            }
+            retry_unless_lost("apply a batch to Redis", &cancel, max_backoff, &health, || {
+                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
+                async move {
+                    let started = Instant::now();
+                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await.map_err(stale_is_lost);
+                    match &r {
+                        Ok(()) => landed_ok(started, &health),
+                        Err(StoreError::NotReplicated { .. }) => {
+                            landed_ok(started, &health);
+                            m.replica_wait_failures.inc();
                         }
-                        r
+                        Err(e) if e.is_lost() => landed_ok(started, &health),
+                        Err(_) => {
+                            m.redis_errors.with_label_values(&["apply"]).inc();
+                            health.redis_up.store(false, Ordering::Relaxed);
+                            m.redis_up.set(0);
+                        }
                     }
-                },
-                |e| matches!(e, StoreError::Lost { .. }),
-            )
-            .await;
-            match sent {
-                Retried::Done(()) => {}
-                Retried::Cancelled => return None,
-                Retried::Fatal(e) => {
-                    health.lost_data(lost_tag(&e));
-                    return None;
+                    r
                 }
-            }
+            })
+            .await?;
             landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
         }
         let results = landed.into_results().expect("every call landed");

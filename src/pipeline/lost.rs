@@ -25,13 +25,16 @@
 //! deployment) gets one from the group's commits.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::health::Health;
 use crate::kafka::commit::{self, WorkerConsumer};
 use crate::keys;
 use crate::metrics;
-use crate::retry::retry;
+use crate::retry::{retry, retry_unless, Retried};
 use crate::store::{maintenance, StoreError};
 
 use super::Context;
@@ -210,11 +213,39 @@ pub async fn record(cx: &Context, offsets: &[(String, i64)]) -> bool {
 /// The reason `/readyz` gives for a tag whose registration is gone (a
 /// script answered `LOST`), or whose offsets fell behind what the batch
 /// before recorded there.
-pub fn lost_tag(error: &StoreError) -> String {
+pub(super) fn lost_tag(error: &StoreError) -> String {
+    let what = match error {
+        StoreError::Lost { base, detail } => format!("{base}: {detail}"),
+        other => other.to_string(),
+    };
     format!(
-        "Redis lost data while the worker ran: {error}; nothing was written to it, and nothing more is consumed \
+        "Redis lost data while the worker ran: {what}; nothing was written to it, and nothing more is consumed \
          (a board refilled from the middle of the stream would miss every score before)"
     )
+}
+
+/// Runs a Redis step as `retry` does, until it succeeds or shutdown begins,
+/// except when Redis lost data: that is reported (`Health::lost_data`) and
+/// ends it at once. `None`: shutdown, or lost data.
+pub async fn retry_unless_lost<T, F, Fut>(
+    what: &str,
+    cancel: &CancellationToken,
+    max_backoff: Duration,
+    health: &Health,
+    op: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    match retry_unless(what, cancel, max_backoff, op, StoreError::is_lost).await {
+        Retried::Done(v) => Some(v),
+        Retried::Cancelled => None,
+        Retried::Fatal(e) => {
+            health.lost_data(lost_tag(&e));
+            None
+        }
+    }
 }
 
 /// Stops consumption for lost data: readiness, the metric and the log say

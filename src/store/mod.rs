@@ -89,6 +89,11 @@ impl StoreError {
         matches!(self, StoreError::Apply { source, .. } if source.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
     }
 
+    /// Redis lost data (see `registry`): no retry mends it.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, StoreError::Lost { .. })
+    }
+
     /// A script's error reply, as a [`StoreError::Lost`] when it is `LOST`
     /// (the tag is not registered: its data is gone), else as `other`.
     pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {
