@@ -119,21 +119,31 @@ enum Loss {
     Flush,
 }
 
+/// A stream of 12,000 records: the first 4,000 drained by a worker of
+/// `cfg` (made `UNDER_LOAD`), the rest produced on a task of its own,
+/// about eight seconds of them, which is returned with the worker.
+async fn drained_then_streaming(
+    broker: &Broker,
+    cfg: &mut WorkerConfig,
+    s: &stream::Stream,
+) -> (Worker, tokio::task::JoinHandle<()>) {
+    let (first, rest) = s.records.split_at(4_000);
+    broker.produce(&cfg.topic, first).await;
+    cfg.worker_section = UNDER_LOAD.into();
+    let w = Worker::spawn(cfg);
+    broker.wait_committed_to_end(&cfg.group, &cfg.topic, PARTITIONS, Duration::from_secs(60));
+    let producing = broker.produce_paced(&cfg.topic, rest.to_vec(), 200, Duration::from_millis(200));
+    (w, producing)
+}
+
 /// A worker draining a stream that is still being produced, 4 partitions,
 /// calls of at most 50 events (so that a batch is always on its way), and
 /// Redis losing its data mid-stream as `loss` says.
 async fn lose_data_under_load(loss: Loss, seed: u64) {
     let Stack { mut redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(12_000, seed);
-    let (first, rest) = s.records.split_at(4_000);
-    broker.produce(&topic, first).await;
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
-    cfg.worker_section = UNDER_LOAD.into();
-    let w = Worker::spawn(&cfg);
-    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
-
-    // Records keep arriving (about eight seconds of them).
-    let producing = broker.produce_paced(&topic, rest.to_vec(), 200, Duration::from_millis(200));
+    let (w, producing) = drained_then_streaming(&broker, &mut cfg, &s).await;
     let mut conn = redis.conn().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while applied(&mut conn, &topic).await < 4_600 {
@@ -194,14 +204,8 @@ async fn one_cluster_primary_restarted_empty_stops_every_partition_until_rebuilt
     let broker = Broker::start();
     let (topic, dlq) = broker.topics(PARTITIONS).await;
     let s = stream::generate(12_000, 47);
-    let (first, rest) = s.records.split_at(4_000);
-    broker.produce(&topic, first).await;
     let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
-    cfg.worker_section = UNDER_LOAD.into();
-    let w = Worker::spawn(&cfg);
-    broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
-
-    let producing = broker.produce_paced(&topic, rest.to_vec(), 200, Duration::from_millis(200));
+    let (w, producing) = drained_then_streaming(&broker, &mut cfg, &s).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The primary of the busiest board (every match and bonus event writes it).
     let victim = cluster.master_of("lb:{points}:all");
