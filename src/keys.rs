@@ -388,8 +388,8 @@ mod tests {
 
     #[test]
     fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {
-        let guard = include_str!("scripts/registered.lua");
-        assert!(guard.contains(&format!("'HEXISTS', offsets_key, '{REGISTERED_FIELD}'")));
+        let guard = include_str!("scripts/lib/registered.lua");
+        assert!(guard.contains("'HEXISTS', offsets_key, Const.REGISTERED_FIELD"));
         assert!(guard.contains("error_reply('LOST "));
         for (name, script) in [
             ("apply.lua", include_str!("scripts/apply.lua")),

@@ -1,7 +1,7 @@
 //! The dedupe markers' encoding, the part of their layout that the worker
 //! computes: what a marker is (a bijection of the event id, so that its
 //! first bytes are uniform whatever kind of UUID producers use) and which
-//! bucket of a marker hash holds it. `scripts/markers.lua` keeps the
+//! bucket of a marker hash holds it. `scripts/lib/markers.lua` keeps the
 //! buckets in Redis; this module is the same rule in Rust, for the worker
 //! and for tests that look a marker up. Pure; it never touches Redis.
 //!
@@ -19,11 +19,11 @@
 use uuid::Uuid;
 
 /// The mean number of markers per bucket past which a bucket is split
-/// (the same constant as `LOAD` in `scripts/markers.lua`).
+/// (`Const.MARKER_LOAD` in the scripts, made from this one).
 pub const LOAD: u64 = 48;
 
 /// A marker's length in bytes (the same constant as `BYTES` in
-/// `scripts/markers.lua`).
+/// `scripts/lib/markers.lua`, as `Const.MARKER_BYTES`).
 pub const BYTES: usize = 12;
 
 /// A dedupe marker: the first [`BYTES`] bytes of an event id through a

@@ -68,10 +68,7 @@ local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
 local call, floor, format, byte, min, max = redis.call, math.floor, string.format, string.byte, math.min, math.max
 
--- An integer as Redis reads it (Lua's own tostring keeps only 14 digits).
-local function num(n)
-  return format('%d', n)
-end
+local num = Value.fmt
 
 -- Members with a value better than v.
 local function members_better(v)
@@ -86,7 +83,7 @@ local function values_better(v)
 end
 
 local function value_of(stored)
-  return floor(tonumber(stored) / shift)
+  return Value.of(stored, shift)
 end
 
 local function better(stored)

@@ -54,7 +54,7 @@ local lost = Registered.check(KEYS[#KEYS])
 if lost then return lost end
 local days
 if meta_on then days = (#KEYS - 9) / 4 else days = (#KEYS - 7) / 2 end
-local MAX_EXACT = 9007199254740991
+local MAX_EXACT = Const.MAX_EXACT
 local day = function(d) return KEYS[5 + 2 * d] end
 local copy = function(d) return KEYS[6 + 2 * d] end
 local M = 6 + 2 * days
@@ -202,26 +202,24 @@ while done < budget and phase ~= 'swap' do
           put_metas(staged_meta, who, what)
         end
         touched(staged)
-        at = string.format('%d', from + #items / 2)
+        at = Value.fmt(from + #items / 2)
       end
       done = done + #items / 2 + 1
     end
   elseif phase == 'trim' then
-    local excess = top_k > 0 and redis.call('ZCARD', staged) - top_k or 0
-    if excess <= 0 then
+    -- Top-K (topk.lua), a budget's worth of members at a time.
+    local gone = TopK.trim(staged, top_k, desc, budget - done)
+    if #gone == 0 then
       phase, at = dense_on and 'dense' or 'swap', '0'
     else
-      local n = math.min(excess, budget - done)
-      local from, to = 0, n - 1
-      if not desc then from, to = -n, -1 end
       if meta_on then
-        local gone = redis.call('ZRANGE', staged, from, to)
-        for i = 1, #gone, 1000 do
-          redis.call('HDEL', staged_meta, unpack(gone, i, math.min(i + 999, #gone)))
+        local names = {}
+        for i = 1, #gone, 2 do names[#names + 1] = gone[i] end
+        for i = 1, #names, 1000 do
+          redis.call('HDEL', staged_meta, unpack(names, i, math.min(i + 999, #names)))
         end
       end
-      redis.call('ZREMRANGEBYRANK', staged, from, to)
-      done = done + n
+      done = done + #gone / 2
     end
   elseif phase == 'dense' then
     local from = tonumber(at)
@@ -229,18 +227,12 @@ while done < budget and phase ~= 'swap' do
     if #items == 0 then
       phase = 'swap'
     else
-      local seen, batch = {}, {}
-      for i = 2, #items, 2 do
-        local v = string.format('%d', math.floor(tonumber(items[i]) / shift))
-        if not seen[v] then
-          seen[v] = true
-          batch[#batch + 1] = v
-          batch[#batch + 1] = v
-        end
-      end
-      zadd_pairs(staged_dense, {}, batch)
+      -- A rolling board's index has no counts (dense.lua): it is built once, here.
+      local names = {}
+      for i = 2, #items, 2 do names[#names + 1] = Value.fmt(Value.of(items[i], shift)) end
+      Dense.add_uncounted(staged_dense, names)
       redis.call('EXPIREAT', staged_dense, expire_at)
-      at = string.format('%d', from + #items / 2)
+      at = Value.fmt(from + #items / 2)
     end
     done = done + #items / 2 + 1
   end

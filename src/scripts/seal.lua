@@ -35,12 +35,12 @@ if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1
   redis.call('HSET', KEYS[5], live, ARGV[1])
   redis.call('HINCRBY', ARGV[6], 'seals', 1)
-  if ARGV[2] ~= '0' then redis.call('EXPIREAT', ARGV[6], ARGV[2]) end
+  Expiry.at(ARGV[2], { ARGV[6] })
   redis.call('DEL', final, KEYS[4], KEYS[8])
   if meta then redis.call('DEL', final_meta) end
   if redis.call('EXISTS', KEYS[7]) == 1 then
     redis.call('COPY', KEYS[7], KEYS[8])
-    if ARGV[2] ~= '0' then redis.call('EXPIREAT', KEYS[8], ARGV[2]) end
+    Expiry.at(ARGV[2], { KEYS[8] })
     -- The registry lists the final key, through which admin.lua finds this shadow.
     redis.call('SADD', KEYS[6], final)
   end
@@ -52,11 +52,7 @@ if redis.call('HEXISTS', KEYS[5], live) == 0 then
     if meta and redis.call('EXISTS', meta) == 1 then
       redis.call('COPY', meta, final_meta)
     end
-    if ARGV[2] ~= '0' then
-      redis.call('EXPIREAT', final, ARGV[2])
-      redis.call('EXPIREAT', KEYS[4], ARGV[2])
-      if meta then redis.call('EXPIREAT', final_meta, ARGV[2]) end
-    end
+    Expiry.at(ARGV[2], { final, KEYS[4], meta and final_meta or nil })
     redis.call('SADD', KEYS[6], final)
   end
 end

@@ -10,7 +10,7 @@
 //! the tag's recorded offset. This module never decides what a record's
 //! outcome means for Kafka; it only reports what Redis did.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -21,11 +21,13 @@ mod gate;
 mod jobs;
 pub mod maintenance;
 mod moderation;
+mod msgpack;
 mod operator;
 mod prepared;
 mod protocol;
 mod reads;
 mod registry;
+mod scripts;
 mod swap;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
@@ -36,15 +38,6 @@ pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocat
 use protocol::{decode_reply, ttl_secs};
 pub use reads::{ReadKeys, Reader};
 pub use swap::{swap_invocation, Swap};
-
-// Both scripts keep dedupe markers, whose code is `markers.lua`, put before
-// each. (Put together at run time: cargo does not see a file that
-// `include_str!` reads inside `concat!` change.)
-const MARKERS_LUA: &str = include_str!("../scripts/markers.lua");
-/// Put before every script that writes to a board tag: its lost-data check.
-const REGISTERED_LUA: &str = include_str!("../scripts/registered.lua");
-static APPLY_LUA: LazyLock<String> =
-    LazyLock::new(|| [REGISTERED_LUA, MARKERS_LUA, include_str!("../scripts/apply.lua")].concat());
 
 pub use crate::config::DEFAULT_MAX_EVENTS_PER_CALL;
 
@@ -164,7 +157,6 @@ impl Landed {
 #[derive(Clone)]
 pub struct Store {
     conn: RedisConn,
-    script: redis::Script,
     dedupe_ttl_secs: u64,
     max_events_per_call: usize,
     gate: Arc<Gate>,
@@ -176,7 +168,6 @@ impl Store {
     pub fn new(conn: RedisConn, dedupe_ttl: Duration) -> Store {
         Store {
             conn,
-            script: redis::Script::new(&APPLY_LUA),
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
             max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
             gate: Arc::new(Gate::new()),
@@ -297,20 +288,19 @@ impl Store {
     }
 
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
-    pub(crate) async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+    async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
-        script: &redis::Script,
-        source: &str,
+        lua: &scripts::Lua,
         keys: &[String],
         args: &[A],
     ) -> Result<Result<T, RedisError>, StoreError> {
-        let cmd = evalsha(script, keys, args);
+        let cmd = evalsha(&lua.script, keys, args);
         let mut conn = self.conn.clone();
         Ok(match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let _: String = redis::cmd("SCRIPT")
                     .arg("LOAD")
-                    .arg(source)
+                    .arg(&lua.source)
                     .query_async(&mut conn)
                     .await
                     .map_err(StoreError::LoadScript)?;
@@ -328,7 +318,7 @@ impl Store {
     /// node's for one under repair) and vouch for nothing.
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
-        let cmd = evalsha(&self.script, &inv.keys, &inv.args);
+        let cmd = inv.cmd(&scripts::APPLY.script);
         let apply_error = |source| {
             StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
         };
@@ -363,7 +353,7 @@ impl Store {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(&*APPLY_LUA)
+            .arg(&scripts::APPLY.source)
             .query_async(&mut conn)
             .await
             .map_err(StoreError::LoadScript)?;
@@ -398,9 +388,7 @@ impl Store {
         key: &str,
         entries: &[(String, Option<i64>, i64)],
     ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-        const DEPLOY_LUA: &str = include_str!("../scripts/deploy.lua");
-        static DEPLOY: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEPLOY_LUA));
-        let mut inv = DEPLOY.key(key);
+        let mut inv = scripts::DEPLOY.script.key(key);
         for (field, expected, new) in entries {
             inv.arg(field).arg(expected.unwrap_or(-1)).arg(new);
         }
@@ -411,7 +399,7 @@ impl Store {
             // failover that keeps every acknowledged write keeps the marker.
             Some((wanted, timeout)) => {
                 let mut eval = redis::cmd("EVAL");
-                eval.arg(DEPLOY_LUA).arg(1).arg(key);
+                eval.arg(&scripts::DEPLOY.source).arg(1).arg(key);
                 for (field, expected, new) in entries {
                     eval.arg(field).arg(expected.unwrap_or(-1)).arg(new);
                 }

@@ -2,13 +2,12 @@
 //! (pure, so it is unit tested) and the calls, one per board tag, each
 //! atomic. What an admin event does is decided before, in `moderation`.
 
-use super::{ApplyResult, Store, StoreError, MARKERS_LUA, REGISTERED_LUA};
+use super::msgpack::{self, MapWriter};
+use super::scripts::ADMIN;
+use super::{ApplyResult, Store, StoreError};
 use crate::board::Board;
 use crate::keys;
 use crate::moderation::AdminOp;
-
-static ADMIN_LUA: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| [REGISTERED_LUA, MARKERS_LUA, include_str!("../scripts/admin.lua")].concat());
 
 /// One admin event on one board tag, as the script's caller knows it.
 #[derive(Clone, Copy, Debug)]
@@ -25,79 +24,91 @@ pub struct AdminCall<'a> {
 
 /// KEYS and ARGV of `admin.lua` for the tag at `base`, whose board is
 /// `board` (`None`: a tag of a board no longer configured, written as a
-/// plain `sum` board).
+/// plain `sum` board): the header names each key by its index in KEYS.
 pub fn admin_invocation(
     base: &str,
     board: Option<&Board>,
     call: &AdminCall<'_>,
     dedupe_ttl_secs: u64,
 ) -> (Vec<String>, Vec<Vec<u8>>) {
-    let keys =
+    let mut keys =
         vec![keys::offsets_key(base), keys::registry_key(base), keys::hidden_key(base), keys::version_prefix(base)];
-    let (mode, shift, order, top_k, dense, sealed) = match board {
+    let (mode, shift, desc, top_k, dense, sealed, max_value) = match board {
         Some(b) => (
             b.write_op().as_str(),
             b.packing().shift(),
-            b.order().as_str(),
+            b.order().as_str() == "desc",
             b.max_members().unwrap_or(0),
             b.dense_rank(),
             b.close_after().is_some(),
+            b.packing().max_value(),
         ),
-        None => ("sum", 1, "desc", 0, true, false),
+        None => ("sum", 1, true, 0, true, false, crate::score::MAX_EXACT),
     };
-    let mut text: Vec<String> = vec![
-        call.field.to_string(),
-        call.offset.to_string(),
-        call.member.to_string(),
-        keys::dedupe_prefix(base),
-        dedupe_ttl_secs.to_string(),
+    let mut h = MapWriter::default();
+    for (i, name) in ["offsets", "registry", "hidden", "versions"].into_iter().enumerate() {
+        h.int(name, i as i64 + 1);
+    }
+    if sealed {
+        keys.push(keys::sealed_key(base));
+        h.int("sealed", keys.len() as i64);
+    }
+    h.str("field", call.field);
+    h.int("offset", call.offset);
+    h.str("member", call.member);
+    h.str("seen", &keys::dedupe_prefix(base));
+    h.int("ttl", dedupe_ttl_secs as i64);
+    h.str("refused", &keys::refused_prefix(base));
+    type Prefix = fn(&str) -> String;
+    let prefixes: [(&str, Prefix); 7] = [
+        ("period", keys::period_prefix),
+        ("dense", keys::dense_prefix),
+        ("counts", keys::dense_count_prefix),
+        ("times", keys::times_prefix),
+        ("meta", keys::meta_prefix),
+        ("shadow", keys::shadow_prefix),
+        ("attempts", keys::attempts_prefix),
     ];
-    let mut args: Vec<Vec<u8>> = text.drain(..).map(String::into_bytes).collect();
-    args.push(crate::markers::marker(call.event_id).to_vec());
-    text = vec![
-        keys::refused_prefix(base),
-        keys::period_prefix(base),
-        keys::dense_prefix(base),
-        keys::dense_count_prefix(base),
-        keys::times_prefix(base),
-        keys::meta_prefix(base),
-        keys::shadow_prefix(base),
-        keys::rate_key(base, call.member),
-        mode.to_string(),
-        shift.to_string(),
-        order.to_string(),
-        top_k.to_string(),
-        if dense { "1" } else { "0" }.to_string(),
-        if sealed { keys::sealed_key(base) } else { String::new() },
-        call.op.script_name().to_string(),
-        keys::attempts_prefix(base),
-    ];
+    for (name, prefix) in prefixes {
+        h.str(name, &prefix(base));
+    }
+    h.str("rate_key", &keys::rate_key(base, call.member));
+    h.str("mode", mode);
+    h.int("shift", shift);
+    h.bool("desc", desc);
+    h.int("top_k", top_k as i64);
+    h.bool("dense_on", dense);
+    h.str("op", call.op.script_name());
     match call.op {
         AdminOp::Set { stored, periods } => {
-            text.push(stored.to_string());
-            text.push(call.ts_ms.to_string());
-            push_periods(&mut text, periods);
+            h.int("stored", *stored);
+            h.int("ts", call.ts_ms);
+            h.raw("periods", &periods_list(periods));
         }
         AdminOp::Adjust { delta, tie, periods } => {
-            text.push(delta.to_string());
-            text.push(call.ts_ms.to_string());
-            text.push(tie.to_string());
-            text.push(board.map_or(crate::score::MAX_EXACT, |b| b.packing().max_value()).to_string());
-            push_periods(&mut text, periods);
+            h.int("delta", *delta);
+            h.int("ts", call.ts_ms);
+            h.int("tie", *tie);
+            h.int("max_value", max_value);
+            h.raw("periods", &periods_list(periods));
         }
-        AdminOp::Remove { period } => text.push(period.clone().unwrap_or_default()),
+        AdminOp::Remove { period } => h.str("period_id", period.as_deref().unwrap_or_default()),
         AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase => {}
     }
-    args.extend(text.into_iter().map(String::into_bytes));
-    (keys, args)
+    (keys, vec![h.finish(), crate::markers::marker(call.event_id).to_vec()])
 }
 
-/// (period id, EXPIREAT seconds or "0") of each period a correction writes.
-fn push_periods(text: &mut Vec<String>, periods: &[std::sync::Arc<crate::board::PeriodWrite>]) {
+/// `{id, expire_at}` of each period a correction writes (expire_at 0: none).
+fn periods_list(periods: &[std::sync::Arc<crate::board::PeriodWrite>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    msgpack::array_len(&mut out, periods.len());
     for p in periods {
-        text.push(p.id.clone());
-        text.push(p.expire_at.unwrap_or(0).to_string());
+        let mut m = MapWriter::default();
+        m.str("id", &p.id);
+        m.int("expire_at", p.expire_at.unwrap_or(0));
+        out.extend_from_slice(&m.finish());
     }
+    out
 }
 
 impl Store {
@@ -109,16 +120,12 @@ impl Store {
         tags: &[(String, Option<Board>)],
         call: &AdminCall<'_>,
     ) -> Result<Vec<ApplyResult>, StoreError> {
-        let script = redis::Script::new(&ADMIN_LUA);
-        let calls = tags.iter().map(|(base, board)| {
-            let script = &script;
-            async move {
-                let (keys, args) = admin_invocation(base, board.as_ref(), call, self.dedupe_ttl_secs);
-                let reply: Result<i64, redis::RedisError> = self.eval(script, &ADMIN_LUA, &keys, &args).await?;
-                reply.map(ApplyResult::from_code).map_err(|source| {
-                    StoreError::from_script(base, source, |source| StoreError::Admin { base: base.clone(), source })
-                })
-            }
+        let calls = tags.iter().map(|(base, board)| async move {
+            let (keys, args) = admin_invocation(base, board.as_ref(), call, self.dedupe_ttl_secs);
+            let reply: Result<i64, redis::RedisError> = self.eval(&ADMIN, &keys, &args).await?;
+            reply.map(ApplyResult::from_code).map_err(|source| {
+                StoreError::from_script(base, source, |source| StoreError::Admin { base: base.clone(), source })
+            })
         });
         futures::future::try_join_all(calls).await
     }
@@ -153,37 +160,20 @@ mod tests {
         let call = AdminCall { field: "admin:0", offset: 9, event_id: &id, member: "alice", ts_ms: 42, op: &op };
         let (keys, args) = admin_invocation("lb:{p}", None, &call, 60);
         assert_eq!(keys, ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"]);
-        let text: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        assert_eq!(args[5], crate::markers::marker(&id).to_vec());
-        assert_eq!(&text[..5], ["admin:0", "9", "alice", "lb:{p}:_seen:", "60"]);
+        assert_eq!(args.len(), 2);
+        assert_eq!(args[1], crate::markers::marker(&id).to_vec());
+        let header = msgpack::render(&mut args[0].as_slice());
+        let max = crate::score::MAX_EXACT;
         assert_eq!(
-            &text[6..],
-            [
-                "lb:{p}:_refused:",
-                "lb:{p}:",
-                "lb:{p}:_dense:",
-                "lb:{p}:_dcount:",
-                "lb:{p}:_ts:",
-                "lb:{p}:_meta:",
-                "lb:{p}:_hid:",
-                "lb:{p}:_rl:alice",
-                "sum",
-                "1",
-                "desc",
-                "0",
-                "1",
-                "",
-                "adjust",
-                "lb:{p}:_att:",
-                "-5",
-                "42",
-                "3",
-                &crate::score::MAX_EXACT.to_string(),
-                "d:2026-08-14",
-                "100",
-                "all",
-                "0"
-            ]
+            header,
+            format!(
+                "{{offsets: 1, registry: 2, hidden: 3, versions: 4, field: admin:0, offset: 9, member: alice, \
+                 seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
+                 dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
+                 shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: lb:{{p}}:_rl:alice, mode: sum, \
+                 shift: 1, desc: true, top_k: 0, dense_on: true, op: adjust, delta: -5, ts: 42, tie: 3, \
+                 max_value: {max}, periods: [{{id: d:2026-08-14, expire_at: 100}}, {{id: all, expire_at: 0}}]}}"
+            )
         );
     }
 }

@@ -44,7 +44,7 @@ pub fn prepare(batches: &[TagBatch<'_>], dedupe_ttl_secs: u64, max_events: usize
             for (f, (field, _)) in inv.tails.iter().enumerate() {
                 let earlier = calls[first..].iter().rev().find_map(|c| c.inv.last_offset(field));
                 if let Some(last) = earlier {
-                    inv.args[inv.need_at + f] = last.to_string().into_bytes();
+                    inv.needs[f] = last;
                     chained[f] = true;
                 }
             }
@@ -112,7 +112,7 @@ impl Prepared {
                     continue;
                 }
                 if let Some((_, last)) = tails.iter().find(|(g, _)| g == field) {
-                    c.inv.args[c.inv.need_at + f] = last.to_string().into_bytes();
+                    c.inv.needs[f] = *last;
                 }
             }
         }
@@ -155,10 +155,7 @@ mod tests {
             ("lb:{other}".to_string(), vec![("t:1".to_string(), 50)]),
             ("lb:{p}".to_string(), vec![("t:1".to_string(), 8), ("t:2".to_string(), 3)]),
         ]);
-        let needs = |p: &Prepared| -> Vec<String> {
-            let inv = &p.calls[0].inv;
-            inv.args[inv.need_at..inv.need_at + 2].iter().map(|a| String::from_utf8(a.clone()).unwrap()).collect()
-        };
+        let needs = |p: &Prepared| -> Vec<String> { p.calls[0].inv.needs.iter().map(i64::to_string).collect() };
         next.after(&before);
         assert_eq!(needs(&next), ["-1", "8"]);
         // Its own tails: each partition's last offset in the call.
@@ -190,11 +187,7 @@ mod tests {
         let mut p = prepare(&[batch], 60, 2);
         let needs = |p: &Prepared, i: usize| -> Vec<(String, String)> {
             let inv = &p.calls[i].inv;
-            inv.tails
-                .iter()
-                .enumerate()
-                .map(|(f, (field, _))| (field.clone(), String::from_utf8(inv.args[inv.need_at + f].clone()).unwrap()))
-                .collect()
+            inv.tails.iter().enumerate().map(|(f, (field, _))| (field.clone(), inv.needs[f].to_string())).collect()
         };
         assert_eq!(p.calls.iter().map(|c| c.n).collect::<Vec<_>>(), [2, 2, 1]);
         // Each later call waits for the offsets the calls before it on the tag carry.

@@ -12,6 +12,8 @@ use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
 use crate::event::Event;
 use crate::keys;
 
+use super::msgpack::{self, MapWriter};
+
 /// What the apply script did with one event on one board tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApplyResult {
@@ -24,12 +26,19 @@ pub enum ApplyResult {
     Refused(i64),
 }
 
+/// The scripts' codes for an event applied, a duplicate event id and a
+/// redelivered offset (the scripts' `Codes`, made from these by
+/// `scripts.rs`); a refusal's code is its `event::Reason::script_code`.
+pub(super) const APPLIED: i64 = 1;
+pub(super) const DUPLICATE: i64 = 2;
+pub(super) const REDELIVERED: i64 = 3;
+
 impl ApplyResult {
     pub(super) fn from_code(code: i64) -> ApplyResult {
         match code {
-            1 => ApplyResult::Applied,
-            2 => ApplyResult::DuplicateEvent,
-            3 => ApplyResult::DuplicateOffset,
+            APPLIED => ApplyResult::Applied,
+            DUPLICATE => ApplyResult::DuplicateEvent,
+            REDELIVERED => ApplyResult::DuplicateOffset,
             other => ApplyResult::Refused(other),
         }
     }
@@ -98,16 +107,22 @@ pub fn push_write<'a>(
     t
 }
 
-/// KEYS and ARGV of one apply-script call, as `scripts/apply.lua` documents them.
+/// One apply-script call: its KEYS, its header, its preconditions and its
+/// batch, as `scripts/apply.lua` documents them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Invocation {
     pub keys: Vec<String>,
-    /// Strings, then the batch as one MessagePack stream (see apply.lua).
-    pub args: Vec<Vec<u8>>,
-    /// Each partition field of the call, in ARGV order, with its last offset.
+    /// ARGV[1]: the header, a MessagePack map naming every key (by its
+    /// index in `keys`), prefix and setting of the call.
+    pub header: Vec<u8>,
+    /// ARGV[2]: per partition field, in the header's order, the offset the
+    /// tag must have recorded before the call runs (-1: none; see
+    /// `Prepared::after`).
+    pub needs: Vec<i64>,
+    /// ARGV[3]: the batch, one MessagePack stream (see `scripts/apply/batch.lua`).
+    pub events: Vec<u8>,
+    /// Each partition field of the call, in the header's order, with its last offset.
     pub(super) tails: Vec<(String, i64)>,
-    /// Where in `args` the fields' preconditions start.
-    pub(super) need_at: usize,
 }
 
 impl Invocation {
@@ -115,22 +130,30 @@ impl Invocation {
     pub(super) fn last_offset(&self, field: &str) -> Option<i64> {
         self.tails.iter().find(|(f, _)| f == field).map(|(_, o)| *o)
     }
+
+    /// The `EVALSHA` of this call with `script`.
+    pub(super) fn cmd(&self, script: &redis::Script) -> redis::Cmd {
+        let mut needs = Vec::with_capacity(2 + 9 * self.needs.len());
+        msgpack::array_len(&mut needs, self.needs.len());
+        for n in &self.needs {
+            msgpack::int(&mut needs, *n);
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len()).arg(&self.keys);
+        cmd.arg(&self.header).arg(needs).arg(&self.events);
+        cmd
+    }
 }
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
     let periods = distinct_periods(batch);
-    let keys = call_keys(batch, &periods);
-    let mut args = constant_args(batch, &periods, dedupe_ttl_secs);
     let (events, fields) = encode_events(batch, &periods);
-    args.push(fields.len().to_string().into_bytes());
-    args.extend(fields.iter().map(|(f, _)| f.as_bytes().to_vec()));
+    let (keys, header) = call_header(batch, &periods, &fields, dedupe_ttl_secs);
     // No preconditions until `Prepared::after` sets them.
-    let need_at = args.len();
-    args.extend(fields.iter().map(|_| b"-1".to_vec()));
-    args.push(events);
+    let needs = vec![-1; fields.len()];
     let tails = fields.iter().map(|&(f, last)| (f.to_string(), last)).collect();
-    Invocation { keys, args, tails, need_at }
+    Invocation { keys, header, needs, events, tails }
 }
 
 /// The batch's distinct period keys, in the order its events first write them.
@@ -147,59 +170,70 @@ fn distinct_periods<'a>(batch: &TagBatch<'a>) -> Vec<&'a PeriodWrite> {
     periods
 }
 
-/// KEYS: the offsets hash, each period key with its dense index, value
-/// counts, shadow (hidden players' values), (`latest`) event times and
-/// (`meta`) metadata, the sealed hash, and the hidden set.
-fn call_keys(batch: &TagBatch<'_>, periods: &[&PeriodWrite]) -> Vec<String> {
+/// KEYS (the offsets hash, the hidden set, the sealed hash on boards that
+/// seal, then each period's keys) and the header that names them.
+fn call_header(
+    batch: &TagBatch<'_>,
+    periods: &[&PeriodWrite],
+    fields: &[(&str, i64)],
+    dedupe_ttl_secs: u64,
+) -> (Vec<String>, Vec<u8>) {
     let p = &batch.params;
-    let mut keys = Vec::with_capacity(3 + 6 * periods.len());
-    keys.push(keys::offsets_key(batch.base));
-    keys.extend(periods.iter().map(|p| p.key.clone()));
-    keys.extend(periods.iter().map(|p| p.dense_key.clone()));
-    keys.extend(periods.iter().map(|p| p.count_key.clone()));
-    keys.extend(periods.iter().map(|p| p.shadow_key.clone()));
-    if p.op == WriteOp::Latest {
-        keys.extend(periods.iter().map(|p| p.times_key.clone()));
-    }
-    if p.meta {
-        keys.extend(periods.iter().map(|p| p.meta_key.clone()));
-    }
-    if p.attempts > 0 {
-        keys.extend(periods.iter().map(|p| p.attempts_key.clone()));
-    }
+    let mut keys = Vec::with_capacity(3 + 7 * periods.len());
+    // The 1-based index of a key pushed now.
+    let push = |keys: &mut Vec<String>, k: String| {
+        keys.push(k);
+        keys.len() as i64
+    };
+    let mut h = MapWriter::default();
+    h.str("op", p.op.as_str());
+    h.int("shift", p.shift);
+    h.int("max_value", p.max_value);
+    h.bool("desc", p.desc);
+    h.int("top_k", p.top_k as i64);
+    h.bool("dense", p.dense);
+    h.bool("meta", p.meta);
+    h.int("attempts", p.attempts as i64);
+    h.int("rate_events", p.rate_events as i64);
+    h.int("rate_window", p.rate_window_ms);
+    h.str("rate", &keys::rate_prefix(batch.base));
+    h.int("ttl", dedupe_ttl_secs as i64);
+    h.str("refused", &keys::refused_prefix(batch.base));
+    h.str("seen", &keys::dedupe_prefix(batch.base));
+    h.str("registry", &keys::registry_key(batch.base));
+    h.int("offsets", push(&mut keys, keys::offsets_key(batch.base)));
+    h.int("hidden", push(&mut keys, keys::hidden_key(batch.base)));
     if p.sealed {
-        keys.push(keys::sealed_key(batch.base));
+        h.int("sealed", push(&mut keys, keys::sealed_key(batch.base)));
     }
-    keys.push(keys::hidden_key(batch.base));
-    keys
-}
-
-/// ARGV[1] to ARGV[16 + P]: the board's constants, the key prefixes the
-/// script extends, and each period key's expiry.
-fn constant_args(batch: &TagBatch<'_>, periods: &[&PeriodWrite], dedupe_ttl_secs: u64) -> Vec<Vec<u8>> {
-    let p = &batch.params;
-    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
-    let mut args: Vec<String> = vec![
-        p.op.as_str().to_string(),
-        dedupe_ttl_secs.to_string(),
-        keys::refused_prefix(batch.base),
-        p.shift.to_string(),
-        p.max_value.to_string(),
-        if p.desc { "desc" } else { "asc" }.to_string(),
-        p.top_k.to_string(),
-        p.rate_events.to_string(),
-        p.rate_window_ms.to_string(),
-        keys::rate_prefix(batch.base),
-        flag(p.dense),
-        flag(p.sealed),
-        keys::dedupe_prefix(batch.base),
-        keys::registry_key(batch.base),
-        flag(p.meta),
-        p.attempts.to_string(),
-        periods.len().to_string(),
-    ];
-    args.extend(periods.iter().map(|period| period.expire_at.unwrap_or(0).to_string()));
-    args.into_iter().map(String::into_bytes).collect()
+    let mut list = Vec::new();
+    msgpack::array_len(&mut list, fields.len());
+    for (f, _) in fields {
+        msgpack::str(&mut list, f);
+    }
+    h.raw("fields", &list);
+    list.clear();
+    msgpack::array_len(&mut list, periods.len());
+    for period in periods {
+        let mut m = MapWriter::default();
+        m.int("key", push(&mut keys, period.key.clone()));
+        m.int("dense", push(&mut keys, period.dense_key.clone()));
+        m.int("counts", push(&mut keys, period.count_key.clone()));
+        m.int("shadow", push(&mut keys, period.shadow_key.clone()));
+        if p.op == WriteOp::Latest {
+            m.int("times", push(&mut keys, period.times_key.clone()));
+        }
+        if p.meta {
+            m.int("meta", push(&mut keys, period.meta_key.clone()));
+        }
+        if p.attempts > 0 {
+            m.int("attempts", push(&mut keys, period.attempts_key.clone()));
+        }
+        m.int("expire_at", period.expire_at.unwrap_or(0));
+        list.extend_from_slice(&m.finish());
+    }
+    h.raw("periods", &list);
+    (keys, h.finish())
 }
 
 /// The batch as one MessagePack stream (its layout is in apply.lua's
@@ -257,7 +291,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
             mp_int(&mut body, item.ts);
         }
         if p.meta {
-            rmp::encode::write_str(&mut body, item.meta.unwrap_or("")).expect("writing to a Vec cannot fail");
+            msgpack::str(&mut body, item.meta.unwrap_or(""));
         }
         if p.sealed {
             mp_int(&mut body, item.record_ts);
@@ -271,7 +305,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     let mut events = Vec::with_capacity(body.len() + 16 * members.len() + 16);
     mp_int(&mut events, members.len() as i64);
     for m in &members {
-        rmp::encode::write_str(&mut events, m).expect("writing to a Vec cannot fail");
+        msgpack::str(&mut events, m);
     }
     for list in &per_period {
         // Every member, in order (each member's first event wrote the
@@ -294,9 +328,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     }
     mp_int(&mut events, batch.items.len() as i64);
     for item in &batch.items {
-        // A str of the marker's bytes: Redis's cmsgpack reads no bin formats.
-        rmp::encode::write_str_len(&mut events, crate::markers::BYTES as u32).expect("writing to a Vec cannot fail");
-        events.extend_from_slice(&crate::markers::marker(item.event_id));
+        msgpack::bytes_as_str(&mut events, &crate::markers::marker(item.event_id));
     }
     events.extend_from_slice(&body);
     (events, fields)
@@ -325,7 +357,7 @@ pub(super) fn ttl_secs(ttl: Duration) -> u64 {
 }
 
 fn mp_int(buf: &mut Vec<u8>, n: i64) {
-    rmp::encode::write_sint(buf, n).expect("writing to a Vec cannot fail");
+    msgpack::int(buf, n);
 }
 
 #[cfg(test)]
@@ -415,48 +447,28 @@ pub(super) mod tests {
             inv.keys,
             [
                 "lb:{p}:_offsets",
+                "lb:{p}:_hidden",
                 "lb:{p}:d:2026-08-14",
-                "lb:{p}:all",
                 "lb:{p}:_dense:d:2026-08-14",
-                "lb:{p}:_dense:all",
                 "lb:{p}:_dcount:d:2026-08-14",
-                "lb:{p}:_dcount:all",
                 "lb:{p}:_hid:d:2026-08-14",
+                "lb:{p}:all",
+                "lb:{p}:_dense:all",
+                "lb:{p}:_dcount:all",
                 "lb:{p}:_hid:all",
-                "lb:{p}:_hidden"
             ]
         );
-        let (events, head) = inv.args.split_last().unwrap();
-        let head: Vec<&str> = head.iter().map(|a| std::str::from_utf8(a).unwrap()).collect();
+        // The header names each key by its index in KEYS.
         assert_eq!(
-            head,
-            [
-                "sum",
-                "60",
-                "lb:{p}:_refused:",
-                "1",
-                "1000",
-                "desc",
-                "0",
-                "0",
-                "0",
-                "lb:{p}:_rl:",
-                "1",
-                "0",
-                "lb:{p}:_seen:",
-                "lb:{p}:_keys",
-                "0",
-                "0",
-                "2",
-                "100",
-                "0",
-                "2",
-                "t:0",
-                "t:1",
-                "-1",
-                "-1"
-            ]
+            msgpack::render(&mut inv.header.as_slice()),
+            "{op: sum, shift: 1, max_value: 1000, desc: true, top_k: 0, dense: true, meta: false, attempts: 0, \
+             rate_events: 0, rate_window: 0, rate: lb:{p}:_rl:, ttl: 60, refused: lb:{p}:_refused:, \
+             seen: lb:{p}:_seen:, registry: lb:{p}:_keys, offsets: 1, hidden: 2, fields: [t:0, t:1], \
+             periods: [{key: 3, dense: 4, counts: 5, shadow: 6, expire_at: 100}, \
+             {key: 7, dense: 8, counts: 9, shadow: 10, expire_at: 0}]}"
         );
+        assert_eq!(inv.needs, [-1, -1]);
+        let events = &inv.events;
         // The members; per period key its members' indexes (-1: all of them, in
         // order); the shapes; then
         // the events: field index, offset, member index, num, shape (a sum

@@ -11,8 +11,6 @@ use std::sync::Arc;
 use super::{RedisConn, StoreError};
 use crate::keys;
 
-const READ_LUA: &str = include_str!("../scripts/read.lua");
-
 /// The keys of one period of one board tag that `read.lua` reads.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadKeys<'a> {
@@ -36,7 +34,7 @@ fn read_failed(source: redis::RedisError) -> StoreError {
 
 impl Reader {
     pub fn new(conn: RedisConn) -> Reader {
-        Reader { conn, script: Arc::new(redis::Script::new(READ_LUA)) }
+        Reader { conn, script: Arc::new(super::scripts::READ.script.clone()) }
     }
 
     /// One query of `read.lua` (see its header): `op`, the board's order

@@ -1,12 +1,8 @@
 //! `rankflow rebuild`'s last step on one board tag: the rebuilt keys take
 //! the live keys' places, atomically, where the two agree (`scripts/swap.lua`).
 
-use std::sync::LazyLock;
-
 use super::{RedisConn, StoreError};
 use crate::keys;
-
-static SWAP: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../scripts/swap.lua")));
 
 /// What a swap came to.
 #[derive(Debug, PartialEq)]
@@ -20,7 +16,7 @@ pub enum Swap {
 
 /// The swap script's call for live key base `live` and rebuilt key base `built`.
 pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::ScriptInvocation<'static> {
-    let mut inv = SWAP.prepare_invoke();
+    let mut inv = super::scripts::SWAP.script.prepare_invoke();
     for base in [live, built] {
         inv.key(keys::offsets_key(base));
     }

@@ -1,8 +1,7 @@
--- markers.lua: a board tag's dedupe markers, shared by apply.lua and
--- admin.lua (the worker puts this file before each of them; it defines
--- Markers and runs nothing).
+-- markers.lua: a board tag's dedupe markers, used by apply.lua and
+-- admin.lua (it defines Markers and runs nothing).
 --
--- A marker is the first BYTES (12) bytes of an event id's 16 through a
+-- A marker is the first BYTES (Const.MARKER_BYTES, 12) bytes of an event id's 16 through a
 -- bijection the worker applies (src/markers.rs), so its first four bytes
 -- are uniform. The markers set while Redis's clock was in the nth
 -- dedupe_ttl are in the hash "<prefix>:{tag}:_seen:<n>", n = floor(TIME /
@@ -34,7 +33,7 @@
 
 local Markers = {}
 do
-  local LOAD, BYTES = 48, 12
+  local LOAD, BYTES = Const.MARKER_LOAD, Const.MARKER_BYTES
   local call, floor, format, byte, find, sub, concat = redis.call, math.floor, string.format, string.byte, string.find, string.sub, table.concat
   local unpack, min, tonumber = unpack, math.min, tonumber
   local CHUNK = 1000

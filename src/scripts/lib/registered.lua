@@ -1,8 +1,9 @@
--- registered.lua: put before every script that writes to a board tag
--- (apply, admin, seal, roll; src/store/mod.rs puts them together).
+-- registered.lua: the lost-data check of every script that writes to a
+-- board tag (apply, admin, seal, roll).
 --
--- Every tag is registered before its first write: the field "registered"
--- of its offsets hash (keys::REGISTERED_FIELD, set by store/registry.rs).
+-- Every tag is registered before its first write: the field
+-- Const.REGISTERED_FIELD ("registered", keys::REGISTERED_FIELD) of its
+-- offsets hash, set by store/registry.rs.
 -- A tag without it was never registered, which a worker never writes, or
 -- has lost its data since: Redis restarted without persistence, was
 -- flushed, or failed over to a replica that never had it. Writing to it
@@ -17,7 +18,7 @@ local Registered = {}
 -- The error LOST when the tag whose offsets hash is `offsets_key` is not
 -- registered; nil when it is.
 function Registered.check(offsets_key)
-  if redis.call('HEXISTS', offsets_key, 'registered') == 0 then
+  if redis.call('HEXISTS', offsets_key, Const.REGISTERED_FIELD) == 0 then
     return redis.error_reply('LOST board tag ' .. offsets_key .. ' is not registered: its data is gone')
   end
   return nil
