@@ -41,10 +41,12 @@
 //! 2. [`board::Router::plan`] turns the event into per-board writes (period
 //!    keys from [`period`], scores from [`score`], key names from [`keys`]) or
 //!    refusals.
-//! 3. [`store::Store`] sends one `apply.lua` call per board tag for the whole
-//!    batch. Per event the script checks the tag's recorded offset (a
-//!    redelivery changes nothing), looks up the `event_id` marker and, only if
-//!    absent, writes every period and sets the marker, atomically.
+//! 3. `pipeline` hands the batch to the [`store::Writer`], which sends one
+//!    `apply.lua` call per board tag (and `max_events_per_call` events),
+//!    each batch behind the one before, and retries what did not land. Per
+//!    event the script checks the tag's recorded offset (a redelivery
+//!    changes nothing), looks up the `event_id` marker and, only if absent,
+//!    writes every period and sets the marker, atomically.
 //! 4. `pipeline` folds the script's answers into the record's outcome;
 //!    records no board applied go to the dead-letter topic ([`kafka`]'s
 //!    producer).

@@ -1,15 +1,12 @@
 //! Sending a batch to Redis: grouping its writes by board tag, enqueuing the
-//! scheduler jobs its periods need, and the apply task that retries the
-//! batch until Redis has applied it.
+//! scheduler jobs its periods need, and handing it to the writer.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tracing::{debug, Instrument};
+use futures::future::BoxFuture;
+use futures::FutureExt;
 
 use crate::board::Decision;
 use crate::health::Health;
@@ -18,7 +15,7 @@ use crate::keys;
 use crate::metrics;
 use crate::retry::retry;
 use crate::schedule;
-use crate::store::{push_write, Landed, Prepared, StoreError, TagBatch};
+use crate::store::{push_write, Prepared, StoreError, TagBatch, Writer, WriterSettings, Written};
 
 use super::inflight::Results;
 use super::lost::{lost_tag, retry_unless_lost};
@@ -157,111 +154,54 @@ async fn enqueue_jobs(cx: &Context, items: &[Item]) -> bool {
     true
 }
 
-/// Sends a prepared batch on a task of its own, retried with capped
-/// backoff until Redis has applied it; `done` fires then. The task's
-/// result is `None` if it was abandoned on shutdown, or if Redis lost data
-/// (then `Health::lost_data` says so, and nothing of the batch is stored).
-///
-/// `after`: the batch was sent behind one still in flight, with
-/// preconditions on it (`Prepared::after`), and this fires when that one
-/// has landed. If the first attempt fails (the batch before failed too,
-/// so the script refused this one, or Redis is down), the batch waits for
-/// the one before to land and is then retried with the same
-/// preconditions: they hold from then on, so one that fails means the tag
-/// lost the offsets that batch recorded there.
-pub fn spawn_apply(
-    cx: &Context,
-    calls: Prepared,
-    after: Option<oneshot::Receiver<()>>,
-    done: oneshot::Sender<()>,
-    span: tracing::Span,
-) -> JoinHandle<Results> {
-    let (store, cancel, health) = (cx.store.clone(), cx.cancel.clone(), cx.health.clone());
-    let max_backoff = cx.settings.worker.max_backoff;
-    let apply = async move {
+/// The pipeline's writer (see `store::Writer`): each attempt to send a
+/// batch counted in the metrics and the health's view of Redis.
+pub fn writer(cx: &Context) -> Writer {
+    let health = cx.health.clone();
+    let observe = move |attempt: &Result<(), StoreError>, took: std::time::Duration| {
         let m = metrics::get();
-        let landed_ok = |started: Instant, health: &Health| {
-            m.redis_roundtrip.observe(started.elapsed().as_secs_f64());
+        let up = |health: &Health| {
+            m.redis_roundtrip.observe(took.as_secs_f64());
             health.redis_up.store(true, Ordering::Relaxed);
             m.redis_up.set(1);
         };
-        let mut landed = Landed::new(&calls);
-        // An empty batch has nothing to send.
-        if let Some(after) = after.filter(|_| !landed.is_complete()) {
-            let started = Instant::now();
-            match store.apply_pending(&calls, &mut landed).await {
-                Ok(()) => landed_ok(started, &health),
-                Err(e) if e.is_lost() => {
-                    health.lost_data(lost_tag(&e));
-                    return None;
-                }
-                Err(e) => {
-                    debug!(error = %e, "A batch sent behind another is not done; what is not is sent again once that one is.");
-                    after.await.ok()?;
-                }
+        match attempt {
+            Ok(()) => up(&health),
+            Err(StoreError::NotReplicated { .. }) => {
+                up(&health);
+                m.replica_wait_failures.inc();
+            }
+            Err(e) if e.is_lost() => up(&health),
+            Err(_) => {
+                m.redis_errors.with_label_values(&["apply"]).inc();
+                health.redis_up.store(false, Ordering::Relaxed);
+                m.redis_up.set(0);
             }
         }
-        // What is not done yet (not landed, or with redis.min_replicas not
-        // on enough replicas: the writes may have died with their primary)
-        // is sent again, with capped backoff, until it is; the script's
-        // recorded offsets make a second landing exact, and each call keeps
-        // the answers of its first. The next batch is told this one is done
-        // only then, so that a batch sent again after a failover lands
-        // before the ones behind it.
-        if !landed.is_complete() {
-            let (calls, shared) = (Arc::new(calls), Arc::new(tokio::sync::Mutex::new(landed)));
-            retry_unless_lost("apply a batch to Redis", &cancel, max_backoff, &health, || {
-                let (store, calls, shared, health) = (store.clone(), calls.clone(), shared.clone(), health.clone());
-                async move {
-                    let started = Instant::now();
-                    let r = store.apply_pending(&calls, &mut *shared.lock().await).await.map_err(stale_is_lost);
-                    match &r {
-                        Ok(()) => landed_ok(started, &health),
-                        Err(StoreError::NotReplicated { .. }) => {
-                            landed_ok(started, &health);
-                            m.replica_wait_failures.inc();
-                        }
-                        Err(e) if e.is_lost() => landed_ok(started, &health),
-                        Err(_) => {
-                            m.redis_errors.with_label_values(&["apply"]).inc();
-                            health.redis_up.store(false, Ordering::Relaxed);
-                            m.redis_up.set(0);
-                        }
-                    }
-                    r
-                }
-            })
-            .await?;
-            landed = Arc::into_inner(shared).expect("the retries are over").into_inner();
-        }
-        let results = landed.into_results().expect("every call landed");
-        let _ = done.send(());
-        Some(results)
     };
-    // Polled once here, the task takes its place in the store's queue of
-    // batches (and sends its first calls, if the queue is free) before this
-    // returns: batches then reach Redis in the order they were sent, which
-    // the runtime's order of running new tasks would not ensure (a batch
-    // overtaken by the one behind it costs that one a refusal and a second
-    // round trip, never an effect). See `store::Gate`.
-    let mut apply = Box::pin(apply.instrument(span));
-    let waker = futures::task::noop_waker();
-    match std::future::Future::poll(apply.as_mut(), &mut std::task::Context::from_waker(&waker)) {
-        std::task::Poll::Ready(results) => tokio::spawn(async move { results }),
-        std::task::Poll::Pending => tokio::spawn(apply),
-    }
+    let settings = WriterSettings {
+        max_backoff: cx.settings.worker.max_backoff,
+        cancel: cx.cancel.clone(),
+        observe: Arc::new(observe),
+    };
+    Writer::spawn(cx.store.clone(), settings)
 }
 
-/// Once every batch before has landed, a call's preconditions hold unless
-/// its tag lost the offsets they name: `STALE` then means lost data.
-fn stale_is_lost(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Apply { base, source } if source.code() == Some("STALE") => StoreError::Lost {
-            base,
-            detail: "it no longer holds the offsets the batch before this one recorded there (a restart without \
-                     persistence, or a failover to a replica without those writes)"
-                .into(),
-        },
-        other => other,
+/// Hands a prepared batch to the writer; the future answers its results
+/// once it has landed, `None` if it was abandoned on shutdown or Redis lost
+/// data (then `Health::lost_data` says so, and nothing of the batch is stored).
+pub fn send(cx: &Context, writer: &Writer, calls: Prepared, span: tracing::Span) -> BoxFuture<'static, Results> {
+    let written = writer.send(calls, span);
+    let health = cx.health.clone();
+    async move {
+        match written.await {
+            Written::Applied(results) => Some(results),
+            Written::Lost(e) => {
+                health.lost_data(lost_tag(&e));
+                None
+            }
+            Written::Abandoned => None,
+        }
     }
+    .boxed()
 }

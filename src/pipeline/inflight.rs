@@ -1,11 +1,11 @@
-//! Batches on their way to Redis, oldest first, and the ordering rules that
-//! keep exactly-once across them:
+//! Batches on their way to Redis, oldest first, and the rules that keep
+//! exactly-once across them on the pipeline's side (the order they reach
+//! Redis in, their preconditions and retries are the writer's,
+//! `store::Writer`):
 //!
 //! - at most [`IN_FLIGHT`] batches are in Redis at once; sending one more
 //!   first takes the oldest off the queue (it is settled once the new one is
 //!   sent, so Redis is never idle meanwhile);
-//! - a batch sent behind another carries that one's tails as preconditions,
-//!   and its `landed` signal, so a failed batch is never overtaken;
 //! - batches settle in the order they were sent;
 //! - a batch abandoned on shutdown takes every batch behind it along: one
 //!   behind it may have been applied, on other board tags, but storing its
@@ -15,10 +15,9 @@
 
 use std::collections::VecDeque;
 
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::store::{ApplyResult, Tails};
+use crate::store::ApplyResult;
 
 /// How many batches may be on their way to Redis at once: two, so that
 /// Redis has the next one queued when it finishes one.
@@ -31,19 +30,8 @@ pub type Results = Option<Vec<Vec<ApplyResult>>>;
 pub struct InFlight<B> {
     /// What settling the batch needs (its records and plan).
     pub batch: B,
+    /// The task that answers the batch's results once it has landed.
     applied: JoinHandle<Results>,
-    /// Where the batch leaves each board tag, which the batch sent behind it waits for.
-    tails: Tails,
-    /// Fires once the batch has landed (dropped if it is abandoned), for the
-    /// batch sent behind it; taken when that one is sent.
-    landed: Option<oneshot::Receiver<()>>,
-}
-
-/// A batch about to be sent behind the newest one in flight: the newest's
-/// tails (for `Prepared::after`) and its landed signal.
-pub struct Behind<'a> {
-    pub tails: &'a Tails,
-    pub landed: Option<oneshot::Receiver<()>>,
 }
 
 /// The batches in flight, oldest first.
@@ -72,20 +60,15 @@ impl<B> Queue<B> {
         self.batches.len() >= IN_FLIGHT
     }
 
-    /// What a batch sent now must wait for: the newest batch in flight.
-    pub fn behind(&mut self) -> Option<Behind<'_>> {
-        self.batches.back_mut().map(|f| Behind { tails: &f.tails, landed: f.landed.take() })
-    }
-
-    /// Queues a batch just sent. `landed` fires when it has landed.
-    pub fn push(&mut self, batch: B, applied: JoinHandle<Results>, tails: Tails, landed: oneshot::Receiver<()>) {
-        self.batches.push_back(InFlight { batch, applied, tails, landed: Some(landed) });
+    /// Queues a batch just sent; `applied` answers once it has landed.
+    pub fn push(&mut self, batch: B, applied: JoinHandle<Results>) {
+        self.batches.push_back(InFlight { batch, applied });
     }
 
     /// Waits for the oldest batch to land and takes it off the queue, with
     /// its results (`None`: abandoned, and the queue is emptied, see the
     /// module's rules). Cancel-safe: the batch stays queued until it lands.
-    /// A panic of its apply task is raised again here.
+    /// A panic of its task is raised again here.
     ///
     /// # Panics
     /// On an empty queue.
@@ -120,24 +103,24 @@ impl<B> Queue<B> {
 mod tests {
     use std::time::Duration;
 
+    use tokio::sync::oneshot;
+
     use super::*;
 
     fn results(n: usize) -> Results {
         Some(vec![vec![ApplyResult::Applied; n]])
     }
 
-    fn send(q: &mut Queue<&'static str>, name: &'static str, applied: JoinHandle<Results>) -> oneshot::Sender<()> {
-        let (done, landed) = oneshot::channel();
-        q.push(name, applied, Tails::default(), landed);
-        done
+    fn send(q: &mut Queue<&'static str>, name: &'static str, applied: JoinHandle<Results>) {
+        q.push(name, applied);
     }
 
     #[tokio::test]
     async fn batches_settle_in_the_order_sent_even_when_a_later_one_lands_first() {
         let mut q = Queue::default();
         let (release, wait) = oneshot::channel::<()>();
-        let _a = send(&mut q, "a", tokio::spawn(async move { wait.await.ok().and(results(1)) }));
-        let _b = send(&mut q, "b", tokio::spawn(async { results(2) }));
+        send(&mut q, "a", tokio::spawn(async move { wait.await.ok().and(results(1)) }));
+        send(&mut q, "b", tokio::spawn(async { results(2) }));
         assert!(q.is_full());
         // b has landed, a has not: nothing settles before a.
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -154,8 +137,8 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_batch_takes_every_batch_behind_it_along() {
         let mut q = Queue::default();
-        let _a = send(&mut q, "a", tokio::spawn(async { None }));
-        let _b = send(&mut q, "b", tokio::spawn(async { results(1) }));
+        send(&mut q, "a", tokio::spawn(async { None }));
+        send(&mut q, "b", tokio::spawn(async { results(1) }));
         let (first, r) = q.oldest().await;
         assert_eq!(first, "a");
         assert!(r.is_none());
@@ -163,23 +146,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_sent_behind_another_waits_for_that_ones_landing_signal_once() {
-        let mut q: Queue<&'static str> = Queue::default();
-        assert!(q.behind().is_none());
-        let done = send(&mut q, "a", tokio::spawn(async { results(1) }));
-        let behind = q.behind().expect("a is in flight");
-        let landed = behind.landed.expect("the signal of a");
-        // The signal goes to one batch only: the next one behind a finds it taken.
-        assert!(q.behind().unwrap().landed.is_none());
-        done.send(()).unwrap();
-        assert!(landed.await.is_ok());
-    }
-
-    #[tokio::test]
     #[should_panic(expected = "apply task failed")]
     async fn a_panic_in_an_apply_task_is_raised_where_the_batch_is_settled() {
         let mut q: Queue<&'static str> = Queue::default();
-        let _a = send(&mut q, "a", tokio::spawn(async { panic!("apply task failed") }));
+        send(&mut q, "a", tokio::spawn(async { panic!("apply task failed") }));
         q.oldest().await;
     }
 }

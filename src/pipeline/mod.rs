@@ -122,6 +122,8 @@ struct Pipeline {
     consumer: WorkerConsumer,
     topics: TopicNames,
     inflight: Queue<Planned>,
+    /// Sends the batches to Redis, in order (see `store::Writer`).
+    writer: crate::store::Writer,
     held: Held,
     /// A record read while a batch was open that must start a batch of its
     /// own (an erasure).
@@ -204,6 +206,7 @@ pub async fn run_with(
         return Ok(());
     }
     let mut p = Pipeline {
+        writer: apply::writer(&cx),
         cx,
         consumer,
         topics: TopicNames::default(),
@@ -356,7 +359,7 @@ impl Pipeline {
         if let [Item::Admin { .. }] = items.as_slice() {
             return self.admin(records, items).instrument(span).await;
         }
-        let Some((planned, mut calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
+        let Some((planned, calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
             info!("Shutdown (or lost data) while registering tags or sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
             return false;
         };
@@ -374,14 +377,8 @@ impl Pipeline {
         } else {
             None
         };
-        let after = self.inflight.behind().and_then(|behind| {
-            calls.after(behind.tails);
-            behind.landed
-        });
-        let (done, landed) = tokio::sync::oneshot::channel();
-        let tails = calls.tails();
-        let applied = apply::spawn_apply(&self.cx, calls, after, done, span);
-        self.inflight.push(planned, applied, tails, landed);
+        let applied = tokio::spawn(apply::send(&self.cx, &self.writer, calls, span));
+        self.inflight.push(planned, applied);
         if let Some((older, results)) = before {
             self.settle_landed(older, results).await;
         }

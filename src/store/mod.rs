@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
-use tracing::debug;
 
 mod conn;
 mod gate;
@@ -28,16 +27,19 @@ mod protocol;
 mod reads;
 mod registry;
 mod scripts;
+mod send;
 mod swap;
+mod writer;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
 use gate::Gate;
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
+use protocol::ttl_secs;
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
-use protocol::{decode_reply, ttl_secs};
 pub use reads::{ReadKeys, Reader};
 pub use swap::{swap_invocation, Swap};
+pub use writer::{Observer, Writer, WriterSettings, Written};
 
 pub use crate::config::DEFAULT_MAX_EVENTS_PER_CALL;
 
@@ -114,45 +116,6 @@ fn wait_cmd(n: u32, timeout: Duration) -> redis::Cmd {
     cmd
 }
 
-/// Which calls of a prepared batch Redis has applied, with their answers.
-pub struct Landed {
-    results: Vec<Option<Vec<ApplyResult>>>,
-    /// Whether each call's writes are known to be on enough replicas (with
-    /// `redis.min_replicas`; without it, a call is durable once it landed).
-    durable: Vec<bool>,
-    /// The tag batch each call carries events of, in call order.
-    batch_of: Vec<usize>,
-}
-
-impl Landed {
-    /// Nothing landed yet.
-    pub fn new(prepared: &Prepared) -> Landed {
-        Landed {
-            results: vec![None; prepared.calls.len()],
-            durable: vec![false; prepared.calls.len()],
-            batch_of: prepared.calls.iter().map(|c| c.batch).collect(),
-        }
-    }
-
-    /// Whether every call has landed (and, with `redis.min_replicas`, is on enough replicas).
-    pub fn is_complete(&self) -> bool {
-        self.durable.iter().all(|d| *d)
-    }
-
-    /// Once all have landed, the answers per tag batch (a tag's calls put
-    /// back together, in event order).
-    pub fn into_results(self) -> Option<Vec<Vec<ApplyResult>>> {
-        let mut out: Vec<Vec<ApplyResult>> = Vec::new();
-        for (r, b) in self.results.into_iter().zip(self.batch_of) {
-            if out.len() <= b {
-                out.resize_with(b + 1, Vec::new);
-            }
-            out[b].extend(r?);
-        }
-        Some(out)
-    }
-}
-
 /// The write side of Redis: the apply and admin scripts on one connection.
 #[derive(Clone)]
 pub struct Store {
@@ -208,85 +171,6 @@ impl Store {
         self
     }
 
-    /// Sends prepared calls, in order, at most two in each Redis node at a
-    /// time (see [`gate::CALLS_IN_REDIS`]).
-    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
-        let mut landed = Landed::new(prepared);
-        self.apply_pending(prepared, &mut landed).await?;
-        Ok(landed.into_results().expect("every call landed"))
-    }
-
-    /// Sends the calls of `prepared` that have not landed yet, in order,
-    /// and records in `landed` each one Redis applied. Fails with the first
-    /// error when any call failed; the calls that did land keep their
-    /// answers. (A landed call is sent again only ahead of a pending call of
-    /// its tag, see `Prepared::to_send`, and its new answers are dropped:
-    /// they would report its events as redeliveries, counted as duplicates
-    /// instead of applied.)
-    pub async fn apply_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
-        match self.send_pending(prepared, landed).await {
-            // Redis lost its script cache (a restart): the calls that found
-            // the script missing may have been overtaken by later ones that
-            // then found their preconditions unmet, so all that did not land
-            // go again, in order, once the script is loaded.
-            Err(e) if e.is_no_script() => {
-                self.load_script().await?;
-                self.send_pending(prepared, landed).await
-            }
-            other => other,
-        }
-    }
-
-    async fn send_pending(&self, prepared: &Prepared, landed: &mut Landed) -> Result<(), StoreError> {
-        use futures::StreamExt;
-        let done = landed.durable.clone();
-        let to_send = prepared.to_send(&done);
-        let (mut answers, mut running) = {
-            // One batch at a time starts its calls, so batches reach Redis in
-            // order: the lock is the first thing a batch waits for.
-            let _order = self.gate.order.lock().await;
-            if let RedisConn::Cluster(_) = &self.conn {
-                if self.gate.map_due() {
-                    self.gate.set_map(self.slot_map().await);
-                }
-            }
-            let slots = to_send.iter().map(|&i| crate::keys::key_slot(&prepared.calls[i].base));
-            let (lanes, gates) = self.gate.assign(slots);
-            let order: Vec<(usize, usize)> = to_send.into_iter().zip(lanes).collect();
-            gate::start_in_order(&order, &gates, |i| {
-                let c = &prepared.calls[i];
-                self.apply_one(&c.base, &c.inv, c.n)
-            })
-            .await
-        };
-        while let Some(a) = running.next().await {
-            answers.push(a);
-        }
-        let mut first_error = None;
-        for (i, result) in answers {
-            match result {
-                Ok((r, durable)) => {
-                    // A call that had landed keeps its first answers.
-                    if landed.results[i].is_none() {
-                        landed.results[i] = Some(r);
-                    }
-                    landed.durable[i] |= durable;
-                    if !durable && first_error.is_none() {
-                        first_error = Some(StoreError::NotReplicated { base: prepared.calls[i].base.clone() });
-                    }
-                }
-                Err(e) if landed.results[i].is_none() => {
-                    // A missing script is the error that says what to do next.
-                    if first_error.is_none() || e.is_no_script() {
-                        first_error = Some(e);
-                    }
-                }
-                Err(e) => debug!(error = %e, "A call sent again ahead of a pending one failed; both are sent again."),
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
     async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
@@ -310,66 +194,12 @@ impl Store {
         })
     }
 
-    /// One apply call: its answers, and whether its writes are on enough
-    /// replicas. With `redis.min_replicas`, the call and `WAIT` go
-    /// together, in one pipeline on the connection of the call's node:
-    /// `WAIT` counts what its own connection wrote, and a `WAIT` sent on
-    /// its own could reach another connection (redis-rs stands in another
-    /// node's for one under repair) and vouch for nothing.
-    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
-        // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
-        let cmd = inv.cmd(&scripts::APPLY.script);
-        let apply_error = |source| {
-            StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
-        };
-        let (reply, durable) = match self.replicas {
-            None => (cmd.query_async::<Vec<i64>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
-            Some((wanted, timeout)) => {
-                let mut pipe = redis::pipe();
-                pipe.add_command(cmd).add_command(wait_cmd(wanted, timeout));
-                let (reply, got): (Vec<i64>, i64) =
-                    pipe.query_async(&mut self.conn.clone()).await.map_err(apply_error)?;
-                (reply, got >= i64::from(wanted))
-            }
-        };
-        let results = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
-            base: base.to_string(),
-            got: reply.len(),
-            expected: n,
-        })?;
-        Ok((results, durable))
-    }
-
     /// Waits for `n` replicas on every write (`redis.min_replicas`): each
     /// apply call is then followed by `WAIT n timeout` on its connection,
     /// and a call is done only once enough replicas acknowledged it.
     pub fn with_min_replicas(mut self, n: u32, timeout: Duration) -> Store {
         self.replicas = (n > 0).then_some((n, timeout));
         self
-    }
-
-    /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
-    pub async fn load_script(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&scripts::APPLY.source)
-            .query_async(&mut conn)
-            .await
-            .map_err(StoreError::LoadScript)?;
-        Ok(())
-    }
-
-    /// A cluster's slot map (`CLUSTER SLOTS`), or `None` when it cannot be read.
-    async fn slot_map(&self) -> Option<gate::SlotMap> {
-        let mut conn = self.conn.clone();
-        match redis::cmd("CLUSTER").arg("SLOTS").query_async::<redis::Value>(&mut conn).await {
-            Ok(reply) => gate::SlotMap::parse(&reply),
-            Err(e) => {
-                debug!(error = %e, "Reading the cluster's slot map failed; the calls' lanes stay as they were.");
-                None
-            }
-        }
     }
 
     /// A deployment marker (`keys::deploy_key`): field -> offset.

@@ -1,0 +1,229 @@
+//! Sending a prepared batch's apply calls: each call to the Redis node of
+//! its tag, in order, at most [`gate::CALLS_IN_REDIS`] unanswered per node,
+//! with `WAIT` behind it when `redis.min_replicas` asks for it; which calls
+//! have landed ([`Landed`]); and reloading the script after a restart.
+//! What to do when a call fails is the writer's (`writer.rs`).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tracing::debug;
+
+use super::gate;
+use super::prepared::Prepared;
+use super::protocol::{decode_reply, ApplyResult, Invocation};
+use super::scripts::APPLY;
+use super::{wait_cmd, RedisConn, Store, StoreError};
+
+/// One call's answer: the events' results, and whether its writes are on enough replicas.
+type CallAnswer = Result<(Vec<ApplyResult>, bool), StoreError>;
+
+/// The answers of calls started in order, once they have all ended.
+pub(super) type Answers = BoxFuture<'static, Vec<(usize, CallAnswer)>>;
+
+/// Which calls of a prepared batch Redis has applied, with their answers.
+pub struct Landed {
+    results: Vec<Option<Vec<ApplyResult>>>,
+    /// Whether each call's writes are known to be on enough replicas (with
+    /// `redis.min_replicas`; without it, a call is durable once it landed).
+    durable: Vec<bool>,
+    /// The tag batch each call carries events of, in call order.
+    batch_of: Vec<usize>,
+}
+
+impl Landed {
+    /// Nothing landed yet.
+    pub fn new(prepared: &Prepared) -> Landed {
+        Landed {
+            results: vec![None; prepared.calls.len()],
+            durable: vec![false; prepared.calls.len()],
+            batch_of: prepared.calls.iter().map(|c| c.batch).collect(),
+        }
+    }
+
+    /// Whether every call has landed (and, with `redis.min_replicas`, is on enough replicas).
+    pub fn is_complete(&self) -> bool {
+        self.durable.iter().all(|d| *d)
+    }
+
+    /// Once all have landed, the answers per tag batch (a tag's calls put
+    /// back together, in event order).
+    pub fn into_results(self) -> Option<Vec<Vec<ApplyResult>>> {
+        let mut out: Vec<Vec<ApplyResult>> = Vec::new();
+        for (r, b) in self.results.into_iter().zip(self.batch_of) {
+            if out.len() <= b {
+                out.resize_with(b + 1, Vec::new);
+            }
+            out[b].extend(r?);
+        }
+        Some(out)
+    }
+}
+
+impl Store {
+    /// Sends prepared calls, in order, at most two in each Redis node at a
+    /// time (see [`gate::CALLS_IN_REDIS`]), reloading the script once if
+    /// Redis lost it; no other retry.
+    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
+        let prepared = Arc::new(prepared.clone());
+        let mut landed = Landed::new(&prepared);
+        self.apply_pending(&prepared, &mut landed).await?;
+        Ok(landed.into_results().expect("every call landed"))
+    }
+
+    /// Sends the calls of `prepared` that have not landed yet, in order,
+    /// and records in `landed` each one Redis applied. Fails with the first
+    /// error when any call failed; the calls that did land keep their
+    /// answers. (A landed call is sent again only ahead of a pending call of
+    /// its tag, see `Prepared::to_send`, and its new answers are dropped:
+    /// they would report its events as redeliveries, counted as duplicates
+    /// instead of applied.)
+    pub(super) async fn apply_pending(&self, prepared: &Arc<Prepared>, landed: &mut Landed) -> Result<(), StoreError> {
+        let answers = self.start_pending(prepared, landed).await.await;
+        let attempt = record(prepared, landed, answers);
+        self.reload_if_lost(prepared, landed, attempt).await
+    }
+
+    /// After an attempt: Redis lost its script cache (a restart), and the
+    /// calls that found the script missing may have been overtaken by later
+    /// ones that then found their preconditions unmet, so all that did not
+    /// land go again, in order, once the script is loaded.
+    pub(super) async fn reload_if_lost(
+        &self,
+        prepared: &Arc<Prepared>,
+        landed: &mut Landed,
+        attempt: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        match attempt {
+            Err(e) if e.is_no_script() => {
+                self.load_script().await?;
+                let answers = self.start_pending(prepared, landed).await.await;
+                record(prepared, landed, answers)
+            }
+            other => other,
+        }
+    }
+
+    /// Starts the calls of `prepared` that have not landed, in order: once
+    /// this returns, each is queued on the connection behind every call
+    /// started before it (batches take the gate's order lock one at a time,
+    /// and each call waits for a place in its node's lane). The answers come
+    /// from the future it returns, which owns what it needs.
+    pub(super) async fn start_pending(&self, prepared: &Arc<Prepared>, landed: &Landed) -> Answers {
+        let to_send = prepared.to_send(&landed.durable);
+        let (answers, mut running) = {
+            let _order = self.gate.order.lock().await;
+            if let RedisConn::Cluster(_) = &self.conn {
+                if self.gate.map_due() {
+                    self.gate.set_map(self.slot_map().await);
+                }
+            }
+            let slots = to_send.iter().map(|&i| crate::keys::key_slot(&prepared.calls[i].base));
+            let (lanes, gates) = self.gate.assign(slots);
+            let order: Vec<(usize, usize)> = to_send.into_iter().zip(lanes).collect();
+            let (store, prepared) = (self.clone(), prepared.clone());
+            gate::start_in_order(&order, &gates, move |i| {
+                let (store, prepared) = (store.clone(), prepared.clone());
+                async move {
+                    let c = &prepared.calls[i];
+                    store.apply_one(&c.base, &c.inv, c.n).await
+                }
+            })
+            .await
+        };
+        async move {
+            let mut answers = answers;
+            while let Some(a) = running.next().await {
+                answers.push(a);
+            }
+            answers
+        }
+        .boxed()
+    }
+
+    /// One apply call: its answers, and whether its writes are on enough
+    /// replicas. With `redis.min_replicas`, the call and `WAIT` go
+    /// together, in one pipeline on the connection of the call's node:
+    /// `WAIT` counts what its own connection wrote, and a `WAIT` sent on
+    /// its own could reach another connection (redis-rs stands in another
+    /// node's for one under repair) and vouch for nothing.
+    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
+        // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
+        let cmd = inv.cmd(&APPLY.script);
+        let apply_error = |source| {
+            StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
+        };
+        let (reply, durable) = match self.replicas {
+            None => (cmd.query_async::<Vec<i64>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
+            Some((wanted, timeout)) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd).add_command(wait_cmd(wanted, timeout));
+                let (reply, got): (Vec<i64>, i64) =
+                    pipe.query_async(&mut self.conn.clone()).await.map_err(apply_error)?;
+                (reply, got >= i64::from(wanted))
+            }
+        };
+        let results = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
+            base: base.to_string(),
+            got: reply.len(),
+            expected: n,
+        })?;
+        Ok((results, durable))
+    }
+
+    /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
+    pub async fn load_script(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&APPLY.source)
+            .query_async(&mut conn)
+            .await
+            .map_err(StoreError::LoadScript)?;
+        Ok(())
+    }
+
+    /// A cluster's slot map (`CLUSTER SLOTS`), or `None` when it cannot be read.
+    async fn slot_map(&self) -> Option<gate::SlotMap> {
+        let mut conn = self.conn.clone();
+        match redis::cmd("CLUSTER").arg("SLOTS").query_async::<redis::Value>(&mut conn).await {
+            Ok(reply) => gate::SlotMap::parse(&reply),
+            Err(e) => {
+                debug!(error = %e, "Reading the cluster's slot map failed; the calls' lanes stay as they were.");
+                None
+            }
+        }
+    }
+}
+
+/// Records an attempt's answers in `landed`: the first error, if any call failed.
+pub(super) fn record(
+    prepared: &Prepared,
+    landed: &mut Landed,
+    answers: Vec<(usize, CallAnswer)>,
+) -> Result<(), StoreError> {
+    let mut first_error = None;
+    for (i, result) in answers {
+        match result {
+            Ok((r, durable)) => {
+                // A call that had landed keeps its first answers.
+                if landed.results[i].is_none() {
+                    landed.results[i] = Some(r);
+                }
+                landed.durable[i] |= durable;
+                if !durable && first_error.is_none() {
+                    first_error = Some(StoreError::NotReplicated { base: prepared.calls[i].base.clone() });
+                }
+            }
+            Err(e) if landed.results[i].is_none() => {
+                // A missing script is the error that says what to do next.
+                if first_error.is_none() || e.is_no_script() {
+                    first_error = Some(e);
+                }
+            }
+            Err(e) => debug!(error = %e, "A call sent again ahead of a pending one failed; both are sent again."),
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}

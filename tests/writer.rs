@@ -1,0 +1,129 @@
+//! The writer (`store::Writer`) against a real Redis: batches handed to it
+//! all at once reach every tag in the order they were sent, each behind
+//! the one before with preconditions, and answer in that order.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
+use rankflow::config::RedisSettings;
+use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch, Writer, WriterSettings, Written};
+use support::Redis;
+use uuid::Uuid;
+
+fn pw(tag: &str) -> Arc<PeriodWrite> {
+    let key = |part: &str| format!("lb:{{{tag}}}:{part}all");
+    Arc::new(PeriodWrite {
+        id: "all".to_string(),
+        key: key(""),
+        dense_key: key("_dense:"),
+        count_key: key("_dcount:"),
+        times_key: key("_ts:"),
+        meta_key: key("_meta:"),
+        shadow_key: key("_hid:"),
+        attempts_key: key("_att:"),
+        expire_at: None,
+        close_at: None,
+    })
+}
+
+#[tokio::test]
+async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order() {
+    let redis = Redis::start();
+    let text = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+         [redis]\nurl = \"{}\"\n\
+         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+        redis.url()
+    );
+    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
+    // Small calls: each batch is several calls per tag, chained.
+    let store =
+        Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl).with_max_events_per_call(7);
+    let bases: Vec<String> = (0..4).map(|t| format!("lb:{{t{t}}}")).collect();
+    store.register_tags("lb:{.tags}:_bases", &bases, false).await.unwrap();
+    let periods: Vec<Vec<Arc<PeriodWrite>>> = (0..4).map(|t| vec![pw(&format!("t{t}"))]).collect();
+    let members: Vec<String> = (0..5).map(|m| format!("player-{m}")).collect();
+    let ids: Vec<Uuid> = (0..10 * 30u128).map(|i| Uuid::from_u128(i + 1)).collect();
+    let params = WriteParams {
+        op: WriteOp::Sum,
+        shift: 1,
+        max_value: (1 << 53) - 1,
+        desc: true,
+        top_k: 0,
+        rate_events: 0,
+        rate_window_ms: 0,
+        dense: true,
+        sealed: false,
+        meta: false,
+        attempts: 0,
+    };
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = attempts.clone();
+    let writer = Writer::spawn(
+        store,
+        WriterSettings {
+            max_backoff: Duration::from_millis(200),
+            cancel: Default::default(),
+            observe: Arc::new(move |_: &_, _| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
+        },
+    );
+    // Ten batches of 30 events on one partition, offsets rising, every event on every tag:
+    // a batch that ran ahead of the one before would make that one's events redeliveries.
+    let mut answers = Vec::new();
+    for b in 0..10 {
+        let tags: Vec<TagBatch<'_>> = (0..4)
+            .map(|t| TagBatch {
+                base: &bases[t],
+                params,
+                items: (0..30)
+                    .map(|e| {
+                        let n = b * 30 + e;
+                        ApplyItem {
+                            field: "scores:0",
+                            offset: n as i64,
+                            member: &members[e % 5],
+                            num: 1,
+                            tie: 0,
+                            ts: 0,
+                            event_id: &ids[n],
+                            periods: &periods[t],
+                            meta: None,
+                            record_ts: 0,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let calls = rankflow::store::prepare(&tags, 60, 7);
+        answers.push(writer.send(calls, tracing::Span::none()));
+    }
+    for (b, answer) in answers.into_iter().enumerate() {
+        match answer.await {
+            Written::Applied(r) => {
+                assert_eq!(r.len(), 4, "batch {b}: one answer per tag");
+                assert!(r.iter().flatten().all(|a| *a == ApplyResult::Applied), "batch {b}: {r:?}");
+                assert!(r.iter().all(|t| t.len() == 30), "batch {b}: every event answered");
+            }
+            other => panic!("batch {b}: {other:?}"),
+        }
+    }
+    assert!(attempts.load(std::sync::atomic::Ordering::Relaxed) >= 10, "every attempt is observed");
+    let mut conn = redis.conn().await;
+    for t in 0..4 {
+        let board: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(format!("lb:{{t{t}}}:all"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(board.len(), 5);
+        assert!(board.iter().all(|(_, s)| *s == 60.0), "t{t}: {board:?}");
+    }
+}
