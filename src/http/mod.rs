@@ -31,6 +31,8 @@ mod periods;
 mod ranks;
 mod reads;
 mod sharded;
+mod single;
+mod standing;
 mod target;
 
 /// The leaderboard page (`GET /`): HTML, CSS and a small script on the read

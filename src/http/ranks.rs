@@ -6,7 +6,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::target::{RankPolicy, Target};
+use super::target::RankPolicy;
+use crate::board::Board;
 
 /// The three ranks of one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,9 +132,9 @@ pub(super) struct ListingJson<'a> {
 /// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`
 /// (`m1, s1, meta1, ...` on boards that keep metadata): the board's total
 /// and the entries, ranked.
-pub(super) fn listing(t: &Target<'_>, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
+pub(super) fn listing(board: &Board, with_meta: bool, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
     let total = int(reply.first());
-    let stride = if t.meta_key.is_some() { 3 } else { 2 };
+    let stride = if with_meta { 3 } else { 2 };
     let rows: Vec<(String, i64, Option<Box<RawValue>>)> = reply
         .get(4..)
         .unwrap_or_default()
@@ -144,7 +145,7 @@ pub(super) fn listing(t: &Target<'_>, reply: &[redis::Value]) -> (i64, Vec<Entry
             (redis::from_redis_value(p[0].clone()).unwrap_or_default(), stored_of(&p[1]), meta)
         })
         .collect();
-    let values: Vec<i64> = rows.iter().map(|(_, s, _)| t.board.packing().decode(*s)).collect();
+    let values: Vec<i64> = rows.iter().map(|(_, s, _)| board.packing().decode(*s)).collect();
     let ranks = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &values);
     let entries = rows
         .into_iter()

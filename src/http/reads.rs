@@ -1,6 +1,8 @@
 //! The read API's handlers: a page of the top (by offset or cursor), a
 //! player, around a player, a set of players (friends) and the rank a score
-//! would have. Each is one call of `read.lua`, so it describes one instant.
+//! would have. Each resolves its target, asks the reader of the target's
+//! layout (`single.rs` or `sharded.rs`) and renders the typed answer, the
+//! same way for both.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,34 +15,10 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, listing, meta_of, percentile, ranks_at, stored_of, Entry, ListingJson};
-use super::target::{parse_num, rank_policy, resolve, unranked, RankPolicy, Target};
-use super::{ApiError, AppState};
-use crate::board::{Board, Order};
-use crate::store::ReadKeys;
-
-/// `read.lua`'s name of a board's order.
-fn order_arg(board: &Board) -> &'static str {
-    match board.order() {
-        Order::Desc => "desc",
-        Order::Asc => "asc",
-    }
-}
-
-/// Runs one query of `read.lua` on the target's keys.
-async fn read_script<T: redis::FromRedisValue>(
-    s: &AppState,
-    t: &Target<'_>,
-    op: &str,
-    args: &[String],
-) -> Result<T, ApiError> {
-    let keys =
-        ReadKeys { key: &t.key, dense_key: &t.dense_key, shadow_key: &t.shadow_key, meta_key: t.meta_key.as_deref() };
-    s.reader()?
-        .query(keys, op, order_arg(t.board), t.board.packing().shift(), args)
-        .await
-        .map_err(ApiError::unavailable)
-}
+use super::ranks::{percentile, Entry, ListingJson};
+use super::standing::{Friends, Page, RankOf, Standing};
+use super::target::{parse_num, rank_policy, resolve, unranked, Layout, RankPolicy, Target};
+use super::{sharded, single, ApiError, AppState};
 
 /// A listing's answer, serialised here: the entries' metadata is passed
 /// through as stored, never parsed.
@@ -104,33 +82,37 @@ pub(super) async fn top(
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let cursor = take_cursor(&mut q)?;
-    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
-    if !t.shards.is_empty() {
-        if let Some(c) = &cursor {
-            check_cursor(c, &t)?;
-        }
-        return super::sharded::top(&s, &t, cursor.as_ref(), offset, limit, policy).await;
+    if let Some(c) = &cursor {
+        check_cursor(c, &t)?;
     }
-    let reply: Vec<redis::Value> = match &cursor {
-        None => read_script(&s, &t, "top", &[offset.to_string(), limit.to_string()]).await?,
-        Some(c) => {
-            check_cursor(c, &t)?;
-            let args = [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.name().to_string()];
-            read_script(&s, &t, "page", &args).await?
-        }
+    let page = match &t.layout {
+        Layout::Single(keys) => single::top(&s, &t, keys, cursor.as_ref(), offset, limit).await?,
+        Layout::Sharded { .. } => sharded::top(&s, &t, cursor.as_ref(), offset, limit).await?,
     };
-    let (total, entries) = listing(&t, &reply);
-    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total });
-    add_cursors(&mut head, &t, &entries, total);
-    Ok(listing_response(head, &entries, policy))
+    let mut head = page_head(&t, &page, None);
+    add_cursors(&mut head, &t, &page.entries, page.total);
+    Ok(listing_response(head, &page.entries, policy))
+}
+
+/// A page's head: the board, period, (player,) total and, on a sharded board, `consistent`.
+fn page_head(t: &Target<'_>, page: &Page, player_id: Option<&str>) -> Value {
+    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": page.total });
+    if let Some(p) = player_id {
+        head["player_id"] = json!(p);
+    }
+    if let Some(consistent) = page.consistent {
+        head["consistent"] = json!(consistent);
+    }
+    head
 }
 
 /// A page's cursors: `next_cursor` unless it ends the board, `prev_cursor`
 /// unless it starts it.
-pub(super) fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
+fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
         let start = first.ranks.ordinal - 1;
         if start + (entries.len() as i64) < total {
@@ -147,35 +129,36 @@ pub(super) async fn player(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
-    if !t.shards.is_empty() {
-        return super::sharded::player(&s, &t, &player_id).await;
-    }
-    let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "player", std::slice::from_ref(&player_id)).await?;
-    let Some(reply) = reply else {
-        return Err(unranked(&player_id, &t));
+    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let standing = match &t.layout {
+        Layout::Single(keys) => single::player(&s, &t, keys, &player_id).await?,
+        Layout::Sharded { .. } => sharded::player(&s, &t, &player_id).await?,
     };
-    // A hidden player reads where they would stand: counted with the board.
-    let hidden = int(reply.get(6)) == 1;
-    let total = int(reply.first()) + i64::from(hidden);
-    let r = ranks_at(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)));
-    let score = reply.get(4).map(|v| t.board.packing().decode(stored_of(v))).unwrap_or(0);
+    let standing = standing.ok_or_else(|| unranked(&player_id, &t))?;
+    Ok(Json(standing_json(&t, &player_id, &standing)))
+}
+
+fn standing_json(t: &Target<'_>, player_id: &str, st: &Standing) -> Value {
+    let r = st.ranks;
     let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
         "player_id": player_id,
-        "score": score,
+        "score": st.score,
         "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": t.board.dense_rank().then_some(r.dense) },
-        "percentile": percentile(total, r.competition - 1),
-        "total": total,
+        "percentile": percentile(st.total, r.competition - 1),
+        "total": st.total,
     });
-    if let Some(meta) = meta_of(reply.get(5)) {
+    if let Some(consistent) = st.consistent {
+        body["consistent"] = json!(consistent);
+    }
+    if let Some(meta) = &st.meta {
         body["meta"] = serde_json::from_str(meta.get()).unwrap_or_default();
     }
-    if hidden {
+    if st.hidden {
         body["hidden"] = json!(true);
     }
-    Ok(Json(body))
+    body
 }
 
 pub(super) async fn around(
@@ -183,7 +166,7 @@ pub(super) async fn around(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let fill = match q.get("fill").map(String::as_str) {
         None | Some("false") => false,
@@ -191,17 +174,12 @@ pub(super) async fn around(
         Some(_) => return Err(ApiError::bad("fill", "fill must be true or false")),
     };
     let policy = rank_policy(&q, t.board)?;
-    if !t.shards.is_empty() {
-        return super::sharded::around(&s, &t, &player_id, radius, fill, policy).await;
-    }
-    let args = [player_id.clone(), radius.to_string(), if fill { "1" } else { "0" }.to_string()];
-    let reply: Option<Vec<redis::Value>> = read_script(&s, &t, "around", &args).await?;
-    let Some(reply) = reply else {
-        return Err(unranked(&player_id, &t));
+    let page = match &t.layout {
+        Layout::Single(keys) => single::around(&s, &t, keys, &player_id, radius, fill).await?,
+        Layout::Sharded { .. } => sharded::around(&s, &t, &player_id, radius, fill).await?,
     };
-    let (total, entries) = listing(&t, &reply);
-    let head = json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "total": total });
-    Ok(listing_response(head, &entries, policy))
+    let page = page.ok_or_else(|| unranked(&player_id, &t))?;
+    Ok(listing_response(page_head(&t, &page, Some(&player_id)), &page.entries, policy))
 }
 
 /// The distinct player ids of a friends body `{"players": ["id", ...]}`, in
@@ -232,42 +210,23 @@ pub(super) async fn players(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
-    let (total, mut found, not_found, consistent) = if t.shards.is_empty() {
-        let mut args = vec![policy.name().to_string()];
-        args.extend(ids.iter().cloned());
-        let reply: Vec<redis::Value> = read_script(&s, &t, "players", &args).await?;
-        let stride = if t.meta_key.is_some() { 3 } else { 2 };
-        let mut found: Vec<(String, i64, i64, Option<Box<RawValue>>)> = Vec::new();
-        let mut not_found = Vec::new();
-        for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
-            if matches!(row[0], redis::Value::Nil) {
-                not_found.push(id);
-            } else {
-                found.push((id, stored_of(&row[0]), int(row.get(1)) + 1, meta_of(row.get(2))));
-            }
-        }
-        (int(reply.first()), found, not_found, None)
-    } else {
-        let (total, found, not_found, consistent) = super::sharded::players(&s, &t, &ids, policy).await?;
-        (total, found, not_found, Some(consistent))
+    let Friends { total, mut found, not_found, consistent } = match &t.layout {
+        Layout::Single(keys) => single::players(&s, &t, keys, ids, policy).await?,
+        Layout::Sharded { .. } => sharded::players(&s, &t, &ids, policy).await?,
     };
-    // Board order: stored score best first, then member bytes as Redis orders them.
-    found.sort_by(|a, b| match t.board.order() {
-        Order::Desc => b.1.cmp(&a.1).then_with(|| b.0.as_bytes().cmp(a.0.as_bytes())),
-        Order::Asc => a.1.cmp(&b.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())),
-    });
+    found.sort_by(|a, b| t.board.order().entries((a.stored, &a.member), (b.stored, &b.member)));
     let entries: Vec<FriendJson> = found
         .iter()
         .enumerate()
-        .map(|(i, (member, stored, rank, meta))| FriendJson {
-            rank: *rank,
+        .map(|(i, f)| FriendJson {
+            rank: f.rank,
             rank_in_set: i + 1,
-            player_id: member,
-            score: t.board.packing().decode(*stored),
-            meta: meta.as_deref(),
+            player_id: &f.member,
+            score: t.board.packing().decode(f.stored),
+            meta: f.meta.as_deref(),
         })
         .collect();
     let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "not_found": not_found });
@@ -301,7 +260,7 @@ pub(super) async fn rank_of(
     Path(board_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = super::sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
     let max = t.board.packing().max_value();
     let score = match q.get("score").map(|v| v.parse::<i64>()) {
         Some(Ok(v)) if v.abs() <= max => v,
@@ -309,12 +268,9 @@ pub(super) async fn rank_of(
         Some(Err(_)) => return Err(ApiError::bad("score", "score must be an integer")),
         None => return Err(ApiError::bad("score", "score is required")),
     };
-    let (total, better, better_or_equal, dense_better, consistent) = if t.shards.is_empty() {
-        let reply: Vec<redis::Value> = read_script(&s, &t, "rank_of", &[score.to_string()]).await?;
-        (int(reply.first()), int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), None)
-    } else {
-        let (total, better, better_or_equal, consistent) = super::sharded::rank_of(&s, &t, score).await?;
-        (total, better, better_or_equal, 0, Some(consistent))
+    let RankOf { total, better, better_or_equal, dense_better, consistent } = match &t.layout {
+        Layout::Single(keys) => single::rank_of(&s, &t, keys, score).await?,
+        Layout::Sharded { .. } => sharded::rank_of(&s, &t, score).await?,
     };
     // A newcomer ranks after the players already at the score.
     let ordinal = better_or_equal + 1;

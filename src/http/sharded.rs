@@ -20,19 +20,15 @@
 
 use std::cmp::Ordering;
 
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use futures::future::try_join_all;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, meta_of, percentile, ranks_at, ranks_of_run, stored_of, Entry, ListingJson};
-use super::target::{unranked, RankPolicy, ShardKeys, Target};
+use super::ranks::{int, meta_of, ranks_at, ranks_of_run, stored_of, Entry};
+use super::standing::{Friend, Friends, Page, RankOf, Standing};
+use super::target::{Layout, RankPolicy, ShardKeys, Target};
 use super::{ApiError, AppState};
 use crate::board::{shard_of, Order};
-use crate::keys;
-use crate::store::ReadKeys;
 
 /// One shard's query of `read.lua`.
 async fn call(
@@ -42,13 +38,18 @@ async fn call(
     op: &str,
     args: &[String],
 ) -> Result<Option<Vec<redis::Value>>, ApiError> {
-    let order = match t.board.order() {
-        Order::Desc => "desc",
-        Order::Asc => "asc",
-    };
-    let keys =
-        ReadKeys { key: &k.key, dense_key: &k.dense_key, shadow_key: &k.shadow_key, meta_key: k.meta_key.as_deref() };
-    s.reader()?.query(keys, op, order, t.board.packing().shift(), args).await.map_err(ApiError::unavailable)
+    s.reader()?
+        .query(k.keys.read_keys(), op, t.board.order().as_str(), t.board.packing().shift(), args)
+        .await
+        .map_err(ApiError::unavailable)
+}
+
+/// The target's shards (none on a single key).
+fn shards<'t>(t: &'t Target<'_>) -> &'t [ShardKeys] {
+    match &t.layout {
+        Layout::Sharded { shards, .. } => shards,
+        Layout::Single(_) => &[],
+    }
 }
 
 /// The same query on every shard at once (`args` per shard).
@@ -58,7 +59,7 @@ async fn fan(
     op: &str,
     args: impl Fn(&ShardKeys) -> Vec<String>,
 ) -> Result<Vec<Vec<redis::Value>>, ApiError> {
-    let calls = t.shards.iter().map(|k| {
+    let calls = shards(t).iter().map(|k| {
         let a = args(k);
         async move { call(s, t, k, op, &a).await.map(Option::unwrap_or_default) }
     });
@@ -69,16 +70,13 @@ async fn fan(
 /// before its seal (empty) until its last shard is sealed: a job seals the
 /// shards in order, so from then on every shard's snapshot is whole.
 pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Target<'a>, ApiError> {
-    let Some((hash, field)) = &t.last_seal else {
+    let Layout::Sharded { shards, last_seal: Some((hash, field)) } = &mut t.layout else {
         return Ok(t);
     };
     let sealed = s.reader()?.has_field(hash, field).await.map_err(ApiError::unavailable)?;
     if !sealed {
-        for k in &mut t.shards {
-            k.key = keys::absent_key(&k.key);
-            k.dense_key = keys::absent_key(&k.dense_key);
-            k.shadow_key = keys::absent_key(&k.shadow_key);
-            k.meta_key = k.meta_key.as_deref().map(keys::absent_key);
+        for k in shards {
+            k.keys.make_absent();
         }
     }
     Ok(t)
@@ -87,7 +85,7 @@ pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Targe
 /// Every shard's version, as `read.lua` works it out (see `Reader::version`).
 async fn versions(s: &AppState, t: &Target<'_>) -> Result<Vec<i64>, ApiError> {
     let reader = s.reader()?;
-    let calls = t.shards.iter().map(|k| {
+    let calls = shards(t).iter().map(|k| {
         let reader = &reader;
         async move { reader.version(&k.version_key).await.map_err(ApiError::unavailable) }
     });
@@ -200,10 +198,6 @@ fn better_value(t: &Target<'_>, a: i64, b: i64) -> bool {
     }
 }
 
-fn listing(head: Value, entries: &[Entry], policy: RankPolicy) -> Response {
-    Json(ListingJson { head, entries: entries.iter().map(|e| e.json(policy)).collect() }).into_response()
-}
-
 /// A page of the top, by offset or from a cursor.
 pub(super) async fn top(
     s: &AppState,
@@ -211,8 +205,7 @@ pub(super) async fn top(
     cursor: Option<&Cursor>,
     offset: usize,
     limit: usize,
-    policy: RankPolicy,
-) -> Result<Response, ApiError> {
+) -> Result<Page, ApiError> {
     if offset > s.max_limit {
         return Err(ApiError::bad(
             "offset",
@@ -233,7 +226,7 @@ pub(super) async fn top(
             // reads), and a shard whose last entry read still falls inside
             // the merged first offset + limit is read again, to offset + limit.
             let want = offset + limit;
-            let share = want.div_ceil(t.shards.len());
+            let share = want.div_ceil(shards(t).len());
             let first = want.min(share + 4 * share.isqrt() + 8);
             let n = first.to_string();
             let mut replies = fan(s, t, "shard_top", |k| vec![k.version_key.clone(), n.clone()]).await?;
@@ -253,8 +246,8 @@ pub(super) async fn top(
                 };
                 let n = want.to_string();
                 let more = try_join_all(again.iter().map(|&i| {
-                    let args = vec![t.shards[i].version_key.clone(), n.clone()];
-                    async move { call(s, t, &t.shards[i], "shard_top", &args).await.map(Option::unwrap_or_default) }
+                    let args = vec![shards(t)[i].version_key.clone(), n.clone()];
+                    async move { call(s, t, &shards(t)[i], "shard_top", &args).await.map(Option::unwrap_or_default) }
                 }))
                 .await?;
                 for (i, r) in again.into_iter().zip(more) {
@@ -319,16 +312,13 @@ pub(super) async fn top(
     };
     let total = total.min(cap(t));
     let rows: Vec<Row> = rows.into_iter().take((cap(t) - start).max(0) as usize).collect();
-    let entries = entries(t, start, better, rows);
-    let mut head = json!({ "board": t.board.id(), "period": t.period, "total": total, "consistent": consistent });
-    super::reads::add_cursors(&mut head, t, &entries, total);
-    Ok(listing(head, &entries, policy))
+    Ok(Page { total, entries: entries(t, start, better, rows), consistent: Some(consistent) })
 }
 
 /// The shard holding `player`.
 fn owner<'t>(t: &'t Target<'_>, player: &str) -> &'t ShardKeys {
-    let n = t.shards.len() as u32;
-    &t.shards[shard_of(player, n) as usize]
+    let shards = shards(t);
+    &shards[shard_of(player, shards.len() as u32) as usize]
 }
 
 /// A player's entry as their shard holds it: (stored, meta, hidden).
@@ -343,10 +333,11 @@ async fn find(
     Ok(Some((reply.get(4).map(stored_of).unwrap_or(0), meta_of(reply.get(5)), int(reply.get(6)) == 1)))
 }
 
-pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Json<Value>, ApiError> {
+/// A player's standing; `None` if they are not on the board (or past a top-K board's K).
+pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Option<Standing>, ApiError> {
     let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
     let Some((stored, meta, hidden)) = found else {
-        return Err(unranked(player_id, t));
+        return Ok(None);
     };
     let value = t.board.packing().decode(stored);
     let replies = fan(s, t, "shard_counts", |k| {
@@ -355,29 +346,17 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     .await?;
     let position: i64 = replies.iter().map(|r| int(r.get(4))).sum();
     if position >= cap(t) {
-        return Err(unranked(player_id, t));
+        return Ok(None);
     }
     let better: i64 = replies.iter().map(|r| int(r.get(2))).sum();
-    let total = (total(&replies) + i64::from(hidden)).min(cap(t));
-    let r = ranks_at(position, better, 0);
-    let consistent = vers(&replies) == before;
-    let mut body = json!({
-        "board": t.board.id(),
-        "period": t.period,
-        "player_id": player_id,
-        "score": value,
-        "rank": { "ordinal": r.ordinal, "competition": r.competition, "dense": Value::Null },
-        "percentile": percentile(total, better),
-        "total": total,
-        "consistent": consistent,
-    });
-    if let Some(meta) = meta {
-        body["meta"] = serde_json::from_str(meta.get()).unwrap_or_default();
-    }
-    if hidden {
-        body["hidden"] = json!(true);
-    }
-    Ok(Json(body))
+    Ok(Some(Standing {
+        total: (total(&replies) + i64::from(hidden)).min(cap(t)),
+        ranks: ranks_at(position, better, 0),
+        score: value,
+        meta,
+        hidden,
+        consistent: Some(vers(&replies) == before),
+    }))
 }
 
 pub(super) async fn around(
@@ -386,12 +365,11 @@ pub(super) async fn around(
     player_id: &str,
     radius: usize,
     fill: bool,
-    policy: RankPolicy,
-) -> Result<Response, ApiError> {
+) -> Result<Option<Page>, ApiError> {
     let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
     // A hidden player is not on the board others read: no window around them.
     let Some((stored, meta, false)) = found else {
-        return Err(unranked(player_id, t));
+        return Ok(None);
     };
     let with_meta = t.board.meta();
     let reach = (2 * radius).to_string();
@@ -402,7 +380,7 @@ pub(super) async fn around(
     let total = total(&replies).min(cap(t));
     let position: i64 = replies.iter().map(|r| int(r.get(2))).sum();
     if position >= cap(t) {
-        return Err(unranked(player_id, t));
+        return Ok(None);
     }
     let (mut afters, mut befores) = (Vec::new(), Vec::new());
     for r in &replies {
@@ -439,9 +417,7 @@ pub(super) async fn around(
         Some((better, later)) => (better, later == before && vers(&replies) == before),
         None => (0, vers(&replies) == before),
     };
-    let entries = entries(t, start, better, rows);
-    let head = json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "total": total, "consistent": consistent });
-    Ok(listing(head, &entries, policy))
+    Ok(Some(Page { total, entries: entries(t, start, better, rows), consistent: Some(consistent) }))
 }
 
 /// A friends read: each named player's rank on the whole board.
@@ -450,7 +426,7 @@ pub(super) async fn players(
     t: &Target<'_>,
     ids: &[String],
     policy: RankPolicy,
-) -> Result<(i64, Vec<(String, i64, i64, Option<Box<RawValue>>)>, Vec<String>, bool), ApiError> {
+) -> Result<Friends, ApiError> {
     let before = versions(s, t).await?;
     let with_meta = t.board.meta();
     let stride = if with_meta { 3 } else { 2 };
@@ -462,7 +438,7 @@ pub(super) async fn players(
     })
     .await?;
     let mut found = Vec::new();
-    for (k, reply) in t.shards.iter().zip(&replies) {
+    for (k, reply) in shards(t).iter().zip(&replies) {
         let mine = ids.iter().filter(|p| std::ptr::eq(owner(t, p), k));
         for (id, row) in mine.zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
             if !matches!(row[0], redis::Value::Nil) {
@@ -483,22 +459,27 @@ pub(super) async fn players(
                 RankPolicy::Competition => better + 1,
                 _ => before + 1,
             };
-            (id, stored, rank, meta)
+            Friend { member: id, stored, rank, meta }
         })
         .collect();
     let not_found: Vec<String> =
-        ids.iter().filter(|id| !rows.iter().any(|r: &(String, i64, i64, _)| &r.0 == *id)).cloned().collect();
-    let consistent = later == before;
-    Ok((total, rows, not_found, consistent))
+        ids.iter().filter(|id| !rows.iter().any(|r: &Friend| &r.member == *id)).cloned().collect();
+    Ok(Friends { total, found: rows, not_found, consistent: Some(later == before) })
 }
 
-/// What `rank_of` needs: (total, better, better_or_equal, consistent).
-pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<(i64, i64, i64, bool), ApiError> {
+/// The counts a value would rank by (no dense ranks on a sharded board).
+pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<RankOf, ApiError> {
     let replies =
         fan(s, t, "shard_counts", |k| vec![k.version_key.clone(), value.to_string(), "0".into(), String::new()])
             .await?;
     let better = replies.iter().map(|r| int(r.get(2))).sum::<i64>().min(cap(t));
     let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum::<i64>().min(cap(t));
     let consistent = versions(s, t).await? == vers(&replies);
-    Ok((total(&replies).min(cap(t)), better, better_or_equal, consistent))
+    Ok(RankOf {
+        total: total(&replies).min(cap(t)),
+        better,
+        better_or_equal,
+        dense_better: 0,
+        consistent: Some(consistent),
+    })
 }

@@ -9,6 +9,7 @@ use super::{now_ms, ApiError, AppState};
 use crate::board::Board;
 use crate::keys;
 use crate::period::{Period, PeriodKind};
+use crate::store::ReadKeys;
 /// The board, period and keys a read names.
 pub(super) struct Target<'a> {
     pub board: &'a Board,
@@ -16,26 +17,64 @@ pub(super) struct Target<'a> {
     pub split: String,
     /// The period id (`d:2026-08-14`), sealed (`d:2026-08-14:final`) or rolling (`r:last7d`).
     pub period: String,
+    pub layout: Layout,
+}
+
+/// Where a board's period lives in Redis, which says how it is read.
+pub(super) enum Layout {
+    /// One sorted set (`single.rs`).
+    Single(PeriodKeys),
+    /// One sorted set per shard, merged (`sharded.rs`).
+    Sharded {
+        shards: Vec<ShardKeys>,
+        /// A sealed period: the last shard's sealed hash and live period
+        /// key. The shards are sealed in order, so the period is sealed on
+        /// every shard once it is on the last.
+        last_seal: Option<(String, String)>,
+    },
+}
+
+/// The keys of one period of one board tag that `read.lua` reads.
+pub(super) struct PeriodKeys {
     pub key: String,
     pub dense_key: String,
     /// The period's shadow: its hidden players' values.
     pub shadow_key: String,
     /// The period's meta hash, on boards that keep metadata.
     pub meta_key: Option<String>,
-    /// A sharded board: each shard's keys (and the fields above are unused).
-    pub shards: Vec<ShardKeys>,
-    /// A sealed period of a sharded board: the last shard's sealed hash and
-    /// live period key. The shards are sealed in order, so the period is
-    /// sealed on every shard once it is on the last.
-    pub last_seal: Option<(String, String)>,
+}
+
+impl PeriodKeys {
+    fn of(board: &Board, base: &str, id: &str) -> PeriodKeys {
+        PeriodKeys {
+            key: keys::period_key(base, id),
+            dense_key: keys::dense_key(base, id),
+            shadow_key: keys::shadow_key(base, id),
+            meta_key: board.meta().then(|| keys::meta_key(base, id)),
+        }
+    }
+
+    pub fn read_keys(&self) -> ReadKeys<'_> {
+        ReadKeys {
+            key: &self.key,
+            dense_key: &self.dense_key,
+            shadow_key: &self.shadow_key,
+            meta_key: self.meta_key.as_deref(),
+        }
+    }
+
+    /// Keys no board has: the period reads as empty.
+    pub fn make_absent(&mut self) {
+        self.key = keys::absent_key(&self.key);
+        self.dense_key = keys::absent_key(&self.dense_key);
+        self.shadow_key = keys::absent_key(&self.shadow_key);
+        self.meta_key = self.meta_key.as_deref().map(keys::absent_key);
+    }
 }
 
 /// One shard's keys of the period a read names.
 pub(super) struct ShardKeys {
-    pub key: String,
-    pub dense_key: String,
-    pub shadow_key: String,
-    pub meta_key: Option<String>,
+    pub keys: PeriodKeys,
     /// The hash whose values sum to the shard's version (see `read.lua`):
     /// the tag's recorded offsets, which every write raises; for a sealed
     /// snapshot or a rolling board, its own version hash, which rises with
@@ -47,26 +86,21 @@ impl ShardKeys {
     fn of(board: &Board, base: &str, id: &str) -> ShardKeys {
         let snapshot = keys::is_final_id(id) || keys::is_rolling_id(id);
         ShardKeys {
-            key: keys::period_key(base, id),
-            dense_key: keys::dense_key(base, id),
-            shadow_key: keys::shadow_key(base, id),
-            meta_key: board.meta().then(|| keys::meta_key(base, id)),
+            keys: PeriodKeys::of(board, base, id),
             version_key: if snapshot { keys::version_key(base, id) } else { keys::offsets_key(base) },
         }
     }
-
-    /// Each shard's keys of period `id`, from the shards' key bases.
-    fn all(board: &Board, bases: &[String], id: &str) -> Vec<ShardKeys> {
-        bases.iter().map(|b| ShardKeys::of(board, b, id)).collect()
-    }
 }
 
-/// The key bases of a sharded board's shards (none for an unsharded board).
-fn shard_bases(s: &AppState, board: &Board, split: Option<&str>) -> Vec<String> {
-    match board.shards() {
-        Some(_) => s.router.read_bases(board, split),
-        None => Vec::new(),
+/// The layout of period `id` of the board whose (unsharded) key base is
+/// `base`; `live_id` is the period's live id, for a sealed period.
+fn layout(s: &AppState, board: &Board, split: Option<&str>, base: &str, id: &str, live_id: Option<&str>) -> Layout {
+    if board.shards().is_none() {
+        return Layout::Single(PeriodKeys::of(board, base, id));
     }
+    let bases = s.router.read_bases(board, split);
+    let last_seal = live_id.and_then(|live| bases.last().map(|b| (keys::sealed_key(b), keys::period_key(b, live))));
+    Layout::Sharded { shards: bases.iter().map(|b| ShardKeys::of(board, b, id)).collect(), last_seal }
 }
 
 pub(super) fn resolve<'a>(
@@ -96,17 +130,8 @@ pub(super) fn resolve<'a>(
             return Err(ApiError::bad("period", "rolling boards are never sealed"));
         }
         let id = keys::rolling_id(rolling_name);
-        return Ok(Target {
-            board,
-            split: split.unwrap_or_default().to_string(),
-            key: keys::period_key(&base, &id),
-            dense_key: keys::dense_key(&base, &id),
-            shadow_key: keys::shadow_key(&base, &id),
-            meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
-            shards: ShardKeys::all(board, &shard_bases(s, board, split), &id),
-            last_seal: None,
-            period: id,
-        });
+        let layout = layout(s, board, split, &base, &id, None);
+        return Ok(Target { board, split: split.unwrap_or_default().to_string(), period: id, layout });
     }
     if text.starts_with("r:") {
         return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
@@ -168,20 +193,8 @@ pub(super) fn resolve<'a>(
     } else {
         period.id
     };
-    let bases = shard_bases(s, board, split);
-    let shards = ShardKeys::all(board, &bases, &id);
-    let last_seal = bases.last().filter(|_| sealed).map(|b| (keys::sealed_key(b), keys::period_key(b, &live_id)));
-    Ok(Target {
-        board,
-        split: split.unwrap_or_default().to_string(),
-        key: keys::period_key(&base, &id),
-        dense_key: keys::dense_key(&base, &id),
-        shadow_key: keys::shadow_key(&base, &id),
-        meta_key: board.meta().then(|| keys::meta_key(&base, &id)),
-        shards,
-        last_seal,
-        period: id,
-    })
+    let layout = layout(s, board, split, &base, &id, sealed.then_some(live_id.as_str()));
+    Ok(Target { board, split: split.unwrap_or_default().to_string(), period: id, layout })
 }
 
 /// The split a read names: required on a board with `split_by`, refused on one without.
