@@ -8,8 +8,9 @@
 # (for example `git worktree add ../before REV`, then
 # `CARGO_TARGET_DIR=... cargo build --release` there, and copy the two).
 # Sizes: BENCH_EVENTS (default 400000), BENCH_STORE_EVENTS (default
-# 200000), BENCH_ROUNDS (alternations, default 3; each run is one round
-# of its rows). Each pipeline run gets a fresh Redis and broker.
+# 200000), BENCH_STORE_ROUNDS and BENCH_E2E_ROUNDS (alternations of each,
+# default BENCH_ROUNDS, default 3; each run is one round of its rows).
+# Each run gets a fresh Redis (and broker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -35,7 +36,7 @@ start_broker() {
 stop() { kill "$@" 2>/dev/null || true; wait "$@" 2>/dev/null || true; }
 
 echo "machine: $(nproc) cores, $(redis-server --version | awk '{print $3}'); before: $before; after: $after"
-for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+for round in $(seq 1 "${BENCH_STORE_ROUNDS:-${BENCH_ROUNDS:-3}}"); do
   for build in before after; do
     bin=${!build}
     start_redis
@@ -45,7 +46,7 @@ for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
     stop "$redis_pid"
   done
 done
-for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+for round in $(seq 1 "${BENCH_E2E_ROUNDS:-${BENCH_ROUNDS:-3}}"); do
   for build in before after; do
     bin=${!build}
     start_redis; start_broker

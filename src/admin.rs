@@ -16,8 +16,6 @@ use crate::event::{AdminEvent, AdminKind};
 use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::moderation::{self, Reach};
-use crate::period::PeriodError;
-use crate::schedule::JobError;
 use crate::store::{Store, StoreError};
 use rdkafka::error::KafkaError;
 
@@ -42,24 +40,6 @@ pub enum AdminError {
     NoOutcome { timeout: Duration, dead_letter_topic: String },
     #[error("player '{player}' is not {where_}")]
     NotThere { player: String, where_: String },
-    #[error("board '{0}' is not a configured board")]
-    UnknownBoard(String),
-    #[error("board '{0}' does not seal its periods (no close_after): there is nothing to close")]
-    NotSealing(String),
-    #[error("board '{board}' is split by '{attr}': name a split")]
-    NeedsSplit { board: String, attr: String },
-    #[error("board '{0}' has no splits")]
-    NoSplits(String),
-    #[error("'{0}' is not a split value")]
-    BadSplit(String),
-    #[error(transparent)]
-    Period(#[from] PeriodError),
-    #[error("all_time never closes")]
-    AllTimeNeverCloses,
-    #[error(transparent)]
-    Job(#[from] JobError),
-    #[error("{key} was not sealed within {timeout:?}: is a worker running, and have all partitions been applied past the close?")]
-    NotSealed { key: String, timeout: Duration },
 }
 
 /// What the operator asked for.
@@ -204,62 +184,6 @@ async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach:
         _ => format!("on {scope}"),
     };
     Err(AdminError::NotThere { player: player.clone(), where_ })
-}
-
-/// `rankflow admin close`: closes a period now. Records produced from now
-/// on are refused `period_closed` there, and the period is sealed (and its
-/// top published) once every partition has been applied past now, as at a
-/// timed close. Only for boards that seal (`close_after`). With `wait`,
-/// returns once it is sealed.
-pub async fn close(
-    settings: &Settings,
-    board_id: &str,
-    split: Option<&str>,
-    period_id: &str,
-    wait: Option<Duration>,
-) -> Result<(), AdminError> {
-    let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
-    let board = router.board(board_id).ok_or_else(|| AdminError::UnknownBoard(board_id.into()))?;
-    if board.close_after().is_none() {
-        return Err(AdminError::NotSealing(board_id.into()));
-    }
-    match (board.split_by(), split) {
-        (Some(attr), None) => return Err(AdminError::NeedsSplit { board: board_id.into(), attr: attr.into() }),
-        (None, Some(_)) => return Err(AdminError::NoSplits(board_id.into())),
-        (_, Some(s)) if !crate::event::valid_split_value(s) => return Err(AdminError::BadSplit(s.into())),
-        _ => {}
-    }
-    let period = board.period_by_id(period_id)?;
-    if period.end_ms.is_none() {
-        return Err(AdminError::AllTimeNeverCloses);
-    }
-    let base = keys::base(router.prefix(), board_id, split);
-    let key = keys::period_key(&base, &period.id);
-    let store = Store::connect(&settings.redis).await?;
-    let now = chrono::Utc::now().timestamp_millis();
-    // The first close on demand stands; a timed close that comes first still counts (seal.rs takes the earlier).
-    // Every shard of a sharded board refuses what is produced from now on.
-    let bases = router.read_bases(board, split);
-    store.close_on_demand(&bases, &period.id, now).await?;
-    // Sealed once its last shard is (a job seals the shards in order).
-    let last = bases.last().expect("a board has a tag");
-    let job = crate::schedule::Job::Seal { base: base.clone(), period: period.id.clone() }.encode();
-    crate::schedule::advance(&store, router.prefix(), &[(job, now)]).await?;
-    println!("closing {key}");
-    let Some(timeout) = wait else {
-        return Ok(());
-    };
-    let deadline = Instant::now() + timeout;
-    loop {
-        if store.is_sealed(last, &period.id).await? {
-            println!("sealed");
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(AdminError::NotSealed { key, timeout });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[cfg(test)]

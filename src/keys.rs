@@ -26,7 +26,7 @@
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
-//! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow admin close` set (ms) |
+//! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms) |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
 //! | `{prefix}:{tag}:_roll:r:<name>`, `..:<d>` | zset | a rolling board's build in progress: the staged union, and day `d`'s staged copy (in the registry while they exist); the staged dense index is `_dense:_roll:r:<name>` |
 //! | `{prefix}:{tag}:_roll:<name>` | hash | where that build is: `window`, `phase`, `d`, `at` |
@@ -255,7 +255,7 @@ pub fn split_of_base(base: &str) -> Option<(&str, &str)> {
 }
 
 /// The field of a tag's sealed hash that holds a period's manual close time
-/// (ms, `rankflow admin close`).
+/// (ms, `rankflow close`).
 pub fn closes_field(period_key: &str) -> String {
     format!("{period_key}:closes")
 }

@@ -10,7 +10,8 @@
 //!
 //! - **Wiring** — [`app`]: starts the HTTP server, the scheduler and the
 //!   pipeline, and stops them on SIGTERM. [`admin`]: `rankflow admin`, an
-//!   operator's admin event produced and waited for. [`rebuild`] and
+//!   operator's admin event produced and waited for. [`close`]: `rankflow
+//!   close`, a period closed on demand. [`rebuild`] and
 //!   [`recovery`]: `rankflow rebuild` and `rankflow accept-loss`, what an
 //!   operator runs after Redis lost data. [`demo`]: `rankflow
 //!   demo`, the whole flow on an embedded broker. `main.rs` only parses
@@ -60,6 +61,7 @@
 pub mod admin;
 pub mod app;
 pub mod board;
+pub mod close;
 pub mod config;
 pub mod demo;
 pub mod event;

@@ -83,6 +83,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Close a period now: later records are refused there, and it is sealed
+    /// once every partition has been applied past now (boards with close_after).
+    Close(CloseArgs),
     /// Correct or moderate: produce an admin event to the first admin topic
     /// and print its event_id (with --wait, then its outcome).
     Admin {
@@ -128,24 +131,27 @@ enum AdminAction {
         #[command(flatten)]
         common: AdminArgs,
     },
-    /// Close a period now: later records are refused there, and it is sealed
-    /// once every partition has been applied past now (boards with close_after).
-    Close {
-        #[arg(long)]
-        config: PathBuf,
-        #[arg(long)]
-        board: String,
-        /// A period id, e.g. s:season-1 or w:2026-W49.
-        #[arg(long)]
-        period: String,
-        #[arg(long)]
-        split: Option<String>,
-        /// Return once the period is sealed.
-        #[arg(long)]
-        wait: bool,
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        timeout: Duration,
-    },
+    /// The same as `rankflow close` (kept for scripts written before it).
+    #[command(hide = true)]
+    Close(CloseArgs),
+}
+
+#[derive(Args)]
+struct CloseArgs {
+    #[arg(long)]
+    config: PathBuf,
+    #[arg(long)]
+    board: String,
+    /// A period id, e.g. s:season-1 or w:2026-W49.
+    #[arg(long)]
+    period: String,
+    #[arg(long)]
+    split: Option<String>,
+    /// Return once the period is sealed.
+    #[arg(long)]
+    wait: bool,
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
 }
 
 #[derive(Args)]
@@ -186,11 +192,11 @@ struct OnBoards {
 }
 
 impl AdminAction {
-    /// The request and the config file it names.
-    fn request(self) -> (PathBuf, AdminRequest) {
+    /// The request and the config file it names; `Err`: `admin close`, which produces no admin event.
+    fn request(self) -> Result<(PathBuf, AdminRequest), CloseArgs> {
         let req = |kind, common: AdminArgs, board, boards, split, period, value| {
             let wait = common.wait.then_some(common.timeout);
-            (common.config, AdminRequest { kind, player: common.player, board, boards, split, period, value, wait })
+            Ok((common.config, AdminRequest { kind, player: common.player, board, boards, split, period, value, wait }))
         };
         let boards = |b: Vec<String>| (!b.is_empty()).then_some(b);
         match self {
@@ -208,7 +214,7 @@ impl AdminAction {
                 req(AdminKind::PlayerUnhidden, on.common, None, boards(on.boards), None, None, 0)
             }
             AdminAction::Erase { common } => req(AdminKind::PlayerErased, common, None, None, None, None, 0),
-            AdminAction::Close { .. } => unreachable!("rankflow admin close produces no admin event"),
+            AdminAction::Close(args) => Err(args),
         }
     }
 }
@@ -270,21 +276,14 @@ fn main() -> ExitCode {
                 Ok(s) => report(topics::create_topics(&s, partitions).await),
                 Err(code) => code,
             },
-            Command::Admin { action: AdminAction::Close { config, board, period, split, wait, timeout } } => {
-                match load(&config) {
-                    Ok(s) => report(
-                        rankflow::admin::close(&s, &board, split.as_deref(), &period, wait.then_some(timeout)).await,
-                    ),
-                    Err(code) => code,
-                }
-            }
-            Command::Admin { action } => {
-                let (config, request) = action.request();
-                match load(&config) {
+            Command::Close(args) => close(args).await,
+            Command::Admin { action } => match action.request() {
+                Ok((config, request)) => match load(&config) {
                     Ok(s) => report(rankflow::admin::run(&s, &request).await),
                     Err(code) => code,
-                }
-            }
+                },
+                Err(args) => close(args).await,
+            },
             Command::Rebuild { config, boards, from_retained, listen } => match load(&config) {
                 Ok(s) => {
                     let request = rankflow::rebuild::RebuildRequest { boards, from_retained, listen };
@@ -313,6 +312,15 @@ fn main() -> ExitCode {
             },
         }
     })
+}
+
+async fn close(a: CloseArgs) -> ExitCode {
+    match load(&a.config) {
+        Ok(s) => report(
+            rankflow::close::close(&s, &a.board, a.split.as_deref(), &a.period, a.wait.then_some(a.timeout)).await,
+        ),
+        Err(code) => code,
+    }
 }
 
 fn report<E: std::fmt::Display>(r: Result<(), E>) -> ExitCode {

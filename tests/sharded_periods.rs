@@ -4,7 +4,7 @@
 //! and total the reference publishes; reads of sealed snapshots and rolling
 //! boards answer as the reference's (pages by cursor, every player, around,
 //! rank-of); an erasure reaches every shard's snapshots and rolling boards;
-//! `rankflow admin close` closes a period on every shard.
+//! `rankflow close` closes a period on every shard.
 
 mod support;
 
@@ -257,7 +257,7 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         compare_period(&w, "pts", period).await;
     }
 
-    // `rankflow admin close` closes the current hour on every shard: what is
+    // `rankflow close` closes the current hour on every shard: what is
     // produced after it is refused on each, and the period is sealed.
     let t = chrono::Utc::now().timestamp_millis();
     if t.rem_euclid(HOUR) > HOUR - 120_000 {
@@ -270,7 +270,7 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
     broker.produce(&topic, &before).await;
     broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
-        .args(["admin", "close", "--config"])
+        .args(["close", "--config"])
         .arg(&w.config_path)
         .args(["--board", "pts-sh", "--period", &current, "--wait", "--timeout", "60s"])
         .output()

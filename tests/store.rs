@@ -283,7 +283,7 @@ async fn a_period_closed_on_demand_refuses_records_produced_at_or_after_its_clos
     let keys_ = vec![pw("c", "s:cup", None), pw("c", "all", None)];
     let ids: Vec<Uuid> = (0..3).map(Uuid::from_u128).collect();
     let params = WriteParams { sealed: true, ..params(WriteOp::Sum, 1, MAX) };
-    // Closed at 1000 on demand (rankflow admin close), not sealed yet.
+    // Closed at 1000 on demand (rankflow close), not sealed yet.
     let _: i64 = redis::cmd("HSET")
         .arg("lb:{c}:_sealed")
         .arg(keys::closes_field("lb:{c}:s:cup"))

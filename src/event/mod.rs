@@ -18,10 +18,10 @@ use uuid::Uuid;
 
 use crate::score::MAX_EXACT;
 
-mod admin;
+mod moderation;
 
-use admin::parse_admin;
-pub use admin::{AdminEvent, AdminKind};
+use moderation::parse_admin;
+pub use moderation::{AdminEvent, AdminKind};
 
 /// Why a record, or one board's share of it, was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

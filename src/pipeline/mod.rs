@@ -35,11 +35,11 @@
 //! three batches, the dead letters in flight and librdkafka's
 //! `queued.max.messages.kbytes`.
 
-mod admin;
 mod apply;
 mod dead_letter;
 mod inflight;
 mod lost;
+mod moderation;
 mod outcome;
 mod record;
 
@@ -397,12 +397,12 @@ impl Pipeline {
         let (offsets, fields, _) = apply::note(&records);
         let mut dead = Vec::new();
         if let ([record], [Item::Admin { event, plan }]) = (records.as_mut_slice(), items.as_slice()) {
-            match admin::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await {
+            match moderation::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await {
                 None => {
                     info!("Shutdown during a retry: the admin event is abandoned and its offset is not stored.");
                     return false;
                 }
-                Some(admin::AdminOutcome::Refused(rejection)) => {
+                Some(moderation::AdminOutcome::Refused(rejection)) => {
                     dead.push(DeadRecord::new(record.take_for_dead_letter(), &[rejection]));
                 }
                 Some(_) => {}

@@ -154,7 +154,7 @@ pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Res
     sched_call(store, prefix, pairs_args("enqueue", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
 }
 
-/// Makes jobs due by the times given at the latest (`rankflow admin close`).
+/// Makes jobs due by the times given at the latest (`rankflow close`).
 pub async fn advance(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), JobError> {
     sched_call(store, prefix, pairs_args("advance", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
 }

@@ -88,7 +88,7 @@ impl Scheduler<'_> {
         };
         let split = keys::split_of_base(base).map(|(_, s)| s);
         let bases = self.router.read_bases(&board, split);
-        // Closed on demand (`rankflow admin close`, on every shard) before its time: that close counts.
+        // Closed on demand (`rankflow close`, on every shard) before its time: that close counts.
         let mut close_at = close_at;
         for b in &bases {
             let manual = self.store.closed_on_demand(b, period_id).await?;
