@@ -7,6 +7,9 @@
 # weigh cache misses at nothing, though: a change that saves instructions
 # must still show in `rankflow-tools bench store`'s times.
 # Size: BENCH_EVENTS (default 20000; callgrind runs Redis about 50x slower).
+# BENCH_CACHE_SIM=1 also simulates the caches and reports estimated cycles
+# per event (instructions + 10 per first-level miss + 100 per last-level
+# miss, callgrind's usual weights), which a change in memory use shows in.
 # BENCH_BIN: another build's rankflow-tools to count (say a copy of the one
 # before a change), instead of building this tree's.
 set -euo pipefail
@@ -26,7 +29,8 @@ vg=""
 cleanup() { [ -n "$vg" ] && kill "$vg" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" --instr-atstart=no \
+sim=""; [ -n "${BENCH_CACHE_SIM:-}" ] && sim="--cache-sim=yes"
+valgrind --tool=callgrind $sim --callgrind-out-file="$dir/cg.out" --instr-atstart=no \
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$dir/valgrind.log" 2>&1 &
 vg=$!
 for _ in $(seq 1 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
@@ -52,3 +56,14 @@ echo "Redis instructions per event ($events events; each phase includes the FLUS
 echo "- Redis ceiling: bare pipelined writes: $((totals[0] / events))"
 echo "- rankflow store path: $((totals[1] / events))"
 echo "- rankflow store path, dense_rank = false: $((totals[2] / events))"
+if [ -n "$sim" ]; then
+  # The totals line: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw.
+  cycles=()
+  for f in $(ls -tr "$dir"/cg.out.*); do
+    cycles+=("$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2 + 10 * ($3 + $6 + $9) + 100 * ($4 + $7 + $10)}')")
+  done
+  echo "Estimated Redis cycles per event (instructions + 10 per L1 miss + 100 per last-level miss):"
+  echo "- Redis ceiling: bare pipelined writes: $(( ${cycles[0]%.*} / events ))"
+  echo "- rankflow store path: $(( ${cycles[1]%.*} / events ))"
+  echo "- rankflow store path, dense_rank = false: $(( ${cycles[2]%.*} / events ))"
+fi
