@@ -20,15 +20,7 @@ use super::JobError;
 pub const STEP_BUDGET: usize = 1000;
 
 /// What one step of a refresh did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Work remains; this many members were handled.
-    More(u64),
-    /// The new union (of this many members; 0: none, the key is deleted) is in place.
-    Done(u64),
-    /// A member's running sum left the exact range; the old union is untouched.
-    Inexact,
-}
+pub use crate::store::RollStep as Step;
 
 /// One rolling board of one tag, as the script sees it at one instant.
 #[derive(Clone, Debug)]
@@ -72,13 +64,7 @@ impl Refresh {
         let mut args = self.args.clone();
         args.push(budget.max(1).to_string());
         args.push(self.versions.clone());
-        let reply = store.roll_step(&self.keys, &args).await?;
-        match reply.0.as_str() {
-            "more" => Ok(Step::More(reply.1)),
-            "done" => Ok(Step::Done(reply.1)),
-            "inexact" => Ok(Step::Inexact),
-            other => Err(JobError::BadReply { script: "roll.lua", got: format!("'{other}'") }),
-        }
+        Ok(store.roll_step(&self.keys, &args).await?)
     }
 }
 

@@ -10,42 +10,7 @@ use super::{now_ms, JobError, Outcome, Scheduler};
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
-
-/// What `seal.lua` answered.
-#[derive(Debug, PartialEq)]
-struct SealReply {
-    /// This call sealed the period (an earlier one may have).
-    newly: bool,
-    /// Its top was already published.
-    published: bool,
-    /// Members of the final board.
-    total: i64,
-    /// The final board's top: (member, stored score, meta as stored).
-    top: Vec<(String, f64, Option<String>)>,
-}
-
-/// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
-/// past its end). `with_meta`: entries are (member, score, meta) triples.
-fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply, JobError> {
-    let stride = if with_meta { 3 } else { 2 };
-    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(stride) {
-        let got = format!("{} values, not 3 followed by entries of {stride}", reply.len());
-        return Err(JobError::BadReply { script: "seal.lua", got });
-    }
-    let err = |e: redis::ParsingError| JobError::BadReply { script: "seal.lua", got: e.to_string() };
-    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(err);
-    let mut top = Vec::with_capacity((reply.len() - 3) / stride);
-    for entry in reply[3..].chunks_exact(stride) {
-        let member: String = redis::from_redis_value(entry[0].clone()).map_err(err)?;
-        let stored: f64 = redis::from_redis_value(entry[1].clone()).map_err(err)?;
-        let meta: Option<String> = match entry.get(2) {
-            Some(v) => redis::from_redis_value(v.clone()).map_err(err)?,
-            None => None,
-        };
-        top.push((member, stored, meta));
-    }
-    Ok(SealReply { newly: int(&reply[0])? == 1, published: int(&reply[1])? == 1, total: int(&reply[2])?, top })
-}
+use crate::store::SealCall;
 
 /// The published entries of a sealed top: ranks, values and each entry's metadata.
 fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Vec<Value> {
@@ -104,7 +69,16 @@ impl Scheduler<'_> {
         let expire_at = period.expire_at_secs(board.retention(period.kind)).unwrap_or(0);
         let (mut newly, mut published, mut total, mut tops) = (false, false, 0, Vec::new());
         for (k, b) in bases.iter().enumerate() {
-            let reply = self.seal_tag(&board, b, period_id, close_at, expire_at).await?;
+            let call = SealCall {
+                base: b,
+                period_id,
+                close_at,
+                expire_at,
+                top: self.settings.sealing.top,
+                desc: board.order() == crate::board::Order::Desc,
+                meta: board.meta(),
+            };
+            let reply = self.store.seal(&call).await?;
             newly |= reply.newly;
             // The publication is recorded on the first shard.
             published |= k == 0 && reply.published;
@@ -149,69 +123,5 @@ impl Scheduler<'_> {
         self.store.note_published(&bases[0], period_id).await?;
         info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
         Ok(Outcome::Done)
-    }
-
-    /// `seal.lua` on one tag (a board's, or one shard's).
-    async fn seal_tag(
-        &self,
-        board: &Board,
-        base: &str,
-        period_id: &str,
-        close_at: i64,
-        expire_at: i64,
-    ) -> Result<SealReply, JobError> {
-        let final_id = keys::final_id(period_id);
-        let live = keys::period_key(base, period_id);
-        let mut keys_ = vec![
-            live.clone(),
-            keys::period_key(base, &final_id),
-            keys::dense_key(base, period_id),
-            keys::dense_key(base, &final_id),
-            keys::sealed_key(base),
-            keys::registry_key(base),
-            keys::shadow_key(base, period_id),
-            keys::shadow_key(base, &final_id),
-            keys::offsets_key(base),
-        ];
-        if board.meta() {
-            keys_.push(keys::meta_key(base, period_id));
-            keys_.push(keys::meta_key(base, &final_id));
-        }
-        let args = [
-            close_at.to_string(),
-            expire_at.to_string(),
-            self.settings.sealing.top.to_string(),
-            board.order().as_str().to_string(),
-            keys::published_field(&live),
-            keys::version_key(base, &final_id),
-        ];
-        let reply = self.store.seal(&keys_, &args).await?;
-        parse_seal_reply(&reply, board.meta())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
-        use redis::Value::{BulkString, Int, Nil};
-        let s = |t: &str| BulkString(t.as_bytes().to_vec());
-        for bad in [vec![], vec![Int(1), Int(0)], vec![Int(1), Int(0), Int(2), s("alice")]] {
-            assert!(parse_seal_reply(&bad, false).is_err(), "{bad:?}");
-        }
-        let good = [Int(1), Int(0), Int(2), s("alice"), s("120"), s("bob"), s("100")];
-        let reply = parse_seal_reply(&good, false).unwrap();
-        assert_eq!((reply.newly, reply.published, reply.total), (true, false, 2));
-        assert_eq!(reply.top, [("alice".to_string(), 120.0, None), ("bob".to_string(), 100.0, None)]);
-        // With metadata, entries are triples; a pair alone is refused.
-        assert!(parse_seal_reply(&good, true).is_err());
-        let meta = [Int(0), Int(0), Int(2), s("alice"), s("120"), s(r#"{"n":"A"}"#), s("bob"), s("100"), Nil];
-        let reply = parse_seal_reply(&meta, true).unwrap();
-        assert_eq!(
-            reply.top,
-            [("alice".to_string(), 120.0, Some(r#"{"n":"A"}"#.to_string())), ("bob".to_string(), 100.0, None)]
-        );
     }
 }

@@ -7,6 +7,102 @@
 use super::scripts::{Lua, ROLL, SCHED, SEAL};
 use super::{Store, StoreError};
 use crate::keys;
+/// What one step of a refresh did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RollStep {
+    /// Work remains; this many members were handled.
+    More(u64),
+    /// The new union (of this many members; 0: none, the key is deleted) is in place.
+    Done(u64),
+    /// A member's running sum left the exact range; the old union is untouched.
+    Inexact,
+}
+
+/// One seal of one period of one tag.
+#[derive(Clone, Copy, Debug)]
+pub struct SealCall<'a> {
+    pub base: &'a str,
+    /// The live period's id.
+    pub period_id: &'a str,
+    /// The close time, ms, recorded in the sealed hash.
+    pub close_at: i64,
+    /// EXPIREAT seconds of the final keys (0: none).
+    pub expire_at: i64,
+    /// How many entries of the final board to read.
+    pub top: usize,
+    pub desc: bool,
+    /// The board keeps metadata: the final top carries it.
+    pub meta: bool,
+}
+
+impl SealCall<'_> {
+    /// KEYS and ARGV, as `seal.lua` documents them.
+    fn invocation(&self) -> (Vec<String>, Vec<String>) {
+        let (base, period_id) = (self.base, self.period_id);
+        let final_id = keys::final_id(period_id);
+        let live = keys::period_key(base, period_id);
+        let mut k = vec![
+            live.clone(),
+            keys::period_key(base, &final_id),
+            keys::dense_key(base, period_id),
+            keys::dense_key(base, &final_id),
+            keys::sealed_key(base),
+            keys::registry_key(base),
+            keys::shadow_key(base, period_id),
+            keys::shadow_key(base, &final_id),
+            keys::offsets_key(base),
+        ];
+        if self.meta {
+            k.push(keys::meta_key(base, period_id));
+            k.push(keys::meta_key(base, &final_id));
+        }
+        let args = vec![
+            self.close_at.to_string(),
+            self.expire_at.to_string(),
+            self.top.to_string(),
+            if self.desc { "desc" } else { "asc" }.to_string(),
+            keys::published_field(&live),
+            keys::version_key(base, &final_id),
+        ];
+        (k, args)
+    }
+}
+
+/// What `seal.lua` answered.
+#[derive(Debug, PartialEq)]
+pub struct SealReply {
+    /// This call sealed the period (an earlier one may have).
+    pub newly: bool,
+    /// Its top was already published.
+    pub published: bool,
+    /// Members of the final board.
+    pub total: i64,
+    /// The final board's top: (member, stored score, meta as stored).
+    pub top: Vec<(String, f64, Option<String>)>,
+}
+
+/// Reads `seal.lua`'s reply, refusing one of another shape (never indexing
+/// past its end). `with_meta`: entries are (member, score, meta) triples.
+fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply, StoreError> {
+    let stride = if with_meta { 3 } else { 2 };
+    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(stride) {
+        let got = format!("{} values, not 3 followed by entries of {stride}", reply.len());
+        return Err(StoreError::Reply { script: "seal.lua", got });
+    }
+    let err = |e: redis::ParsingError| StoreError::Reply { script: "seal.lua", got: e.to_string() };
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).map_err(err);
+    let mut top = Vec::with_capacity((reply.len() - 3) / stride);
+    for entry in reply[3..].chunks_exact(stride) {
+        let member: String = redis::from_redis_value(entry[0].clone()).map_err(err)?;
+        let stored: f64 = redis::from_redis_value(entry[1].clone()).map_err(err)?;
+        let meta: Option<String> = match entry.get(2) {
+            Some(v) => redis::from_redis_value(v.clone()).map_err(err)?,
+            None => None,
+        };
+        top.push((member, stored, meta));
+    }
+    Ok(SealReply { newly: int(&reply[0])? == 1, published: int(&reply[1])? == 1, total: int(&reply[2])?, top })
+}
 
 impl Store {
     /// One call of a script on `keys` (the first names what it is about),
@@ -29,13 +125,49 @@ impl Store {
         self.script(&SCHED, &[due, lease, wm], args).await
     }
 
-    /// One call of `seal.lua`: its reply's values.
-    pub async fn seal(&self, keys: &[String], args: &[String]) -> Result<Vec<redis::Value>, StoreError> {
-        self.script(&SEAL, keys, args).await
+    /// `seal.lua` on one tag (a board's, or one shard's): seals the period
+    /// at most once and reads its final top.
+    pub async fn seal(&self, call: &SealCall<'_>) -> Result<SealReply, StoreError> {
+        let (keys, args) = call.invocation();
+        let reply: Vec<redis::Value> = self.script(&SEAL, &keys, &args).await?;
+        parse_seal_reply(&reply, call.meta)
     }
 
-    /// One step of `roll.lua`: its state ("more", "done", "inexact") and count.
-    pub async fn roll_step(&self, keys: &[String], args: &[String]) -> Result<(String, u64), StoreError> {
-        self.script(&ROLL, keys, args).await
+    /// One step of `roll.lua` on the keys and arguments of a refresh
+    /// (`schedule::Refresh`, which lays them out as the script documents).
+    pub async fn roll_step(&self, keys: &[String], args: &[String]) -> Result<RollStep, StoreError> {
+        let (state, n): (String, u64) = self.script(&ROLL, keys, args).await?;
+        match state.as_str() {
+            "more" => Ok(RollStep::More(n)),
+            "done" => Ok(RollStep::Done(n)),
+            "inexact" => Ok(RollStep::Inexact),
+            other => Err(StoreError::Reply { script: "roll.lua", got: format!("'{other}'") }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_or_odd_seal_reply_is_an_error_not_a_panic() {
+        use redis::Value::{BulkString, Int, Nil};
+        let s = |t: &str| BulkString(t.as_bytes().to_vec());
+        for bad in [vec![], vec![Int(1), Int(0)], vec![Int(1), Int(0), Int(2), s("alice")]] {
+            assert!(parse_seal_reply(&bad, false).is_err(), "{bad:?}");
+        }
+        let good = [Int(1), Int(0), Int(2), s("alice"), s("120"), s("bob"), s("100")];
+        let reply = parse_seal_reply(&good, false).unwrap();
+        assert_eq!((reply.newly, reply.published, reply.total), (true, false, 2));
+        assert_eq!(reply.top, [("alice".to_string(), 120.0, None), ("bob".to_string(), 100.0, None)]);
+        // With metadata, entries are triples; a pair alone is refused.
+        assert!(parse_seal_reply(&good, true).is_err());
+        let meta = [Int(0), Int(0), Int(2), s("alice"), s("120"), s(r#"{"n":"A"}"#), s("bob"), s("100"), Nil];
+        let reply = parse_seal_reply(&meta, true).unwrap();
+        assert_eq!(
+            reply.top,
+            [("alice".to_string(), 120.0, Some(r#"{"n":"A"}"#.to_string())), ("bob".to_string(), 100.0, None)]
+        );
     }
 }

@@ -33,6 +33,7 @@ mod writer;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
 use gate::Gate;
+pub use jobs::{RollStep, SealCall, SealReply};
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
@@ -68,6 +69,8 @@ pub enum StoreError {
     BadReply { base: String, got: usize, expected: usize },
     #[error("Redis is unavailable: {0}")]
     Read(#[source] RedisError),
+    #[error("{script} answered {got}")]
+    Reply { script: &'static str, got: String },
     #[error("cannot {what}: {source}")]
     Bookkeeping { what: &'static str, source: RedisError },
     #[error("a script on board tag {base} failed: {source}")]
