@@ -57,13 +57,15 @@ echo "- Redis ceiling: bare pipelined writes: $((totals[0] / events))"
 echo "- rankflow store path: $((totals[1] / events))"
 echo "- rankflow store path, dense_rank = false: $((totals[2] / events))"
 if [ -n "$sim" ]; then
-  # The totals line: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw.
+  # The event names (callgrind: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw) and their totals.
   cycles=()
   for f in $(ls -tr "$dir"/cg.out.*); do
-    cycles+=("$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2 + 10 * ($3 + $6 + $9) + 100 * ($4 + $7 + $10)}')")
+    cycles+=("$(awk '/^events:/ { for (i = 2; i <= NF; i++) name[i] = $i }
+      /^(summary|totals):/ { for (i = 2; i <= NF; i++) v[name[i]] = $i
+        printf "%.0f", v["Ir"] + 10 * (v["I1mr"] + v["D1mr"] + v["D1mw"]) + 100 * (v["ILmr"] + v["DLmr"] + v["DLmw"]); exit }' "$f")")
   done
   echo "Estimated Redis cycles per event (instructions + 10 per L1 miss + 100 per last-level miss):"
-  echo "- Redis ceiling: bare pipelined writes: $(( ${cycles[0]%.*} / events ))"
-  echo "- rankflow store path: $(( ${cycles[1]%.*} / events ))"
-  echo "- rankflow store path, dense_rank = false: $(( ${cycles[2]%.*} / events ))"
+  echo "- Redis ceiling: bare pipelined writes: $((cycles[0] / events))"
+  echo "- rankflow store path: $((cycles[1] / events))"
+  echo "- rankflow store path, dense_rank = false: $((cycles[2] / events))"
 fi
