@@ -109,6 +109,14 @@ struct Last {
 async fn run(store: Store, settings: WriterSettings, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut last: Option<Last> = None;
     while let Some(Job { mut calls, span, handle }) = jobs.recv().await {
+        if calls.is_empty() {
+            // Nothing to send (every record was refused before Redis). The
+            // batch before stays the one the next batch is sent behind: were
+            // this one in its place, landed at once, the next would carry no
+            // preconditions while that one may still fail.
+            let _ = handle.send(tokio::spawn(async { Written::Applied(Vec::new()) }));
+            continue;
+        }
         // Behind a batch still on its way: preconditions on it, and its
         // landing awaited before any retry. Behind one that has landed
         // already, neither.
@@ -122,7 +130,7 @@ async fn run(store: Store, settings: WriterSettings, mut jobs: mpsc::UnboundedRe
         let landed = Landed::new(&calls);
         let started = Instant::now();
         // Started here, before the next batch is taken: the order of arrival.
-        let first = if landed.is_complete() { None } else { Some(store.start_pending(&calls, &landed).await) };
+        let first = store.start_pending(&calls, &landed).await;
         let (landed_tx, landed_rx) = oneshot::channel();
         let batch = Batch { store: store.clone(), settings: settings.clone(), calls, landed, started };
         let task = tokio::spawn(batch.finish(first, after, landed_tx).instrument(span));
@@ -143,27 +151,25 @@ struct Batch {
 impl Batch {
     async fn finish(
         mut self,
-        first: Option<Answers>,
+        first: Answers,
         after: Option<oneshot::Receiver<()>>,
         landed_tx: oneshot::Sender<()>,
     ) -> Written {
-        if let Some(first) = first {
-            let answers = first.await;
-            let attempt = record(&self.calls, &mut self.landed, answers);
-            let attempt = self.store.reload_if_lost(&self.calls, &mut self.landed, attempt).await;
-            (self.settings.observe)(&attempt, self.started.elapsed());
-            match attempt {
-                Err(e) if e.is_lost() => return Written::Lost(e),
-                Err(e) => {
-                    debug!(error = %e, "A batch is not done; what is not is sent again once the batch before it is.");
-                    if let Some(after) = after {
-                        if after.await.is_err() {
-                            return Written::Abandoned;
-                        }
+        let answers = first.await;
+        let attempt = record(&self.calls, &mut self.landed, answers);
+        let attempt = self.store.reload_if_lost(&self.calls, &mut self.landed, attempt).await;
+        (self.settings.observe)(&attempt, self.started.elapsed());
+        match attempt {
+            Err(e) if e.is_lost() => return Written::Lost(e),
+            Err(e) => {
+                debug!(error = %e, "A batch is not done; what is not is sent again once the batch before it is.");
+                if let Some(after) = after {
+                    if after.await.is_err() {
+                        return Written::Abandoned;
                     }
                 }
-                Ok(()) => {}
             }
+            Ok(()) => {}
         }
         // What is not done yet (not landed, or with redis.min_replicas not
         // on enough replicas: the writes may have died with their primary)
