@@ -11,7 +11,7 @@
 use crate::board::{Board, Mode, Order};
 use crate::keys;
 use crate::period::{Period, PeriodError, PeriodKind};
-use crate::store::Store;
+use crate::store::{RollCall, Store};
 
 use super::JobError;
 
@@ -26,7 +26,14 @@ pub use crate::store::RollStep as Step;
 #[derive(Clone, Debug)]
 pub struct Refresh {
     keys: Vec<String>,
-    args: Vec<String>,
+    days: usize,
+    agg: &'static str,
+    shift: i64,
+    dense: bool,
+    expire_at: i64,
+    top_k: u64,
+    desc: bool,
+    meta: bool,
     /// The rolling key's version hash (`keys::version_key`), raised by each swap.
     versions: String,
 }
@@ -43,28 +50,40 @@ impl Refresh {
             (_, Order::Desc) => "MAX",
             (_, Order::Asc) => "MIN",
         };
-        let args = vec![
-            agg.to_string(),
-            board.packing().shift().to_string(),
-            if board.dense_rank() { "1" } else { "0" }.to_string(),
-            expire_at.to_string(),
-            board.max_members().unwrap_or(0).to_string(),
-            board.order().as_str().to_string(),
-            if board.meta() { "1" } else { "0" }.to_string(),
-        ];
         Ok(Refresh {
             keys: rolling_keys(board, base, name, days, now_ms)?,
-            args,
+            days: days as usize,
+            agg,
+            shift: board.packing().shift(),
+            dense: board.dense_rank(),
+            expire_at,
+            top_k: board.max_members().unwrap_or(0),
+            desc: board.order() == Order::Desc,
+            meta: board.meta(),
             versions: keys::version_key(base, &keys::rolling_id(name)),
         })
     }
 
+    /// The script call of one step of at most `budget` members.
+    pub fn call(&self, budget: usize) -> RollCall<'_> {
+        RollCall {
+            keys: &self.keys,
+            days: self.days,
+            agg: self.agg,
+            shift: self.shift,
+            dense: self.dense,
+            expire_at: self.expire_at,
+            top_k: self.top_k,
+            desc: self.desc,
+            meta: self.meta,
+            budget,
+            versions: &self.versions,
+        }
+    }
+
     /// Runs one step of at most `budget` members.
     pub async fn step(&self, store: &Store, budget: usize) -> Result<Step, JobError> {
-        let mut args = self.args.clone();
-        args.push(budget.max(1).to_string());
-        args.push(self.versions.clone());
-        Ok(store.roll_step(&self.keys, &args).await?)
+        Ok(store.roll_step(&self.call(budget)).await?)
     }
 }
 

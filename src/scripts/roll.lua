@@ -1,21 +1,23 @@
 -- roll.lua: one bounded step of recomputing one rolling board of ONE board
--- tag from its daily keys. Each call does at most ARGV[7] members' work, so
+-- tag from its daily keys. Each call does at most the header's budget of members' work, so
 -- no call holds Redis for long whatever the board's size; the new union is
 -- built in staging keys and swapped in by the last step with RENAME, so
 -- readers see the old union or the new one, never a mix.
 --
--- KEYS[1] the rolling key        KEYS[2] its dense index   KEYS[3] the tag's registry
--- KEYS[4] the build's state      KEYS[5] the staged union  KEYS[6] the staged dense index
--- KEYS[5 + 2d] daily key d and KEYS[6 + 2d] its staged copy, d = 1..days (day 1 is
---              the newest, today)
--- Boards that keep metadata only, after those (M = 6 + 2 * days):
--- KEYS[M + 1] the rolling key's meta hash   KEYS[M + 2] the staged union's meta hash
--- KEYS[M + 1 + 2d] daily key d's meta hash and KEYS[M + 2 + 2d] its staged copy's
--- KEYS[#KEYS] the tag's offsets hash (its "registered" field: see registered.lua)
--- ARGV[1] SUM | MAX | MIN    ARGV[2] SHIFT (packing)   ARGV[3] "1": keep the dense index
--- ARGV[4] EXPIREAT seconds   ARGV[5] top-K (0: none)   ARGV[6] "desc" or "asc"
--- ARGV[7] "1": the board keeps metadata    ARGV[8] the most members one call reads or writes
--- ARGV[9] the rolling key's version hash (its `swaps` counter rises with every swap)
+-- ARGV[1]  the header, a MessagePack map (built by src/store/jobs.rs):
+--   dest, dest_dense, registry, state   KEYS indexes: the rolling key, its
+--            dense index, the tag's registry, the build's state
+--   staged, staged_dense                 the staged union and its dense index
+--   days     per day d (1 is the newest, today): {key, copy} (the daily key
+--            and its staged copy), and on boards that keep metadata
+--            {meta, copy_meta} (their meta hashes)
+--   dest_meta, staged_meta               boards that keep metadata: the meta
+--            hashes of the rolling key and the staged union
+--   offsets  the tag's offsets hash (its "registered" field: registered.lua)
+--   agg      SUM | MAX | MIN      shift  SHIFT (packing)    dense  keep the dense index
+--   expire_at EXPIREAT seconds    top_k  0: none            desc   "desc" board
+--   meta     the board keeps metadata   budget  the most members one call reads or writes
+--   versions the rolling key's version hash (its `swaps` counter rises with every swap)
 --
 -- Metadata follows the value it explains: a day's copy takes each member's
 -- meta in the same step as its score; merging, a SUM keeps the meta of the
@@ -43,24 +45,23 @@
 -- union} once swapped in (0: the union is empty and the rolling key deleted),
 -- or {"inexact", 0}.
 
-local agg, shift, dense_on = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local expire_at, top_k, desc = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'desc'
-local meta_on, budget = ARGV[7] == '1', tonumber(ARGV[8])
-local dest, dense, registry, state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local staged, staged_dense = KEYS[5], KEYS[6]
+local h = cmsgpack.unpack(ARGV[1])
+local agg, shift, dense_on = h.agg, h.shift, h.dense
+local expire_at, top_k, desc = Value.fmt(h.expire_at), h.top_k, h.desc
+local meta_on, budget = h.meta, h.budget
+local dest, dense, registry, state = KEYS[h.dest], KEYS[h.dest_dense], KEYS[h.registry], KEYS[h.state]
+local staged, staged_dense = KEYS[h.staged], KEYS[h.staged_dense]
 -- A tag that lost its data gets no rolling board: it would be built from
 -- daily keys that miss every score before the loss.
-local lost = Registered.check(KEYS[#KEYS])
+local lost = Registered.check(KEYS[h.offsets])
 if lost then return lost end
-local days
-if meta_on then days = (#KEYS - 9) / 4 else days = (#KEYS - 7) / 2 end
+local days = #h.days
 local MAX_EXACT = Const.MAX_EXACT
-local day = function(d) return KEYS[5 + 2 * d] end
-local copy = function(d) return KEYS[6 + 2 * d] end
-local M = 6 + 2 * days
-local dest_meta, staged_meta = KEYS[M + 1], KEYS[M + 2]
-local day_meta = function(d) return KEYS[M + 1 + 2 * d] end
-local copy_meta = function(d) return KEYS[M + 2 + 2 * d] end
+local day = function(d) return KEYS[h.days[d].key] end
+local copy = function(d) return KEYS[h.days[d].copy] end
+local dest_meta, staged_meta = h.dest_meta and KEYS[h.dest_meta], h.staged_meta and KEYS[h.staged_meta]
+local day_meta = function(d) return KEYS[h.days[d].meta] end
+local copy_meta = function(d) return KEYS[h.days[d].copy_meta] end
 local window = day(1) .. '|' .. days
 
 local function drop_staged()
@@ -263,6 +264,6 @@ if card > 0 then
 end
 drop_staged()
 redis.call('DEL', state)
-redis.call('HINCRBY', ARGV[9], 'swaps', 1)
-redis.call('EXPIREAT', ARGV[9], expire_at)
+redis.call('HINCRBY', h.versions, 'swaps', 1)
+redis.call('EXPIREAT', h.versions, expire_at)
 return {'done', card}

@@ -4,6 +4,7 @@
 //! builds their keys and arguments and reads their replies; each script's
 //! header says what they are.
 
+use super::msgpack::{self, MapWriter};
 use super::scripts::{Lua, ROLL, SCHED, SEAL};
 use super::{Store, StoreError};
 use crate::keys;
@@ -16,6 +17,71 @@ pub enum RollStep {
     Done(u64),
     /// A member's running sum left the exact range; the old union is untouched.
     Inexact,
+}
+
+/// One step of one rolling board's build, as `roll.lua` reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct RollCall<'a> {
+    /// The keys, laid out by `schedule::rolling_keys`: the rolling key, its
+    /// dense index, the tag's registry, the build's state, the staged union
+    /// and its dense index; each day (newest first) and its staged copy; on
+    /// boards that keep metadata, the meta hashes of the rolling key, the
+    /// staged union, and each day and its copy; last, the tag's offsets hash.
+    pub keys: &'a [String],
+    pub days: usize,
+    /// `SUM`, `MAX` or `MIN`.
+    pub agg: &'a str,
+    pub shift: i64,
+    pub dense: bool,
+    /// EXPIREAT seconds of the rolling board and its build.
+    pub expire_at: i64,
+    /// Members kept (0: all).
+    pub top_k: u64,
+    pub desc: bool,
+    pub meta: bool,
+    /// The most members this step reads or writes.
+    pub budget: usize,
+    /// The rolling key's version hash (its `swaps` counter rises with every swap).
+    pub versions: &'a str,
+}
+
+impl RollCall<'_> {
+    /// The header naming each key by its index in `keys` (see `roll.lua`).
+    fn header(&self) -> Vec<u8> {
+        let mut h = MapWriter::default();
+        for (i, name) in ["dest", "dest_dense", "registry", "state", "staged", "staged_dense"].into_iter().enumerate() {
+            h.int(name, i as i64 + 1);
+        }
+        let meta_at = 6 + 2 * self.days;
+        let mut days = Vec::new();
+        msgpack::array_len(&mut days, self.days);
+        for d in 1..=self.days {
+            let mut m = MapWriter::default();
+            m.int("key", (5 + 2 * d) as i64);
+            m.int("copy", (6 + 2 * d) as i64);
+            if self.meta {
+                m.int("meta", (meta_at + 1 + 2 * d) as i64);
+                m.int("copy_meta", (meta_at + 2 + 2 * d) as i64);
+            }
+            days.extend_from_slice(&m.finish());
+        }
+        h.raw("days", &days);
+        if self.meta {
+            h.int("dest_meta", meta_at as i64 + 1);
+            h.int("staged_meta", meta_at as i64 + 2);
+        }
+        h.int("offsets", self.keys.len() as i64);
+        h.str("agg", self.agg);
+        h.int("shift", self.shift);
+        h.bool("dense", self.dense);
+        h.int("expire_at", self.expire_at);
+        h.int("top_k", self.top_k as i64);
+        h.bool("desc", self.desc);
+        h.bool("meta", self.meta);
+        h.int("budget", self.budget.max(1) as i64);
+        h.str("versions", self.versions);
+        h.finish()
+    }
 }
 
 /// One seal of one period of one tag.
@@ -107,11 +173,11 @@ fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply
 impl Store {
     /// One call of a script on `keys` (the first names what it is about),
     /// its error reply typed: `LOST` as [`StoreError::Lost`].
-    async fn script<T: redis::FromRedisValue>(
+    async fn script<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],
-        args: &[String],
+        args: &[A],
     ) -> Result<T, StoreError> {
         let about = keys.first().map(String::as_str).unwrap_or_default();
         self.eval(lua, keys, args).await?.map_err(|source| {
@@ -133,10 +199,9 @@ impl Store {
         parse_seal_reply(&reply, call.meta)
     }
 
-    /// One step of `roll.lua` on the keys and arguments of a refresh
-    /// (`schedule::Refresh`, which lays them out as the script documents).
-    pub async fn roll_step(&self, keys: &[String], args: &[String]) -> Result<RollStep, StoreError> {
-        let (state, n): (String, u64) = self.script(&ROLL, keys, args).await?;
+    /// One step of `roll.lua`: at most `call.budget` members' work.
+    pub async fn roll_step(&self, call: &RollCall<'_>) -> Result<RollStep, StoreError> {
+        let (state, n): (String, u64) = self.script(&ROLL, call.keys, &[call.header()]).await?;
         match state.as_str() {
             "more" => Ok(RollStep::More(n)),
             "done" => Ok(RollStep::Done(n)),
@@ -168,6 +233,77 @@ mod tests {
         assert_eq!(
             reply.top,
             [("alice".to_string(), 120.0, Some(r#"{"n":"A"}"#.to_string())), ("bob".to_string(), 100.0, None)]
+        );
+    }
+}
+
+#[cfg(test)]
+mod roll_tests {
+    use super::*;
+
+    #[test]
+    fn a_roll_header_names_each_key_where_the_layout_puts_it() {
+        // The layout of `schedule::rolling_keys` for two days, with metadata.
+        let keys: Vec<String> = [
+            "r",
+            "r_dense",
+            "reg",
+            "state",
+            "staged",
+            "staged_dense",
+            "day1",
+            "copy1",
+            "day2",
+            "copy2",
+            "r_meta",
+            "staged_meta",
+            "day1_meta",
+            "copy1_meta",
+            "day2_meta",
+            "copy2_meta",
+            "offsets",
+        ]
+        .map(String::from)
+        .to_vec();
+        let call = RollCall {
+            keys: &keys,
+            days: 2,
+            agg: "SUM",
+            shift: 1,
+            dense: true,
+            expire_at: 100,
+            top_k: 0,
+            desc: true,
+            meta: true,
+            budget: 10,
+            versions: "v",
+        };
+        let header = msgpack::render(&mut call.header().as_slice());
+        // Each name's index, 1-based as in Lua, read back to the key it names.
+        let at = |name: &str| -> String {
+            let start =
+                header.find(&format!("{name}: ")).unwrap_or_else(|| panic!("{name} in {header}")) + name.len() + 2;
+            let n: usize = header[start..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+            keys[n - 1].clone()
+        };
+        for (name, key) in [
+            ("dest", "r"),
+            ("dest_dense", "r_dense"),
+            ("registry", "reg"),
+            ("state", "state"),
+            ("staged", "staged"),
+            ("staged_dense", "staged_dense"),
+            ("dest_meta", "r_meta"),
+            ("staged_meta", "staged_meta"),
+            ("offsets", "offsets"),
+        ] {
+            assert_eq!(at(name), key, "{header}");
+        }
+        assert!(
+            header.contains(
+                "days: [{key: 7, copy: 8, meta: 13, copy_meta: 14}, {key: 9, copy: 10, meta: 15, copy_meta: 16}]"
+            ),
+            "{header}"
         );
     }
 }

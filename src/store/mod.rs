@@ -33,7 +33,7 @@ mod writer;
 
 pub use conn::{node_connections, scan_keys, RedisConn};
 use gate::Gate;
-pub use jobs::{RollStep, SealCall, SealReply};
+pub use jobs::{RollCall, RollStep, SealCall, SealReply};
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
