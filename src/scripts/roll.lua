@@ -86,8 +86,8 @@ local function put_metas(hash, members, metas)
       del[#del + 1] = members[i]
     end
   end
-  for i = 1, #set, 1000 do redis.call('HSET', hash, unpack(set, i, math.min(i + 999, #set))) end
-  for i = 1, #del, 1000 do redis.call('HDEL', hash, unpack(del, i, math.min(i + 999, #del))) end
+  Calls.variadic('HSET', hash, set, 2)
+  Calls.variadic('HDEL', hash, del, 1)
   if #set > 0 then redis.call('EXPIREAT', hash, expire_at) end
 end
 
@@ -216,9 +216,7 @@ while done < budget and phase ~= 'swap' do
       if meta_on then
         local names = {}
         for i = 1, #gone, 2 do names[#names + 1] = gone[i] end
-        for i = 1, #names, 1000 do
-          redis.call('HDEL', staged_meta, unpack(names, i, math.min(i + 999, #names)))
-        end
+        Calls.variadic('HDEL', staged_meta, names, 1)
       end
       done = done + #gone / 2
     end

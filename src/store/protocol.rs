@@ -282,19 +282,19 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
             }
         };
         for n in [f as i64 + 1, item.offset, m as i64, item.num, sh as i64] {
-            mp_int(&mut body, n);
+            msgpack::int(&mut body, n);
         }
         if with_tie {
-            mp_int(&mut body, item.tie);
+            msgpack::int(&mut body, item.tie);
         }
         if with_ts {
-            mp_int(&mut body, item.ts);
+            msgpack::int(&mut body, item.ts);
         }
         if p.meta {
             msgpack::str(&mut body, item.meta.unwrap_or(""));
         }
         if p.sealed {
-            mp_int(&mut body, item.record_ts);
+            msgpack::int(&mut body, item.record_ts);
         }
         for &j in &shape {
             if listed.insert((j, m)) {
@@ -303,7 +303,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         }
     }
     let mut events = Vec::with_capacity(body.len() + 16 * members.len() + 16);
-    mp_int(&mut events, members.len() as i64);
+    msgpack::int(&mut events, members.len() as i64);
     for m in &members {
         msgpack::str(&mut events, m);
     }
@@ -311,22 +311,22 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         // Every member, in order (each member's first event wrote the
         // key): -1 stands for the list, which the script then need not read.
         if list.len() == members.len() && list.iter().enumerate().all(|(i, &m)| m == i + 1) {
-            mp_int(&mut events, -1);
+            msgpack::int(&mut events, -1);
             continue;
         }
-        mp_int(&mut events, list.len() as i64);
+        msgpack::int(&mut events, list.len() as i64);
         for m in list {
-            mp_int(&mut events, *m as i64);
+            msgpack::int(&mut events, *m as i64);
         }
     }
-    mp_int(&mut events, shapes.len() as i64);
+    msgpack::int(&mut events, shapes.len() as i64);
     for shape in &shapes {
-        mp_int(&mut events, shape.len() as i64);
+        msgpack::int(&mut events, shape.len() as i64);
         for &j in shape {
-            mp_int(&mut events, j as i64);
+            msgpack::int(&mut events, j as i64);
         }
     }
-    mp_int(&mut events, batch.items.len() as i64);
+    msgpack::int(&mut events, batch.items.len() as i64);
     for item in &batch.items {
         msgpack::bytes_as_str(&mut events, &crate::markers::marker(item.event_id));
     }
@@ -354,10 +354,6 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> 
 /// event id stays a duplicate at least as long as configured.
 pub(super) fn ttl_secs(ttl: Duration) -> u64 {
     (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
-}
-
-fn mp_int(buf: &mut Vec<u8>, n: i64) {
-    msgpack::int(buf, n);
 }
 
 #[cfg(test)]

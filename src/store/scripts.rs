@@ -37,7 +37,8 @@ fn prelude() -> String {
 
 /// The shared modules, by name, in the order a script includes them (a
 /// module may use those before it).
-const LIB: [(&str, &str); 7] = [
+const LIB: [(&str, &str); 8] = [
+    ("calls", include_str!("../scripts/lib/calls.lua")),
     ("value", include_str!("../scripts/lib/value.lua")),
     ("registered", include_str!("../scripts/lib/registered.lua")),
     ("offsets", include_str!("../scripts/lib/offsets.lua")),
@@ -77,7 +78,7 @@ impl Lua {
 
 pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
-        &["value", "registered", "offsets", "markers", "dense", "topk", "expiry"],
+        &["calls", "value", "registered", "offsets", "markers", "dense", "topk", "expiry"],
         &[
             include_str!("../scripts/apply/batch.lua"),
             include_str!("../scripts/apply/read.lua"),
@@ -90,7 +91,7 @@ pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
 
 pub(super) static ADMIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
-        &["value", "registered", "offsets", "markers", "dense", "topk", "expiry"],
+        &["calls", "value", "registered", "offsets", "markers", "dense", "topk", "expiry"],
         &[include_str!("../scripts/admin.lua")],
     ))
 });
@@ -99,7 +100,7 @@ pub(super) static SEAL: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(assemble(&["registered", "expiry"], &[include_str!("../scripts/seal.lua")])));
 
 pub(super) static ROLL: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(assemble(&["value", "registered", "dense", "topk"], &[include_str!("../scripts/roll.lua")]))
+    Lua::new(assemble(&["calls", "value", "registered", "dense", "topk"], &[include_str!("../scripts/roll.lua")]))
 });
 
 pub(super) static READ: LazyLock<Lua> =
@@ -145,6 +146,7 @@ mod tests {
     fn a_module_a_script_uses_is_in_it_and_comes_before_its_use() {
         let scripts = [("apply", &*APPLY), ("admin", &*ADMIN), ("seal", &*SEAL), ("roll", &*ROLL), ("read", &*READ)];
         let modules = [
+            ("Calls.", "local Calls = {}"),
             ("Value.", "local Value = {}"),
             ("Registered.", "local Registered = {}"),
             ("Offsets.", "local Offsets = {}"),

@@ -16,7 +16,7 @@
 local ApplyRead = {}
 do
   local call, min, tonumber = redis.call, math.min, tonumber
-  local CHUNK = 1000
+  local CHUNK = Calls.CHUNK
 
   local function sealing(A)
     A.sealed, A.closes = {}, {}

@@ -13,17 +13,8 @@
 
 local ApplyWrite = {}
 do
-  local call, min, format, tonumber = redis.call, math.min, string.format, tonumber
-  local CHUNK = 1000
-
-  -- Runs a variadic command on key over list (already flat), CHUNK items of
-  -- step arguments at a time (Lua's unpack has a stack limit).
-  local function variadic(cmd, key, list, step)
-    local n = #list
-    for c = 1, n, CHUNK * step do
-      call(cmd, key, unpack(list, c, min(c + CHUNK * step - 1, n)))
-    end
-  end
+  local format, tonumber = string.format, tonumber
+  local variadic = Calls.variadic
 
   -- Writes period j, whose values as the events left them are c. Returns
   -- whether it wrote anything.

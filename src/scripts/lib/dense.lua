@@ -17,7 +17,7 @@
 local Dense = {}
 do
   local call, min, tonumber, format = redis.call, math.min, tonumber, string.format
-  local CHUNK = 1000
+  local CHUNK, variadic = Calls.CHUNK, Calls.variadic
 
   -- The one field of a counts hash that is not a value. A hash of up to
   -- hash-max-listpack-entries (512 by default) fields is a listpack,
@@ -29,13 +29,6 @@ do
   -- Member counts as strings, made once.
   local small = {}
   for n = 1, 16 do small[n] = format('%d', n) end
-
-  local function variadic(cmd, key, list, step)
-    local n = #list
-    for c = 1, n, CHUNK * step do
-      call(cmd, key, unpack(list, c, min(c + CHUNK * step - 1, n)))
-    end
-  end
 
   -- Makes a counted index exact again after members moved: delta maps a
   -- value's name to the net change of the members holding it. One HMGET of

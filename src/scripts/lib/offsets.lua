@@ -19,7 +19,7 @@
 local Offsets = {}
 do
   local call, min, tonumber, format = redis.call, math.min, tonumber, string.format
-  local CHUNK = 1000
+  local CHUNK = Calls.CHUNK
 
   -- The offsets of fields (a list) on the tag whose offsets hash is key,
   -- read with one HMGET per CHUNK fields: o.recorded[f] is field f's
@@ -67,9 +67,7 @@ do
           moved[#moved + 1] = format('%d', off)
         end
       end
-      for c = 1, #moved, 2 * CHUNK do
-        call('HSET', key, unpack(moved, c, min(c + 2 * CHUNK - 1, #moved)))
-      end
+      Calls.variadic('HSET', key, moved, 2)
     end
 
     return o
