@@ -26,6 +26,14 @@
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
+//! | `{prefix}:{tag}:_lgc:<round>` | zset | leagues: player -> cohort code (`tier * 2^32 + n`) in the round; same expiry |
+//! | `{prefix}:{tag}:_lgo:<round>` | hash | leagues: `<tier>` -> the round's newest cohort of the tier, `<tier>:size` -> players placed in it, `seq` -> arrivals; same expiry |
+//! | `{prefix}:{tag}:_lgp:<round>` | zset | leagues: players of the round waiting for the previous round's settlement -> arrival number; same expiry |
+//! | `{prefix}:{tag}:_lgr:<round>` | hash | leagues: a settled round's results, player -> `<rank>:<zone>:<next tier>`; same expiry |
+//! | `{prefix}:{tag}:_lgt` | hash | leagues: player -> the tier (index) of their next placement |
+//! | `{prefix}:{tag}:_lgx` | hash | leagues: player -> the tier `player_tier_set` gave, which the next settlement keeps |
+//! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published |
+//! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms) |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
 //! | `{prefix}:{tag}:_roll:r:<name>`, `..:<d>` | zset | a rolling board's build in progress: the staged union, and day `d`'s staged copy (in the registry while they exist); the staged dense index is `_dense:_roll:r:<name>` |
@@ -313,6 +321,51 @@ pub fn version_key(base: &str, period_id: &str) -> String {
 /// What [`version_key`] puts before the period id.
 pub fn version_prefix(base: &str) -> String {
     format!("{base}:_ver:")
+}
+
+/// Leagues: a round's cohorts, a zset of player -> cohort code (see
+/// `board::league`).
+pub fn league_cohorts_key(base: &str, round: &str) -> String {
+    format!("{base}:_lgc:{round}")
+}
+
+/// Leagues: a round's open cohorts, per tier `t`: `<t>` -> its newest
+/// cohort's number, `<t>:size` -> players placed in it; `seq` -> arrivals.
+pub fn league_open_key(base: &str, round: &str) -> String {
+    format!("{base}:_lgo:{round}")
+}
+
+/// Leagues: a round's players waiting for the previous round's settlement,
+/// a zset of player -> arrival number.
+pub fn league_pending_key(base: &str, round: &str) -> String {
+    format!("{base}:_lgp:{round}")
+}
+
+/// Leagues: a settled round's results, player -> `<rank>:<zone>:<next tier>`.
+pub fn league_results_key(base: &str, round: &str) -> String {
+    format!("{base}:_lgr:{round}")
+}
+
+/// Leagues: each player's tier at their next placement (player -> tier index).
+pub fn league_tiers_key(base: &str) -> String {
+    format!("{base}:_lgt")
+}
+
+/// Leagues: tiers set by `player_tier_set`, which the next settlement keeps.
+pub fn league_overrides_key(base: &str) -> String {
+    format!("{base}:_lgx")
+}
+
+/// Leagues: the settlements, `<round>` -> 1 once settled (its next round
+/// places at once), `<round>:step` -> how far the settlement is,
+/// `<round>:published` -> cohorts published.
+pub fn league_state_key(base: &str) -> String {
+    format!("{base}:_lgs")
+}
+
+/// Leagues: every round key of the tag that holds players, for erasure.
+pub fn league_registry_key(base: &str) -> String {
+    format!("{base}:_lgk")
 }
 
 /// Which periods of the tag are sealed (see the table above).

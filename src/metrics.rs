@@ -38,6 +38,41 @@ pub struct Metrics {
     pub admin_events: IntCounterVec,
     pub replica_wait_failures: IntCounter,
     pub redis_data_lost: IntGauge,
+    pub league: LeagueMetrics,
+}
+
+/// Leagues' families.
+pub struct LeagueMetrics {
+    /// Players placed in a settled round, per board and tier.
+    pub players: IntGaugeVec,
+    pub settlements: IntCounterVec,
+    /// Players moved by settlements, per board and direction (promote, demote).
+    pub moves: IntCounterVec,
+}
+
+impl LeagueMetrics {
+    fn new(r: &Registry) -> LeagueMetrics {
+        LeagueMetrics {
+            players: gauge_vec(
+                r,
+                "rankflow_league_players",
+                "Players placed in the last round this worker settled, per board and tier.",
+                &["board", "tier"],
+            ),
+            settlements: counter_vec(
+                r,
+                "rankflow_league_settlements_total",
+                "League rounds this worker finished settling (each round is settled once across all workers).",
+                &["board"],
+            ),
+            moves: counter_vec(
+                r,
+                "rankflow_league_moves_total",
+                "Players a settlement moved, by direction (promote, demote; idle players demoted count as demote).",
+                &["board", "direction"],
+            ),
+        }
+    }
 }
 
 /// Every metric family name rankflow exports, for dashboards and tests.
@@ -66,6 +101,9 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_admin_events_total",
     "rankflow_redis_replica_wait_failures_total",
     "rankflow_redis_data_lost",
+    "rankflow_league_players",
+    "rankflow_league_settlements_total",
+    "rankflow_league_moves_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -220,6 +258,7 @@ impl Metrics {
                 "rankflow_redis_data_lost",
                 "1 when Redis lost data (a board tag's registration is gone, or Redis holds fewer applied records than the consumer group committed): nothing is consumed or written.",
             ),
+            league: LeagueMetrics::new(&r),
             registry: r,
         }
     }

@@ -78,6 +78,7 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
         attempts_key: format!("lb:{{{tag}}}:_att:{period}"),
         expire_at,
         close_at: None,
+        round: None,
     })
 }
 
@@ -96,6 +97,8 @@ fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         sealed: false,
         meta: false,
         attempts: 0,
+        cohort_size: 0,
+        tiers: 0,
     }
 }
 

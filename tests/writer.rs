@@ -26,6 +26,7 @@ fn pw(tag: &str) -> Arc<PeriodWrite> {
         attempts_key: key("_att:"),
         expire_at: None,
         close_at: None,
+        round: None,
     })
 }
 
@@ -59,6 +60,8 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
         sealed: false,
         meta: false,
         attempts: 0,
+        cohort_size: 0,
+        tiers: 0,
     };
     let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = attempts.clone();

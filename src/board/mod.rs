@@ -17,10 +17,12 @@ use crate::event::Reason;
 use crate::period::{Period, PeriodKind};
 use crate::score::Packing;
 
+pub mod league;
 mod router;
 mod schedule;
 mod shard;
 
+pub use league::League;
 pub use router::Router;
 pub use schedule::{Schedule, ScheduleError};
 pub use shard::shard_of;
@@ -128,6 +130,8 @@ pub struct BoardSpec {
     pub schedules: Vec<Schedule>,
     /// Sharded boards: how many hash tags the members are spread over.
     pub shards: Option<u32>,
+    /// Leagues: the rounds are played in cohorts of one tier.
+    pub league: Option<League>,
 }
 
 #[cfg(test)]
@@ -155,6 +159,7 @@ impl BoardSpec {
             windows: Vec::new(),
             schedules: Vec::new(),
             shards: None,
+            league: None,
         }
     }
 }
@@ -218,6 +223,38 @@ impl Board {
     /// Sharded boards: how many shards (hash tags) hold the members.
     pub fn shards(&self) -> Option<u32> {
         self.spec.shards
+    }
+
+    /// Leagues: `[board.league]`.
+    pub fn league(&self) -> Option<&League> {
+        self.spec.league.as_ref()
+    }
+
+    /// Whether `period` is one of the league's rounds.
+    pub fn is_round(&self, period: &Period) -> bool {
+        let Some(l) = &self.spec.league else { return false };
+        match period.kind {
+            PeriodKind::Window => period.id.strip_prefix("s:") == Some(l.rounds.as_str()),
+            PeriodKind::Schedule => {
+                period.id.strip_prefix("c:").and_then(|r| r.split_once(':')).is_some_and(|(n, _)| n == l.rounds)
+            }
+            _ => false,
+        }
+    }
+
+    /// The round before a round (a schedule's previous firing); `None` for
+    /// a window's single round.
+    pub fn previous_round(&self, round: &Period) -> Option<Period> {
+        let l = self.spec.league.as_ref()?;
+        let s = self.spec.schedules.iter().find(|s| s.name == l.rounds)?;
+        s.latest_at(self.spec.timezone, round.start_ms?.checked_sub(1)?)
+    }
+
+    /// The round after a round.
+    pub fn next_round(&self, round: &Period) -> Option<Period> {
+        let l = self.spec.league.as_ref()?;
+        let s = self.spec.schedules.iter().find(|s| s.name == l.rounds)?;
+        s.next_after(self.spec.timezone, round.start_ms?)
     }
 
     /// Whether the dense-rank index is kept.
@@ -326,6 +363,8 @@ impl Board {
             sealed: self.spec.close_after.is_some(),
             meta: self.spec.meta,
             attempts: self.spec.max_attempts.unwrap_or(0),
+            cohort_size: self.spec.league.as_ref().map_or(0, |l| l.cohort_size),
+            tiers: self.spec.league.as_ref().map_or(0, |l| l.tiers.len() as u32),
         }
     }
 }
@@ -384,6 +423,9 @@ pub struct WriteParams {
     pub meta: bool,
     /// `max_attempts`: events a member may have applied per period key; 0: no limit.
     pub attempts: u64,
+    /// Leagues: players per cohort (0: no league) and how many tiers.
+    pub cohort_size: u32,
+    pub tiers: u32,
 }
 
 #[cfg(test)]
@@ -402,6 +444,8 @@ impl WriteParams {
             sealed: false,
             meta: false,
             attempts: 0,
+            cohort_size: 0,
+            tiers: 0,
         }
     }
 }
@@ -449,6 +493,36 @@ pub struct PeriodWrite {
     pub expire_at: Option<i64>,
     /// Boards with `close_after`: when the period closes, epoch ms.
     pub close_at: Option<i64>,
+    /// A league's round: its league keys.
+    pub round: Option<RoundKeys>,
+}
+
+/// The league keys of one round on one board tag (see `keys`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundKeys {
+    /// Player -> cohort code.
+    pub cohorts: String,
+    /// Per tier, the newest cohort and its size.
+    pub open: String,
+    /// Players waiting for the previous round's settlement.
+    pub pending: String,
+    /// The previous round's id, if the rounds are a schedule's, and its
+    /// cohorts and pending players: a round places at once when the
+    /// previous one is settled or held nobody.
+    pub previous: Option<(String, String, String)>,
+}
+
+impl RoundKeys {
+    pub fn new(base: &str, round: &str, previous: Option<&str>) -> RoundKeys {
+        RoundKeys {
+            cohorts: crate::keys::league_cohorts_key(base, round),
+            open: crate::keys::league_open_key(base, round),
+            pending: crate::keys::league_pending_key(base, round),
+            previous: previous.map(|p| {
+                (p.to_string(), crate::keys::league_cohorts_key(base, p), crate::keys::league_pending_key(base, p))
+            }),
+        }
+    }
 }
 
 /// The writes one event makes on one board.

@@ -160,6 +160,10 @@ impl Router {
         let board = &self.boards[i];
         let period = period()?;
         let kind = period.kind;
+        let round = board.is_round(&period).then(|| {
+            let previous = board.previous_round(&period).map(|p| p.id);
+            super::RoundKeys::new(base, &period.id, previous.as_deref())
+        });
         let write = Arc::new(PeriodWrite {
             key: keys::period_key(base, &period.id),
             dense_key: keys::dense_key(base, &period.id),
@@ -171,6 +175,7 @@ impl Router {
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),
             id: period.id,
+            round,
         });
         let cached = CachedPeriod { start_ms: period.start_ms, end_ms: period.end_ms, write: write.clone() };
         match split {

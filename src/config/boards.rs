@@ -39,10 +39,10 @@ pub fn boards(raw: Vec<RawBoard>, e: &mut Errors) -> Vec<Board> {
 
 /// The path of board `i`'s fields.
 #[derive(Clone, Copy)]
-struct At(usize);
+pub(super) struct At(usize);
 
 impl At {
-    fn field(self, name: &str) -> String {
+    pub(super) fn field(self, name: &str) -> String {
         format!("board[{}].{name}", self.0)
     }
 }
@@ -79,6 +79,10 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         }
     }
     let shards = shards(at, &b, e);
+    let league = b.league.as_ref().and_then(|l| {
+        let board = super::league::Around { shards, close_after: b.close_after.is_some(), max_members: b.max_members };
+        super::league::league(at, l, &windows, &schedules, board, e)
+    });
     let packing = packing(at, &b, order?, tie_break?, e)?;
     Some(Board::new(BoardSpec {
         id: b.id,
@@ -101,6 +105,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         windows,
         schedules,
         shards,
+        league,
     }))
 }
 

@@ -16,6 +16,7 @@ use std::path::Path;
 mod boards;
 mod env;
 pub mod field;
+mod league;
 mod raw;
 mod sections;
 mod settings;

@@ -300,6 +300,42 @@ pub struct RawBoard {
     /// board's time zone and lasting `duration`; ids `c:<name>:<local start>`.
     #[serde(default)]
     pub schedules: Vec<RawSchedule>,
+    /// Leagues: the rounds (periods of one schedule or window) are played
+    /// in cohorts of one tier; see `[board.league]`.
+    #[serde(default)]
+    pub league: Option<RawLeague>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLeague {
+    /// The schedule or window of this board whose periods are the rounds.
+    pub rounds: String,
+    /// Tier names, lowest first, 2 to 32 of `[a-z0-9_-]{1,32}`.
+    pub tiers: Vec<String>,
+    /// Players per cohort, 2 to 1000.
+    pub cohort_size: u64,
+    /// How many of each cohort move up a tier at the round's end: a count,
+    /// or a percentage of the cohort (`"20%"`, rounded down, at least 1).
+    pub promote: RawShare,
+    /// How many move down, the same way.
+    pub demote: RawShare,
+    /// A player placed in the previous round with no applied event in this
+    /// one: `"keep"` their tier or `"demote"` them one. Default demote.
+    #[serde(default = "default_idle")]
+    pub idle: String,
+}
+
+/// A count (`5`) or a percentage (`"20%"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawShare {
+    Count(u64),
+    Text(String),
+}
+
+fn default_idle() -> String {
+    "demote".into()
 }
 
 #[derive(Debug, Deserialize)]

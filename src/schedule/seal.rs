@@ -90,22 +90,43 @@ impl Scheduler<'_> {
             metrics::get().periods_sealed.with_label_values(&[&board.id()]).inc();
             info!(board = %board.id(), key = %live, members = total, "Period sealed.");
         }
-        if published {
-            return Ok(Outcome::Done);
+        if !published {
+            self.publish_top(&board, base, &bases, period_id, close_at, total, tops).await?;
         }
+        if board.is_round(&period) {
+            return self.settle(base, &board, &period).await;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Publishes a sealed period's top (merged over the shards) once, and records it.
+    #[allow(clippy::too_many_arguments)]
+    async fn publish_top(
+        &self,
+        board: &Board,
+        base: &str,
+        bases: &[String],
+        period_id: &str,
+        close_at: i64,
+        total: i64,
+        tops: Vec<Vec<(String, f64, Option<String>)>>,
+    ) -> Result<(), JobError> {
+        let split = keys::split_of_base(base).map(|(_, s)| s);
+        let live = keys::period_key(base, period_id);
         // A sharded top-K board's shards each keep their best K: the board holds the first K of them.
         let kept = board.max_members().unwrap_or(u64::MAX);
         let total = total.min(i64::try_from(kept).unwrap_or(i64::MAX));
-        let top = merged_top(&board, tops, self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX)));
+        let top = merged_top(board, tops, self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX)));
         let final_id = keys::final_id(period_id);
         let mut payload = json!({
+            "kind": "top",
             "board": board.id(),
             "split": split,
             "period": period_id,
             "key": keys::period_key(base, &final_id),
             "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
             "total": total,
-            "entries": published_entries(&board, &top),
+            "entries": published_entries(board, &top),
         });
         if board.shards().is_some() {
             payload["shard_keys"] = bases.iter().map(|b| keys::period_key(b, &final_id)).collect();
@@ -122,6 +143,6 @@ impl Scheduler<'_> {
             .map_err(|source| JobError::Publish { topic: self.settings.sealing.topic.clone(), source })?;
         self.store.note_published(&bases[0], period_id).await?;
         info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
-        Ok(Outcome::Done)
+        Ok(())
     }
 }

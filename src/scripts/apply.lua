@@ -18,7 +18,10 @@
 --      written here;
 --   3. write (apply/write.lua): the offsets, the markers of the applied
 --      events in one variadic HSET, then per period one variadic ZADD of
---      the members whose value moved, top-K, the dense index and the expiry.
+--      the members whose value moved, top-K, the dense index and the expiry;
+--   4. on league boards (apply/league.lua): the players whose first event
+--      of a round this call applied join a cohort, or wait for the
+--      previous round's settlement.
 --
 -- Hidden players (admin.lua): a player in the tag's hidden set has their
 -- values in the shadow keys instead of the period keys, so their events are
@@ -42,6 +45,7 @@
 --   offsets, hidden      KEYS index of the tag's offsets hash and hidden set
 --   sealed      boards that seal only: KEYS index of the tag's sealed hash
 --   fields      the call's partition fields, "<topic>:<partition>"
+--   league      league boards: see apply/league.lua (and round, per period)
 --   periods     per period j: a map of KEYS indexes, key (the period key),
 --               dense (its dense index), counts (the index's value counts),
 --               shadow (hidden players' values), times ("latest": member ->
@@ -89,6 +93,12 @@ for j, p in ipairs(h.periods) do
   A.pk[j], A.dense_keys[j], A.count_keys[j], A.shadow_keys[j] = KEYS[p.key], KEYS[p.dense], KEYS[p.counts], KEYS[p.shadow]
   A.times_keys[j], A.meta_keys[j], A.att_keys[j] = p.times and KEYS[p.times], p.meta and KEYS[p.meta], p.attempts and KEYS[p.attempts]
 end
+if h.league then
+  A.rounds = {}
+  for j, p in ipairs(h.periods) do
+    if p.round then A.rounds[j] = { list = {}, seen = {} } end
+  end
+end
 A.dec, A.decimal = Value.decimals()
 A.value_name = Value.namer(h.shift, A.dec)
 
@@ -98,4 +108,5 @@ local out, last_off = ApplyDecide.run(A, offsets, markers)
 offsets.record(last_off)
 markers.flush()
 ApplyWrite.run(A)
+if A.rounds then ApplyLeague.run(A) end
 return out

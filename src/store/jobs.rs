@@ -173,7 +173,7 @@ fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply
 impl Store {
     /// One call of a script on `keys` (the first names what it is about),
     /// its error reply typed: `LOST` as [`StoreError::Lost`].
-    async fn script<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+    pub(super) async fn script<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],

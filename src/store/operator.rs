@@ -10,7 +10,7 @@ use super::{Store, StoreError};
 use crate::keys;
 
 /// A bookkeeping command's failure, naming what it was for.
-fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
+pub(super) fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
     move |source| StoreError::Bookkeeping { what, source }
 }
 

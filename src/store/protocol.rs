@@ -206,6 +206,16 @@ fn call_header(
     if p.sealed {
         h.int("sealed", push(&mut keys, keys::sealed_key(batch.base)));
     }
+    if p.cohort_size > 0 {
+        let mut lg = MapWriter::default();
+        lg.int("tiers", push(&mut keys, keys::league_tiers_key(batch.base)));
+        lg.int("overrides", push(&mut keys, keys::league_overrides_key(batch.base)));
+        lg.int("state", push(&mut keys, keys::league_state_key(batch.base)));
+        lg.int("registry", push(&mut keys, keys::league_registry_key(batch.base)));
+        lg.int("size", i64::from(p.cohort_size));
+        lg.int("count", i64::from(p.tiers));
+        h.raw("league", &lg.finish());
+    }
     let mut list = Vec::new();
     msgpack::array_len(&mut list, fields.len());
     for (f, _) in fields {
@@ -230,6 +240,18 @@ fn call_header(
             m.int("attempts", push(&mut keys, period.attempts_key.clone()));
         }
         m.int("expire_at", period.expire_at.unwrap_or(0));
+        if let (Some(r), true) = (&period.round, p.cohort_size > 0) {
+            let mut rm = MapWriter::default();
+            rm.int("cohorts", push(&mut keys, r.cohorts.clone()));
+            rm.int("open", push(&mut keys, r.open.clone()));
+            rm.int("pending", push(&mut keys, r.pending.clone()));
+            if let Some((id, cohorts, pending)) = &r.previous {
+                rm.str("prev", id);
+                rm.int("prev_cohorts", push(&mut keys, cohorts.clone()));
+                rm.int("prev_pending", push(&mut keys, pending.clone()));
+            }
+            m.raw("round", &rm.finish());
+        }
         list.extend_from_slice(&m.finish());
     }
     h.raw("periods", &list);
@@ -372,6 +394,7 @@ pub(super) mod tests {
             attempts_key: keys::attempts_key("lb:{p}", period),
             expire_at,
             close_at: None,
+            round: None,
         })
     }
 

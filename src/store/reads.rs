@@ -24,7 +24,7 @@ pub struct ReadKeys<'a> {
 /// Reads, on a connection of their own.
 #[derive(Clone)]
 pub struct Reader {
-    conn: RedisConn,
+    pub(super) conn: RedisConn,
     script: Arc<redis::Script>,
 }
 

@@ -53,6 +53,8 @@ do
     local fields, recorded = h.fields, offsets.recorded
     local stride, tie_at, ts_at, meta_at, rts_at = at.stride, at.tie, at.ts, at.meta, at.rts
     local take = A.reader.take
+    -- League boards: rounds[j] collects the members with an event applied to round j.
+    local rounds = A.rounds
 
     -- shape_cur[sh][w]: cur of shape sh's period w, false for a sealed period
     -- (the only kind phase 1 does not read), so that the loop below finds each
@@ -153,6 +155,13 @@ do
               -- A sealed period (or one whose attempts are used) is skipped:
               -- the event still counts on the board's other periods.
               if c then
+                if rounds then
+                  local joined = rounds[shapes[sh][w]]
+                  if joined and not joined.seen[m] then
+                    joined.seen[m] = true
+                    joined.list[#joined.list + 1] = m
+                  end
+                end
                 if attempts_on then
                   local j = shapes[sh][w]
                   att[j][m] = att[j][m] + 1

@@ -1,0 +1,298 @@
+//! Settling a league round, once it is sealed: every cohort ranked on the
+//! round's final board (`board::league` decides each player's zone and next
+//! tier), then the idle players of the round before, then the next round's
+//! waiting players placed in arrival order; each step written by
+//! `settle.lua` only where the settlement stands, so that a crash, a
+//! second worker or a re-run leaves the same tiers. Then each cohort's
+//! result is published to `[sealing] topic` as one record, key
+//! `<board>/<round>/<cohort>`.
+
+use futures::future::try_join_all;
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+use tracing::info;
+
+use super::{now_ms, JobError, Outcome, Scheduler};
+use crate::board::league::{self, League, Zone};
+use crate::board::Board;
+use crate::keys;
+use crate::metrics;
+use crate::period::Period;
+use crate::store::{Progress, SettlePlace, SettleWrite, TierWrite};
+
+/// About how many players one settlement step reads and writes: a step
+/// holds Redis a few milliseconds.
+const STEP_PLAYERS: usize = 2000;
+
+/// How many cohorts' records are sent before their publication is recorded.
+const PUBLISH_COHORTS: usize = 200;
+
+/// The round's cohorts in settlement order: (tier, n), tier by tier.
+fn cohorts(newest: &[i64]) -> impl Iterator<Item = (usize, i64)> + '_ {
+    newest.iter().enumerate().flat_map(|(t, &last)| (1..=last).map(move |n| (t, n)))
+}
+
+/// The first cohort at or after (tier, n) that exists, else what follows the cohorts.
+fn from(newest: &[i64], tier: usize, n: i64, after: Progress) -> Progress {
+    if newest.get(tier).is_some_and(|&last| n <= last) {
+        return Progress::Cohorts { tier, n };
+    }
+    match (tier + 1..newest.len()).find(|&t| newest[t] >= 1) {
+        Some(t) => Progress::Cohorts { tier: t, n: 1 },
+        None => after,
+    }
+}
+
+/// A settled player's result as the round keeps it: `<rank>:<zone>:<next tier>`.
+fn result_text(s: &league::Settled) -> String {
+    format!("{}:{}:{}", s.rank, s.zone.code(), s.next_tier)
+}
+
+/// Parses [`result_text`].
+pub fn parse_result(text: &str) -> Option<(usize, Zone, usize)> {
+    let mut it = text.split(':');
+    let rank = it.next()?.parse().ok()?;
+    let zone = Zone::from_code(it.next()?.chars().next()?)?;
+    Some((rank, zone, it.next()?.parse().ok()?))
+}
+
+impl Scheduler<'_> {
+    /// Settles league round `round` of the tag at `base` (sealed), then publishes it.
+    pub(super) async fn settle(&mut self, base: &str, board: &Board, round: &Period) -> Result<Outcome, JobError> {
+        let league = board.league().cloned().ok_or_else(|| JobError::UnknownBoard(board.id().into()))?;
+        let previous = board.previous_round(round).map(|p| p.id);
+        let expire_at = round.expire_at_secs(board.retention(round.kind)).unwrap_or(0);
+        let newest = self.store.league_newest(base, &round.id, league.tiers.len()).await?;
+        let after_cohorts = if previous.is_some() { Progress::Idle(0) } else { Progress::Place };
+        let mut counted = false;
+        loop {
+            let at = self.store.league_progress(base, &round.id).await?;
+            // A step another worker took first writes nothing: the loop reads where it left the settlement.
+            match at {
+                Progress::Done => break,
+                Progress::Cohorts { tier: 0, n: 1 }
+                    if !self.store.league_ready(base, &round.id, previous.as_deref()).await? =>
+                {
+                    let check = self.settings.sealing.check_interval.as_millis() as i64;
+                    return Ok(Outcome::Again(now_ms() + check, "waiting"));
+                }
+                Progress::Cohorts { tier, n } => {
+                    let (next, writes) =
+                        self.settle_cohorts(base, board, &league, &round.id, &newest, (tier, n)).await?;
+                    let next = if matches!(next, Progress::Cohorts { .. }) { next } else { after_cohorts };
+                    let call = SettleWrite { base, round: &round.id, at, next, writes: &writes, expire_at };
+                    let written = self.store.settle_write(&call).await?;
+                    if written {
+                        count_moves(board, &writes);
+                        counted = true;
+                    }
+                }
+                Progress::Idle(k) => {
+                    let prev = previous.as_deref().unwrap_or_default();
+                    let (next, writes) = self.idle_players(base, &league, &round.id, prev, k).await?;
+                    let call = SettleWrite { base, round: &round.id, at, next, writes: &writes, expire_at };
+                    let written = self.store.settle_write(&call).await?;
+                    if written {
+                        let demoted = writes.len() as u64;
+                        metrics::get().league.moves.with_label_values(&[board.id(), "demote"]).inc_by(demoted);
+                    }
+                }
+                Progress::Place => {
+                    let next_round = board.next_round(round);
+                    let next = next_round
+                        .as_ref()
+                        .map(|p| (p.id.as_str(), p.expire_at_secs(board.retention(p.kind)).unwrap_or(0)));
+                    let call = SettlePlace {
+                        base,
+                        round: &round.id,
+                        next_round: next,
+                        cohort_size: league.cohort_size,
+                        tiers: league.tiers.len(),
+                        max: STEP_PLAYERS,
+                    };
+                    self.store.settle_place(&call).await?;
+                }
+            }
+        }
+        if counted {
+            let m = metrics::get();
+            m.league.settlements.with_label_values(&[board.id()]).inc();
+            let tiers = self.store.league_tier_counts(base, &round.id, league.tiers.len()).await?;
+            for (name, n) in league.tiers.iter().zip(tiers) {
+                m.league.players.with_label_values(&[board.id(), name]).set(n as i64);
+            }
+            info!(board = %board.id(), round = %round.id, "League round settled.");
+        }
+        self.publish_cohorts(base, board, &league, round, &newest).await?;
+        Ok(Outcome::Done)
+    }
+
+    /// One step of cohorts from (tier, n): their players' next tiers, and
+    /// where the settlement goes on.
+    async fn settle_cohorts(
+        &self,
+        base: &str,
+        board: &Board,
+        league: &League,
+        round: &str,
+        newest: &[i64],
+        (tier, n): (usize, i64),
+    ) -> Result<(Progress, Vec<TierWrite>), JobError> {
+        let end = Progress::Done;
+        let Progress::Cohorts { tier, n } = from(newest, tier, n, end) else {
+            return Ok((end, Vec::new()));
+        };
+        let take = (STEP_PLAYERS / league.cohort_size.max(1) as usize).max(1) as i64;
+        let last = (n + take - 1).min(newest[tier]);
+        let players = self.store.league_cohorts(base, round, league::code(tier, n), league::code(tier, last)).await?;
+        let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();
+        let final_key = keys::period_key(base, &keys::final_id(round));
+        let scores = self.store.scores_of(&final_key, &names).await?;
+        let mut by_cohort: Vec<Vec<(i64, String)>> = vec![Vec::new(); (last - n + 1) as usize];
+        for ((member, code), score) in players.into_iter().zip(scores) {
+            // A player without a score on the final board is hidden (or erased): ranked nowhere, moved nowhere.
+            if let (Some(score), Some((_, c))) = (score, league::split_code(code)) {
+                by_cohort[(c - n) as usize].push((score as i64, member));
+            }
+        }
+        let mut writes = Vec::with_capacity(names.len());
+        for cohort in by_cohort {
+            for s in league.settle(board.order(), tier, cohort) {
+                writes.push(TierWrite { tier: s.next_tier, result: Some(result_text(&s)), member: s.member });
+            }
+        }
+        Ok((from(newest, tier, last + 1, end), writes))
+    }
+
+    /// One step of the previous round's players from the `k`th: those who
+    /// played nothing in this round follow `idle`.
+    async fn idle_players(
+        &self,
+        base: &str,
+        league: &League,
+        round: &str,
+        previous: &str,
+        k: u64,
+    ) -> Result<(Progress, Vec<TierWrite>), JobError> {
+        if league.idle == league::Idle::Keep {
+            return Ok((Progress::Place, Vec::new()));
+        }
+        let players = self.store.league_players(base, previous, k, STEP_PLAYERS as u64).await?;
+        if players.is_empty() {
+            return Ok((Progress::Place, Vec::new()));
+        }
+        let next = Progress::Idle(k + players.len() as u64);
+        let here = self.store.league_codes(base, round, &players).await?;
+        let idle: Vec<String> = players.into_iter().zip(here).filter(|(_, c)| c.is_none()).map(|(m, _)| m).collect();
+        let held = self.store.league_tiers(base, &idle).await?;
+        let top = league.tiers.len() - 1;
+        let writes = idle
+            .into_iter()
+            .zip(held)
+            .map(|(member, held)| TierWrite {
+                tier: league.idle_tier(held.unwrap_or(0).min(top)),
+                result: None,
+                member,
+            })
+            .collect();
+        Ok((next, writes))
+    }
+
+    /// Publishes each cohort of a settled round once (the count published is recorded).
+    async fn publish_cohorts(
+        &self,
+        base: &str,
+        board: &Board,
+        league: &League,
+        round: &Period,
+        newest: &[i64],
+    ) -> Result<(), JobError> {
+        let all: Vec<(usize, i64)> = cohorts(newest).collect();
+        let mut done = self.store.league_published(base, &round.id).await? as usize;
+        let split = keys::split_of_base(base).map(|(_, s)| s);
+        let board_name = match split {
+            Some(s) => format!("{}:{s}", board.id()),
+            None => board.id().to_string(),
+        };
+        let final_key = keys::period_key(base, &keys::final_id(&round.id));
+        while done < all.len() {
+            let chunk = &all[done..(done + PUBLISH_COHORTS).min(all.len())];
+            let mut records = Vec::with_capacity(chunk.len());
+            for &(tier, n) in chunk {
+                let cohort = league.cohort_id(league::code(tier, n)).unwrap_or_default();
+                let read =
+                    self.store.league_cohorts(base, &round.id, league::code(tier, n), league::code(tier, n)).await?;
+                let names: Vec<String> = read.into_iter().map(|(m, _)| m).collect();
+                let scores = self.store.scores_of(&final_key, &names).await?;
+                let results = self.store.league_results(base, &round.id, &names).await?;
+                let metas = match board.meta() {
+                    true => self.store.hash_fields(&keys::meta_key(base, &keys::final_id(&round.id)), &names).await?,
+                    false => vec![None; names.len()],
+                };
+                let mut standings: Vec<(usize, Value)> = Vec::new();
+                for (((member, score), result), meta) in names.iter().zip(scores).zip(results).zip(metas) {
+                    let (Some(score), Some((rank, zone, next))) = (score, result.as_deref().and_then(parse_result))
+                    else {
+                        continue;
+                    };
+                    let mut entry = json!({
+                        "rank": rank, "player_id": member, "score": board.packing().decode(score as i64),
+                        "zone": zone.as_str(), "next_tier": league.tiers.get(next),
+                    });
+                    if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+                        entry["meta"] = meta;
+                    }
+                    standings.push((rank, entry));
+                }
+                standings.sort_by_key(|(rank, _)| *rank);
+                let payload = json!({
+                    "kind": "league", "board": board.id(), "split": split, "round": round.id,
+                    "tier": league.tiers[tier], "cohort": cohort,
+                    "standings": standings.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+                });
+                records.push((format!("{board_name}/{}/{cohort}", round.id), payload.to_string()));
+            }
+            let topic = &self.settings.sealing.topic;
+            let sends = records.iter().map(|(key, payload)| {
+                self.producer.deliver(FutureRecord::to(topic).key(key.as_str()).payload(payload.as_str()))
+            });
+            try_join_all(sends).await.map_err(|source| JobError::Publish { topic: topic.clone(), source })?;
+            done += chunk.len();
+            self.store.note_league_published(base, &round.id, done as u64).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Counts a step's moves (`rankflow_league_moves_total`).
+fn count_moves(board: &Board, writes: &[TierWrite]) {
+    let m = metrics::get();
+    for w in writes {
+        if let Some((_, zone, _)) = w.result.as_deref().and_then(parse_result) {
+            if zone != Zone::Stay {
+                m.league.moves.with_label_values(&[board.id(), zone.as_str()]).inc();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cohorts_are_walked_tier_by_tier_skipping_empty_tiers() {
+        let newest = [2, 0, 1];
+        assert_eq!(cohorts(&newest).collect::<Vec<_>>(), vec![(0, 1), (0, 2), (2, 1)]);
+        assert_eq!(from(&newest, 0, 3, Progress::Done), Progress::Cohorts { tier: 2, n: 1 });
+        assert_eq!(from(&newest, 2, 2, Progress::Place), Progress::Place);
+        assert_eq!(from(&[0, 0], 0, 1, Progress::Idle(0)), Progress::Idle(0));
+    }
+
+    #[test]
+    fn results_read_back() {
+        let s = league::Settled { rank: 3, member: "a".into(), stored: 1, zone: Zone::Demote, next_tier: 0 };
+        assert_eq!(parse_result(&result_text(&s)), Some((3, Zone::Demote, 0)));
+        assert_eq!(parse_result("x"), None);
+    }
+}

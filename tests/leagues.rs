@@ -1,0 +1,239 @@
+//! Leagues through real workers, tansu and Redis: players are placed in
+//! cohorts in arrival order, rounds settle at their seal into exactly the
+//! moves a model of the rules expects (promotion, demotion, the top and
+//! lowest tiers keeping their players, small cohorts, idle players), each
+//! cohort's result is published once, and the next round places every
+//! player in the tier the settlement gave them.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use rdkafka::message::Message;
+use serde_json::{json, Value};
+use support::periods::*;
+use support::*;
+
+const SPAN: i64 = 1 << 32;
+const TIERS: [&str; 3] = ["bronze", "silver", "gold"];
+
+/// The rules, written plainly: tiers at the next placement, placement in
+/// arrival order, settlement by score (distinct scores here).
+struct Model {
+    size: usize,
+    promote: usize,
+    demote: usize,
+    /// Player -> tier at their next placement.
+    next: HashMap<String, usize>,
+}
+
+/// A round as the model placed it: player -> (tier, cohort n), and the cohorts' sizes.
+#[derive(Default, Debug)]
+struct Round {
+    placed: BTreeMap<String, (usize, i64)>,
+}
+
+impl Model {
+    fn place(&self, arrivals: &[&str]) -> Round {
+        let mut open: HashMap<usize, (i64, usize)> = HashMap::new();
+        let mut r = Round::default();
+        for p in arrivals {
+            let t = self.next.get(*p).copied().unwrap_or(0);
+            let o = open.entry(t).or_insert((0, self.size));
+            if o.1 >= self.size {
+                *o = (o.0 + 1, 0);
+            }
+            o.1 += 1;
+            r.placed.insert(p.to_string(), (t, o.0));
+        }
+        r
+    }
+
+    /// Settles `round` with its scores; `previous` idle players drop a tier.
+    /// Returns per cohort id its standings (player, score, zone, next tier).
+    fn settle(
+        &mut self,
+        round: &Round,
+        scores: &HashMap<String, i64>,
+        previous: Option<&Round>,
+    ) -> BTreeMap<String, Vec<(String, i64, &'static str, usize)>> {
+        let mut cohorts: BTreeMap<(usize, i64), Vec<(String, i64)>> = BTreeMap::new();
+        for (p, &(t, n)) in &round.placed {
+            cohorts.entry((t, n)).or_default().push((p.clone(), scores[p]));
+        }
+        let mut out = BTreeMap::new();
+        for ((t, n), mut players) in cohorts {
+            players.sort_by_key(|p| std::cmp::Reverse(p.1));
+            let k = players.len();
+            let up = self.promote.min(k);
+            let down = self.demote.min(k - up);
+            let mut standings = Vec::new();
+            for (i, (p, s)) in players.into_iter().enumerate() {
+                let (zone, next) = if i < up && t + 1 < TIERS.len() {
+                    ("promote", t + 1)
+                } else if i < up {
+                    ("stay", t)
+                } else if i >= k - down && t > 0 {
+                    ("demote", t - 1)
+                } else {
+                    ("stay", t)
+                };
+                self.next.insert(p.clone(), next);
+                standings.push((p, s, zone, next));
+            }
+            out.insert(format!("{}-{n}", TIERS[t]), standings);
+        }
+        for (p, &(t, _)) in previous.map(|r| &r.placed).into_iter().flatten() {
+            if !round.placed.contains_key(p) {
+                let held = self.next.get(p).copied().unwrap_or(t);
+                self.next.insert(p.clone(), held.saturating_sub(1));
+            }
+        }
+        out
+    }
+}
+
+fn round_id(start: i64) -> String {
+    let t = chrono::DateTime::from_timestamp_millis(start).unwrap();
+    format!("c:round:{}", t.format("%Y-%m-%dT%H:%M"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rounds_place_in_arrival_order_settle_exactly_once_and_publish_each_cohort() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let a = now - now.rem_euclid(HOUR) - 5 * HOUR;
+    let starts = [a, a + HOUR, a + 2 * HOUR];
+    let boards = format!(
+        r#"
+[sealing]
+topic = "{sealed}"
+idle_grace = "1s"
+check_interval = "100ms"
+lease = "5s"
+
+[[board]]
+id = "league"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
+close_after = "10m"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold"]
+cohort_size = 4
+promote = 1
+demote = 1
+idle = "demote"
+"#
+    );
+    // Who plays each round, in arrival order: p9 sits out round 2, n0 and n1 join late.
+    let players: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    let mut rounds: Vec<Vec<&str>> = vec![players.iter().map(String::as_str).collect()];
+    rounds.push(std::iter::once("n0").chain(players[..9].iter().map(String::as_str)).collect());
+    rounds.push(players.iter().map(String::as_str).chain(["n0", "n1"]).collect());
+    let mut rng = Lcg(11);
+    let mut records = Vec::new();
+    let mut scores: Vec<HashMap<String, i64>> = Vec::new();
+    for (r, arrivals) in rounds.iter().enumerate() {
+        let mut s = HashMap::new();
+        // Distinct scores: a permutation of 1..=n times 10.
+        let mut values: Vec<i64> = (1..=arrivals.len() as i64).map(|v| v * 10).collect();
+        for i in (1..values.len()).rev() {
+            values.swap(i, rng.next(i as u64 + 1) as usize);
+        }
+        for (i, p) in arrivals.iter().enumerate() {
+            let ts = starts[r] + 1000 * (i as i64 + 1);
+            // Two events for some: the cohort score is the round's total.
+            let (first, second) = (values[i] / 2, values[i] - values[i] / 2);
+            records.push(event_record("match", p, first, ts, ts, None));
+            records.push(event_record("match", p, second, ts + 500, ts + 500, None));
+            s.insert(p.to_string(), values[i]);
+        }
+        scores.push(s);
+    }
+    broker.produce(&topic, &records).await;
+
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.worker_section = "batch_size = 7\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into();
+    let w1 = Worker::spawn(&cfg);
+    let w2 = Worker::spawn_with_port(&cfg, free_port());
+
+    // The model: each round placed with the tiers the one before settled to.
+    let mut model = Model { size: 4, promote: 1, demote: 1, next: HashMap::new() };
+    let mut placed: Vec<Round> = Vec::new();
+    let mut expected: BTreeMap<String, Vec<(String, i64, &'static str, usize)>> = BTreeMap::new();
+    for (r, arrivals) in rounds.iter().enumerate() {
+        placed.push(model.place(arrivals));
+        let prev = r.checked_sub(1).map(|p| &placed[p]);
+        for (cohort, standings) in model.settle(&placed[r], &scores[r], prev) {
+            expected.insert(format!("league/{}/{cohort}", round_id(starts[r])), standings);
+        }
+    }
+    let logs = || format!("worker 1:\n{}\nworker 2:\n{}", w1.log(), w2.log());
+    let wanted = 3 + expected.len() as i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while broker.log_end(&sealed, 1)[0] < wanted && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Each round's cohorts are the model's placement.
+    let mut conn = redis.conn().await;
+    for (r, round) in placed.iter().enumerate() {
+        let key = format!("lb:{{league}}:_lgc:{}", round_id(starts[r]));
+        let got = zset_values(&mut conn, &key).await;
+        let want: BTreeMap<String, i64> =
+            round.placed.iter().map(|(p, &(t, n))| (p.clone(), t as i64 * SPAN + n)).collect();
+        assert_eq!(got, want, "{key}\n{}", logs());
+    }
+    // One record per cohort and one top per round, each once, with the model's standings.
+    let published = broker.read_all(&sealed, 1);
+    let mut keys: Vec<String> = published
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned())
+        .filter(|k| k.contains('/'))
+        .collect();
+    keys.sort();
+    assert_eq!(keys, expected.keys().cloned().collect::<Vec<_>>(), "the cohorts published\n{}", logs());
+    assert_eq!(published.len() as i64, wanted, "{}", logs());
+    let mut seen = HashSet::new();
+    for m in &published {
+        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+        assert!(seen.insert(key.clone()), "{key} published twice");
+        if v["kind"] == json!("top") {
+            continue;
+        }
+        assert_eq!(v["kind"], json!("league"), "{v}");
+        let want = expected.get(&key).unwrap_or_else(|| panic!("{key} is no cohort of the model: {v}"));
+        let standings: Vec<Value> = want
+            .iter()
+            .enumerate()
+            .map(|(i, (p, s, zone, next))| {
+                json!({"rank": i + 1, "player_id": p, "score": s, "zone": zone, "next_tier": TIERS[*next]})
+            })
+            .collect();
+        assert_eq!(v["standings"], Value::Array(standings), "{key}");
+        assert_eq!(v["cohort"], json!(key.rsplit('/').next().unwrap()));
+    }
+    // The tiers the last settlement gave.
+    let tiers: HashMap<String, usize> =
+        redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
+    assert_eq!(tiers, model.next, "tiers after three settlements");
+    // Settled once across both workers.
+    let mut settled = 0.0;
+    for port in [w1.http_port, w2.http_port] {
+        let (_, body) = http_get(port, "/metrics").await;
+        settled += body
+            .lines()
+            .filter(|l| l.starts_with("rankflow_league_settlements_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum::<f64>();
+    }
+    assert_eq!(settled as i64, 3, "three rounds, each settled once\n{}", logs());
+}
