@@ -339,6 +339,9 @@ mod tests {
         m.rebalances.with_label_values(&["assign"]).inc();
         m.consumer_lag.with_label_values(&["t", "0"]).set(1);
         m.event_latency.with_label_values(&["event"]).observe(0.1);
+        m.league.players.with_label_values(&["b", "gold"]).set(1);
+        m.league.settlements.with_label_values(&["b"]).inc();
+        m.league.moves.with_label_values(&["b", "promote"]).inc();
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         for f in FAMILIES {
             assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");
