@@ -129,6 +129,20 @@ cohort_size = 4
 promote = 1
 demote = 1
 idle = "demote"
+
+[[board]]
+id = "slow"
+on = ["slow_match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
+close_after = "2h"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold"]
+cohort_size = 4
+promote = "25%"
+demote = 1
 "#
     );
     // Who plays each round, in arrival order: p9 sits out round 2, n0 and n1 join late.
@@ -156,6 +170,12 @@ idle = "demote"
         }
         scores.push(s);
     }
+    // The slow board:
+    // one player in the last hour's round, which is not sealed for two
+    // hours, and one in this hour's, who waits for its settlement.
+    let this_hour = now - now.rem_euclid(HOUR);
+    records.push(event_record("slow_match", "early", 5, this_hour - HOUR + 1000, now, None));
+    records.push(event_record("slow_match", "waiting", 7, now - 1000, now, None));
     broker.produce(&topic, &records).await;
 
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
@@ -236,4 +256,85 @@ idle = "demote"
             .sum::<f64>();
     }
     assert_eq!(settled as i64, 3, "three rounds, each settled once\n{}", logs());
+    reads(w1.http_port, &starts, &placed, &expected, this_hour).await;
+
+    // A league board with a round that names no schedule is refused by check-config, naming the field.
+    let dir = temp_dir();
+    let path = dir.path().join("bad.toml");
+    let bad = boards.replace(
+        "rounds = \"round\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
+        "rounds = \"week\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
+    );
+    let mut bad_cfg = cfg.clone();
+    bad_cfg.boards = bad;
+    std::fs::write(&path, bad_cfg.render()).unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankflow")).arg("check-config").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("board[1].league.rounds") && text.contains("'week' names no schedule or window"), "{text}");
+}
+
+/// The reads of a league: a player's `league`, a cohort's standings with
+/// zones (settled: as published), the tiers, `not_placed`, and a player
+/// waiting for the previous round's settlement.
+async fn reads(
+    port: u16,
+    starts: &[i64],
+    placed: &[Round],
+    expected: &BTreeMap<String, Vec<(String, i64, &'static str, usize)>>,
+    this_hour: i64,
+) {
+    let round = round_id(starts[1]);
+    for (cohort_key, standings) in expected.iter().filter(|(k, _)| k.contains(&round)) {
+        let cohort = cohort_key.rsplit('/').next().unwrap();
+        let (status, body) =
+            http_get(port, &format!("/v1/boards/league/cohorts/{cohort}?period={round}&limit=100")).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let want: Vec<Value> = standings
+            .iter()
+            .enumerate()
+            .map(|(i, (p, s, zone, next))| json!({"rank": i + 1, "player_id": p, "score": s, "zone": zone, "next_tier": TIERS[*next]}))
+            .collect();
+        assert_eq!(v["entries"], Value::Array(want.clone()), "{cohort}");
+        assert_eq!(v["total"], json!(want.len()));
+        // Each player's read carries the same place.
+        for (i, (p, _, zone, _)) in standings.iter().enumerate() {
+            let (status, body) = http_get(port, &format!("/v1/boards/league/players/{p}?period={round}")).await;
+            assert_eq!(status, 200, "{body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let tier = cohort.rsplit_once('-').unwrap().0;
+            assert_eq!(
+                v["league"],
+                json!({"tier": tier, "cohort": cohort, "rank": i + 1, "size": want.len(), "zone": zone}),
+                "{p}"
+            );
+        }
+    }
+    // The tiers of round 2: cohorts and players per tier.
+    let (status, body) = http_get(port, &format!("/v1/boards/league/league?period={round}")).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    for (t, name) in TIERS.iter().enumerate() {
+        let players = placed[1].placed.values().filter(|(pt, _)| *pt == t).count();
+        let cohorts = placed[1].placed.values().filter(|(pt, _)| *pt == t).map(|(_, n)| *n).max().unwrap_or(0);
+        assert_eq!(v["tiers"][t], json!({"tier": name, "cohorts": cohorts, "players": players}), "{body}");
+    }
+    // p9 sat out round 2.
+    let (status, body) = http_get(port, &format!("/v1/boards/league/players/p9/cohort?period={round}")).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["code"], json!("not_placed"));
+    // Bad parameters name themselves.
+    let (status, body) = http_get(port, "/v1/boards/league/cohorts/bronze-1?period=all").await;
+    assert_eq!((status, serde_json::from_str::<Value>(&body).unwrap()["parameter"].clone()), (400, json!("period")));
+    // The slow board: the first round placed at once; this round's player waits.
+    let last = round_id(this_hour - HOUR);
+    let (status, body) = http_get(port, &format!("/v1/boards/slow/players/early?period={last}")).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["league"], json!({"tier": "bronze", "cohort": "bronze-1", "rank": 1, "size": 1, "zone": "promote"}));
+    let (status, body) = http_get(port, "/v1/boards/slow/players/waiting?period=round").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["league"], json!({"pending": true}), "{body}");
 }

@@ -9,8 +9,6 @@
 //! players in the round's cohort zset, so that one `ZRANGE BYSCORE` lists a
 //! cohort and one `ZSCORE` finds a player's.
 
-use std::cmp::Ordering;
-
 use super::Order;
 
 /// Cohort numbers of one tier and round stay below this.
@@ -199,6 +197,21 @@ impl League {
     }
 }
 
+impl Settled {
+    /// The result as the round keeps it: `<rank>:<zone>:<next tier>`.
+    pub fn result_text(&self) -> String {
+        format!("{}:{}:{}", self.rank, self.zone.code(), self.next_tier)
+    }
+}
+
+/// (rank, zone, next tier) of [`Settled::result_text`].
+pub fn parse_result(text: &str) -> Option<(usize, Zone, usize)> {
+    let mut it = text.split(':');
+    let rank = it.next()?.parse().ok()?;
+    let zone = Zone::from_code(it.next()?.chars().next()?)?;
+    Some((rank, zone, it.next()?.parse().ok()?))
+}
+
 /// (tier, n) of a cohort code.
 pub fn split_code(code: i64) -> Option<(usize, i64)> {
     if code <= 0 {
@@ -211,11 +224,6 @@ pub fn split_code(code: i64) -> Option<(usize, i64)> {
 /// The code of cohort `n` of `tier`.
 pub fn code(tier: usize, n: i64) -> i64 {
     tier as i64 * COHORT_SPAN + n
-}
-
-/// Board order of ranked players: for sorting a cohort read.
-pub fn by_board_order(order: Order) -> impl Fn(&(i64, String), &(i64, String)) -> Ordering {
-    move |a, b| order.entries((a.0, &a.1), (b.0, &b.1))
 }
 
 #[cfg(test)]
@@ -286,6 +294,13 @@ mod tests {
         );
         // One player: promoted, not also demoted.
         assert_eq!(l.settle(Order::Desc, 1, vec![(1, "x".into())])[0].zone, Zone::Promote);
+    }
+
+    #[test]
+    fn results_read_back() {
+        let s = Settled { rank: 3, member: "a".into(), stored: 1, zone: Zone::Demote, next_tier: 0 };
+        assert_eq!(parse_result(&s.result_text()), Some((3, Zone::Demote, 0)));
+        assert_eq!(parse_result("x"), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::period::Period;
 use crate::store::{Reader, RedisConn, StoreError};
 
 mod cursor;
+mod league;
 mod periods;
 mod ranks;
 mod reads;
@@ -78,6 +79,7 @@ impl AppState {
         self.redis.get().cloned().ok_or_else(|| ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             parameter: None,
+            code: None,
             message: "Redis is not connected yet".into(),
         })
     }
@@ -96,6 +98,9 @@ pub fn app(state: AppState) -> HttpRouter {
         .route("/v1/boards/{board}/players/{player}", get(reads::player))
         .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
         .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
+        .route("/v1/boards/{board}/cohorts/{cohort}", get(league::cohort))
+        .route("/v1/boards/{board}/players/{player}/cohort", get(league::player_cohort))
+        .route("/v1/boards/{board}/league", get(league::overview))
         .route("/v1/boards/{board}/periods", get(periods::periods))
         .with_state(state)
 }
@@ -193,18 +198,24 @@ pub async fn serve(
 pub struct ApiError {
     status: StatusCode,
     parameter: Option<&'static str>,
+    /// A machine-readable reason where a client acts on it (`not_placed`).
+    code: Option<&'static str>,
     message: String,
 }
 
 impl ApiError {
     fn bad(parameter: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, parameter: Some(parameter), message: message.into() }
+        ApiError { status: StatusCode::BAD_REQUEST, parameter: Some(parameter), code: None, message: message.into() }
     }
     fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::NOT_FOUND, parameter: None, message: message.into() }
+        ApiError { status: StatusCode::NOT_FOUND, parameter: None, code: None, message: message.into() }
     }
     fn unavailable(err: StoreError) -> ApiError {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, parameter: None, message: err.to_string() }
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, parameter: None, code: None, message: err.to_string() }
+    }
+    /// 404 `not_placed`: a league read of a player in no cohort of the round.
+    fn not_placed(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::NOT_FOUND, parameter: None, code: Some("not_placed"), message: message.into() }
     }
 }
 
@@ -213,6 +224,9 @@ impl IntoResponse for ApiError {
         let mut body = json!({ "error": self.message });
         if let Some(p) = self.parameter {
             body["parameter"] = json!(p);
+        }
+        if let Some(c) = self.code {
+            body["code"] = json!(c);
         }
         (self.status, Json(body)).into_response()
     }

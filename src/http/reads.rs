@@ -18,7 +18,7 @@ use super::cursor::{Cursor, Direction};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
 use super::target::{parse_num, rank_policy, resolve, unranked, Layout, RankPolicy, Target};
-use super::{sharded, single, ApiError, AppState};
+use super::{league, sharded, single, ApiError, AppState};
 
 /// A listing's answer, serialised here: the entries' metadata is passed
 /// through as stored, never parsed.
@@ -135,7 +135,11 @@ pub(super) async fn player(
         Layout::Sharded { .. } => sharded::player(&s, &t, &player_id).await?,
     };
     let standing = standing.ok_or_else(|| unranked(&player_id, &t))?;
-    Ok(Json(standing_json(&t, &player_id, &standing)))
+    let mut body = standing_json(&t, &player_id, &standing);
+    if let Some(league) = league::player_field(&s, &t, &player_id).await? {
+        body["league"] = league;
+    }
+    Ok(Json(body))
 }
 
 fn standing_json(t: &Target<'_>, player_id: &str, st: &Standing) -> Value {

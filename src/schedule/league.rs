@@ -43,19 +43,6 @@ fn from(newest: &[i64], tier: usize, n: i64, after: Progress) -> Progress {
     }
 }
 
-/// A settled player's result as the round keeps it: `<rank>:<zone>:<next tier>`.
-fn result_text(s: &league::Settled) -> String {
-    format!("{}:{}:{}", s.rank, s.zone.code(), s.next_tier)
-}
-
-/// Parses [`result_text`].
-pub fn parse_result(text: &str) -> Option<(usize, Zone, usize)> {
-    let mut it = text.split(':');
-    let rank = it.next()?.parse().ok()?;
-    let zone = Zone::from_code(it.next()?.chars().next()?)?;
-    Some((rank, zone, it.next()?.parse().ok()?))
-}
-
 impl Scheduler<'_> {
     /// Settles league round `round` of the tag at `base` (sealed), then publishes it.
     pub(super) async fn settle(&mut self, base: &str, board: &Board, round: &Period) -> Result<Outcome, JobError> {
@@ -158,7 +145,7 @@ impl Scheduler<'_> {
         let mut writes = Vec::with_capacity(names.len());
         for cohort in by_cohort {
             for s in league.settle(board.order(), tier, cohort) {
-                writes.push(TierWrite { tier: s.next_tier, result: Some(result_text(&s)), member: s.member });
+                writes.push(TierWrite { tier: s.next_tier, result: Some(s.result_text()), member: s.member });
             }
         }
         Ok((from(newest, tier, last + 1, end), writes))
@@ -231,7 +218,8 @@ impl Scheduler<'_> {
                 };
                 let mut standings: Vec<(usize, Value)> = Vec::new();
                 for (((member, score), result), meta) in names.iter().zip(scores).zip(results).zip(metas) {
-                    let (Some(score), Some((rank, zone, next))) = (score, result.as_deref().and_then(parse_result))
+                    let (Some(score), Some((rank, zone, next))) =
+                        (score, result.as_deref().and_then(league::parse_result))
                     else {
                         continue;
                     };
@@ -268,7 +256,7 @@ impl Scheduler<'_> {
 fn count_moves(board: &Board, writes: &[TierWrite]) {
     let m = metrics::get();
     for w in writes {
-        if let Some((_, zone, _)) = w.result.as_deref().and_then(parse_result) {
+        if let Some((_, zone, _)) = w.result.as_deref().and_then(league::parse_result) {
             if zone != Zone::Stay {
                 m.league.moves.with_label_values(&[board.id(), zone.as_str()]).inc();
             }
@@ -287,12 +275,5 @@ mod tests {
         assert_eq!(from(&newest, 0, 3, Progress::Done), Progress::Cohorts { tier: 2, n: 1 });
         assert_eq!(from(&newest, 2, 2, Progress::Place), Progress::Place);
         assert_eq!(from(&[0, 0], 0, 1, Progress::Idle(0)), Progress::Idle(0));
-    }
-
-    #[test]
-    fn results_read_back() {
-        let s = league::Settled { rank: 3, member: "a".into(), stored: 1, zone: Zone::Demote, next_tier: 0 };
-        assert_eq!(parse_result(&result_text(&s)), Some((3, Zone::Demote, 0)));
-        assert_eq!(parse_result("x"), None);
     }
 }

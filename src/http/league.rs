@@ -1,0 +1,198 @@
+//! League reads: a player's place in their cohort (the `league` field of a
+//! player read, and `GET .../players/{id}/cohort`), a cohort's standings
+//! with zones (`GET .../cohorts/{cohort}`) and the league's tiers (`GET
+//! .../league`). A cohort is ranked as the settlement ranks it (the board's
+//! order, ordinal); its zones are what the settlement would do now, or,
+//! once the round is settled, what it did.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::target::{parse_num, resolve, Layout, Target};
+use super::{ApiError, AppState};
+use crate::board::league::{self, League, Zone};
+use crate::board::Board;
+use crate::keys;
+use crate::period::Period;
+use crate::store::Placement;
+
+/// One ranked player of a cohort.
+struct Ranked {
+    rank: usize,
+    member: String,
+    stored: i64,
+    zone: Zone,
+    next_tier: usize,
+}
+
+/// The round a resolved read names, and its tag's key base and the key its
+/// scores are read from.
+struct RoundRead<'a> {
+    league: &'a League,
+    base: String,
+    round: Period,
+    board_key: String,
+}
+
+/// The read's round: `period` names one (a round's id or, absent, the
+/// schedule or window of the rounds: its latest round); `:final` reads its
+/// sealed scores.
+fn round_of<'a>(t: &Target<'a>, s: &AppState) -> Result<Option<RoundRead<'a>>, ApiError> {
+    let Some(league) = t.board.league() else { return Ok(None) };
+    let Layout::Single(keys) = &t.layout else { return Ok(None) };
+    let live = t.period.strip_suffix(":final").unwrap_or(&t.period);
+    let Ok(round) = t.board.period_by_id(live) else { return Ok(None) };
+    if !t.board.is_round(&round) {
+        return Ok(None);
+    }
+    let split = (!t.split.is_empty()).then_some(t.split.as_str());
+    let base = keys::base(s.router.prefix(), t.board.id(), split);
+    Ok(Some(RoundRead { league, base, round, board_key: keys.key.clone() }))
+}
+
+/// Resolves a league read: `period` defaults to the rounds' latest.
+fn league_target<'a>(
+    s: &'a AppState,
+    board_id: &str,
+    q: &mut HashMap<String, String>,
+) -> Result<(Target<'a>, RoundRead<'a>), ApiError> {
+    let board: &Board =
+        s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let league = board.league().ok_or_else(|| ApiError::not_found(format!("board '{board_id}' has no league")))?;
+    q.entry("period".into()).or_insert_with(|| league.rounds.clone());
+    let t = resolve(s, board_id, q)?;
+    let read = round_of(&t, s)?.ok_or_else(|| {
+        ApiError::bad("period", format!("'{}' is not a round of the league (rounds: '{}')", t.period, league.rounds))
+    })?;
+    Ok((t, read))
+}
+
+/// Cohort `code`'s standings: recorded results once settled, else as the settlement would rank them now.
+async fn standings(s: &AppState, t: &Target<'_>, r: &RoundRead<'_>, code: i64) -> Result<Vec<Ranked>, ApiError> {
+    let reader = s.reader()?;
+    let read = reader.league_cohort(&r.base, &r.round.id, code, &r.board_key).await.map_err(ApiError::unavailable)?;
+    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
+    let settled = r.league.settle(t.board.order(), tier, read.players);
+    Ok(settled
+        .into_iter()
+        .map(|p| {
+            let recorded = read.results.get(&p.member).and_then(|text| league::parse_result(text));
+            let (zone, next_tier) = recorded.map_or((p.zone, p.next_tier), |(_, z, n)| (z, n));
+            Ranked { rank: p.rank, member: p.member, stored: p.stored, zone, next_tier }
+        })
+        .collect())
+}
+
+fn entry_json(board: &Board, league: &League, e: &Ranked) -> Value {
+    json!({
+        "rank": e.rank,
+        "player_id": e.member,
+        "score": board.packing().decode(e.stored),
+        "zone": e.zone.as_str(),
+        "next_tier": league.tiers.get(e.next_tier),
+    })
+}
+
+/// The `league` field of a player read on a round of a league board:
+/// `None` when the read is of no round or the player is not placed in it.
+pub(super) async fn player_field(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Option<Value>, ApiError> {
+    let Some(r) = round_of(t, s)? else { return Ok(None) };
+    let placement =
+        s.reader()?.league_placement(&r.base, &r.round.id, player_id).await.map_err(ApiError::unavailable)?;
+    let code = match placement {
+        Placement::Placed(code) => code,
+        Placement::Pending => return Ok(Some(json!({ "pending": true }))),
+        Placement::NotPlaced => return Ok(None),
+    };
+    let ranked = standings(s, t, &r, code).await?;
+    let me = ranked.iter().find(|e| e.member == player_id);
+    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
+    Ok(Some(json!({
+        "tier": r.league.tiers.get(tier),
+        "cohort": r.league.cohort_id(code),
+        "rank": me.map(|e| e.rank),
+        "size": ranked.len(),
+        "zone": me.map(|e| e.zone.as_str()),
+    })))
+}
+
+/// `GET /v1/boards/{board}/cohorts/{cohort}?period=&offset=&limit=`.
+pub(super) async fn cohort(
+    State(s): State<AppState>,
+    Path((board_id, cohort)): Path<(String, String)>,
+    Query(mut q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let (t, r) = league_target(&s, &board_id, &mut q)?;
+    let code = r.league.cohort_code(&cohort).ok_or_else(|| {
+        ApiError::not_found(format!("'{cohort}' is not a cohort of board '{board_id}' (cohorts are <tier>-<n>)"))
+    })?;
+    let limit = parse_num(&q, "limit", 10, s.max_limit)?;
+    let offset = parse_num(&q, "offset", 0, 100_000_000)?;
+    let ranked = standings(&s, &t, &r, code).await?;
+    if ranked.is_empty() {
+        return Err(ApiError::not_found(format!("cohort '{cohort}' holds no ranked player in {}", t.period)));
+    }
+    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
+    let entries: Vec<Value> =
+        ranked.iter().skip(offset).take(limit).map(|e| entry_json(t.board, r.league, e)).collect();
+    Ok(Json(json!({
+        "board": t.board.id(), "period": t.period, "cohort": cohort, "tier": r.league.tiers[tier],
+        "total": ranked.len(), "entries": entries,
+    })))
+}
+
+/// `GET /v1/boards/{board}/players/{player}/cohort?period=`: the player's
+/// cohort's standings, or 404 `not_placed`.
+pub(super) async fn player_cohort(
+    State(s): State<AppState>,
+    Path((board_id, player_id)): Path<(String, String)>,
+    Query(mut q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let (t, r) = league_target(&s, &board_id, &mut q)?;
+    let placement =
+        s.reader()?.league_placement(&r.base, &r.round.id, &player_id).await.map_err(ApiError::unavailable)?;
+    let code = match placement {
+        Placement::Placed(code) => code,
+        Placement::Pending => {
+            return Ok(Json(
+                json!({ "board": t.board.id(), "period": t.period, "player_id": player_id, "pending": true }),
+            ))
+        }
+        Placement::NotPlaced => {
+            return Err(ApiError::not_placed(format!("player '{player_id}' is not placed in {}", t.period)))
+        }
+    };
+    let ranked = standings(&s, &t, &r, code).await?;
+    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
+    let entries: Vec<Value> = ranked.iter().map(|e| entry_json(t.board, r.league, e)).collect();
+    Ok(Json(json!({
+        "board": t.board.id(), "period": t.period, "player_id": player_id,
+        "cohort": r.league.cohort_id(code), "tier": r.league.tiers[tier],
+        "total": ranked.len(), "entries": entries,
+    })))
+}
+
+/// `GET /v1/boards/{board}/league?period=`: per tier, its cohorts and players.
+pub(super) async fn overview(
+    State(s): State<AppState>,
+    Path(board_id): Path<String>,
+    Query(mut q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let (t, r) = league_target(&s, &board_id, &mut q)?;
+    let tiers = r.league.tiers.len();
+    let counts = s.reader()?.league_overview(&r.base, &r.round.id, tiers).await.map_err(ApiError::unavailable)?;
+    let rows: Vec<Value> = r
+        .league
+        .tiers
+        .iter()
+        .zip(counts)
+        .map(|(name, (cohorts, players))| json!({ "tier": name, "cohorts": cohorts, "players": players }))
+        .collect();
+    Ok(Json(json!({
+        "board": t.board.id(), "period": t.period, "round": r.round.id,
+        "cohort_size": r.league.cohort_size, "tiers": rows,
+    })))
+}
