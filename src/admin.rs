@@ -53,6 +53,8 @@ pub struct AdminRequest {
     pub period: Option<String>,
     /// `set`: the score; `adjust`: the delta.
     pub value: i64,
+    /// `tier`: the tier's name.
+    pub tier: Option<String>,
     /// Wait this long for the outcome; `None`: return once produced.
     pub wait: Option<Duration>,
 }
@@ -70,6 +72,7 @@ impl AdminRequest {
             split: self.split.clone(),
             period: self.period.clone(),
             value: self.value,
+            tier: self.tier.clone(),
         }
     }
 }
@@ -78,7 +81,12 @@ impl AdminRequest {
 pub fn event_json(e: &AdminEvent) -> Value {
     let mut v =
         json!({ "event_id": e.event_id.to_string(), "type": e.kind.as_str(), "player_id": e.player_id, "ts": e.ts_ms });
-    let fields = [("board", e.board.clone()), ("split", e.split.clone()), ("period", e.period.clone())];
+    let fields = [
+        ("board", e.board.clone()),
+        ("split", e.split.clone()),
+        ("period", e.period.clone()),
+        ("tier", e.tier.clone()),
+    ];
     for (name, value) in fields {
         if let Some(value) = value {
             v[name] = json!(value);
@@ -147,7 +155,8 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Admi
 /// A change to an existing entry needs the player there: on a board the
 /// event reaches (or, to unhide, hidden there). A `score_set` may create one.
 async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach: &Reach) -> Result<(), AdminError> {
-    if event.kind == AdminKind::ScoreSet {
+    // A set may create an entry; a tier is for the player's next placement.
+    if matches!(event.kind, AdminKind::ScoreSet | AdminKind::PlayerTierSet) {
         return Ok(());
     }
     let bases: Vec<String> = match reach {
@@ -200,6 +209,7 @@ mod tests {
             split: Some("eu".into()),
             period: Some("w:2026-W49".into()),
             value: -5,
+            tier: None,
             wait: None,
         };
         let event = request.event();

@@ -126,6 +126,15 @@ enum AdminAction {
         #[command(flatten)]
         on: OnBoards,
     },
+    /// Set the tier a player is placed in at their next placement on a league
+    /// board; the next settlement keeps it (player_tier_set).
+    Tier {
+        #[command(flatten)]
+        on: OnBoard,
+        /// A tier name of the board's league.
+        #[arg(long)]
+        tier: String,
+    },
     /// Remove a player from every key of every board (player_erased).
     Erase {
         #[command(flatten)]
@@ -196,7 +205,8 @@ impl AdminAction {
     fn request(self) -> Result<(PathBuf, AdminRequest), CloseArgs> {
         let req = |kind, common: AdminArgs, board, boards, split, period, value| {
             let wait = common.wait.then_some(common.timeout);
-            Ok((common.config, AdminRequest { kind, player: common.player, board, boards, split, period, value, wait }))
+            let (player, tier) = (common.player, None);
+            Ok((common.config, AdminRequest { kind, player, board, boards, split, period, value, tier, wait }))
         };
         let boards = |b: Vec<String>| (!b.is_empty()).then_some(b);
         match self {
@@ -214,6 +224,10 @@ impl AdminAction {
                 req(AdminKind::PlayerUnhidden, on.common, None, boards(on.boards), None, None, 0)
             }
             AdminAction::Erase { common } => req(AdminKind::PlayerErased, common, None, None, None, None, 0),
+            AdminAction::Tier { on, tier } => {
+                req(AdminKind::PlayerTierSet, on.common, Some(on.board), None, on.split, None, 0)
+                    .map(|(path, r)| (path, AdminRequest { tier: Some(tier), ..r }))
+            }
             AdminAction::Close(args) => Err(args),
         }
     }

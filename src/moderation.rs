@@ -11,6 +11,7 @@
 //! | `player_hidden` | every tag of the boards named (default all) | moves the player out of the ranked keys |
 //! | `player_unhidden` | likewise | moves the player back, with every point earned meanwhile |
 //! | `player_erased` | every tag | removes the player from every key |
+//! | `player_tier_set` | one tag (league boards) | the tier of the player's next placement, kept by the next settlement |
 
 use std::sync::Arc;
 
@@ -52,6 +53,8 @@ pub enum AdminOp {
     Hide,
     Unhide,
     Erase,
+    /// Sets the league tier (its index) of the player's next placement.
+    Tier(usize),
 }
 
 impl AdminOp {
@@ -64,6 +67,7 @@ impl AdminOp {
             AdminOp::Hide => "hide",
             AdminOp::Unhide => "unhide",
             AdminOp::Erase => "erase",
+            AdminOp::Tier(_) => "tier",
         }
     }
 }
@@ -86,6 +90,22 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
     use AdminKind::*;
     match event.kind {
         PlayerErased => Ok(AdminPlan { reach: Reach::All, op: AdminOp::Erase }),
+        PlayerTierSet => {
+            let id = event.board.as_deref().unwrap_or_default();
+            let board = router.board(id).ok_or_else(|| invalid(format!("board '{id}' is not a configured board")))?;
+            let league = board.league().ok_or_else(|| {
+                Rejection::new(
+                    Reason::NotAllowed,
+                    format!("player_tier_set applies to league boards; '{id}' has no league"),
+                )
+            })?;
+            let name = event.tier.as_deref().unwrap_or_default();
+            let tier = league.tier_index(name).ok_or_else(|| {
+                invalid(format!("'{name}' is not a tier of board '{id}' (tiers: {})", league.tiers.join(", ")))
+            })?;
+            let split = split_of(event, board)?;
+            Ok(AdminPlan { reach: Reach::Tag(router.base(board, split, &event.player_id)), op: AdminOp::Tier(tier) })
+        }
         PlayerHidden | PlayerUnhidden => {
             let reach = match &event.boards {
                 None => Reach::All,
@@ -251,6 +271,7 @@ mod tests {
             split: None,
             period: None,
             value,
+            tier: None,
         }
     }
 

@@ -338,3 +338,145 @@ async fn reads(
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["league"], json!({"pending": true}), "{body}");
 }
+
+/// A hash as a map.
+async fn hash(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn moderation_hides_sets_tiers_and_erases_players_of_a_league() {
+    let stack = Stack::start(1).await;
+    let admin = stack.admin_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let this_hour = now - now.rem_euclid(HOUR);
+    let (last, this) = (round_id(this_hour - HOUR), round_id(this_hour));
+    let boards = format!(
+        r#"
+[sealing]
+topic = "{sealed}"
+idle_grace = "1s"
+check_interval = "100ms"
+
+[[board]]
+id = "lg"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
+close_after = "2h"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold"]
+cohort_size = 4
+promote = 1
+demote = 1
+"#
+    );
+    // Last hour's round, closed on demand below: x0..x5, x5 the best.
+    let records: Vec<_> = (0..6)
+        .map(|i| event_record("match", &format!("x{i}"), 10 + i, this_hour - HOUR + 1000 * (i + 1), now, None))
+        .collect();
+    broker.produce(&topic, &records).await;
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.admin_topics = vec![admin.clone()];
+    let w = Worker::spawn(&cfg);
+    let mut conn = redis.conn().await;
+    let cohorts = format!("lb:{{lg}}:_lgc:{last}");
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        zset_values(&mut redis.conn().await, &cohorts).await.len() == 6
+    })
+    .await;
+    // x1 hidden (ranks nowhere, moves nowhere); x4 set to gold for the next round.
+    let id = |n: u128| uuid::Uuid::from_u128(n).to_string();
+    broker
+        .produce(
+            &admin,
+            &[
+                admin_record(json!({"event_id": id(1), "type": "player_hidden", "player_id": "x1"})),
+                admin_record(json!({"event_id": id(2), "type": "player_tier_set", "player_id": "x4", "board": "lg", "tier": "gold"})),
+                admin_record(json!({"event_id": id(3), "type": "player_tier_set", "player_id": "x3", "board": "lg", "tier": "platinum"})),
+            ],
+        )
+        .await;
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        hash(&mut redis.conn().await, "lb:{lg}:_lgx").await.contains_key("x4")
+    })
+    .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["close", "--config"])
+        .arg(&w.config_path)
+        .args(["--board", "lg", "--period", &last, "--wait", "--timeout", "60s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), w.log());
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        hash(&mut redis.conn().await, "lb:{lg}:_lgs").await.get(&format!("{last}:published")).is_some()
+    })
+    .await;
+    // bronze-1 {x0, x1, x2, x3}: x1 hidden, so x3 promoted, x0 bottom of the lowest tier stays;
+    // bronze-2 {x4, x5}: x5 promoted. x4 keeps the gold it was set to; x1 keeps no new tier.
+    let results = hash(&mut conn, &format!("lb:{{lg}}:_lgr:{last}")).await;
+    let want: HashMap<String, String> =
+        [("x3", "1:p:1"), ("x2", "2:s:0"), ("x0", "3:s:0"), ("x5", "1:p:1"), ("x4", "2:s:0")]
+            .into_iter()
+            .map(|(p, r)| (p.to_string(), r.to_string()))
+            .collect();
+    assert_eq!(results, want, "{}", w.log());
+    let tiers = hash(&mut conn, "lb:{lg}:_lgt").await;
+    assert_eq!(tiers.get("x4").map(String::as_str), Some("2"), "player_tier_set wins over the settlement: {tiers:?}");
+    assert_eq!(tiers.get("x1"), None, "a hidden player moves nowhere: {tiers:?}");
+    assert_eq!(tiers.get("x3").map(String::as_str), Some("1"), "an unknown tier is refused: {tiers:?}");
+
+    // x0 erased: out of the cohorts, the results and the tiers; x2 moves up.
+    broker
+        .produce(&admin, &[admin_record(json!({"event_id": id(4), "type": "player_erased", "player_id": "x0"}))])
+        .await;
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        !zset_values(&mut redis.conn().await, &cohorts).await.contains_key("x0")
+    })
+    .await;
+    assert!(!hash(&mut conn, &format!("lb:{{lg}}:_lgr:{last}")).await.contains_key("x0"));
+    assert!(!hash(&mut conn, "lb:{lg}:_lgt").await.contains_key("x0"));
+    let (status, body) = http_get(w.http_port, &format!("/v1/boards/lg/cohorts/bronze-1?period={last}")).await;
+    assert_eq!(status, 200, "{body}");
+    let ranked: Vec<(String, i64)> = serde_json::from_str::<Value>(&body).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["player_id"].as_str().unwrap().to_string(), e["rank"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ranked, vec![("x3".to_string(), 1), ("x2".to_string(), 2)], "{body}");
+
+    // This hour's round places x4 in gold, x5 and x3 in silver, x2 in bronze.
+    let next: Vec<_> = ["x2", "x3", "x4", "x5"].iter().map(|p| event_record("match", p, 1, now, now, None)).collect();
+    broker.produce(&topic, &next).await;
+    let cohorts = format!("lb:{{lg}}:_lgc:{this}");
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        zset_values(&mut redis.conn().await, &cohorts).await.len() == 4
+    })
+    .await;
+    let got = zset_values(&mut conn, &cohorts).await;
+    let want: BTreeMap<String, i64> = [("x2", 1), ("x3", SPAN + 1), ("x5", SPAN + 1), ("x4", 2 * SPAN + 1)]
+        .into_iter()
+        .map(|(p, c)| (p.to_string(), c))
+        .collect();
+    assert_eq!(got, want, "{}", w.log());
+    assert!(hash(&mut conn, "lb:{lg}:_lgx").await.is_empty(), "the set tier is used by the placement");
+}
+
+/// Waits until `check` holds, or fails with the logs.
+async fn wait_for<F, Fut>(timeout: Duration, logs: &dyn Fn() -> String, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "not within {timeout:?}\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

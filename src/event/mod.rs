@@ -199,6 +199,7 @@ struct RawEvent {
     delta: Option<Value>,
     split: Option<Value>,
     period: Option<Value>,
+    tier: Option<Value>,
 }
 
 /// Parses and validates one record value. `listens` says whether any board

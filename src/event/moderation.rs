@@ -25,16 +25,19 @@ pub enum AdminKind {
     PlayerUnhidden,
     /// Removes the player from every key of every board.
     PlayerErased,
+    /// Sets the tier of a league board a player is placed in next.
+    PlayerTierSet,
 }
 
 impl AdminKind {
-    pub const ALL: [AdminKind; 6] = [
+    pub const ALL: [AdminKind; 7] = [
         AdminKind::ScoreSet,
         AdminKind::ScoreAdjusted,
         AdminKind::PlayerRemoved,
         AdminKind::PlayerHidden,
         AdminKind::PlayerUnhidden,
         AdminKind::PlayerErased,
+        AdminKind::PlayerTierSet,
     ];
 
     /// The event `type`.
@@ -46,6 +49,7 @@ impl AdminKind {
             AdminKind::PlayerHidden => "player_hidden",
             AdminKind::PlayerUnhidden => "player_unhidden",
             AdminKind::PlayerErased => "player_erased",
+            AdminKind::PlayerTierSet => "player_tier_set",
         }
     }
 
@@ -79,6 +83,8 @@ pub struct AdminEvent {
     pub period: Option<String>,
     /// `score_set`: the score; `score_adjusted`: the delta; otherwise 0.
     pub value: i64,
+    /// `player_tier_set`: the tier's name.
+    pub tier: Option<String>,
 }
 
 /// An optional string field of an admin event.
@@ -100,11 +106,15 @@ pub(super) fn parse_admin(
 ) -> Result<AdminEvent, Rejection> {
     use AdminKind::*;
     let board = admin_text(raw.board, "board")?;
-    if board.is_none() && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved) {
+    if board.is_none() && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved | PlayerTierSet) {
         return Err(Rejection::new(
             Reason::MissingField,
             format!("field 'board' is missing (a {kind} names its board)"),
         ));
+    }
+    let tier = admin_text(raw.tier, "tier")?;
+    if tier.is_none() && kind == PlayerTierSet {
+        return Err(Rejection::new(Reason::MissingField, "field 'tier' is missing (a player_tier_set names the tier)"));
     }
     let value = match kind {
         ScoreSet => required_number(raw.score, "score", Reason::InvalidScore)?,
@@ -141,6 +151,7 @@ pub(super) fn parse_admin(
         split: admin_text(raw.split, "split")?,
         period: admin_text(raw.period, "period")?,
         value,
+        tier,
     })
 }
 

@@ -24,11 +24,16 @@
 --   rate_key the member's rate-limit window key (an erasure deletes it)
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
 --   shift, desc, top_k, dense     as in apply.lua
---   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase"
+--   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
 --   set:     stored (the stored score), ts (event time, ms), periods
 --   adjust:  delta, ts, tie (tie component), max_value, periods
 --            periods: a list of {id, expire_at (EXPIREAT seconds, 0: none)}
 --   remove:  period (a period id, or "" for every period key of the tag)
+--   tier:    tier (a league tier's index): the player's next placement
+--   league_tiers, league_overrides, league_registry   KEYS indexes of the
+--            tag's league keys (see keys.rs): the tiers of next placements,
+--            player_tier_set's tiers, and the round keys, which an erasure
+--            clears of the player
 -- ARGV[2]  the event's marker (Const.MARKER_BYTES bytes)
 --
 -- Returns the error LOST, having done nothing, when the tag is not
@@ -177,7 +182,7 @@ end
 -- change sealed snapshots and rolling boards: their version hashes rise
 -- (with their keys' expiry, taken while the keys still exist).
 local tag_keys = {}
-if op ~= 'set' and op ~= 'adjust' then
+if op ~= 'set' and op ~= 'adjust' and op ~= 'tier' then
   tag_keys = period_keys()
   for _, p in ipairs(tag_keys) do
     local id, versions = p[2], KEYS[h.versions]
@@ -231,6 +236,24 @@ elseif op == 'erase' then
   for _, p in ipairs(tag_keys) do remove_from(p[1], p[2]) end
   call('SREM', hidden_set, member)
   call('DEL', h.rate_key)
+  -- Leagues: out of every round's cohorts, waiting players and results (a
+  -- cohort keeps its places: the others move up), and out of the tiers.
+  local rounds = KEYS[h.league_registry]
+  for _, k in ipairs(call('SMEMBERS', rounds)) do
+    local kind = call('TYPE', k).ok
+    if kind == 'zset' then
+      call('ZREM', k, member)
+    elseif kind == 'hash' then
+      call('HDEL', k, member)
+    else
+      call('SREM', rounds, k)
+    end
+  end
+  call('HDEL', KEYS[h.league_tiers], member)
+  call('HDEL', KEYS[h.league_overrides], member)
+elseif op == 'tier' then
+  call('HSET', KEYS[h.league_tiers], member, h.tier)
+  call('HSET', KEYS[h.league_overrides], member, h.tier)
 end
 
 markers.add(1)

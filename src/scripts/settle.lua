@@ -19,10 +19,11 @@
 --   offsets, state, tiers, overrides   KEYS indexes of the tag's offsets
 --            hash, settlements hash, tiers hash and player_tier_set's hash
 --   results  ("write") KEYS index of the round's results hash
+--   registry the tag's registry of round keys (erasure walks it)
 --   expire_at  EXPIREAT seconds of the round's results ("write") or of the
 --            next round's keys ("place"); 0: none
 --   cohorts, open, pending  ("place", when there is a next round) KEYS
---            indexes of the next round's keys;  registry  of the tag's round keys
+--            indexes of the next round's keys
 --   size, count, max   ("place") players per cohort, tiers, most to place now
 -- ARGV[2]  ("write") a MessagePack array of [player, tier, result]: the
 --          tier of the player's next placement (unless player_tier_set
@@ -52,6 +53,7 @@ if h.op == 'write' then
   if #results > 0 then
     Calls.variadic('HSET', KEYS[h.results], results, 2)
     Expiry.at(h.expire_at, { KEYS[h.results] })
+    call('SADD', KEYS[h.registry], KEYS[h.results])
   end
   call('HSET', state, step, h.next)
   return 0

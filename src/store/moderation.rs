@@ -53,6 +53,15 @@ pub fn admin_invocation(
         keys.push(keys::sealed_key(base));
         h.int("sealed", keys.len() as i64);
     }
+    // Every tag's: an erasure reaches the league keys of a board whose league is no longer configured too.
+    for (name, key) in [
+        ("league_tiers", keys::league_tiers_key(base)),
+        ("league_overrides", keys::league_overrides_key(base)),
+        ("league_registry", keys::league_registry_key(base)),
+    ] {
+        keys.push(key);
+        h.int(name, keys.len() as i64);
+    }
     h.str("field", call.field);
     h.int("offset", call.offset);
     h.str("member", call.member);
@@ -93,6 +102,7 @@ pub fn admin_invocation(
             h.raw("periods", &periods_list(periods));
         }
         AdminOp::Remove { period } => h.str("period_id", period.as_deref().unwrap_or_default()),
+        AdminOp::Tier(t) => h.int("tier", *t as i64),
         AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase => {}
     }
     (keys, vec![h.finish(), crate::markers::marker(call.event_id).to_vec()])
@@ -159,7 +169,8 @@ mod tests {
         let op = AdminOp::Adjust { delta: -5, tie: 3, periods: vec![pw("d:2026-08-14", Some(100)), pw("all", None)] };
         let call = AdminCall { field: "admin:0", offset: 9, event_id: &id, member: "alice", ts_ms: 42, op: &op };
         let (keys, args) = admin_invocation("lb:{p}", None, &call, 60);
-        assert_eq!(keys, ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"]);
+        let tag = ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"];
+        assert_eq!(keys, [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk"]].concat());
         assert_eq!(args.len(), 2);
         assert_eq!(args[1], crate::markers::marker(&id).to_vec());
         let header = msgpack::render(&mut args[0].as_slice());
@@ -167,7 +178,8 @@ mod tests {
         assert_eq!(
             header,
             format!(
-                "{{offsets: 1, registry: 2, hidden: 3, versions: 4, field: admin:0, offset: 9, member: alice, \
+                "{{offsets: 1, registry: 2, hidden: 3, versions: 4, league_tiers: 5, league_overrides: 6, \
+                 league_registry: 7, field: admin:0, offset: 9, member: alice, \
                  seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
                  dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
                  shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: lb:{{p}}:_rl:alice, mode: sum, \
