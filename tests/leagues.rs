@@ -414,7 +414,7 @@ demote = 1
         .unwrap();
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), w.log());
     wait_for(Duration::from_secs(60), &|| w.log(), || async {
-        hash(&mut redis.conn().await, "lb:{lg}:_lgs").await.get(&format!("{last}:published")).is_some()
+        hash(&mut redis.conn().await, "lb:{lg}:_lgs").await.contains_key(&format!("{last}:published"))
     })
     .await;
     // bronze-1 {x0, x1, x2, x3}: x1 hidden, so x3 promoted, x0 bottom of the lowest tier stays;

@@ -54,11 +54,15 @@ fn admin_events_as_the_cli_makes_them_validate() {
             split: None,
             period: Some("w:2026-W49".into()),
             value: -5,
+            tier: (kind == AdminKind::PlayerTierSet).then(|| "gold".to_string()),
             wait: None,
         };
         let mut v = event_json(&request.event());
         if matches!(kind, AdminKind::PlayerHidden | AdminKind::PlayerUnhidden | AdminKind::PlayerErased) {
             v.as_object_mut().unwrap().retain(|k, _| !["board", "period"].contains(&k.as_str()));
+        }
+        if kind == AdminKind::PlayerTierSet {
+            v.as_object_mut().unwrap().remove("period");
         }
         assert!(matches!(parse(&v), Parsed::Admin(_)), "{v}");
         assert!(schema.is_valid(&v), "{kind}: {v}");
