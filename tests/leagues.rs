@@ -480,3 +480,95 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn placement_stays_exact_across_five_sigkills() {
+    const PLAYERS: u64 = 2000;
+    const SIZE: usize = 30;
+    let stack = Stack::start(4).await;
+    let boards = r#"
+[[board]]
+id = "lk"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{ name = "round", cron = "0 * * * *", duration = "1h" }]
+close_after = "2h"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold", "diamond"]
+cohort_size = 30
+promote = 5
+demote = 5
+"#;
+    let now = chrono::Utc::now().timestamp_millis();
+    let this_hour = now - now.rem_euclid(HOUR);
+    let round = round_id(this_hour);
+    // Tiers as a settlement left them (the round before this one held nobody, so this one places at once).
+    let mut conn = stack.redis.conn().await;
+    let tier_of = |p: u64| (p * 7 + p / 3) % 4;
+    let mut seed = redis::cmd("HSET");
+    seed.arg("lb:{lk}:_lgt");
+    for p in 0..PLAYERS {
+        seed.arg(format!("p{p}")).arg(tier_of(p));
+    }
+    let _: i64 = seed.query_async(&mut conn).await.unwrap();
+    let mut rng = Lcg(5);
+    let mut model: BTreeMap<String, i64> = BTreeMap::new();
+    let mut records = Vec::new();
+    for _ in 0..20_000 {
+        let p = rng.next(PLAYERS);
+        let score = 1 + rng.next(50) as i64;
+        let player = format!("p{p}");
+        *model.entry(player.clone()).or_default() += score;
+        let ts = this_hour + rng.next((now - this_hour) as u64) as i64;
+        records.push(event_record("match", &player, score, ts, now, None));
+    }
+    stack.broker.produce(&stack.topic, &records).await;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    cfg.worker_section = "batch_size = 200\nmax_backoff = \"1s\"\n".into();
+    let total = records.len() as i64;
+    let kills = five_sigkills(&mut cfg, &stack.broker, &mut conn, &[(stack.topic.as_str(), 4)], total, 91).await;
+    assert!(kills.iter().all(|k| k[0] < total), "a kill landed after the stream ended: {kills:?}");
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 4, Duration::from_secs(300));
+
+    // Every player of the round in exactly one cohort (a zset holds a member once), of their tier.
+    let placed = zset_values(&mut conn, &format!("lb:{{lk}}:_lgc:{round}")).await;
+    assert_eq!(placed.keys().collect::<Vec<_>>(), model.keys().collect::<Vec<_>>(), "{}", w.log());
+    let mut sizes: BTreeMap<(i64, i64), usize> = BTreeMap::new();
+    for (player, code) in &placed {
+        let p: u64 = player[1..].parse().unwrap();
+        assert_eq!(code / SPAN, tier_of(p) as i64, "{player}'s tier");
+        *sizes.entry((code / SPAN, code % SPAN)).or_default() += 1;
+    }
+    // No cohort over its size, and in each tier every cohort but the newest full.
+    let open = hash(&mut conn, &format!("lb:{{lk}}:_lgo:{round}")).await;
+    for tier in 0..4 {
+        let newest: i64 = open[&tier.to_string()].parse().unwrap();
+        for n in 1..=newest {
+            let size = sizes.get(&(tier, n)).copied().unwrap_or(0);
+            assert!(size <= SIZE, "cohort {tier}/{n} holds {size}");
+            if n < newest {
+                assert_eq!(size, SIZE, "cohort {tier}/{n} is not the newest but holds {size}");
+            }
+        }
+        assert!(sizes.keys().all(|(t, n)| *t != tier || *n <= newest));
+    }
+    // Each player's cohort score is the round's score: the model's.
+    assert_eq!(zset_values(&mut conn, &format!("lb:{{lk}}:{round}")).await, model);
+    // The cohorts read as the model ranks them.
+    let (status, body) = http_get(w.http_port, &format!("/v1/boards/lk/cohorts/gold-1?limit=30&period={round}")).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let mut gold: Vec<(&String, i64)> =
+        placed.iter().filter(|(_, c)| **c == 2 * SPAN + 1).map(|(p, _)| (p, model[p])).collect();
+    gold.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(a.0)));
+    let got: Vec<(String, i64)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["player_id"].as_str().unwrap().to_string(), e["score"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(got, gold.iter().map(|(p, s)| (p.to_string(), *s)).collect::<Vec<_>>());
+}
