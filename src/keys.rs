@@ -395,6 +395,11 @@ pub fn rebuild_prefix(prefix: &str) -> String {
     format!("{REBUILD}{prefix}")
 }
 
+/// The rebuilt key base that replaces a live one (`lb:{points}` -> `_rebuild:lb:{points}`).
+pub fn rebuilt_base(live: &str) -> String {
+    format!("{REBUILD}{live}")
+}
+
 /// The live key base a rebuilt one replaces (`_rebuild:lb:{points}` -> `lb:{points}`).
 pub fn live_base(rebuilt: &str) -> Option<&str> {
     rebuilt.strip_prefix(REBUILD)

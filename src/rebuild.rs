@@ -35,6 +35,25 @@ use crate::kafka::client;
 use crate::store::{scan_keys, Store, StoreError, Swap};
 use crate::{keys, metrics, pipeline, progress};
 
+/// League boards: the rebuild places each round's players in the tiers
+/// the live settlements gave (copied from each live league tag; the
+/// rebuild runs no scheduler and settles nothing). Placement follows
+/// arrival order as the rebuild reads it, which across partitions need not
+/// be the live workers' order: an open round's cohorts are swapped in as
+/// rebuilt, a sealed round's (and its settlement) stay as they were.
+async fn copy_league_state(store: &Store, live_prefix: &str, boards: &[Board]) -> Result<(), RebuildError> {
+    let leagues: BTreeSet<&str> = boards.iter().filter(|b| b.league().is_some()).map(|b| b.id()).collect();
+    if leagues.is_empty() {
+        return Ok(());
+    }
+    for base in store.tag_bases(&keys::tags_key(live_prefix)).await? {
+        if keys::board_of_base(&base).is_some_and(|id| leagues.contains(id)) {
+            store.copy_league_state(&base, &keys::rebuilt_base(&base)).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Why a rebuild stopped, or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RebuildError {
@@ -191,6 +210,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Rebu
 
     let store = Store::connect(&settings.redis).await?.with_max_events_per_call(settings.worker.max_events_per_call);
     store.load_script().await?;
+    copy_league_state(&store, &live_prefix, &own.boards).await?;
 
     let gauges = Arc::new(Gauges::new());
     gauges.target.set(target);

@@ -258,6 +258,30 @@ demote = 1
     assert_eq!(settled as i64, 3, "three rounds, each settled once\n{}", logs());
     reads(w1.http_port, &starts, &placed, &expected, this_hour).await;
 
+    // A rebuild keeps the sealed rounds' cohorts and the settled tiers, and
+    // places an open round's players again (here after their cohorts were lost).
+    let before: Vec<BTreeMap<String, i64>> = {
+        let mut out = Vec::new();
+        for start in &starts {
+            out.push(zset_values(&mut conn, &format!("lb:{{league}}:_lgc:{}", round_id(*start))).await);
+        }
+        out
+    };
+    let open_round = format!("lb:{{slow}}:_lgc:{}", round_id(this_hour - HOUR));
+    let _: i64 = redis::cmd("DEL").arg(&open_round).query_async(&mut conn).await.unwrap();
+    let out = run_rankflow(&["rebuild"], &w1.config_path).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (start, cohorts) in starts.iter().zip(&before) {
+        let key = format!("lb:{{league}}:_lgc:{}", round_id(*start));
+        assert_eq!(&zset_values(&mut conn, &key).await, cohorts, "{key} is sealed: kept");
+    }
+    let tiers_after: HashMap<String, usize> =
+        redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
+    assert_eq!(tiers_after, model.next, "the settled tiers are kept");
+    assert_eq!(zset_values(&mut conn, &open_round).await, BTreeMap::from([("early".to_string(), 1)]));
+    let waiting = format!("lb:{{slow}}:_lgp:{}", round_id(this_hour));
+    assert_eq!(zset_values(&mut conn, &waiting).await.keys().collect::<Vec<_>>(), ["waiting"]);
+
     // A league board with a round that names no schedule is refused by check-config, naming the field.
     let dir = temp_dir();
     let path = dir.path().join("bad.toml");

@@ -17,7 +17,8 @@
 --          start with ("r:", "_roll:r:")
 -- ARGV[9..] pairs: a live and a rebuilt per-period key prefix (the dense
 --          index, its counts, event times, metadata, attempts, hidden
---          players' values), each completed with a period id
+--          players' values, a league round's cohorts, open cohorts and
+--          waiting players), each completed with a period id
 --
 -- Where the two agree: every partition field of the live offsets hash is
 -- in the rebuilt one at an offset at least as high. (Rebuilt ahead is

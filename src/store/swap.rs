@@ -32,13 +32,18 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
     inv.arg(keys::final_id("")).arg(keys::rolling_id("")).arg(keys::rolling_build_id(""));
-    let per_period: [fn(&str) -> String; 6] = [
+    // A league round's cohorts, open cohorts and waiting players go with
+    // its period key; its results exist only once it is sealed, and stay.
+    let per_period: [fn(&str) -> String; 9] = [
         keys::dense_prefix,
         keys::dense_count_prefix,
         keys::times_prefix,
         keys::meta_prefix,
         keys::attempts_prefix,
         keys::shadow_prefix,
+        |b| keys::league_cohorts_key(b, ""),
+        |b| keys::league_open_key(b, ""),
+        |b| keys::league_pending_key(b, ""),
     ];
     for prefix in per_period {
         inv.arg(prefix(live)).arg(prefix(built));
@@ -47,6 +52,25 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
 }
 
 impl super::Store {
+    /// Copies a league tag's tiers, settlements and set tiers to the rebuilt
+    /// tag, so that the rebuild places players in the tiers the live
+    /// settlements gave them (see `rebuild`).
+    pub async fn copy_league_state(&self, live: &str, built: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let pairs: [fn(&str) -> String; 3] =
+            [keys::league_tiers_key, keys::league_state_key, keys::league_overrides_key];
+        for key in pairs {
+            redis::cmd("COPY")
+                .arg(key(live))
+                .arg(key(built))
+                .arg("REPLACE")
+                .query_async::<i64>(&mut conn)
+                .await
+                .map_err(StoreError::Registry)?;
+        }
+        Ok(())
+    }
+
     /// Runs the swap of one tag (see `scripts/swap.lua`).
     pub async fn swap_tag(&self, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
         swap_tag(&self.conn, live, built, dedupe_ttl_secs).await
