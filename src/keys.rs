@@ -32,7 +32,7 @@
 //! | `{prefix}:{tag}:_lgr:<round>` | hash | leagues: a settled round's results, player -> `<rank>:<zone>:<next tier>`; same expiry |
 //! | `{prefix}:{tag}:_lgt` | hash | leagues: player -> the tier (index) of their next placement |
 //! | `{prefix}:{tag}:_lgx` | hash | leagues: player -> the tier `player_tier_set` gave, which the next settlement keeps |
-//! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published |
+//! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published; `<round>:from` -> where the seal topic ended before the publication began |
 //! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms) |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
@@ -358,7 +358,8 @@ pub fn league_overrides_key(base: &str) -> String {
 
 /// Leagues: the settlements, `<round>` -> 1 once settled (its next round
 /// places at once), `<round>:step` -> how far the settlement is,
-/// `<round>:published` -> cohorts published.
+/// `<round>:published` -> cohorts published, `<round>:from` -> where the
+/// seal topic ended before the publication began.
 pub fn league_state_key(base: &str) -> String {
     format!("{base}:_lgs")
 }

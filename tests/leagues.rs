@@ -256,6 +256,27 @@ demote = 1
             .sum::<f64>();
     }
     assert_eq!(settled as i64, 3, "three rounds, each settled once\n{}", logs());
+    // A worker that died after sending a round's records but before
+    // recording them: the one that takes the job over reads what the topic
+    // holds since the publication began, and sends nothing twice.
+    let first = round_id(starts[0]);
+    let _: i64 = redis::cmd("HSET")
+        .arg("lb:{league}:_lgs")
+        .arg(format!("{first}:published"))
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let job = format!("seal|lb:{{league}}|{first}");
+    let _: i64 = redis::cmd("ZADD").arg("lb:{.sched}:due").arg(0).arg(&job).query_async(&mut conn).await.unwrap();
+    let cohorts_of_first = expected.keys().filter(|k| k.contains(&first)).count().to_string();
+    wait_for(Duration::from_secs(60), &logs, || async {
+        hash(&mut redis.conn().await, "lb:{league}:_lgs").await.get(&format!("{first}:published"))
+            == Some(&cohorts_of_first)
+    })
+    .await;
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(broker.log_end(&sealed, 1)[0], wanted, "a takeover sends nothing twice\n{}", logs());
     reads(w1.http_port, &starts, &placed, &expected, this_hour).await;
 
     // A rebuild keeps the sealed rounds' cohorts and the settled tiers, and
@@ -430,6 +451,15 @@ demote = 1
         hash(&mut redis.conn().await, "lb:{lg}:_lgx").await.contains_key("x4")
     })
     .await;
+    // As if a worker began this round's publication and died before sending anything.
+    let end = broker.log_end(&sealed, 1)[0];
+    let _: i64 = redis::cmd("HSET")
+        .arg("lb:{lg}:_lgs")
+        .arg(format!("{last}:from"))
+        .arg(format!("0:{end}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
         .args(["close", "--config"])
         .arg(&w.config_path)
@@ -443,6 +473,11 @@ demote = 1
     .await;
     // bronze-1 {x0, x1, x2, x3}: x1 hidden, so x3 promoted, x0 bottom of the lowest tier stays;
     // bronze-2 {x4, x5}: x5 promoted. x4 keeps the gold it was set to; x1 keeps no new tier.
+    // The top and both cohorts, once each.
+    let keys: Vec<String> =
+        broker.read_all(&sealed, 1).iter().map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned()).collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.contains(&format!("lg/{last}/bronze-1")) && keys.contains(&format!("lg/{last}/bronze-2")), "{keys:?}");
     let results = hash(&mut conn, &format!("lb:{{lg}}:_lgr:{last}")).await;
     let want: HashMap<String, String> =
         [("x3", "1:p:1"), ("x2", "2:s:0"), ("x0", "3:s:0"), ("x5", "1:p:1"), ("x4", "2:s:0")]

@@ -8,4 +8,5 @@ pub mod client;
 pub mod commit;
 pub mod offsets;
 pub mod producer;
+pub mod readback;
 pub mod topics;

@@ -7,6 +7,8 @@
 //! result is published to `[sealing] topic` as one record, key
 //! `<board>/<round>/<cohort>`.
 
+use std::collections::HashSet;
+
 use futures::future::try_join_all;
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
@@ -15,6 +17,7 @@ use tracing::info;
 use super::{now_ms, JobError, Outcome, Scheduler};
 use crate::board::league::{self, League, Zone};
 use crate::board::Board;
+use crate::kafka::readback;
 use crate::keys;
 use crate::metrics;
 use crate::period::Period;
@@ -202,11 +205,16 @@ impl Scheduler<'_> {
             None => board.id().to_string(),
         };
         let final_key = keys::period_key(base, &keys::final_id(&round.id));
+        let already = self.published_before(base, &board_name, &round.id, done < all.len()).await?;
         while done < all.len() {
             let chunk = &all[done..(done + PUBLISH_COHORTS).min(all.len())];
             let mut records = Vec::with_capacity(chunk.len());
             for &(tier, n) in chunk {
                 let cohort = league.cohort_id(league::code(tier, n)).unwrap_or_default();
+                let record_key = format!("{board_name}/{}/{cohort}", round.id);
+                if already.contains(&record_key) {
+                    continue;
+                }
                 let read =
                     self.store.league_cohorts(base, &round.id, league::code(tier, n), league::code(tier, n)).await?;
                 let names: Vec<String> = read.into_iter().map(|(m, _)| m).collect();
@@ -238,7 +246,7 @@ impl Scheduler<'_> {
                     "tier": league.tiers[tier], "cohort": cohort,
                     "standings": standings.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
                 });
-                records.push((format!("{board_name}/{}/{cohort}", round.id), payload.to_string()));
+                records.push((record_key, payload.to_string()));
             }
             let topic = &self.settings.sealing.topic;
             let sends = records.iter().map(|(key, payload)| {
@@ -249,6 +257,46 @@ impl Scheduler<'_> {
             self.store.note_league_published(base, &round.id, done as u64).await?;
         }
         Ok(())
+    }
+}
+
+impl Scheduler<'_> {
+    /// The cohort records of a round already on the seal topic: none when
+    /// this publication starts now (it notes where the topic ends); those
+    /// since that note when it is taken over (a worker died between sending
+    /// records and recording them), so that each is sent once.
+    async fn published_before(
+        &self,
+        base: &str,
+        board_name: &str,
+        round: &str,
+        unfinished: bool,
+    ) -> Result<HashSet<String>, JobError> {
+        if !unfinished {
+            return Ok(HashSet::new());
+        }
+        let (kafka, topic) = (self.settings.kafka.clone(), self.settings.sealing.topic.clone());
+        let name = topic.clone();
+        let publish = move |source| JobError::Publish { topic: name.clone(), source };
+        let ends = {
+            let (kafka, topic) = (kafka.clone(), topic.clone());
+            tokio::task::spawn_blocking(move || readback::end_offsets(&kafka, &topic))
+                .await
+                .map_err(|e| JobError::MetadataTask(e.to_string()))?
+                .map_err(&publish)?
+        };
+        let (from, started_now) =
+            self.store.start_league_publication(base, round, &readback::offsets_text(&ends)).await?;
+        if started_now {
+            return Ok(HashSet::new());
+        }
+        let from = readback::parse_offsets(&from)
+            .ok_or(JobError::BadReply { script: "the league's publication start", got: from.clone() })?;
+        let prefix = format!("{board_name}/{round}/");
+        tokio::task::spawn_blocking(move || readback::keys_since(&kafka, &topic, &from, &prefix))
+            .await
+            .map_err(|e| JobError::MetadataTask(e.to_string()))?
+            .map_err(publish)
     }
 }
 

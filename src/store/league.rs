@@ -288,6 +288,28 @@ impl Store {
         Ok(n.unwrap_or(0))
     }
 
+    /// Where the seal topic ended before a round's publication began
+    /// (`<partition>:<offset>,...`): set once, by the first publication;
+    /// answers the value that holds, and whether this call set it.
+    pub async fn start_league_publication(
+        &self,
+        base: &str,
+        round: &str,
+        ends: &str,
+    ) -> Result<(String, bool), StoreError> {
+        let mut conn = self.conn.clone();
+        let field = format!("{round}:from");
+        let key = keys::league_state_key(base);
+        let f = failed("note where a league's publication starts");
+        let set: bool = redis::cmd("HSETNX").arg(&key).arg(&field).arg(ends).query_async(&mut conn).await.map_err(f)?;
+        if set {
+            return Ok((ends.to_string(), true));
+        }
+        let f = failed("read where a league's publication starts");
+        let held: String = redis::cmd("HGET").arg(&key).arg(&field).query_async(&mut conn).await.map_err(f)?;
+        Ok((held, false))
+    }
+
     /// Records that the first `n` cohorts of a settled round are published.
     pub async fn note_league_published(&self, base: &str, round: &str, n: u64) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
