@@ -631,3 +631,122 @@ demote = 5
         .collect();
     assert_eq!(got, gold.iter().map(|(p, s)| (p.to_string(), *s)).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settlement_killed_midway_and_taken_over_leaves_the_same_tiers_and_one_record_per_cohort() {
+    const PLAYERS: u64 = 30_000;
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let start = now - now.rem_euclid(HOUR) - 2 * HOUR;
+    let round = round_id(start);
+    let boards = format!(
+        r#"
+[sealing]
+topic = "{sealed}"
+idle_grace = "1s"
+check_interval = "100ms"
+lease = "2s"
+
+[[board]]
+id = "big"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
+close_after = "10m"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold"]
+cohort_size = 30
+promote = "20%"
+demote = 3
+"#
+    );
+    let mut conn = redis.conn().await;
+    let tier_of = |p: u64| (p % 7 % 3) as usize;
+    let mut seed = redis::cmd("HSET");
+    seed.arg("lb:{big}:_lgt");
+    for p in 0..PLAYERS {
+        seed.arg(format!("p{p}")).arg(tier_of(p));
+    }
+    let _: i64 = seed.query_async(&mut conn).await.unwrap();
+    // One event each, in player order (the arrival order); scores with ties.
+    let mut rng = Lcg(23);
+    let mut scores = HashMap::new();
+    let mut arrivals = Vec::new();
+    let mut records = Vec::new();
+    for p in 0..PLAYERS {
+        let player = format!("p{p}");
+        let score = 1 + rng.next(40) as i64;
+        records.push(event_record("match", &player, score, start + 1000, start + 1000, None));
+        scores.insert(player.clone(), score);
+        arrivals.push(player);
+    }
+    broker.produce(&topic, &records).await;
+    // The model, with ties decided as Redis orders a desc board (member bytes descending).
+    let mut model = Model { size: 30, promote: 0, demote: 3, next: HashMap::new() };
+    for (p, t) in arrivals.iter().enumerate() {
+        model.next.insert(t.clone(), tier_of(p as u64));
+    }
+    let placed = model.place(&arrivals.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut cohorts: BTreeMap<(usize, i64), Vec<(String, i64)>> = BTreeMap::new();
+    for (p, &(t, n)) in &placed.placed {
+        cohorts.entry((t, n)).or_default().push((p.clone(), scores[p]));
+    }
+    let mut tiers = HashMap::new();
+    for ((t, _), mut players) in cohorts.clone() {
+        players.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        let k = players.len();
+        let up = (k * 20 / 100).max(1).min(k);
+        let down = 3.min(k - up);
+        for (i, (p, _)) in players.into_iter().enumerate() {
+            let next = if i < up {
+                (t + 1).min(2)
+            } else if i >= k - down {
+                t.saturating_sub(1)
+            } else {
+                t
+            };
+            tiers.insert(p, next);
+        }
+    }
+
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    cfg.worker_section = "batch_size = 1000\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into();
+    let mut w1 = Worker::spawn(&cfg);
+    // Killed once the settlement has begun and before it has ended.
+    let step = format!("{round}:step");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let at_kill = loop {
+        let state = hash(&mut conn, "lb:{big}:_lgs").await;
+        if let Some(at) = state.get(&step) {
+            assert_ne!(at, "done", "the settlement ended before the kill could land\n{}", w1.log());
+            break at.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no settlement began\n{}", w1.log());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    w1.sigkill();
+    let next = random_name("group");
+    broker.copy_offsets(&cfg.group, &next, &topic, 1);
+    cfg.group = next;
+    let w2 = Worker::spawn(&cfg);
+    let cohort_count = cohorts.len();
+    wait_for(Duration::from_secs(120), &|| w2.log(), || async {
+        hash(&mut redis.conn().await, "lb:{big}:_lgs").await.get(&format!("{round}:published"))
+            == Some(&cohort_count.to_string())
+    })
+    .await;
+    let got: HashMap<String, usize> = redis::cmd("HGETALL").arg("lb:{big}:_lgt").query_async(&mut conn).await.unwrap();
+    assert_eq!(got.len(), tiers.len());
+    let wrong: Vec<_> = tiers.iter().filter(|(p, t)| got.get(*p) != Some(t)).take(5).collect();
+    assert!(wrong.is_empty(), "killed at {at_kill}: tiers differ from the model, e.g. {wrong:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    let keys: Vec<String> =
+        broker.read_all(&sealed, 1).iter().map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned()).collect();
+    let distinct: HashSet<&String> = keys.iter().collect();
+    assert_eq!(keys.len(), distinct.len(), "killed at {at_kill}: a record published twice");
+    assert_eq!(keys.len(), cohort_count + 1, "every cohort and the top");
+}
