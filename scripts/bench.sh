@@ -2,7 +2,8 @@
 # Runs the benchmarks on a local stack: starts redis-server and tansu on free
 # ports in a temporary directory, builds rankflow in release mode, runs
 # `rankflow-tools bench pipeline` (ceilings, store path, end to end, latency,
-# memory), `rankflow-tools bench read` (read API on a 1,000,000-member board) and
+# memory), `rankflow-tools bench read` (read API on a 1,000,000-member board),
+# `rankflow-tools bench league` (a league board's cost, one round settled) and
 # the latency run against librdkafka's mock cluster, and stops everything.
 # Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
 # BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, and of the
@@ -35,6 +36,10 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 "$bin" bench --wipe-redis pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench --wipe-redis read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
+# Leagues: Redis time per event on a league board against the same board
+# without one, and one round of BENCH_LEAGUE_PLAYERS (default 100000)
+# settled by the real binary.
+"$bin" bench --wipe-redis league --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --players "${BENCH_LEAGUE_PLAYERS:-100000}" --rounds "${BENCH_ROUNDS:-3}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
 # broker inside the bench process) instead of tansu: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.

@@ -28,7 +28,7 @@ use crate::store::{Progress, SettlePlace, SettleWrite, TierWrite};
 const STEP_PLAYERS: usize = 2000;
 
 /// How many cohorts' records are sent before their publication is recorded.
-const PUBLISH_COHORTS: usize = 200;
+const PUBLISH_COHORTS: usize = 500;
 
 /// The round's cohorts in settlement order: (tier, n), tier by tier.
 fn cohorts(newest: &[i64]) -> impl Iterator<Item = (usize, i64)> + '_ {
@@ -204,60 +204,85 @@ impl Scheduler<'_> {
             Some(s) => format!("{}:{s}", board.id()),
             None => board.id().to_string(),
         };
-        let final_key = keys::period_key(base, &keys::final_id(&round.id));
         let already = self.published_before(base, &board_name, &round.id, done < all.len()).await?;
+        let at = Publication { base, board, league, round, split, board_name: &board_name };
         while done < all.len() {
-            let chunk = &all[done..(done + PUBLISH_COHORTS).min(all.len())];
-            let mut records = Vec::with_capacity(chunk.len());
-            for &(tier, n) in chunk {
-                let cohort = league.cohort_id(league::code(tier, n)).unwrap_or_default();
-                let record_key = format!("{board_name}/{}/{cohort}", round.id);
-                if already.contains(&record_key) {
-                    continue;
-                }
-                let read =
-                    self.store.league_cohorts(base, &round.id, league::code(tier, n), league::code(tier, n)).await?;
-                let names: Vec<String> = read.into_iter().map(|(m, _)| m).collect();
-                let scores = self.store.scores_of(&final_key, &names).await?;
-                let results = self.store.league_results(base, &round.id, &names).await?;
-                let metas = match board.meta() {
-                    true => self.store.hash_fields(&keys::meta_key(base, &keys::final_id(&round.id)), &names).await?,
-                    false => vec![None; names.len()],
-                };
-                let mut standings: Vec<(usize, Value)> = Vec::new();
-                for (((member, score), result), meta) in names.iter().zip(scores).zip(results).zip(metas) {
-                    let (Some(score), Some((rank, zone, next))) =
-                        (score, result.as_deref().and_then(league::parse_result))
-                    else {
-                        continue;
-                    };
-                    let mut entry = json!({
-                        "rank": rank, "player_id": member, "score": board.packing().decode(score as i64),
-                        "zone": zone.as_str(), "next_tier": league.tiers.get(next),
-                    });
-                    if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
-                        entry["meta"] = meta;
-                    }
-                    standings.push((rank, entry));
-                }
-                standings.sort_by_key(|(rank, _)| *rank);
-                let payload = json!({
-                    "kind": "league", "board": board.id(), "split": split, "round": round.id,
-                    "tier": league.tiers[tier], "cohort": cohort,
-                    "standings": standings.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
-                });
-                records.push((record_key, payload.to_string()));
-            }
+            // Cohorts of one tier, so that their players are one range of codes.
+            let (tier, first) = all[done];
+            let count = all[done..].iter().take(PUBLISH_COHORTS).take_while(|(t, _)| *t == tier).count();
+            let records = self.cohort_records(&at, tier, first, first + count as i64 - 1).await?;
+            let records: Vec<_> = records.into_iter().filter(|(key, _)| !already.contains(key)).collect();
             let topic = &self.settings.sealing.topic;
             let sends = records.iter().map(|(key, payload)| {
                 self.producer.deliver(FutureRecord::to(topic).key(key.as_str()).payload(payload.as_str()))
             });
             try_join_all(sends).await.map_err(|source| JobError::Publish { topic: topic.clone(), source })?;
-            done += chunk.len();
+            done += count;
             self.store.note_league_published(base, &round.id, done as u64).await?;
         }
         Ok(())
     }
+
+    /// The records (key, value) of cohorts `first..=last` of `tier`, read
+    /// with one command per kind for them all.
+    async fn cohort_records(
+        &self,
+        at: &Publication<'_>,
+        tier: usize,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(String, String)>, JobError> {
+        let (base, board, league, round) = (at.base, at.board, at.league, &at.round.id);
+        let final_id = keys::final_id(round);
+        let players =
+            self.store.league_cohorts(base, round, league::code(tier, first), league::code(tier, last)).await?;
+        let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();
+        let scores = self.store.scores_of(&keys::period_key(base, &final_id), &names).await?;
+        let results = self.store.league_results(base, round, &names).await?;
+        let metas = match board.meta() {
+            true => self.store.hash_fields(&keys::meta_key(base, &final_id), &names).await?,
+            false => vec![None; names.len()],
+        };
+        let mut standings: Vec<Vec<(usize, Value)>> = vec![Vec::new(); (last - first + 1) as usize];
+        for ((((member, code), score), result), meta) in players.iter().zip(scores).zip(results).zip(metas) {
+            let (Some(score), Some((rank, zone, next)), Some((_, n))) =
+                (score, result.as_deref().and_then(league::parse_result), league::split_code(*code))
+            else {
+                continue;
+            };
+            let mut entry = json!({
+                "rank": rank, "player_id": member, "score": board.packing().decode(score as i64),
+                "zone": zone.as_str(), "next_tier": league.tiers.get(next),
+            });
+            if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+                entry["meta"] = meta;
+            }
+            standings[(n - first) as usize].push((rank, entry));
+        }
+        let mut records = Vec::with_capacity(standings.len());
+        for (i, mut entries) in standings.into_iter().enumerate() {
+            entries.sort_by_key(|(rank, _)| *rank);
+            let cohort = league.cohort_id(league::code(tier, first + i as i64)).unwrap_or_default();
+            let payload = json!({
+                "kind": "league", "board": board.id(), "split": at.split, "round": round,
+                "tier": league.tiers[tier], "cohort": cohort,
+                "standings": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+            });
+            records.push((format!("{}/{round}/{cohort}", at.board_name), payload.to_string()));
+        }
+        Ok(records)
+    }
+}
+
+/// What a round's publication is about.
+struct Publication<'a> {
+    base: &'a str,
+    board: &'a Board,
+    league: &'a League,
+    round: &'a Period,
+    split: Option<&'a str>,
+    /// The board as record keys name it (`<board>` or `<board>:<split>`).
+    board_name: &'a str,
 }
 
 impl Scheduler<'_> {

@@ -120,6 +120,21 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         samples: usize,
     },
+    /// Leagues: Redis time per event on a league board against the same board
+    /// without one, and one round's settlement by the real binary.
+    League {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        /// Players of the settled round, in cohorts of 30.
+        #[arg(long, default_value_t = 100_000)]
+        players: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
         #[arg(long)]
@@ -175,6 +190,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Store { redis, events, partitions, rounds } => {
             report(bench::store(&redis, events, partitions, rounds).await)
+        }
+        BenchCommand::League { brokers, redis, events, players, rounds } => {
+            report(bench::league(&brokers, &redis, events, players, rounds).await)
         }
         BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
         BenchCommand::Sharded { redis, events, members, samples } => {

@@ -57,7 +57,7 @@ do
     end
     Calls.variadic('ZADD', r.cohorts, zadd, 2)
     -- A tier player_tier_set gave is used by this placement.
-    if r.overrides then Calls.variadic('HDEL', r.overrides, names, 1) end
+    if r.overrides and call('EXISTS', r.overrides) == 1 then Calls.variadic('HDEL', r.overrides, names, 1) end
     local fields, nf = {}, 0
     for t, o in pairs(open) do
       fields[nf + 1], fields[nf + 2], fields[nf + 3], fields[nf + 4] = t, o.n, t .. ':size', o.placed

@@ -38,6 +38,7 @@ use rankflow::samples::Generator;
 
 mod kafka;
 mod latency;
+mod league;
 mod memory;
 mod pipeline;
 mod probe;
@@ -50,6 +51,7 @@ use latency::*;
 use store_rows::*;
 
 pub use latency::latency_only;
+pub use league::league;
 pub use pipeline::{pipeline, PipelineRun};
 pub use read::read;
 pub use sharded::sharded;
