@@ -37,9 +37,10 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench --wipe-redis read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
 # Leagues: Redis time per event on a league board against the same board
-# without one, and one round of BENCH_LEAGUE_PLAYERS (default 100000)
+# without one over BENCH_LEAGUE_EVENTS (default 500000: about 3.5 league
+# events per player), and one round of BENCH_LEAGUE_PLAYERS (default 100000)
 # settled by the real binary.
-"$bin" bench --wipe-redis league --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --players "${BENCH_LEAGUE_PLAYERS:-100000}" --rounds "${BENCH_ROUNDS:-3}"
+"$bin" bench --wipe-redis league --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_LEAGUE_EVENTS:-500000}" --players "${BENCH_LEAGUE_PLAYERS:-100000}" --rounds "${BENCH_ROUNDS:-3}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
 # broker inside the bench process) instead of tansu: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.

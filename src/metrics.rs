@@ -292,9 +292,20 @@ impl Metrics {
         }
     }
 
-    /// Creates the per-board series of every configured board at zero.
-    pub fn init_boards<'a>(&self, boards: impl IntoIterator<Item = &'a str>) {
-        for b in boards {
+    /// Creates the per-board series of every configured board at zero
+    /// (and a league board's, per tier and direction).
+    pub fn init_boards(&self, boards: &[crate::board::Board]) {
+        for board in boards {
+            let b = board.id();
+            if let Some(l) = board.league() {
+                self.league.settlements.with_label_values(&[b]);
+                for d in ["promote", "demote"] {
+                    self.league.moves.with_label_values(&[b, d]);
+                }
+                for t in &l.tiers {
+                    self.league.players.with_label_values(&[b, t]);
+                }
+            }
             self.events_applied.with_label_values(&[b]);
             self.periods_sealed.with_label_values(&[b]);
             for kind in ["event_id", "offset"] {

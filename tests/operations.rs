@@ -37,7 +37,13 @@ async fn metrics_count_what_the_model_expects_and_cover_every_dashboard_and_aler
     let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
     let s = stream::generate(5_000, 11);
     broker.produce(&topic, &s.records).await;
-    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    // A league board too (of an event type the stream does not hold): its families are there from the start.
+    let boards = format!(
+        "{BOARDS}\n[[board]]\nid = \"league\"\non = [\"league_match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+         schedules = [{{ name = \"week\", cron = \"0 0 * * MON\", duration = \"7d\" }}]\nclose_after = \"1h\"\n\
+         [board.league]\nrounds = \"week\"\ntiers = [\"bronze\", \"silver\"]\ncohort_size = 30\npromote = 5\ndemote = 5\n"
+    );
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     let w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
     wait_http(w.http_port, Duration::from_secs(10)).await;

@@ -2,7 +2,8 @@
 //! Chromium, installed by `scripts/setup.sh --test`), against a worker that
 //! consumed real events: the top with ranks, scores and metadata, the
 //! cursor to the next page, a player found with their ranks and the players
-//! around them. A screenshot is left under the target directory
+//! around them, and on a league board the player's cohort with its zones.
+//! A screenshot is left under the target directory
 //! (`page/leaderboard.png`) for a person to look at.
 
 mod support;
@@ -29,6 +30,20 @@ mode = "best"
 order = "asc"
 periods = ["all_time"]
 split_by = "track"
+
+[[board]]
+id = "lg"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{ name = "round", cron = "0 * * * *", duration = "1h" }]
+close_after = "2h"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver"]
+cohort_size = 4
+promote = 1
+demote = 1
 "#;
 
 /// Chromium as a test drives it: headless, no network of its own, a fresh profile.
@@ -125,6 +140,15 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(dom.contains("class=\"error\"") && dom.contains("name a split"), "{dom}");
+
+    // A league board's round: the player's cohort (arrival order p04..p07) with its zones.
+    let url = format!("http://127.0.0.1:{}/?board=lg&period=round&player=p07", w.http_port);
+    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("<h2 id=\"cohort-title\">Cohort bronze-2</h2>"), "{dom}");
+    assert_eq!(cells(&dom, "cohort", "player"), ["p04", "p05", "p06", "p07"]);
+    assert_eq!(cells(&dom, "cohort", "zone zone-promote"), ["promote"], "the top of a cohort moves up");
+    assert_eq!(cells(&dom, "cohort", "zone zone-stay").len(), 3, "the lowest tier keeps its bottom");
 
     // A screenshot for a person to look at.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");

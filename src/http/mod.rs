@@ -326,6 +326,11 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 })).collect::<Vec<_>>(),
                 "meta": b.meta(),
                 "dense_rank": b.dense_rank(),
+                "league": b.league().map(|l| json!({
+                    "rounds": l.rounds,
+                    "tiers": l.tiers,
+                    "cohort_size": l.cohort_size,
+                })),
             })
         })
         .collect();

@@ -184,7 +184,7 @@ pub async fn run_with(
         .subscribe(&topics)
         .map_err(|source| WorkerError::Subscribe { topics: topics.iter().map(|t| t.to_string()).collect(), source })?;
     let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
-    metrics::get().init_boards(router.boards().iter().map(|b| b.id()));
+    metrics::get().init_boards(router.boards());
     info!(topics = ?settings.kafka.topics, admin_topics = ?settings.kafka.admin_topics, group = %settings.kafka.group_id, "Worker started.");
 
     let cx = Context {
