@@ -24,6 +24,8 @@ struct Model {
     size: usize,
     promote: usize,
     demote: usize,
+    /// `idle = "keep"`: a player of the previous round absent from this one keeps their tier.
+    keep_idle: bool,
     /// Player -> tier at their next placement.
     next: HashMap<String, usize>,
 }
@@ -85,7 +87,7 @@ impl Model {
             out.insert(format!("{}-{n}", TIERS[t]), standings);
         }
         for (p, &(t, _)) in previous.map(|r| &r.placed).into_iter().flatten() {
-            if !round.placed.contains_key(p) {
+            if !round.placed.contains_key(p) && !self.keep_idle {
                 let held = self.next.get(p).copied().unwrap_or(t);
                 self.next.insert(p.clone(), held.saturating_sub(1));
             }
@@ -131,6 +133,21 @@ demote = 1
 idle = "demote"
 
 [[board]]
+id = "keep"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
+close_after = "10m"
+[board.league]
+rounds = "round"
+tiers = ["bronze", "silver", "gold"]
+cohort_size = 4
+promote = 1
+demote = 1
+idle = "keep"
+
+[[board]]
 id = "slow"
 on = ["slow_match"]
 mode = "sum"
@@ -160,6 +177,11 @@ demote = 1
         for i in (1..values.len()).rev() {
             values.swap(i, rng.next(i as u64 + 1) as usize);
         }
+        // p9 wins round 1 (and so silver), then sits out round 2: `idle` decides its tier.
+        if r == 0 {
+            let top = values.iter().position(|&v| v == values.len() as i64 * 10).unwrap();
+            values.swap(top, 9);
+        }
         for (i, p) in arrivals.iter().enumerate() {
             let ts = starts[r] + 1000 * (i as i64 + 1);
             // Two events for some: the cohort score is the round's total.
@@ -183,19 +205,24 @@ demote = 1
     let w1 = Worker::spawn(&cfg);
     let w2 = Worker::spawn_with_port(&cfg, free_port());
 
-    // The model: each round placed with the tiers the one before settled to.
-    let mut model = Model { size: 4, promote: 1, demote: 1, next: HashMap::new() };
-    let mut placed: Vec<Round> = Vec::new();
+    // The models: each round placed with the tiers the one before settled
+    // to, on the league board (idle players drop) and the keep board.
+    let mut model = Model { size: 4, promote: 1, demote: 1, keep_idle: false, next: HashMap::new() };
+    let mut keep = Model { keep_idle: true, next: HashMap::new(), ..model };
+    let (mut placed, mut kept): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
     let mut expected: BTreeMap<String, Vec<(String, i64, &'static str, usize)>> = BTreeMap::new();
     for (r, arrivals) in rounds.iter().enumerate() {
-        placed.push(model.place(arrivals));
-        let prev = r.checked_sub(1).map(|p| &placed[p]);
-        for (cohort, standings) in model.settle(&placed[r], &scores[r], prev) {
-            expected.insert(format!("league/{}/{cohort}", round_id(starts[r])), standings);
+        for (board, m, rounds_of) in [("league", &mut model, &mut placed), ("keep", &mut keep, &mut kept)] {
+            rounds_of.push(m.place(arrivals));
+            let prev = r.checked_sub(1).map(|p| &rounds_of[p]);
+            for (cohort, standings) in m.settle(&rounds_of[r], &scores[r], prev) {
+                expected.insert(format!("{board}/{}/{cohort}", round_id(starts[r])), standings);
+            }
         }
     }
+    assert_ne!(placed[2].placed["p9"], kept[2].placed["p9"], "idle decides p9's tier in round 3");
     let logs = || format!("worker 1:\n{}\nworker 2:\n{}", w1.log(), w2.log());
-    let wanted = 3 + expected.len() as i64;
+    let wanted = 6 + expected.len() as i64;
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while broker.log_end(&sealed, 1)[0] < wanted && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
@@ -204,8 +231,9 @@ demote = 1
 
     // Each round's cohorts are the model's placement.
     let mut conn = redis.conn().await;
-    for (r, round) in placed.iter().enumerate() {
-        let key = format!("lb:{{league}}:_lgc:{}", round_id(starts[r]));
+    let boards_rounds = placed.iter().map(|r| ("league", r)).chain(kept.iter().map(|r| ("keep", r)));
+    for (i, (board, round)) in boards_rounds.enumerate() {
+        let key = format!("lb:{{{board}}}:_lgc:{}", round_id(starts[i % 3]));
         let got = zset_values(&mut conn, &key).await;
         let want: BTreeMap<String, i64> =
             round.placed.iter().map(|(p, &(t, n))| (p.clone(), t as i64 * SPAN + n)).collect();
@@ -245,6 +273,9 @@ demote = 1
     let tiers: HashMap<String, usize> =
         redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
     assert_eq!(tiers, model.next, "tiers after three settlements");
+    let tiers: HashMap<String, usize> =
+        redis::cmd("HGETALL").arg("lb:{keep}:_lgt").query_async(&mut conn).await.unwrap();
+    assert_eq!(tiers, keep.next, "tiers after three settlements, idle players kept");
     // Settled once across both workers.
     let mut settled = 0.0;
     for port in [w1.http_port, w2.http_port] {
@@ -255,7 +286,7 @@ demote = 1
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .sum::<f64>();
     }
-    assert_eq!(settled as i64, 3, "three rounds, each settled once\n{}", logs());
+    assert_eq!(settled as i64, 6, "three rounds of two boards, each settled once\n{}", logs());
     // A worker that died after sending a round's records but before
     // recording them: the one that takes the job over reads what the topic
     // holds since the publication began, and sends nothing twice.
@@ -269,7 +300,8 @@ demote = 1
         .unwrap();
     let job = format!("seal|lb:{{league}}|{first}");
     let _: i64 = redis::cmd("ZADD").arg("lb:{.sched}:due").arg(0).arg(&job).query_async(&mut conn).await.unwrap();
-    let cohorts_of_first = expected.keys().filter(|k| k.contains(&first)).count().to_string();
+    let cohorts_of_first =
+        expected.keys().filter(|k| k.starts_with("league/") && k.contains(&first)).count().to_string();
     wait_for(Duration::from_secs(60), &logs, || async {
         hash(&mut redis.conn().await, "lb:{league}:_lgs").await.get(&format!("{first}:published"))
             == Some(&cohorts_of_first)
@@ -317,7 +349,7 @@ demote = 1
         std::process::Command::new(env!("CARGO_BIN_EXE_rankflow")).arg("check-config").arg(&path).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("board[1].league.rounds") && text.contains("'week' names no schedule or window"), "{text}");
+    assert!(text.contains("board[2].league.rounds") && text.contains("'week' names no schedule or window"), "{text}");
 }
 
 /// The reads of a league: a player's `league`, a cohort's standings with
@@ -331,7 +363,7 @@ async fn reads(
     this_hour: i64,
 ) {
     let round = round_id(starts[1]);
-    for (cohort_key, standings) in expected.iter().filter(|(k, _)| k.contains(&round)) {
+    for (cohort_key, standings) in expected.iter().filter(|(k, _)| k.starts_with("league/") && k.contains(&round)) {
         let cohort = cohort_key.rsplit('/').next().unwrap();
         let (status, body) =
             http_get(port, &format!("/v1/boards/league/cohorts/{cohort}?period={round}&limit=100")).await;
@@ -686,7 +718,7 @@ demote = 3
     }
     broker.produce(&topic, &records).await;
     // The model, with ties decided as Redis orders a desc board (member bytes descending).
-    let mut model = Model { size: 30, promote: 0, demote: 3, next: HashMap::new() };
+    let mut model = Model { size: 30, promote: 0, demote: 3, keep_idle: false, next: HashMap::new() };
     for (p, t) in arrivals.iter().enumerate() {
         model.next.insert(t.clone(), tier_of(p as u64));
     }
