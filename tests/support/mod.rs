@@ -9,6 +9,7 @@
 
 mod http;
 mod keys;
+pub mod league;
 pub mod periods;
 mod redis_server;
 pub mod stream;
