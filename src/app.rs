@@ -15,7 +15,7 @@ use crate::board::Router;
 use crate::config::Settings;
 use crate::health::Health;
 use crate::retry::retry;
-use crate::store::{RedisConn, Store};
+use crate::store::{Reader, RedisConn, Store};
 use crate::{http, pipeline, schedule};
 
 /// Runs the worker and the HTTP server until SIGTERM; returns the exit status.
@@ -49,13 +49,19 @@ pub async fn run(settings: Settings) -> i32 {
     info!(redis = ?settings.redis, "Connecting to Redis.");
     let connect = || async {
         let writes = RedisConn::connect(&settings.redis).await?;
-        Ok::<_, crate::store::StoreError>((writes, RedisConn::connect(&settings.redis).await?))
+        let reads = RedisConn::connect(&settings.redis).await?;
+        let replicas = crate::store::replica_connections(&settings.redis, crate::store::REPLICA_TIMEOUT).await?;
+        if let Some(r) = &replicas {
+            let (redis, r, cancel) = (settings.redis.clone(), r.clone(), cancel.clone());
+            tokio::spawn(crate::store::refresh_replicas(redis, r, crate::store::REPLICA_TIMEOUT, cancel));
+        }
+        Ok::<_, crate::store::StoreError>((writes, Reader::new(reads, replicas)))
     };
     let Some((conn, reads)) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
         return 0;
     };
     let store = Store::new(conn, settings.redis.dedupe_ttl)
-        .with_max_events_per_call(settings.worker.max_events_per_call)
+        .with_call_sizes(settings.worker.max_call_time, settings.worker.max_events_per_call)
         .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);
     if let Err(e) = store.load_script().await {
         warn!(error = %e, "Loading the apply script failed; it is loaded again on first use.");

@@ -39,6 +39,10 @@ pub struct Metrics {
     pub replica_wait_failures: IntCounter,
     pub redis_data_lost: IntGauge,
     pub league: LeagueMetrics,
+    /// The events each board's apply calls carry (`worker.max_call_time`).
+    pub call_events: IntGaugeVec,
+    /// Reads a replica did not answer, sent to the primary instead.
+    pub replica_fallbacks: IntCounter,
 }
 
 /// Leagues' families.
@@ -104,6 +108,8 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_league_players",
     "rankflow_league_settlements_total",
     "rankflow_league_moves_total",
+    "rankflow_call_events",
+    "rankflow_replica_read_fallbacks_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -259,6 +265,8 @@ impl Metrics {
                 "1 when Redis lost data (a board tag's registration is gone, or Redis holds fewer applied records than the consumer group committed): nothing is consumed or written.",
             ),
             league: LeagueMetrics::new(&r),
+            call_events: gauge_vec(&r, "rankflow_call_events", "Most events the next apply call on each of a board's tags carries: as many as fit in worker.max_call_time at the Redis time per event measured there, at most worker.max_events_per_call (the last tag measured).", &["board"]),
+            replica_fallbacks: counter(&r, "rankflow_replica_read_fallbacks_total", "HTTP reads no replica answered, sent to the primary instead (redis.read_from = \"replica\")."),
             registry: r,
         }
     }
@@ -307,6 +315,7 @@ impl Metrics {
                 }
             }
             self.events_applied.with_label_values(&[b]);
+            self.call_events.with_label_values(&[b]);
             self.periods_sealed.with_label_values(&[b]);
             for kind in ["event_id", "offset"] {
                 self.events_duplicate.with_label_values(&[b, kind]);
@@ -353,6 +362,7 @@ mod tests {
         m.league.players.with_label_values(&["b", "gold"]).set(1);
         m.league.settlements.with_label_values(&["b"]).inc();
         m.league.moves.with_label_values(&["b", "promote"]).inc();
+        m.call_events.with_label_values(&["b"]).set(1000);
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         for f in FAMILIES {
             assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");

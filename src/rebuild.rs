@@ -208,7 +208,9 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Rebu
     own.boards = boards;
     let own = Arc::new(own);
 
-    let store = Store::connect(&settings.redis).await?.with_max_events_per_call(settings.worker.max_events_per_call);
+    let store = Store::connect(&settings.redis)
+        .await?
+        .with_call_sizes(settings.worker.max_call_time, settings.worker.max_events_per_call);
     store.load_script().await?;
     copy_league_state(&store, &live_prefix, &own.boards).await?;
 

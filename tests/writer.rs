@@ -102,7 +102,7 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
                     .collect(),
             })
             .collect();
-        let calls = rankflow::store::prepare(&tags, 60, 7);
+        let calls = rankflow::store::prepare(&tags, 60, |_| 7);
         answers.push(writer.send(calls, tracing::Span::none()));
     }
     for (b, answer) in answers.into_iter().enumerate() {

@@ -86,6 +86,16 @@ impl FromText for Order {
     }
 }
 
+impl FromText for super::settings::ReadFrom {
+    fn from_text(text: &str) -> Result<Self, String> {
+        match text {
+            "primary" => Ok(Self::Primary),
+            "replica" => Ok(Self::Replica),
+            other => Err(format!("'{other}' is not one of primary, replica")),
+        }
+    }
+}
+
 impl FromText for TieBreak {
     fn from_text(text: &str) -> Result<Self, String> {
         match text {

@@ -24,7 +24,8 @@ mod settings;
 pub use field::parse_duration;
 pub use raw::DEFAULT_MAX_EVENTS_PER_CALL;
 pub use settings::{
-    redact_url, EventSettings, HttpSettings, KafkaSettings, RedisSettings, SealingSettings, Settings, WorkerSettings,
+    redact_url, EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, SealingSettings, Settings,
+    WorkerSettings,
 };
 
 use env::apply_override;

@@ -11,6 +11,7 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 
 use super::field::{EpochMs, Typed};
+use super::settings::ReadFrom;
 use crate::board::{Mode, Order, TieBreak};
 use crate::period::PeriodKind;
 
@@ -81,6 +82,13 @@ pub struct RawRedis {
     /// How long one `WAIT` waits for them before it is tried again (with
     /// backoff); at least 10ms.
     pub replica_wait: Typed<Duration>,
+    /// Where the HTTP API reads: `primary` (default) or `replica` (a replica
+    /// of the node holding the key; the primary when none answers, and for
+    /// reads with `fresh=true`).
+    pub read_from: Typed<ReadFrom>,
+    /// A single Redis's replicas (`redis://` URLs) for `read_from =
+    /// "replica"`; a cluster's are found from the cluster.
+    pub replica_urls: Vec<String>,
 }
 
 impl Default for RawRedis {
@@ -92,6 +100,8 @@ impl Default for RawRedis {
             dedupe_ttl: Typed::default_text("7d"),
             min_replicas: 0,
             replica_wait: Typed::default_text("1s"),
+            read_from: Typed::default_text("primary"),
+            replica_urls: Vec::new(),
         }
     }
 }
@@ -163,6 +173,11 @@ pub struct RawWorker {
     pub shutdown_timeout: Typed<Duration>,
     /// Longest wait between retries of Redis or the dead-letter topic; at least 10ms.
     pub max_backoff: Typed<Duration>,
+    /// How long one apply call may hold Redis: each board tag's calls carry
+    /// as many events as fit at the Redis time per event measured on it (at
+    /// most `max_events_per_call`), so a read on the primary waits about one
+    /// call. At least 1ms. Default 10ms.
+    pub max_call_time: Typed<Duration>,
 }
 
 /// The most events one apply-script call carries unless configured
@@ -179,6 +194,7 @@ impl Default for RawWorker {
             batch_linger: Typed::default_text("5ms"),
             shutdown_timeout: Typed::default_text("30s"),
             max_backoff: Typed::default_text("10s"),
+            max_call_time: Typed::default_text("10ms"),
         }
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::field::Errors;
 use super::raw::{RawEvents, RawHttp, RawKafka, RawRedis, RawSealing, RawWorker};
-use super::settings::{EventSettings, HttpSettings, KafkaSettings, RedisSettings, SealingSettings, WorkerSettings};
+use super::settings::{
+    EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, SealingSettings, WorkerSettings,
+};
 
 /// `[A-Za-z0-9._-]`, 1 to 249 characters: what Kafka accepts.
 pub fn is_topic_name(s: &str) -> bool {
@@ -89,6 +91,20 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
     }
     let min_replicas = e.within("redis.min_replicas", r.min_replicas, 0..=16);
     let replica_wait = e.duration_at_least("redis.replica_wait", &r.replica_wait, Duration::from_millis(10), "10ms");
+    let read_from = e.take("redis.read_from", &r.read_from);
+    for (i, url) in r.replica_urls.iter().enumerate() {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://"))
+            || redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err()
+        {
+            e.push(format!("redis.replica_urls[{i}]"), "must be a redis:// or rediss:// URL");
+        }
+    }
+    if r.cluster && !r.replica_urls.is_empty() {
+        e.push("redis.replica_urls", "a cluster's replicas are found from the cluster: remove replica_urls");
+    }
+    if read_from == Some(ReadFrom::Replica) && !r.cluster && r.replica_urls.is_empty() {
+        e.push("redis.replica_urls", "read_from = \"replica\" on a single Redis needs its replicas' URLs");
+    }
     let dedupe_ttl = e.duration_at_least("redis.dedupe_ttl", &r.dedupe_ttl, Duration::from_secs(1), "1s")?;
     Some(RedisSettings {
         url: r.url,
@@ -97,6 +113,8 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
         dedupe_ttl,
         min_replicas: min_replicas? as u32,
         replica_wait: replica_wait?,
+        read_from: read_from?,
+        replica_urls: r.replica_urls,
     })
 }
 
@@ -131,12 +149,14 @@ pub fn worker(w: RawWorker, e: &mut Errors) -> Option<WorkerSettings> {
     let batch_linger = e.take("worker.batch_linger", &w.batch_linger);
     let shutdown_timeout = e.take("worker.shutdown_timeout", &w.shutdown_timeout);
     let max_backoff = e.duration_at_least("worker.max_backoff", &w.max_backoff, Duration::from_millis(10), "10ms");
+    let max_call_time = e.duration_at_least("worker.max_call_time", &w.max_call_time, Duration::from_millis(1), "1ms");
     Some(WorkerSettings {
         batch_size: batch_size? as usize,
         max_events_per_call: max_events_per_call? as usize,
         batch_linger: batch_linger?,
         shutdown_timeout: shutdown_timeout?,
         max_backoff: max_backoff?,
+        max_call_time: max_call_time?,
     })
 }
 

@@ -59,6 +59,17 @@ pub struct RedisSettings {
     pub min_replicas: u32,
     /// How long one `WAIT` for them waits.
     pub replica_wait: Duration,
+    /// Where the HTTP API reads.
+    pub read_from: ReadFrom,
+    /// A single Redis's replicas, for `read_from = "replica"`.
+    pub replica_urls: Vec<String>,
+}
+
+/// Where the HTTP API reads (`redis.read_from`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    Primary,
+    Replica,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -70,6 +81,8 @@ impl std::fmt::Debug for RedisSettings {
             .field("key_prefix", &self.key_prefix)
             .field("dedupe_ttl", &self.dedupe_ttl)
             .field("min_replicas", &self.min_replicas)
+            .field("read_from", &self.read_from)
+            .field("replica_urls", &self.replica_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -116,6 +129,8 @@ pub struct WorkerSettings {
     pub batch_linger: Duration,
     pub shutdown_timeout: Duration,
     pub max_backoff: Duration,
+    /// How long one apply call may hold Redis.
+    pub max_call_time: Duration,
 }
 
 /// `[sealing]`: the scheduler of sealed periods and rolling boards.

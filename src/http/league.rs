@@ -72,7 +72,7 @@ fn league_target<'a>(
 
 /// Cohort `code`'s standings: recorded results once settled, else as the settlement would rank them now.
 async fn standings(s: &AppState, t: &Target<'_>, r: &RoundRead<'_>, code: i64) -> Result<Vec<Ranked>, ApiError> {
-    let reader = s.reader()?;
+    let reader = s.reader_for(t)?;
     let read = reader.league_cohort(&r.base, &r.round.id, code, &r.board_key).await.map_err(ApiError::unavailable)?;
     let (tier, _) = league::split_code(code).unwrap_or((0, 1));
     let settled = r.league.settle(t.board.order(), tier, read.players);
@@ -101,7 +101,7 @@ fn entry_json(board: &Board, league: &League, e: &Ranked) -> Value {
 pub(super) async fn player_field(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Option<Value>, ApiError> {
     let Some(r) = round_of(t, s)? else { return Ok(None) };
     let placement =
-        s.reader()?.league_placement(&r.base, &r.round.id, player_id).await.map_err(ApiError::unavailable)?;
+        s.reader_for(t)?.league_placement(&r.base, &r.round.id, player_id).await.map_err(ApiError::unavailable)?;
     let code = match placement {
         Placement::Placed(code) => code,
         Placement::Pending => return Ok(Some(json!({ "pending": true }))),
@@ -153,7 +153,7 @@ pub(super) async fn player_cohort(
 ) -> Result<Json<Value>, ApiError> {
     let (t, r) = league_target(&s, &board_id, &mut q)?;
     let placement =
-        s.reader()?.league_placement(&r.base, &r.round.id, &player_id).await.map_err(ApiError::unavailable)?;
+        s.reader_for(&t)?.league_placement(&r.base, &r.round.id, &player_id).await.map_err(ApiError::unavailable)?;
     let code = match placement {
         Placement::Placed(code) => code,
         Placement::Pending => {
@@ -183,7 +183,7 @@ pub(super) async fn overview(
 ) -> Result<Json<Value>, ApiError> {
     let (t, r) = league_target(&s, &board_id, &mut q)?;
     let tiers = r.league.tiers.len();
-    let counts = s.reader()?.league_overview(&r.base, &r.round.id, tiers).await.map_err(ApiError::unavailable)?;
+    let counts = s.reader_for(&t)?.league_overview(&r.base, &r.round.id, tiers).await.map_err(ApiError::unavailable)?;
     let rows: Vec<Value> = r
         .league
         .tiers

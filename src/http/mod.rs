@@ -24,7 +24,7 @@ use crate::health::Health;
 use crate::keys;
 use crate::metrics;
 use crate::period::Period;
-use crate::store::{Reader, RedisConn, StoreError};
+use crate::store::{Reader, StoreError};
 
 mod cursor;
 mod league;
@@ -71,8 +71,13 @@ impl AppState {
     }
 
     /// Hands the handlers the Redis connection, once it is up.
-    pub fn connected(&self, conn: RedisConn) {
-        let _ = self.redis.set(Reader::new(conn));
+    pub fn connected(&self, reader: Reader) {
+        let _ = self.redis.set(reader);
+    }
+
+    /// The reader for a read of `t`: a replica's unless `fresh=true` (or reads go to the primary).
+    fn reader_for(&self, t: &target::Target<'_>) -> Result<Reader, ApiError> {
+        Ok(self.reader()?.fresh(t.fresh))
     }
 
     fn reader(&self) -> Result<Reader, ApiError> {

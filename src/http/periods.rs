@@ -58,7 +58,7 @@ pub(super) async fn periods(
 ) -> Result<Json<Value>, ApiError> {
     let board = s.router.board(&board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
     let split = super::target::split_of(board, &q)?;
-    let reader = s.reader()?;
+    let reader = s.reader()?.fresh(super::target::fresh_of(&q)?);
     // A sharded board's periods are those any shard holds, sealed once its
     // last shard is (the shards are sealed in order).
     let mut candidates: Vec<Period> = Vec::new();

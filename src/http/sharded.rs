@@ -38,7 +38,7 @@ async fn call(
     op: &str,
     args: &[String],
 ) -> Result<Option<Vec<redis::Value>>, ApiError> {
-    s.reader()?
+    s.reader_for(t)?
         .query(k.keys.read_keys(), op, t.board.order().as_str(), t.board.packing().shift(), args)
         .await
         .map_err(ApiError::unavailable)
@@ -73,7 +73,8 @@ pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Targe
     let Layout::Sharded { shards, last_seal: Some((hash, field)) } = &mut t.layout else {
         return Ok(t);
     };
-    let sealed = s.reader()?.has_field(hash, field).await.map_err(ApiError::unavailable)?;
+    let reader = s.reader()?.fresh(t.fresh);
+    let sealed = reader.has_field(hash, field).await.map_err(ApiError::unavailable)?;
     if !sealed {
         for k in shards {
             k.keys.make_absent();
@@ -84,7 +85,7 @@ pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Targe
 
 /// Every shard's version, as `read.lua` works it out (see `Reader::version`).
 async fn versions(s: &AppState, t: &Target<'_>) -> Result<Vec<i64>, ApiError> {
-    let reader = s.reader()?;
+    let reader = s.reader_for(t)?;
     let calls = shards(t).iter().map(|k| {
         let reader = &reader;
         async move { reader.version(&k.version_key).await.map_err(ApiError::unavailable) }

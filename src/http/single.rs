@@ -15,7 +15,7 @@ async fn query<T: redis::FromRedisValue>(
     op: &str,
     args: &[String],
 ) -> Result<T, ApiError> {
-    s.reader()?
+    s.reader_for(t)?
         .query(keys.read_keys(), op, t.board.order().as_str(), t.board.packing().shift(), args)
         .await
         .map_err(ApiError::unavailable)

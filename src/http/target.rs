@@ -18,6 +18,18 @@ pub(super) struct Target<'a> {
     /// The period id (`d:2026-08-14`), sealed (`d:2026-08-14:final`) or rolling (`r:last7d`).
     pub period: String,
     pub layout: Layout,
+    /// `fresh=true`: read the primary, never a replica.
+    pub fresh: bool,
+}
+
+/// The `fresh` parameter: `true` reads the primary (a player who just
+/// played sees their own score), whatever `redis.read_from` says.
+pub(super) fn fresh_of(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match q.get("fresh").map(String::as_str) {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(other) => Err(ApiError::bad("fresh", format!("fresh must be true or false, not '{other}'"))),
+    }
 }
 
 /// Where a board's period lives in Redis, which says how it is read.
@@ -131,7 +143,13 @@ pub(super) fn resolve<'a>(
         }
         let id = keys::rolling_id(rolling_name);
         let layout = layout(s, board, split, &base, &id, None);
-        return Ok(Target { board, split: split.unwrap_or_default().to_string(), period: id, layout });
+        return Ok(Target {
+            board,
+            split: split.unwrap_or_default().to_string(),
+            period: id,
+            layout,
+            fresh: fresh_of(q)?,
+        });
     }
     if text.starts_with("r:") {
         return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
@@ -194,7 +212,7 @@ pub(super) fn resolve<'a>(
         period.id
     };
     let layout = layout(s, board, split, &base, &id, sealed.then_some(live_id.as_str()));
-    Ok(Target { board, split: split.unwrap_or_default().to_string(), period: id, layout })
+    Ok(Target { board, split: split.unwrap_or_default().to_string(), period: id, layout, fresh: fresh_of(q)? })
 }
 
 /// The split a read names: required on a board with `split_by`, refused on one without.

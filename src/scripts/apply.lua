@@ -59,15 +59,16 @@
 --
 -- Returns the error LOST, having done nothing, when the tag is not
 -- registered (registered.lua); the error STALE, having done nothing, when a
--- precondition does not hold; otherwise E, then (i, code) for each event i
--- not applied, i ascending (codes: decide.lua). Every other event was
--- applied (Codes.APPLIED).
+-- precondition does not hold; otherwise E, the microseconds the call took,
+-- then (i, code) for each event i not applied, i ascending (codes:
+-- decide.lua). Every other event was applied (Codes.APPLIED).
 --
 -- Key names: this script builds none of its own. Every key or key prefix
 -- it touches arrives in KEYS or the header, laid out by src/keys.rs; it
 -- only appends a member, a marker hash number or a record's position to a
 -- prefix it was given.
 
+local started = redis.call('TIME')
 local h = cmsgpack.unpack(ARGV[1])
 local lost = Registered.check(KEYS[h.offsets])
 if lost then return lost end
@@ -109,4 +110,7 @@ offsets.record(last_off)
 markers.flush()
 ApplyWrite.run(A)
 if A.rounds then ApplyLeague.run(A) end
+-- The call's own time in Redis, µs (the worker sizes the tag's calls by it).
+local ended = redis.call('TIME')
+table.insert(out, 2, (ended[1] - started[1]) * 1000000 + (ended[2] - started[2]))
 return out

@@ -72,6 +72,81 @@ impl ConnectionLike for RedisConn {
     }
 }
 
+/// The connections replica reads go to (`redis.read_from = "replica"`),
+/// each answering within `timeout`: one per `redis.replica_urls` for a
+/// single Redis, made lazily so that a replica down at start only sends
+/// reads to the primary; for a cluster, one connection that routes each
+/// read to a replica of the key's node (`READONLY`, sent by redis-rs).
+/// `None` when reads go to the primary.
+pub async fn replica_connections(
+    settings: &RedisSettings,
+    timeout: Duration,
+) -> Result<Option<std::sync::Arc<super::reads::Replicas>>, StoreError> {
+    if settings.read_from != crate::config::ReadFrom::Replica {
+        return Ok(None);
+    }
+    let conns = if settings.cluster {
+        vec![cluster_replica_reads(settings, timeout).await?]
+    } else {
+        let mut conns = Vec::new();
+        for url in &settings.replica_urls {
+            let client = redis::Client::open(url.as_str()).map_err(StoreError::Connect)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_secs(1));
+            conns.push(RedisConn::Single(
+                ConnectionManager::new_lazy_with_config(client, config).map_err(StoreError::Connect)?,
+            ));
+        }
+        conns
+    };
+    Ok(Some(std::sync::Arc::new(super::reads::Replicas::new(conns))))
+}
+
+/// A cluster connection that routes reads to replicas. redis-rs learns a
+/// cluster's replicas when it connects, and a replica appears in `CLUSTER
+/// SLOTS` only once it has data: [`refresh_replicas`] connects again.
+async fn cluster_replica_reads(settings: &RedisSettings, timeout: Duration) -> Result<RedisConn, StoreError> {
+    let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+        .read_routing_strategy(redis::cluster_read_routing::RoundRobinReplicaStrategy::default())
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(timeout)
+        .retries(1)
+        .build()
+        .map_err(StoreError::Connect)?;
+    Ok(RedisConn::Cluster(client.get_async_connection().await.map_err(StoreError::Connect)?))
+}
+
+/// How often a cluster's replica reads learn its replicas again (new ones,
+/// failovers).
+pub const REPLICA_REFRESH: Duration = Duration::from_secs(10);
+
+/// Every [`REPLICA_REFRESH`], until `cancel`: a cluster's replica-read
+/// connection made again, so that replicas added (or that received their
+/// first data) since are read from.
+pub async fn refresh_replicas(
+    settings: RedisSettings,
+    replicas: std::sync::Arc<super::reads::Replicas>,
+    timeout: Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    if !settings.cluster {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(REPLICA_REFRESH) => {}
+        }
+        match cluster_replica_reads(&settings, timeout).await {
+            Ok(conn) => replicas.replace(vec![conn]),
+            Err(e) => tracing::debug!(error = %e, "Connecting for replica reads failed; the last connection stays."),
+        }
+    }
+}
+
 /// One connection to each Redis node that holds data: the server, or every
 /// primary of a cluster (for scans, which a cluster answers per node).
 pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {

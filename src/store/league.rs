@@ -403,12 +403,15 @@ pub struct CohortRead {
 impl Reader {
     /// Where `member` stands in `round`.
     pub async fn league_placement(&self, base: &str, round: &str, member: &str) -> Result<Placement, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZSCORE").arg(keys::league_cohorts_key(base, round)).arg(member);
-        pipe.cmd("ZSCORE").arg(keys::league_pending_key(base, round)).arg(member);
-        let (code, pending): (Option<f64>, Option<f64>) =
-            pipe.query_async(&mut conn).await.map_err(StoreError::Read)?;
+        let (cohorts, pending) = (keys::league_cohorts_key(base, round), keys::league_pending_key(base, round));
+        let (code, pending): (Option<f64>, Option<f64>) = self
+            .run(|mut conn| {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ZSCORE").arg(&cohorts).arg(member);
+                pipe.cmd("ZSCORE").arg(&pending).arg(member);
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await?;
         Ok(match (code, pending) {
             (Some(c), _) => Placement::Placed(c as i64),
             (None, Some(_)) => Placement::Pending,
@@ -424,22 +427,29 @@ impl Reader {
         code: i64,
         board_key: &str,
     ) -> Result<CohortRead, StoreError> {
-        let mut conn = self.conn.clone();
         let key = keys::league_cohorts_key(base, round);
-        let members: Vec<String> =
-            coded(&mut conn, &key, code, code).await.map_err(StoreError::Read)?.into_iter().map(|(m, _)| m).collect();
-        let scores = zmscore(&mut conn, board_key, &members).await.map_err(StoreError::Read)?;
-        let got = results(&mut conn, base, round, &members).await.map_err(StoreError::Read)?;
-        let results = members.iter().zip(got).filter_map(|(m, r)| Some((m.clone(), r?))).collect();
-        let players = members.into_iter().zip(scores).filter_map(|(m, s)| Some((s? as i64, m))).collect();
-        Ok(CohortRead { players, results })
+        self.run(|mut conn| {
+            let key = key.clone();
+            async move {
+                let members: Vec<String> =
+                    coded(&mut conn, &key, code, code).await?.into_iter().map(|(m, _)| m).collect();
+                let scores = zmscore(&mut conn, board_key, &members).await?;
+                let got = results(&mut conn, base, round, &members).await?;
+                let results = members.iter().zip(got).filter_map(|(m, r)| Some((m.clone(), r?))).collect();
+                let players = members.into_iter().zip(scores).filter_map(|(m, s)| Some((s? as i64, m))).collect();
+                Ok(CohortRead { players, results })
+            }
+        })
+        .await
     }
 
     /// Per tier, its cohorts and players in `round`.
     pub async fn league_overview(&self, base: &str, round: &str, tiers: usize) -> Result<Vec<(i64, u64)>, StoreError> {
-        let mut conn = self.conn.clone();
-        let newest = newest(&mut conn, base, round, tiers).await.map_err(StoreError::Read)?;
-        let players = tier_counts(&mut conn, base, round, tiers).await.map_err(StoreError::Read)?;
-        Ok(newest.into_iter().zip(players).collect())
+        self.run(|mut conn| async move {
+            let newest = newest(&mut conn, base, round, tiers).await?;
+            let players = tier_counts(&mut conn, base, round, tiers).await?;
+            Ok(newest.into_iter().zip(players).collect())
+        })
+        .await
     }
 }

@@ -29,10 +29,11 @@ mod reads;
 mod registry;
 mod scripts;
 mod send;
+mod sizer;
 mod swap;
 mod writer;
 
-pub use conn::{node_connections, scan_keys, RedisConn};
+pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 use gate::Gate;
 pub use jobs::{RollCall, RollStep, SealCall, SealReply};
 pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
@@ -40,7 +41,7 @@ pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
-pub use reads::{ReadKeys, Reader};
+pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use swap::{swap_invocation, Swap};
 pub use writer::{Observer, Writer, WriterSettings, Written};
 
@@ -126,7 +127,8 @@ fn wait_cmd(n: u32, timeout: Duration) -> redis::Cmd {
 pub struct Store {
     conn: RedisConn,
     dedupe_ttl_secs: u64,
-    max_events_per_call: usize,
+    /// How many events each tag's calls carry (`max_call_time`, `max_events_per_call`).
+    sizer: sizer::CallSizer,
     gate: Arc<Gate>,
     /// `redis.min_replicas` and `redis.replica_wait`, when set.
     replicas: Option<(u32, Duration)>,
@@ -137,7 +139,7 @@ impl Store {
         Store {
             conn,
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
-            max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
+            sizer: sizer::CallSizer::new(None, DEFAULT_MAX_EVENTS_PER_CALL),
             gate: Arc::new(Gate::new()),
             replicas: None,
         }
@@ -166,13 +168,21 @@ impl Store {
     /// everything, so a batch can be sent while the caller gets on with the
     /// next one.
     pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
-        prepared::prepare(batches, self.dedupe_ttl_secs, self.max_events_per_call)
+        prepared::prepare(batches, self.dedupe_ttl_secs, |base| self.sizer.limit(base))
     }
 
     /// Sets the most events one apply-script call carries (see
     /// [`DEFAULT_MAX_EVENTS_PER_CALL`]).
     pub fn with_max_events_per_call(mut self, n: usize) -> Store {
-        self.max_events_per_call = n.max(1);
+        self.sizer = sizer::CallSizer::new(None, n);
+        self
+    }
+
+    /// Sizes each tag's calls to hold Redis about `max_call_time` at the
+    /// Redis time per event measured on the tag, at most `max_events_per_call`
+    /// events (see `sizer`).
+    pub fn with_call_sizes(mut self, max_call_time: Duration, max_events_per_call: usize) -> Store {
+        self.sizer = sizer::CallSizer::new(Some(max_call_time), max_events_per_call);
         self
     }
 

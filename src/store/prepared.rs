@@ -33,11 +33,11 @@ pub struct Prepared {
 /// between); each later call waits, with a precondition, for the offsets
 /// of the call before it on the tag, so that they apply in order even when
 /// one of them must be sent again.
-pub fn prepare(batches: &[TagBatch<'_>], dedupe_ttl_secs: u64, max_events: usize) -> Prepared {
+pub fn prepare(batches: &[TagBatch<'_>], dedupe_ttl_secs: u64, max_events: impl Fn(&str) -> usize) -> Prepared {
     let mut calls: Vec<Call> = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
         let first = calls.len();
-        for items in batch.items.chunks(max_events.max(1)) {
+        for items in batch.items.chunks(max_events(batch.base).max(1)) {
             let part = TagBatch { base: batch.base, params: batch.params, items: items.to_vec() };
             let mut inv = build_invocation(&part, dedupe_ttl_secs);
             let mut chained = vec![false; inv.tails.len()];
@@ -184,7 +184,7 @@ mod tests {
             })
             .collect();
         let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };
-        let mut p = prepare(&[batch], 60, 2);
+        let mut p = prepare(&[batch], 60, |_| 2);
         let needs = |p: &Prepared, i: usize| -> Vec<(String, String)> {
             let inv = &p.calls[i].inv;
             inv.tails.iter().enumerate().map(|(f, (field, _))| (field.clone(), inv.needs[f].to_string())).collect()

@@ -356,11 +356,12 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     (events, fields)
 }
 
-/// The apply script's reply: the number of events it saw, then (event
-/// number, code) for each event not applied. `None` if it does not describe
-/// `n` events.
-pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> {
+/// The apply script's reply: the number of events it saw, the microseconds
+/// the call held Redis, then (event number, code) for each event not
+/// applied. `None` if it does not describe `n` events.
+pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>, i64)> {
     let (&seen, rest) = reply.split_first()?;
+    let (&took_us, rest) = rest.split_first()?;
     if seen != n as i64 || rest.len() % 2 != 0 {
         return None;
     }
@@ -369,7 +370,7 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<Vec<ApplyResult>> 
         let i = usize::try_from(pair[0]).ok().filter(|i| (1..=n).contains(i))?;
         out[i - 1] = ApplyResult::from_code(pair[1]);
     }
-    Some(out)
+    Some((out, took_us))
 }
 
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
@@ -408,15 +409,17 @@ pub(super) mod tests {
 
     #[test]
     fn a_reply_lists_the_events_not_applied_and_must_count_them_all() {
-        let got = decode_reply(&[3, 2, 2, 3, 4], 3).unwrap();
+        let (got, took) = decode_reply(&[3, 700, 2, 2, 3, 4], 3).unwrap();
         assert_eq!(got, [ApplyResult::Applied, ApplyResult::DuplicateEvent, ApplyResult::Refused(4)]);
-        assert_eq!(decode_reply(&[2], 2).unwrap(), [ApplyResult::Applied; 2]);
+        assert_eq!(took, 700, "the call's own time in Redis, µs");
+        assert_eq!(decode_reply(&[2, 5], 2).unwrap().0, [ApplyResult::Applied; 2]);
         // A reply for another number of events, a pair cut short, an event
         // number out of range: the batch fails and is retried, nothing is guessed.
-        assert!(decode_reply(&[2], 3).is_none());
-        assert!(decode_reply(&[3, 2], 3).is_none());
-        assert!(decode_reply(&[3, 4, 2], 3).is_none());
-        assert!(decode_reply(&[3, 0, 2], 3).is_none());
+        assert!(decode_reply(&[2, 5], 3).is_none());
+        assert!(decode_reply(&[3, 5, 2], 3).is_none());
+        assert!(decode_reply(&[3, 5, 4, 2], 3).is_none());
+        assert!(decode_reply(&[3, 5, 0, 2], 3).is_none());
+        assert!(decode_reply(&[2], 2).is_none());
         assert!(decode_reply(&[], 0).is_none());
     }
 

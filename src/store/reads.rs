@@ -2,11 +2,18 @@
 //! read never queues behind a batch's script calls on the write
 //! connection): `read.lua`'s queries of one board tag's period, and the
 //! few plain reads the API makes (which periods a tag holds, which are
-//! sealed, a sharded read's versions, `PING`). Every failure is a
-//! [`StoreError::Read`], which the API answers 503.
+//! sealed, a sharded read's versions, `PING`). With `redis.read_from =
+//! "replica"` every read goes to a replica, the primary when none answers
+//! or the read is `fresh`. Every failure is a [`StoreError::Read`], which
+//! the API answers 503.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tracing::{info, warn};
 
 use super::{RedisConn, StoreError};
 use crate::keys;
@@ -21,11 +28,66 @@ pub struct ReadKeys<'a> {
     pub meta_key: Option<&'a str>,
 }
 
-/// Reads, on a connection of their own.
+/// Reads, on connections of their own: the primary's, and with
+/// `redis.read_from = "replica"` its replicas' (see [`Replicas`]).
 #[derive(Clone)]
 pub struct Reader {
+    /// The primary (a cluster's primaries).
     pub(super) conn: RedisConn,
-    script: Arc<redis::Script>,
+    replicas: Option<Arc<Replicas>>,
+    /// This read goes to the primary (`fresh=true`).
+    fresh: bool,
+}
+
+/// Where replica reads go: a single Redis's replicas, in turn, or a
+/// cluster connection that routes reads to the replicas of the key's node.
+/// A read no replica answers (down, paused past [`REPLICA_TIMEOUT`],
+/// loading, cut off from its primary) goes to the primary, counted, and
+/// logged once per outage.
+pub struct Replicas {
+    conns: RwLock<Vec<RedisConn>>,
+    next: AtomicUsize,
+    down: AtomicBool,
+}
+
+/// How long a replica may take to answer a read before the primary is asked instead.
+pub const REPLICA_TIMEOUT: Duration = Duration::from_millis(300);
+
+impl Replicas {
+    pub fn new(conns: Vec<RedisConn>) -> Replicas {
+        Replicas { conns: RwLock::new(conns), next: AtomicUsize::new(0), down: AtomicBool::new(false) }
+    }
+
+    /// Takes new connections (a cluster's, made again to learn its replicas).
+    pub fn replace(&self, conns: Vec<RedisConn>) {
+        *self.conns.write().unwrap_or_else(|e| e.into_inner()) = conns;
+    }
+
+    fn pick(&self) -> Option<RedisConn> {
+        let conns = self.conns.read().unwrap_or_else(|e| e.into_inner());
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len().max(1);
+        conns.get(i).cloned()
+    }
+}
+
+/// Errors after which the primary is asked: the replica is not there, not
+/// answering, or not serving.
+fn unavailable(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            )
+        )
 }
 
 fn read_failed(source: redis::RedisError) -> StoreError {
@@ -33,12 +95,47 @@ fn read_failed(source: redis::RedisError) -> StoreError {
 }
 
 impl Reader {
-    pub fn new(conn: RedisConn) -> Reader {
-        Reader { conn, script: Arc::new(super::scripts::READ.script.clone()) }
+    pub fn new(conn: RedisConn, replicas: Option<Arc<Replicas>>) -> Reader {
+        Reader { conn, replicas, fresh: false }
+    }
+
+    /// This reader for one read: `fresh` ones go to the primary.
+    pub fn fresh(&self, fresh: bool) -> Reader {
+        Reader { fresh, ..self.clone() }
+    }
+
+    /// Runs `read` on a replica (unless the read is fresh or there is
+    /// none), and on the primary when no replica answers.
+    pub(super) async fn run<T, F, Fut>(&self, read: F) -> Result<T, StoreError>
+    where
+        F: Fn(RedisConn) -> Fut,
+        Fut: Future<Output = Result<T, redis::RedisError>>,
+    {
+        let replica = self.replicas.as_ref().filter(|_| !self.fresh).and_then(|r| Some((r, r.pick()?)));
+        if let Some((r, conn)) = replica {
+            match read(conn).await {
+                Ok(v) => {
+                    if r.down.swap(false, Ordering::Relaxed) {
+                        info!("A replica answers reads again.");
+                    }
+                    return Ok(v);
+                }
+                Err(e) if unavailable(&e) => {
+                    crate::metrics::get().replica_fallbacks.inc();
+                    if !r.down.swap(true, Ordering::Relaxed) {
+                        warn!(error = %e, "A replica did not answer a read; reads go to the primary until one does.");
+                    }
+                }
+                Err(e) => return Err(read_failed(e)),
+            }
+        }
+        read(self.conn.clone()).await.map_err(read_failed)
     }
 
     /// One query of `read.lua` (see its header): `op`, the board's order
     /// (`desc` or `asc`) and score packing `shift`, then the op's arguments.
+    /// Sent as `EVALSHA_RO`, which a replica runs and a cluster routes to a
+    /// replica; a node without the script gets it with `EVAL_RO` once.
     pub async fn query<T: redis::FromRedisValue>(
         &self,
         keys: ReadKeys<'_>,
@@ -47,52 +144,70 @@ impl Reader {
         shift: i64,
         args: &[String],
     ) -> Result<T, StoreError> {
-        let mut inv = self.script.key(keys.key);
-        inv.key(keys.dense_key).key(keys.shadow_key);
-        if let Some(meta) = keys.meta_key {
-            inv.key(meta);
-        }
-        inv.arg(op).arg(order).arg(shift);
-        for a in args {
-            inv.arg(a);
-        }
-        inv.invoke_async(&mut self.conn.clone()).await.map_err(read_failed)
+        let lua = &*super::scripts::READ;
+        let mut key_list = vec![keys.key, keys.dense_key, keys.shadow_key];
+        key_list.extend(keys.meta_key);
+        let call = |cmd: &str, body: &str| {
+            let mut c = redis::cmd(cmd);
+            c.arg(body).arg(key_list.len()).arg(&key_list).arg(op).arg(order).arg(shift).arg(args);
+            c
+        };
+        let (by_sha, by_source) = (call("EVALSHA_RO", lua.script.get_hash()), call("EVAL_RO", &lua.source));
+        self.run(|mut conn| {
+            let (by_sha, by_source) = (by_sha.clone(), by_source.clone());
+            async move {
+                match by_sha.query_async(&mut conn).await {
+                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        by_source.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            }
+        })
+        .await
     }
 
-    /// `PING`, for readiness.
+    /// `PING`, for readiness (the primary's).
     pub async fn ping(&self) -> bool {
         redis::cmd("PING").query_async::<String>(&mut self.conn.clone()).await.is_ok()
     }
 
     /// Every period key the tag `base` has written (its registry of period keys).
     pub async fn period_keys(&self, base: &str) -> Result<Vec<String>, StoreError> {
-        redis::cmd("SMEMBERS")
-            .arg(keys::registry_key(base))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(read_failed)
+        let key = keys::registry_key(base);
+        self.run(|mut c| {
+            let key = key.clone();
+            async move { redis::cmd("SMEMBERS").arg(key).query_async(&mut c).await }
+        })
+        .await
     }
 
     /// Whether period `period_id` of the tag `base` holds anyone (its key
     /// or its hidden players' shadow exists).
     pub async fn holds(&self, base: &str, period_id: &str) -> Result<bool, StoreError> {
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(keys::period_key(base, period_id))
-            .arg(keys::shadow_key(base, period_id))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(read_failed)?;
+        let (key, shadow) = (keys::period_key(base, period_id), keys::shadow_key(base, period_id));
+        let n: i64 = self
+            .run(|mut c| {
+                let (key, shadow) = (key.clone(), shadow.clone());
+                async move { redis::cmd("EXISTS").arg(key).arg(shadow).query_async(&mut c).await }
+            })
+            .await?;
         Ok(n > 0)
     }
 
     /// The fields of the tag `base`'s sealed hash (sealed period keys, and their notes).
     pub async fn sealed_fields(&self, base: &str) -> Result<BTreeSet<String>, StoreError> {
-        redis::cmd("HKEYS").arg(keys::sealed_key(base)).query_async(&mut self.conn.clone()).await.map_err(read_failed)
+        let key = keys::sealed_key(base);
+        self.run(|mut c| {
+            let key = key.clone();
+            async move { redis::cmd("HKEYS").arg(key).query_async(&mut c).await }
+        })
+        .await
     }
 
     /// Whether `hash` has `field`.
     pub async fn has_field(&self, hash: &str, field: &str) -> Result<bool, StoreError> {
-        redis::cmd("HEXISTS").arg(hash).arg(field).query_async(&mut self.conn.clone()).await.map_err(read_failed)
+        self.run(|mut c| async move { redis::cmd("HEXISTS").arg(hash).arg(field).query_async(&mut c).await }).await
     }
 
     /// A version hash's version: the sum of its values (as `read.lua` works
@@ -100,7 +215,7 @@ impl Reader {
     /// a script call (0.4 against 17.4 µs).
     pub async fn version(&self, key: &str) -> Result<i64, StoreError> {
         let values: Vec<i64> =
-            redis::cmd("HVALS").arg(key).query_async(&mut self.conn.clone()).await.map_err(read_failed)?;
+            self.run(|mut c| async move { redis::cmd("HVALS").arg(key).query_async(&mut c).await }).await?;
         Ok(values.iter().sum())
     }
 }

@@ -164,11 +164,15 @@ impl Store {
                 (reply, got >= i64::from(wanted))
             }
         };
-        let results = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
+        let (results, took_us) = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
             base: base.to_string(),
             got: reply.len(),
             expected: n,
         })?;
+        let limit = self.sizer.observe(base, n, took_us);
+        if let Some(board) = crate::keys::board_of_base(base) {
+            crate::metrics::get().call_events.with_label_values(&[board]).set(limit as i64);
+        }
         Ok((results, durable))
     }
 

@@ -311,6 +311,35 @@ impl RedisCluster {
         self.nodes.iter().map(Redis::url).collect()
     }
 
+    /// The live primaries' URLs.
+    pub fn primary_urls(&self) -> Vec<String> {
+        (0..self.nodes.len())
+            .filter(|&i| self.alive(i) && self.role(i).as_deref() == Some("master"))
+            .map(|i| self.nodes[i].url())
+            .collect()
+    }
+
+    /// Waits until every live replica has every write its primary has.
+    pub fn wait_replicas_synced(&self) {
+        let field = |info: &str, name: &str| -> Option<i64> {
+            info.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).and_then(|v| v.trim().parse().ok())
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in (0..self.nodes.len()).filter(|&i| self.alive(i) && self.role(i).as_deref() == Some("slave")) {
+            loop {
+                let info = self.cli(i, &["INFO", "replication"]).unwrap_or_default();
+                let port = field(&info, "master_port").unwrap_or(0);
+                let primary = self.nodes.iter().position(|n| i64::from(n.port) == port);
+                let theirs = primary.and_then(|m| field(&self.cli(m, &["INFO", "replication"])?, "master_repl_offset"));
+                if theirs.is_some() && theirs == field(&info, "slave_repl_offset") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica {i} stays behind its primary");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
     /// The board keys of every primary, merged, and how many primaries hold any.
     pub async fn board_keys(&self, prefix: &str) -> (HashMap<String, HashMap<String, f64>>, usize) {
         let mut all = HashMap::new();

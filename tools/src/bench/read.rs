@@ -32,7 +32,7 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
 
     let health = Arc::new(rankflow::health::Health::default());
     let state = rankflow::http::AppState::new(router.clone(), health, 1000);
-    state.connected(conn.clone());
+    state.connected(rankflow::store::Reader::new(conn.clone(), None));
     let app = rankflow::http::app(state);
     let key = "lb:{big}:all";
     let dense_key = "lb:{big}:_dense:all";

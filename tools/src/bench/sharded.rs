@@ -105,7 +105,7 @@ pub async fn sharded(redis_url: &str, events: u64, members: u64, samples: usize)
     store_path(&store, &router, &fill, 2000).await?;
     let health = Arc::new(rankflow::health::Health::default());
     let state = rankflow::http::AppState::new(router.clone(), health, 1000);
-    state.connected(conn.clone());
+    state.connected(rankflow::store::Reader::new(conn.clone(), None));
     let app = rankflow::http::app(state);
     let mut rng = rand_seed(13);
     println!("\nreads of a {members}-member board, {samples} samples each (ms, in-process, server side):\n");

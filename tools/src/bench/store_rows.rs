@@ -281,7 +281,7 @@ pub(super) async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, S
     let settings = config::load_str(cfg_text, Vec::new()).map_err(|e| e.to_string())?;
     let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
-        .with_max_events_per_call(settings.worker.max_events_per_call);
+        .with_call_sizes(settings.worker.max_call_time, settings.worker.max_events_per_call);
     store.load_script().await.map_err(|e| e.to_string())?;
     Ok((settings, conn, store))
 }

@@ -1,0 +1,77 @@
+//! How many events one apply call carries, per board tag: as many as fit in
+//! `worker.max_call_time` at the Redis time per event measured on that tag
+//! (each call's script reports its own time), at most
+//! `worker.max_events_per_call`. A call holds Redis about `max_call_time`
+//! at most, so a read on the primary waits about one call, whatever the
+//! tag's boards cost per event.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Weight of the newest call in a tag's measured time per event.
+const NEWEST: f64 = 0.2;
+
+/// Per board tag, the measured Redis time per event and the call size it gives.
+#[derive(Clone, Debug)]
+pub struct CallSizer {
+    /// Microseconds a call may hold Redis; `None`: calls are sized by the cap alone.
+    budget_us: Option<f64>,
+    /// The hard cap, `max_events_per_call`.
+    cap: usize,
+    per_event_us: Arc<Mutex<HashMap<String, f64>>>,
+}
+
+impl CallSizer {
+    pub fn new(max_call_time: Option<Duration>, cap: usize) -> CallSizer {
+        CallSizer {
+            budget_us: max_call_time.map(|d| d.as_secs_f64() * 1e6),
+            cap: cap.max(1),
+            per_event_us: Arc::default(),
+        }
+    }
+
+    /// The most events the next call on tag `base` carries.
+    pub fn limit(&self, base: &str) -> usize {
+        let Some(budget) = self.budget_us else { return self.cap };
+        let per = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner()).get(base).copied();
+        match per {
+            // Unmeasured: the cap, until the first call says what the tag costs.
+            None => self.cap,
+            Some(per) => ((budget / per.max(0.01)) as usize).clamp(1, self.cap),
+        }
+    }
+
+    /// A call of `events` events on `base` held Redis `us` microseconds.
+    /// Returns the tag's new limit.
+    pub fn observe(&self, base: &str, events: usize, us: i64) -> usize {
+        if events > 0 && us >= 0 {
+            let sample = us as f64 / events as f64;
+            let mut map = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner());
+            let per = map.entry(base.to_string()).or_insert(sample);
+            *per = (1.0 - NEWEST) * *per + NEWEST * sample;
+        }
+        self.limit(base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_costlier_tag_gets_smaller_calls_within_the_cap() {
+        let s = CallSizer::new(Some(Duration::from_millis(10)), 1000);
+        assert_eq!(s.limit("a"), 1000, "unmeasured: the cap");
+        // 5 µs per event: 2,000 would fit, the cap is 1,000.
+        assert_eq!(s.observe("a", 1000, 5_000), 1000);
+        // 100 µs per event: 100 fit in 10 ms.
+        assert_eq!(s.observe("b", 1000, 100_000), 100);
+        // It moves with what the calls measure, not at once.
+        let after = s.observe("b", 100, 50_000);
+        assert!(after < 100 && after > 20, "{after}");
+        // Never below one event.
+        assert_eq!(s.observe("c", 1, 1_000_000), 1);
+        assert_eq!(CallSizer::new(None, 500).observe("a", 10, 10_000_000), 500);
+    }
+}
