@@ -135,6 +135,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Read capacity: the HTTP read API over TCP, closed loop, against the
+    /// same Redis commands through redis-rs; then an open loop at half capacity.
+    Capacity {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        members: u64,
+        /// Length of each loop, seconds.
+        #[arg(long, default_value_t = 15)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+    },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
         #[arg(long)]
@@ -193,6 +206,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::League { brokers, redis, events, players, rounds } => {
             report(bench::league(&brokers, &redis, events, players, rounds).await)
+        }
+        BenchCommand::Capacity { redis, members, seconds, clients } => {
+            report(bench::capacity(&redis, members, seconds, clients).await)
         }
         BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
         BenchCommand::Sharded { redis, events, members, samples } => {

@@ -36,6 +36,7 @@ use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails
 
 use rankflow::samples::Generator;
 
+mod capacity;
 mod kafka;
 mod latency;
 mod league;
@@ -50,6 +51,7 @@ use kafka::*;
 use latency::*;
 use store_rows::*;
 
+pub use capacity::capacity;
 pub use latency::latency_only;
 pub use league::league;
 pub use pipeline::{pipeline, PipelineRun};

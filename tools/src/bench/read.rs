@@ -7,29 +7,7 @@ use super::*;
 /// in-process against the bare Redis commands.
 pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), String> {
     use tower::ServiceExt;
-    let cfg = format!(
-        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{redis_url}\"\n\
-         [[board]]\nid = \"big\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\n\
-         [[board]]\nid = \"bigmeta\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\nmeta = true\n"
-    );
-    let (settings, conn, store) = open_store(&cfg).await?;
-    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
-    flush(&conn).await?;
-    eprintln!("bench: filling a board of {members} members through the store");
-    let mut g = rand_seed(5);
-    let now = chrono::Utc::now().timestamp_millis();
-    let events: Vec<(i32, i64, i64, Event)> = (0..members)
-        .map(|i| {
-            let score = rand::Rng::random_range(&mut g, 0..200_000);
-            // A display name: what studios keep beside a score most often.
-            let meta = Some(format!(r#"{{"name":"Player {i:07}"}}"#));
-            let e = m_event(&mut g, format!("player-{i:07}"), score, now, meta);
-            (0, i as i64, now, e)
-        })
-        .collect();
-    let (fill, _) = store_path(&store, &router, &events, 2000).await?;
-    eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
-
+    let (conn, router) = fill(redis_url, members).await?;
     let health = Arc::new(rankflow::health::Health::default());
     let state = rankflow::http::AppState::new(router.clone(), health, 1000);
     state.connected(rankflow::store::Reader::new(conn.clone(), None));
@@ -111,18 +89,47 @@ pub async fn read(redis_url: &str, members: u64, samples: usize) -> Result<(), S
     Ok(())
 }
 
+/// The reads' boards (`big`, and `bigmeta` with metadata), filled with
+/// `members` members through the store on a flushed Redis.
+pub(super) async fn fill(redis_url: &str, members: u64) -> Result<(RedisConn, Arc<Router>), String> {
+    let cfg = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{redis_url}\"\n\
+         [[board]]\nid = \"big\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\n\
+         [[board]]\nid = \"bigmeta\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\nmeta = true\n"
+    );
+    let (settings, conn, store) = open_store(&cfg).await?;
+    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
+    flush(&conn).await?;
+    eprintln!("bench: filling a board of {members} members through the store");
+    let mut g = rand_seed(5);
+    let now = chrono::Utc::now().timestamp_millis();
+    let events: Vec<(i32, i64, i64, Event)> = (0..members)
+        .map(|i| {
+            let score = rand::Rng::random_range(&mut g, 0..200_000);
+            // A display name: what studios keep beside a score most often.
+            let meta = Some(format!(r#"{{"name":"Player {i:07}"}}"#));
+            let e = m_event(&mut g, format!("player-{i:07}"), score, now, meta);
+            (0, i as i64, now, e)
+        })
+        .collect();
+    let (fill, _) = store_path(&store, &router, &events, 2000).await?;
+    eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
+    Ok((conn, router))
+}
+
 /// The board keys and pages the bare reads address.
-struct Page<'a> {
-    key: &'a str,
-    dense_key: &'a str,
-    size: u64,
-    deep: u64,
+#[derive(Clone, Copy)]
+pub(super) struct Page<'a> {
+    pub(super) key: &'a str,
+    pub(super) dense_key: &'a str,
+    pub(super) size: u64,
+    pub(super) deep: u64,
     /// The name of the read of page 2 by cursor.
-    near: &'a str,
+    pub(super) near: &'a str,
 }
 
 /// The bare Redis commands the read `what` needs, sent straight to Redis.
-async fn bare_read(
+pub(super) async fn bare_read(
     mut c: RedisConn,
     what: &str,
     page: &Page<'_>,

@@ -1,0 +1,201 @@
+//! `bench capacity`: read capacity. The HTTP read API served over TCP on a
+//! board of `members` members, in a closed loop of `clients` concurrent
+//! clients, each on its own keep-alive connection, asking in turn for the
+//! top 10, a player's rank, the players around them and a friends list of
+//! 50; next to the same Redis commands sent straight through redis-rs with
+//! the same concurrency; then an open loop at half the HTTP capacity
+//! measured (each read timed from when it was due, so queueing counts).
+
+use std::sync::atomic::AtomicU64;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::read::{bare_read, Page};
+use super::*;
+
+/// A keep-alive HTTP/1.1 connection, enough for the read API's answers.
+struct Http {
+    stream: BufReader<TcpStream>,
+}
+
+impl Http {
+    async fn connect(addr: std::net::SocketAddr) -> Result<Http, String> {
+        let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(Http { stream: BufReader::new(s) })
+    }
+
+    /// Sends one request and reads its whole answer; returns the status.
+    async fn send(&mut self, method: &str, path: &str, body: &str) -> Result<u16, String> {
+        let req = format!("{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        self.stream.get_mut().write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await.map_err(|e| e.to_string())?;
+        let status: u16 =
+            line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or(format!("bad status line {line:?}"))?;
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.map_err(|e| e.to_string())?;
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().map_err(|_| format!("bad length {line:?}"))?;
+            }
+        }
+        let mut buf = vec![0; length];
+        self.stream.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        Ok(status)
+    }
+}
+
+/// The `n`th read of the mix: (method, path, body) and the bare read's name.
+fn mix(
+    n: u64,
+    rng: &mut rand::rngs::StdRng,
+    members: u64,
+) -> (&'static str, String, String, &'static str, String, Vec<String>) {
+    let mut player = || format!("player-{:07}", rand::Rng::random_range(&mut *rng, 0..members));
+    let me = player();
+    match n % 4 {
+        0 => ("GET", "/v1/boards/big/top?limit=10".into(), String::new(), "top 10", me, Vec::new()),
+        1 => ("GET", format!("/v1/boards/big/players/{me}"), String::new(), "player rank", me, Vec::new()),
+        2 => (
+            "GET",
+            format!("/v1/boards/big/players/{me}/around?radius=2"),
+            String::new(),
+            "around me (radius 2)",
+            me,
+            Vec::new(),
+        ),
+        _ => {
+            let friends: Vec<String> = (0..50).map(|_| player()).collect();
+            let body = serde_json::json!({ "players": friends }).to_string();
+            ("POST", "/v1/boards/big/players".into(), body, "friends (100 players)", me, friends)
+        }
+    }
+}
+
+fn quantiles(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    (percentile(&ms, 0.5), percentile(&ms, 0.99))
+}
+
+/// `rankflow-tools bench capacity`.
+pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usize) -> Result<(), String> {
+    let (conn, router) = super::read::fill(redis_url, members).await?;
+    let state = rankflow::http::AppState::new(router, Arc::new(rankflow::health::Health::default()), 1000);
+    state.connected(rankflow::store::Reader::new(conn.clone(), None));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, rankflow::http::app(state)).await });
+    let window = Duration::from_secs(seconds);
+    let page = Page { key: "lb:{big}:all", dense_key: "lb:{big}:_dense:all", size: 100, deep: 100, near: "" };
+
+    eprintln!("bench: HTTP read API, {clients} clients, {seconds}s closed loop");
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        tasks.push(tokio::spawn(async move {
+            let mut http = Http::connect(addr).await?;
+            let (mut rng, mut ms, end) = (rand_seed(100 + c as u64), Vec::new(), Instant::now() + window);
+            let mut n = c as u64;
+            while Instant::now() < end {
+                let (method, path, body, ..) = mix(n, &mut rng, members);
+                let t = Instant::now();
+                let status = http.send(method, &path, &body).await?;
+                if status != 200 {
+                    return Err(format!("{path} answered {status}"));
+                }
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                n += 1;
+            }
+            Ok::<_, String>(ms)
+        }));
+    }
+    let mut http_ms = Vec::new();
+    for t in tasks {
+        http_ms.extend(t.await.map_err(|e| e.to_string())??);
+    }
+    let http_rate = http_ms.len() as f64 / window.as_secs_f64();
+
+    eprintln!("bench: the same Redis commands through redis-rs, {clients} clients, {seconds}s closed loop");
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let conn = conn.clone();
+        let page = Page { ..page };
+        tasks.push(tokio::spawn(async move {
+            let (mut rng, mut ms, end) = (rand_seed(100 + c as u64), Vec::new(), Instant::now() + window);
+            let mut n = c as u64;
+            while Instant::now() < end {
+                let (.., what, me, friends) = mix(n, &mut rng, members);
+                let t = Instant::now();
+                bare_read(conn.clone(), what, &page, &me, &friends).await?;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                n += 1;
+            }
+            Ok::<_, String>(ms)
+        }));
+    }
+    let mut bare_ms = Vec::new();
+    for t in tasks {
+        bare_ms.extend(t.await.map_err(|e| e.to_string())??);
+    }
+    let bare_rate = bare_ms.len() as f64 / window.as_secs_f64();
+
+    let open_rate = (http_rate / 2.0).max(1.0);
+    eprintln!("bench: HTTP read API, open loop at {open_rate:.0} reads/s for {seconds}s");
+    let open_ms = open_loop(addr, open_rate, window, members).await?;
+
+    let ((hp50, hp99), (bp50, bp99), (op50, op99)) = (quantiles(http_ms), quantiles(bare_ms), quantiles(open_ms));
+    println!("\nread capacity on a board of {members} members, {clients} clients, {seconds}s each (the mix: top 10, a player's rank, around (radius 2), friends of 50, in turn):\n");
+    println!("| | reads/s | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|");
+    println!("| HTTP read API, closed loop | {http_rate:.0} | {hp50:.2} | {hp99:.2} |");
+    println!("| the same Redis commands through redis-rs, closed loop | {bare_rate:.0} | {bp50:.2} | {bp99:.2} |");
+    println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s) | | {op50:.2} | {op99:.2} |");
+    println!(
+        "\nHTTP capacity {:.2}x the direct commands' rate (target at least 0.5x); open-loop p99 {op99:.2} ms (target at most 5 ms)",
+        http_rate / bare_rate
+    );
+    Ok(())
+}
+
+/// Reads at `rate` per second for `window`, each timed from when it was
+/// due, on connections taken from a pool (a new one when all are busy).
+async fn open_loop(addr: std::net::SocketAddr, rate: f64, window: Duration, members: u64) -> Result<Vec<f64>, String> {
+    let pool: Arc<tokio::sync::Mutex<Vec<Http>>> = Arc::default();
+    let failures = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let total = (rate * window.as_secs_f64()) as u64;
+    let mut rng = rand_seed(7);
+    let mut tasks = Vec::with_capacity(total as usize);
+    for n in 0..total {
+        let due = start + Duration::from_secs_f64(n as f64 / rate);
+        tokio::time::sleep_until(due.into()).await;
+        let (method, path, body, ..) = mix(n, &mut rng, members);
+        let (pool, failures) = (pool.clone(), failures.clone());
+        tasks.push(tokio::spawn(async move {
+            let taken = pool.lock().await.pop();
+            let mut http = match taken {
+                Some(h) => h,
+                None => Http::connect(addr).await?,
+            };
+            if http.send(method, &path, &body).await? != 200 {
+                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let ms = due.elapsed().as_secs_f64() * 1000.0;
+            pool.lock().await.push(http);
+            Ok::<_, String>(ms)
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.map_err(|e| e.to_string())??);
+    }
+    match failures.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Ok(out),
+        n => Err(format!("{n} reads of the open loop did not answer 200")),
+    }
+}
