@@ -29,7 +29,11 @@ pids+=($!)
   --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
 broker_pid=$!
 pids+=($broker_pid)
-wait_port "$rport"; wait_port "$kport"
+# A replica of it, for the reads from replicas.
+rrport=$(free_port)
+redis-server --port "$rrport" --bind 127.0.0.1 --save "" --appendonly no --replicaof 127.0.0.1 "$rport" --dir "$dir" >"$dir/replica.log" 2>&1 &
+pids+=($!)
+wait_port "$rport"; wait_port "$kport"; wait_port "$rrport"
 scripts/tansu-index.sh "$dir/broker.db"
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
@@ -41,6 +45,12 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # events per player), and one round of BENCH_LEAGUE_PLAYERS (default 100000)
 # settled by the real binary.
 "$bin" bench --wipe-redis league --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_LEAGUE_EVENTS:-500000}" --players "${BENCH_LEAGUE_PLAYERS:-100000}" --rounds "${BENCH_ROUNDS:-3}"
+# Reads at scale: read capacity (HTTP against the same commands through
+# redis-rs, then an open loop at half capacity), and reads while
+# BENCH_DRAIN_EVENTS (default 400000) drain: calls unbounded in time, the
+# default max_call_time, and reads on the replica.
+"$bin" bench --wipe-redis capacity --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}"
+"$bin" bench --wipe-redis drain-reads --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --replica "redis://127.0.0.1:$rrport" --events "${BENCH_DRAIN_EVENTS:-400000}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
 # broker inside the bench process) instead of tansu: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.

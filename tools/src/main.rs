@@ -135,6 +135,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Reads while a backlog drains: calls unbounded in time, the default
+    /// max_call_time with reads on the primary, and reads on a replica.
+    DrainReads {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        /// A replica of `redis` (redis-server --replicaof).
+        #[arg(long)]
+        replica: String,
+        #[arg(long, default_value_t = 400_000)]
+        events: u64,
+    },
     /// Read capacity: the HTTP read API over TCP, closed loop, against the
     /// same Redis commands through redis-rs; then an open loop at half capacity.
     Capacity {
@@ -206,6 +219,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::League { brokers, redis, events, players, rounds } => {
             report(bench::league(&brokers, &redis, events, players, rounds).await)
+        }
+        BenchCommand::DrainReads { brokers, redis, replica, events } => {
+            report(bench::drain_reads(&brokers, &redis, &replica, events).await)
         }
         BenchCommand::Capacity { redis, members, seconds, clients } => {
             report(bench::capacity(&redis, members, seconds, clients).await)

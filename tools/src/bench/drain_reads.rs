@@ -1,0 +1,77 @@
+//! `bench drain-reads`: reads while a backlog drains, three ways on the same
+//! backlog: calls sized by `max_events_per_call` alone (`max_call_time` so
+//! long it never binds), the default `max_call_time` with reads on the
+//! primary, and the default with reads on a replica
+//! (`redis.read_from = "replica"`). Each is the release binary draining the
+//! topic under a fresh group on a flushed Redis, with the probe's reads
+//! (one every 20 ms over HTTP, and a bare `ZRANGE` beside each, on the node
+//! the HTTP reads go to).
+
+use super::*;
+
+/// One drain's figures.
+struct Run {
+    what: &'static str,
+    rate: f64,
+    reads: super::probe::Reads,
+}
+
+/// `rankflow-tools bench drain-reads`.
+pub async fn drain_reads(brokers: &str, redis_url: &str, replica_url: &str, count: u64) -> Result<(), String> {
+    let exe = rankflow_bin()?;
+    let dir = tempfile_dir()?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let topic = format!("drain-{run}");
+    let partitions = 4;
+    let cfg_text = bench_config(brokers, redis_url, &topic, "unused", "127.0.0.1:0", "");
+    let (_, conn, _) = open_store(&cfg_text).await?;
+    create_topic(brokers, &topic, partitions).await?;
+    eprintln!("bench: producing {count} records to {topic}");
+    produce(brokers, &topic, count, 11, 0, Stream { bad_ratio: 0.01, dup_ratio: 0.02 }).await?;
+    let ways: [(&'static str, &str, bool); 3] = [
+        ("calls by max_events_per_call only (max_call_time = 10s), reads on the primary", "10s", false),
+        ("default max_call_time (10ms), reads on the primary", "10ms", false),
+        ("default max_call_time (10ms), reads on a replica", "10ms", true),
+    ];
+    let mut runs = Vec::new();
+    for (i, (what, call_time, replica)) in ways.into_iter().enumerate() {
+        eprintln!("bench: drain {} of 3: {what}", i + 1);
+        flush(&conn).await?;
+        let group = format!("drain-{run}-{i}");
+        let listen = format!("127.0.0.1:{}", free_port()?);
+        let mut cfg = bench_config(brokers, redis_url, &topic, &group, &listen, "")
+            .replace("[worker]\n", &format!("[worker]\nmax_call_time = \"{call_time}\"\n"));
+        if replica {
+            cfg = cfg
+                .replace("[http]\n", &format!("read_from = \"replica\"\nreplica_urls = [\"{replica_url}\"]\n[http]\n"));
+        }
+        let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+        let probe_at = if replica { replica_url } else { redis_url };
+        let d = run_to_end(&exe, &dir, &cfg, &listen, probe_at, &at, count)?;
+        runs.push(Run { what, rate: rate(count, d.drain), reads: d.reads });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = |ms: &[f64], q: f64| if ms.is_empty() { f64::NAN } else { percentile(ms, q) };
+    println!("\nreads during a drain of {count} records (one every 20 ms; ms):\n");
+    println!("| drain | records/s | HTTP p50 | HTTP p99 | bare ZRANGE p50 | bare ZRANGE p99 |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &runs {
+        println!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            r.what,
+            r.rate,
+            p(&r.reads.http, 0.5),
+            p(&r.reads.http, 0.99),
+            p(&r.reads.redis, 0.5),
+            p(&r.reads.redis, 0.99)
+        );
+    }
+    println!(
+        "\ndrain with max_call_time {:.2}x the drain without the bound (target at least 0.85x); primary p99 {:.1} ms \
+         (target at most 30 ms); replica p99 {:.1} ms (target at most 20 ms)",
+        runs[1].rate / runs[0].rate,
+        p(&runs[1].reads.http, 0.99),
+        p(&runs[2].reads.http, 0.99)
+    );
+    Ok(())
+}
