@@ -281,7 +281,17 @@ pub(super) async fn open_store(cfg_text: &str) -> Result<(Settings, RedisConn, S
     let settings = config::load_str(cfg_text, Vec::new()).map_err(|e| e.to_string())?;
     let conn = RedisConn::connect(&settings.redis).await.map_err(|e| e.to_string())?;
     let store = Store::new(conn.clone(), settings.redis.dedupe_ttl)
-        .with_call_sizes(settings.worker.max_call_time, settings.worker.max_events_per_call);
+        .with_max_events_per_call(settings.worker.max_events_per_call);
+    // BENCH_MAX_CALL_TIME (e.g. 10ms): calls sized by time as the worker's
+    // (`worker.max_call_time`); unset, by `max_events_per_call` alone, as
+    // the store-path floor is defined.
+    let store = match std::env::var("BENCH_MAX_CALL_TIME") {
+        Ok(t) => store.with_call_sizes(
+            config::parse_duration(&t).map_err(|e| format!("BENCH_MAX_CALL_TIME: {e}"))?,
+            settings.worker.max_events_per_call,
+        ),
+        Err(_) => store,
+    };
     store.load_script().await.map_err(|e| e.to_string())?;
     Ok((settings, conn, store))
 }
