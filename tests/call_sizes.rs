@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -30,18 +29,6 @@ rate_limit = { events = 1000000, window = "1h" }
 split_by = "mode"
 "#;
 
-/// `rankflow_call_events{board=...}` as the worker exports it.
-fn call_events(metrics: &str) -> HashMap<String, f64> {
-    metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("rankflow_call_events{board=\""))
-        .filter_map(|l| {
-            let (board, rest) = l.split_once("\"}")?;
-            Some((board.to_string(), rest.trim().parse().ok()?))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_costlier_board_gets_smaller_calls_within_the_cap() {
     let stack = Stack::start(2).await;
@@ -61,8 +48,10 @@ async fn a_costlier_board_gets_smaller_calls_within_the_cap() {
     let w = Worker::spawn(&cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 2, Duration::from_secs(120));
     let (_, m) = http_get(w.http_port, "/metrics").await;
-    let sizes = call_events(&m);
-    let (cheap, costly) = (sizes["cheap"], sizes["costly"]);
+    let m = samples(&m);
+    let size = |board: &str| sum(&m, "rankflow_call_events", &[("board", board)]);
+    let (cheap, costly) = (size("cheap"), size("costly"));
+    let sizes = (cheap, costly);
     assert!(costly >= 1.0 && cheap <= 500.0, "within 1..=max_events_per_call: {sizes:?}");
     assert!(costly < cheap, "the costlier board's calls are smaller: {sizes:?}");
     // And exact: every player's total on the cheap board.

@@ -40,12 +40,7 @@ demote = 5
     // Tiers as a settlement left them (the round before this one held nobody, so this one places at once).
     let mut conn = stack.redis.conn().await;
     let tier_of = |p: u64| (p * 7 + p / 3) % 4;
-    let mut seed = redis::cmd("HSET");
-    seed.arg("lb:{lk}:_lgt");
-    for p in 0..PLAYERS {
-        seed.arg(format!("p{p}")).arg(tier_of(p));
-    }
-    let _: i64 = seed.query_async(&mut conn).await.unwrap();
+    seed_tiers(&mut conn, "lb:{lk}:_lgt", PLAYERS, |p| tier_of(p) as usize).await;
     let mut rng = Lcg(5);
     let mut model: BTreeMap<String, i64> = BTreeMap::new();
     let mut records = Vec::new();
@@ -123,29 +118,11 @@ idle_grace = "1s"
 check_interval = "100ms"
 lease = "2s"
 
-[[board]]
-id = "big"
-on = ["match"]
-mode = "sum"
-periods = ["all_time"]
-schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
-close_after = "10m"
-[board.league]
-rounds = "round"
-tiers = ["bronze", "silver", "gold"]
-cohort_size = 30
-promote = "20%"
-demote = 3
 "#
-    );
+    ) + &league_board("big", "match", "10m", 30, "promote = \"20%\"\ndemote = 3\n");
     let mut conn = redis.conn().await;
     let tier_of = |p: u64| (p % 7 % 3) as usize;
-    let mut seed = redis::cmd("HSET");
-    seed.arg("lb:{big}:_lgt");
-    for p in 0..PLAYERS {
-        seed.arg(format!("p{p}")).arg(tier_of(p));
-    }
-    let _: i64 = seed.query_async(&mut conn).await.unwrap();
+    seed_tiers(&mut conn, "lb:{big}:_lgt", PLAYERS, tier_of).await;
     // One event each, in player order (the arrival order); scores with ties.
     let mut rng = Lcg(23);
     let mut scores = HashMap::new();
@@ -160,32 +137,14 @@ demote = 3
     }
     broker.produce(&topic, &records).await;
     // The model, with ties decided as Redis orders a desc board (member bytes descending).
-    let mut model = Model { size: 30, promote: 0, demote: 3, keep_idle: false, next: HashMap::new() };
+    let mut model =
+        Model { size: 30, promote: Promote::Percent(20), demote: 3, keep_idle: false, next: HashMap::new() };
     for (p, t) in arrivals.iter().enumerate() {
         model.next.insert(t.clone(), tier_of(p as u64));
     }
     let placed = model.place(&arrivals.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut cohorts: BTreeMap<(usize, i64), Vec<(String, i64)>> = BTreeMap::new();
-    for (p, &(t, n)) in &placed.placed {
-        cohorts.entry((t, n)).or_default().push((p.clone(), scores[p]));
-    }
-    let mut tiers = HashMap::new();
-    for ((t, _), mut players) in cohorts.clone() {
-        players.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-        let k = players.len();
-        let up = (k * 20 / 100).max(1).min(k);
-        let down = 3.min(k - up);
-        for (i, (p, _)) in players.into_iter().enumerate() {
-            let next = if i < up {
-                (t + 1).min(2)
-            } else if i >= k - down {
-                t.saturating_sub(1)
-            } else {
-                t
-            };
-            tiers.insert(p, next);
-        }
-    }
+    let cohort_count = model.settle(&placed, &scores, None).len();
+    let tiers = model.next;
 
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     cfg.worker_section = "batch_size = 1000\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into();
@@ -207,7 +166,6 @@ demote = 3
     broker.copy_offsets(&cfg.group, &next, &topic, 1);
     cfg.group = next;
     let w2 = Worker::spawn(&cfg);
-    let cohort_count = cohorts.len();
     wait_for(Duration::from_secs(120), &|| w2.log(), || async {
         hash(&mut redis.conn().await, "lb:{big}:_lgs").await.get(&format!("{round}:published"))
             == Some(&cohort_count.to_string())

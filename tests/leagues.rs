@@ -32,51 +32,10 @@ idle_grace = "1s"
 check_interval = "100ms"
 lease = "5s"
 
-[[board]]
-id = "league"
-on = ["match"]
-mode = "sum"
-periods = ["all_time"]
-schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
-close_after = "10m"
-[board.league]
-rounds = "round"
-tiers = ["bronze", "silver", "gold"]
-cohort_size = 4
-promote = 1
-demote = 1
-idle = "demote"
-
-[[board]]
-id = "keep"
-on = ["match"]
-mode = "sum"
-periods = ["all_time"]
-schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
-close_after = "10m"
-[board.league]
-rounds = "round"
-tiers = ["bronze", "silver", "gold"]
-cohort_size = 4
-promote = 1
-demote = 1
-idle = "keep"
-
-[[board]]
-id = "slow"
-on = ["slow_match"]
-mode = "sum"
-periods = ["all_time"]
-schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
-close_after = "2h"
-[board.league]
-rounds = "round"
-tiers = ["bronze", "silver", "gold"]
-cohort_size = 4
-promote = "25%"
-demote = 1
 "#
-    );
+    ) + &league_board("league", "match", "10m", 4, "promote = 1\ndemote = 1\nidle = \"demote\"\n")
+        + &league_board("keep", "match", "10m", 4, "promote = 1\ndemote = 1\nidle = \"keep\"\n")
+        + &league_board("slow", "slow_match", "2h", 4, "promote = \"25%\"\ndemote = 1\n");
     // Who plays each round, in arrival order: p9 sits out round 2, n0 and n1 join late.
     let players: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
     let mut rounds: Vec<Vec<&str>> = vec![players.iter().map(String::as_str).collect()];
@@ -122,7 +81,7 @@ demote = 1
 
     // The models: each round placed with the tiers the one before settled
     // to, on the league board (idle players drop) and the keep board.
-    let mut model = Model { size: 4, promote: 1, demote: 1, keep_idle: false, next: HashMap::new() };
+    let mut model = Model { size: 4, promote: Promote::Count(1), demote: 1, keep_idle: false, next: HashMap::new() };
     let mut keep = Model { keep_idle: true, next: HashMap::new(), ..model };
     let (mut placed, mut kept): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
     let mut expected: BTreeMap<String, Vec<(String, i64, &'static str, usize)>> = BTreeMap::new();
@@ -195,11 +154,7 @@ demote = 1
     let mut settled = 0.0;
     for port in [w1.http_port, w2.http_port] {
         let (_, body) = http_get(port, "/metrics").await;
-        settled += body
-            .lines()
-            .filter(|l| l.starts_with("rankflow_league_settlements_total{"))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum::<f64>();
+        settled += sum(&samples(&body), "rankflow_league_settlements_total", &[]);
     }
     assert_eq!(settled as i64, 6, "three rounds of two boards, each settled once\n{}", logs());
     // A worker that died after sending a round's records but before
@@ -348,21 +303,8 @@ topic = "{sealed}"
 idle_grace = "1s"
 check_interval = "100ms"
 
-[[board]]
-id = "lg"
-on = ["match"]
-mode = "sum"
-periods = ["all_time"]
-schedules = [{{ name = "round", cron = "0 * * * *", duration = "1h" }}]
-close_after = "2h"
-[board.league]
-rounds = "round"
-tiers = ["bronze", "silver", "gold"]
-cohort_size = 4
-promote = 1
-demote = 1
 "#
-    );
+    ) + &league_board("lg", "match", "2h", 4, "promote = 1\ndemote = 1\n");
     // Last hour's round, closed on demand below: x0..x5, x5 the best.
     let records: Vec<_> = (0..6)
         .map(|i| event_record("match", &format!("x{i}"), 10 + i, this_hour - HOUR + 1000 * (i + 1), now, None))

@@ -115,11 +115,7 @@ fn caught_up(primary: &str, replica: &str) {
 }
 
 fn fallbacks(metrics: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("rankflow_replica_read_fallbacks_total "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    sum(&samples(metrics), "rankflow_replica_read_fallbacks_total", &[])
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -70,20 +70,27 @@ fn league_target<'a>(
     Ok((t, read))
 }
 
-/// Cohort `code`'s standings: recorded results once settled, else as the settlement would rank them now.
-async fn standings(s: &AppState, t: &Target<'_>, r: &RoundRead<'_>, code: i64) -> Result<Vec<Ranked>, ApiError> {
+/// Cohort `code`'s tier and standings: recorded results once settled, else
+/// as the settlement would rank them now.
+async fn standings(
+    s: &AppState,
+    t: &Target<'_>,
+    r: &RoundRead<'_>,
+    code: i64,
+) -> Result<(usize, Vec<Ranked>), ApiError> {
     let reader = s.reader_for(t)?;
     let read = reader.league_cohort(&r.base, &r.round.id, code, &r.board_key).await.map_err(ApiError::unavailable)?;
     let (tier, _) = league::split_code(code).unwrap_or((0, 1));
     let settled = r.league.settle(t.board.order(), tier, read.players);
-    Ok(settled
+    let ranked = settled
         .into_iter()
         .map(|p| {
             let recorded = read.results.get(&p.member).and_then(|text| league::parse_result(text));
             let (zone, next_tier) = recorded.map_or((p.zone, p.next_tier), |(_, z, n)| (z, n));
             Ranked { rank: p.rank, member: p.member, stored: p.stored, zone, next_tier }
         })
-        .collect())
+        .collect();
+    Ok((tier, ranked))
 }
 
 fn entry_json(board: &Board, league: &League, e: &Ranked) -> Value {
@@ -107,9 +114,8 @@ pub(super) async fn player_field(s: &AppState, t: &Target<'_>, player_id: &str) 
         Placement::Pending => return Ok(Some(json!({ "pending": true }))),
         Placement::NotPlaced => return Ok(None),
     };
-    let ranked = standings(s, t, &r, code).await?;
+    let (tier, ranked) = standings(s, t, &r, code).await?;
     let me = ranked.iter().find(|e| e.member == player_id);
-    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
     Ok(Some(json!({
         "tier": r.league.tiers.get(tier),
         "cohort": r.league.cohort_id(code),
@@ -131,11 +137,10 @@ pub(super) async fn cohort(
     })?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
-    let ranked = standings(&s, &t, &r, code).await?;
+    let (tier, ranked) = standings(&s, &t, &r, code).await?;
     if ranked.is_empty() {
         return Err(ApiError::not_found(format!("cohort '{cohort}' holds no ranked player in {}", t.period)));
     }
-    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
     let entries: Vec<Value> =
         ranked.iter().skip(offset).take(limit).map(|e| entry_json(t.board, r.league, e)).collect();
     Ok(Json(json!({
@@ -165,8 +170,7 @@ pub(super) async fn player_cohort(
             return Err(ApiError::not_placed(format!("player '{player_id}' is not placed in {}", t.period)))
         }
     };
-    let ranked = standings(&s, &t, &r, code).await?;
-    let (tier, _) = league::split_code(code).unwrap_or((0, 1));
+    let (tier, ranked) = standings(&s, &t, &r, code).await?;
     let entries: Vec<Value> = ranked.iter().map(|e| entry_json(t.board, r.league, e)).collect();
     Ok(Json(json!({
         "board": t.board.id(), "period": t.period, "player_id": player_id,

@@ -152,16 +152,14 @@ impl Reader {
             c.arg(body).arg(key_list.len()).arg(&key_list).arg(op).arg(order).arg(shift).arg(args);
             c
         };
-        let (by_sha, by_source) = (call("EVALSHA_RO", lua.script.get_hash()), call("EVAL_RO", &lua.source));
-        self.run(|mut conn| {
-            let (by_sha, by_source) = (by_sha.clone(), by_source.clone());
-            async move {
-                match by_sha.query_async(&mut conn).await {
-                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                        by_source.query_async(&mut conn).await
-                    }
-                    other => other,
+        let call = &call;
+        self.run(|mut conn| async move {
+            match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
+                // The script's source goes only to a node that lacks it.
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    call("EVAL_RO", &lua.source).query_async(&mut conn).await
                 }
+                other => other,
             }
         })
         .await

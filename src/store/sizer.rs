@@ -33,25 +33,29 @@ impl CallSizer {
 
     /// The most events the next call on tag `base` carries.
     pub fn limit(&self, base: &str) -> usize {
-        let Some(budget) = self.budget_us else { return self.cap };
         let per = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner()).get(base).copied();
-        match per {
-            // Unmeasured: the cap, until the first call says what the tag costs.
-            None => self.cap,
-            Some(per) => ((budget / per.max(0.01)) as usize).clamp(1, self.cap),
+        self.fit(per)
+    }
+
+    /// How many events fit in the budget at `per` µs each (unmeasured: the
+    /// cap, until the first call says what the tag costs).
+    fn fit(&self, per: Option<f64>) -> usize {
+        match (self.budget_us, per) {
+            (Some(budget), Some(per)) => ((budget / per.max(0.01)) as usize).clamp(1, self.cap),
+            _ => self.cap,
         }
     }
 
     /// A call of `events` events on `base` held Redis `us` microseconds.
     /// Returns the tag's new limit.
     pub fn observe(&self, base: &str, events: usize, us: i64) -> usize {
+        let mut map = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner());
         if events > 0 && us >= 0 {
             let sample = us as f64 / events as f64;
-            let mut map = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner());
             let per = map.entry(base.to_string()).or_insert(sample);
             *per = (1.0 - NEWEST) * *per + NEWEST * sample;
         }
-        self.limit(base)
+        self.fit(map.get(base).copied())
     }
 }
 

@@ -7,11 +7,46 @@ use std::time::Duration;
 pub const SPAN: i64 = 1 << 32;
 pub const TIERS: [&str; 3] = ["bronze", "silver", "gold"];
 
+/// A sum board with hourly rounds (schedule `round`) and a league of
+/// bronze, silver and gold in cohorts of `size`; `rest` ends its
+/// `[board.league]` (promote, demote, idle).
+pub fn league_board(id: &str, on: &str, close_after: &str, size: usize, rest: &str) -> String {
+    format!(
+        "\n[[board]]\nid = \"{id}\"\non = [\"{on}\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+         schedules = [{{ name = \"round\", cron = \"0 * * * *\", duration = \"1h\" }}]\nclose_after = \"{close_after}\"\n\
+         [board.league]\nrounds = \"round\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = {size}\n{rest}"
+    )
+}
+
+/// Sets the tiers hash at `key` as a settlement would have: player `p<i>` in `tier_of(i)`.
+pub async fn seed_tiers(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    players: u64,
+    tier_of: impl Fn(u64) -> usize,
+) {
+    let mut seed = redis::cmd("HSET");
+    seed.arg(key);
+    for p in 0..players {
+        seed.arg(format!("p{p}")).arg(tier_of(p));
+    }
+    let _: i64 = seed.query_async(conn).await.unwrap();
+}
+
+/// How many of a cohort move up: a count, or a percentage of its players
+/// (rounded down, at least 1).
+#[derive(Clone, Copy)]
+pub enum Promote {
+    Count(usize),
+    Percent(usize),
+}
+
 /// The rules, written plainly: tiers at the next placement, placement in
-/// arrival order, settlement by score (distinct scores here).
+/// arrival order, settlement by score, ties as Redis orders a desc board
+/// (member bytes descending).
 pub struct Model {
     pub size: usize,
-    pub promote: usize,
+    pub promote: Promote,
     pub demote: usize,
     /// `idle = "keep"`: a player of the previous round absent from this one keeps their tier.
     pub keep_idle: bool,
@@ -55,9 +90,13 @@ impl Model {
         }
         let mut out = BTreeMap::new();
         for ((t, n), mut players) in cohorts {
-            players.sort_by_key(|p| std::cmp::Reverse(p.1));
+            players.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
             let k = players.len();
-            let up = self.promote.min(k);
+            let up = match self.promote {
+                Promote::Count(n) => n,
+                Promote::Percent(p) => (k * p / 100).max(1),
+            }
+            .min(k);
             let down = self.demote.min(k - up);
             let mut standings = Vec::new();
             for (i, (p, s)) in players.into_iter().enumerate() {

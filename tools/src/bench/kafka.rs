@@ -260,6 +260,21 @@ fn applied_pairs(listen: &str) -> u64 {
     })
 }
 
+/// Starts `rankflow run` on `cfg`, written to `dir/<name>.toml`, its log
+/// (warnings and worse) to `dir/<name>.log`.
+pub(super) fn spawn_rankflow(exe: &Path, dir: &Path, name: &str, cfg: &str) -> Result<std::process::Child, String> {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
+    std::process::Command::new(exe)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stderr(log)
+        .spawn()
+        .map_err(|e| e.to_string())
+}
+
 /// Runs the real binary (its config serving HTTP at `listen`) until its
 /// group has committed `count` records.
 pub(super) fn run_to_end(
@@ -272,18 +287,9 @@ pub(super) fn run_to_end(
     count: u64,
 ) -> Result<Drain, String> {
     let GroupTopic { brokers, group, topic, partitions } = *at;
-    let path = dir.join(format!("{group}.toml"));
-    std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(dir.join(format!("{group}.log"))).map_err(|e| e.to_string())?;
     let commits = Committed::new(brokers, group, topic, partitions)?;
     let started = Instant::now();
-    let mut child = std::process::Command::new(exe)
-        .args(["run", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .stderr(log)
-        .spawn()
-        .map_err(|e| e.to_string())?;
+    let mut child = spawn_rankflow(exe, dir, group, cfg)?;
     let pid = child.id();
     let mut peak = 0;
     let mut assigned = None;

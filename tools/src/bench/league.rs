@@ -115,16 +115,7 @@ async fn settlement(brokers: &str, redis_url: &str, players: u64) -> Result<Vec<
             .await
             .map_err(|e| e.to_string())?;
     }
-    let path = dir.join(format!("{run}.toml"));
-    std::fs::write(&path, &cfg).map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(dir.join(format!("{run}.log"))).map_err(|e| e.to_string())?;
-    let mut child = std::process::Command::new(exe)
-        .args(["run", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .stderr(log)
-        .spawn()
-        .map_err(|e| e.to_string())?;
+    let mut child = spawn_rankflow(&exe, &dir, &run, &cfg)?;
     let cohorts_of = |n: u64| n.div_ceil(30);
     let (step, published) = (format!("{round}:step"), format!("{round}:published"));
     let (mut began, mut settled) = (None, None);
