@@ -164,32 +164,44 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
 
 /// Reads at `rate` per second for `window`, each timed from when it was
 /// due, on connections taken from a pool (a new one when all are busy).
+/// The reads are sent from a thread of their own that sleeps to each one's
+/// time: the runtime's timers tick by the millisecond, and the clients of a
+/// real server do not share its runtime.
 async fn open_loop(addr: std::net::SocketAddr, rate: f64, window: Duration, members: u64) -> Result<Vec<f64>, String> {
     let pool: Arc<tokio::sync::Mutex<Vec<Http>>> = Arc::default();
     let failures = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
     let total = (rate * window.as_secs_f64()) as u64;
-    let mut rng = rand_seed(7);
-    let mut tasks = Vec::with_capacity(total as usize);
-    for n in 0..total {
-        let due = start + Duration::from_secs_f64(n as f64 / rate);
-        tokio::time::sleep_until(due.into()).await;
-        let (method, path, body, ..) = mix(n, &mut rng, members);
-        let (pool, failures) = (pool.clone(), failures.clone());
-        tasks.push(tokio::spawn(async move {
-            let taken = pool.lock().await.pop();
-            let mut http = match taken {
-                Some(h) => h,
-                None => Http::connect(addr).await?,
-            };
-            if http.send(method, &path, &body).await? != 200 {
-                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let ms = due.elapsed().as_secs_f64() * 1000.0;
-            pool.lock().await.push(http);
-            Ok::<_, String>(ms)
-        }));
-    }
+    let runtime = tokio::runtime::Handle::current();
+    let f = failures.clone();
+    let sending = std::thread::spawn(move || {
+        let mut rng = rand_seed(7);
+        let mut tasks = Vec::with_capacity(total as usize);
+        let start = Instant::now();
+        for n in 0..total {
+            let due = start + Duration::from_secs_f64(n as f64 / rate);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let (method, path, body, ..) = mix(n, &mut rng, members);
+            let (pool, failures) = (pool.clone(), f.clone());
+            tasks.push(runtime.spawn(async move {
+                let taken = pool.lock().await.pop();
+                let mut http = match taken {
+                    Some(h) => h,
+                    None => Http::connect(addr).await?,
+                };
+                if http.send(method, &path, &body).await? != 200 {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let ms = due.elapsed().as_secs_f64() * 1000.0;
+                pool.lock().await.push(http);
+                Ok::<_, String>(ms)
+            }));
+        }
+        tasks
+    });
+    let tasks = tokio::task::spawn_blocking(move || sending.join())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|_| "the open loop's sending thread panicked".to_string())?;
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         out.push(t.await.map_err(|e| e.to_string())??);

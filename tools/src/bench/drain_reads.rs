@@ -14,6 +14,8 @@ struct Run {
     what: &'static str,
     rate: f64,
     reads: super::probe::Reads,
+    /// What the primary spent meanwhile.
+    redis: RedisStats,
 }
 
 /// `rankflow-tools bench drain-reads`.
@@ -47,19 +49,30 @@ pub async fn drain_reads(brokers: &str, redis_url: &str, replica_url: &str, coun
         }
         let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
         let probe_at = if replica { replica_url } else { redis_url };
+        let before = redis_stats(&conn).await?;
         let d = run_to_end(&exe, &dir, &cfg, &listen, probe_at, &at, count)?;
-        runs.push(Run { what, rate: rate(count, d.drain), reads: d.reads });
+        let mut redis = RedisStats::default();
+        redis.add_between(&before, &redis_stats(&conn).await?);
+        runs.push(Run { what, rate: rate(count, d.drain), reads: d.reads, redis });
     }
     let _ = std::fs::remove_dir_all(&dir);
     let p = |ms: &[f64], q: f64| if ms.is_empty() { f64::NAN } else { percentile(ms, q) };
     println!("\nreads during a drain of {count} records (one every 20 ms; ms):\n");
-    println!("| drain | records/s | HTTP p50 | HTTP p99 | bare ZRANGE p50 | bare ZRANGE p99 |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| drain | records/s | primary CPU µs/record | apply calls (mean ms) | HTTP p50 | HTTP p99 | bare ZRANGE p50 | \
+         bare ZRANGE p99 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &runs {
+        let calls = r.redis.calls.get("EVALSHA").copied().unwrap_or(0.0);
+        let usec = r.redis.usec.get("EVALSHA").copied().unwrap_or(0.0);
         println!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {:.0} | {:.1} | {:.0} ({:.1}) | {:.1} | {:.1} | {:.1} | {:.1} |",
             r.what,
             r.rate,
+            r.redis.cpu * 1e6 / count as f64,
+            calls,
+            usec / calls.max(1.0) / 1000.0,
             p(&r.reads.http, 0.5),
             p(&r.reads.http, 0.99),
             p(&r.reads.redis, 0.5),

@@ -125,6 +125,8 @@ pub(super) async fn store_path(
 pub(super) struct RedisStats {
     pub(super) cpu: f64,
     pub(super) usec: HashMap<String, f64>,
+    /// How many times each command ran.
+    pub(super) calls: HashMap<String, f64>,
 }
 
 impl RedisStats {
@@ -133,6 +135,9 @@ impl RedisStats {
         self.cpu += after.cpu - before.cpu;
         for (k, v) in &after.usec {
             *self.usec.entry(k.clone()).or_default() += v - before.usec.get(k).copied().unwrap_or(0.0);
+        }
+        for (k, v) in &after.calls {
+            *self.calls.entry(k.clone()).or_default() += v - before.calls.get(k).copied().unwrap_or(0.0);
         }
     }
 }
@@ -150,15 +155,17 @@ pub(super) async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> 
         .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
         .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
         .sum();
-    let usec = info
-        .lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let usec = rest.split(',').find_map(|kv| kv.strip_prefix("usec="))?.parse().ok()?;
-            Some((name.to_uppercase(), usec))
-        })
-        .collect();
-    Ok(RedisStats { cpu, usec })
+    let field = |name: &str| -> HashMap<String, f64> {
+        let key = format!("{name}=");
+        info.lines()
+            .filter_map(|l| {
+                let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let v = rest.split(',').find_map(|kv| kv.strip_prefix(key.as_str()))?.parse().ok()?;
+                Some((cmd.to_uppercase(), v))
+            })
+            .collect()
+    };
+    Ok(RedisStats { cpu, usec: field("usec"), calls: field("calls") })
 }
 
 /// Where Redis's time went in one phase (`spent`: what Redis used during
