@@ -34,7 +34,10 @@
 //! | `{prefix}:{tag}:_lgx` | hash | leagues: player -> the tier `player_tier_set` gave, which the next settlement keeps |
 //! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published; `<round>:from` -> where the seal topic ended before the publication began |
 //! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
-//! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms) |
+//! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms); `<period key>:history` -> how far its history is recorded (`done` at the end) |
+//! | `{prefix}:{tag}:_hist:<period>` | hash | history: a sealed period's standings, player -> `<ordinal>:<competition>:<total>:<stored score>` at the seal; expires with the snapshot |
+//! | `{prefix}:{tag}:_best:<kind>` | hash | history: player -> `<best ordinal rank>:<period>` over the sealed periods of a kind (`daily`, a window's or schedule's name, ...); never expires |
+//! | `{prefix}:{tag}:_hk` | set | history: the tag's `_hist` and `_best` keys, for erasure and history reads |
 //! | `{prefix}:{tag}:r:<name>` | zset | rolling board `<name>`, recomputed by the scheduler |
 //! | `{prefix}:{tag}:_roll:r:<name>`, `..:<d>` | zset | a rolling board's build in progress: the staged union, and day `d`'s staged copy (in the registry while they exist); the staged dense index is `_dense:_roll:r:<name>` |
 //! | `{prefix}:{tag}:_roll:<name>` | hash | where that build is: `window`, `phase`, `d`, `at` |
@@ -367,6 +370,36 @@ pub fn league_state_key(base: &str) -> String {
 /// Leagues: every round key of the tag that holds players, for erasure.
 pub fn league_registry_key(base: &str) -> String {
     format!("{base}:_lgk")
+}
+
+/// History: a sealed period's standings at the seal (see `scripts/history.lua`).
+pub fn history_key(base: &str, period_id: &str) -> String {
+    format!("{base}:_hist:{period_id}")
+}
+
+/// What [`history_key`] puts before the period id.
+pub fn history_prefix(base: &str) -> String {
+    format!("{base}:_hist:")
+}
+
+/// History: each player's best rank over the sealed periods of one kind.
+pub fn best_key(base: &str, kind: &str) -> String {
+    format!("{base}:_best:{kind}")
+}
+
+/// What [`best_key`] puts before the kind.
+pub fn best_prefix(base: &str) -> String {
+    format!("{base}:_best:")
+}
+
+/// History: the tag's history and best hashes, for erasure and reads.
+pub fn history_registry_key(base: &str) -> String {
+    format!("{base}:_hk")
+}
+
+/// The field of a tag's sealed hash that says how far a period's history is recorded.
+pub fn history_field(period_key: &str) -> String {
+    format!("{period_key}:history")
 }
 
 /// Which periods of the tag are sealed (see the table above).

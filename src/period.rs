@@ -122,6 +122,20 @@ pub enum PeriodError {
 }
 
 impl Period {
+    /// The name of the period's kind, as a player's history groups best
+    /// ranks: the calendar kind's (`daily`), a window's or a schedule's own
+    /// name (ids `s:<name>`, `c:<name>:<start>`).
+    pub fn kind_name(&self) -> &str {
+        match self.kind {
+            PeriodKind::Window => self.id.strip_prefix("s:").unwrap_or(&self.id),
+            PeriodKind::Schedule => {
+                let rest = self.id.strip_prefix("c:").unwrap_or(&self.id);
+                rest.split_once(':').map_or(rest, |(name, _)| name)
+            }
+            kind => kind.name(),
+        }
+    }
+
     /// The period of `kind` that holds the instant `ts_ms`, in `tz`.
     pub fn containing(kind: PeriodKind, tz: Tz, ts_ms: i64) -> Result<Period, PeriodError> {
         match kind {

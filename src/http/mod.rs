@@ -27,6 +27,7 @@ use crate::period::Period;
 use crate::store::{Reader, StoreError};
 
 mod cursor;
+mod history;
 mod league;
 mod periods;
 mod ranks;
@@ -105,6 +106,7 @@ pub fn app(state: AppState) -> HttpRouter {
         .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
         .route("/v1/boards/{board}/cohorts/{cohort}", get(league::cohort))
         .route("/v1/boards/{board}/players/{player}/cohort", get(league::player_cohort))
+        .route("/v1/boards/{board}/players/{player}/history", get(history::history))
         .route("/v1/boards/{board}/league", get(league::overview))
         .route("/v1/boards/{board}/periods", get(periods::periods))
         .with_state(state)

@@ -47,6 +47,7 @@ use crate::store::{Store, StoreError};
 pub use crate::watermarks::Watermarks;
 use rdkafka::error::KafkaError;
 
+mod history;
 mod league;
 mod rolling;
 mod seal;

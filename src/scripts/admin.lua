@@ -34,6 +34,8 @@
 --            tag's league keys (see keys.rs): the tiers of next placements,
 --            player_tier_set's tiers, and the round keys, which an erasure
 --            clears of the player
+--   history_registry   KEYS index of the tag's history registry (its
+--            history and best hashes, which an erasure clears of the player)
 -- ARGV[2]  the event's marker (Const.MARKER_BYTES bytes)
 --
 -- Returns the error LOST, having done nothing, when the tag is not
@@ -238,15 +240,17 @@ elseif op == 'erase' then
   call('DEL', h.rate_key)
   -- Leagues: out of every round's cohorts, waiting players and results (a
   -- cohort keeps its places: the others move up), and out of the tiers.
-  local rounds = KEYS[h.league_registry]
-  for _, k in ipairs(call('SMEMBERS', rounds)) do
-    local kind = call('TYPE', k).ok
-    if kind == 'zset' then
-      call('ZREM', k, member)
-    elseif kind == 'hash' then
-      call('HDEL', k, member)
-    else
-      call('SREM', rounds, k)
+  -- History: out of every sealed period's standings and every best rank.
+  for _, registry in ipairs({ KEYS[h.league_registry], KEYS[h.history_registry] }) do
+    for _, k in ipairs(call('SMEMBERS', registry)) do
+      local kind = call('TYPE', k).ok
+      if kind == 'zset' then
+        call('ZREM', k, member)
+      elseif kind == 'hash' then
+        call('HDEL', k, member)
+      else
+        call('SREM', registry, k)
+      end
     end
   end
   call('HDEL', KEYS[h.league_tiers], member)

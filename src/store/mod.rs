@@ -17,6 +17,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 mod conn;
 mod gate;
+mod history;
 mod jobs;
 mod league;
 pub mod maintenance;
@@ -35,6 +36,7 @@ mod writer;
 
 pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 use gate::Gate;
+pub use history::{BestRank, HistoryStep, PlayerHistory, SealedStanding};
 pub use jobs::{RollCall, RollStep, SealCall, SealReply};
 pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
 pub use moderation::{admin_invocation, AdminCall};

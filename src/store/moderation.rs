@@ -53,11 +53,12 @@ pub fn admin_invocation(
         keys.push(keys::sealed_key(base));
         h.int("sealed", keys.len() as i64);
     }
-    // Every tag's: an erasure reaches the league keys of a board whose league is no longer configured too.
+    // Every tag's: an erasure reaches the league and history keys of a board that no longer keeps them too.
     for (name, key) in [
         ("league_tiers", keys::league_tiers_key(base)),
         ("league_overrides", keys::league_overrides_key(base)),
         ("league_registry", keys::league_registry_key(base)),
+        ("history_registry", keys::history_registry_key(base)),
     ] {
         keys.push(key);
         h.int(name, keys.len() as i64);
@@ -170,7 +171,7 @@ mod tests {
         let call = AdminCall { field: "admin:0", offset: 9, event_id: &id, member: "alice", ts_ms: 42, op: &op };
         let (keys, args) = admin_invocation("lb:{p}", None, &call, 60);
         let tag = ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"];
-        assert_eq!(keys, [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk"]].concat());
+        assert_eq!(keys, [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk", "lb:{p}:_hk"]].concat());
         assert_eq!(args.len(), 2);
         assert_eq!(args[1], crate::markers::marker(&id).to_vec());
         let header = msgpack::render(&mut args[0].as_slice());
@@ -179,7 +180,7 @@ mod tests {
             header,
             format!(
                 "{{offsets: 1, registry: 2, hidden: 3, versions: 4, league_tiers: 5, league_overrides: 6, \
-                 league_registry: 7, field: admin:0, offset: 9, member: alice, \
+                 league_registry: 7, history_registry: 8, field: admin:0, offset: 9, member: alice, \
                  seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
                  dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
                  shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: lb:{{p}}:_rl:alice, mode: sum, \

@@ -1,0 +1,191 @@
+//! Players' history: `history.lua`'s steps, which record a sealed period's
+//! standings and raise each player's best of its kind, and the read of one
+//! player's history (the tag's history registry, then one field of each
+//! key it lists).
+
+use super::scripts::HISTORY;
+use super::{Reader, Store, StoreError};
+use crate::keys;
+
+/// One step of recording one sealed period of one tag in its players' history.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryStep<'a> {
+    pub base: &'a str,
+    /// The live period's id (its snapshot is `<id>:final`).
+    pub period_id: &'a str,
+    /// The kind of period, as the best hashes are named (`daily`, a schedule's name, ...).
+    pub kind: &'a str,
+    pub desc: bool,
+    pub shift: i64,
+    /// EXPIREAT seconds of the period's history (its snapshot's; 0: none).
+    pub expire_at: i64,
+    /// The most entries one step records.
+    pub budget: usize,
+}
+
+impl HistoryStep<'_> {
+    /// KEYS and ARGV, as `history.lua` documents them.
+    fn invocation(&self) -> (Vec<String>, Vec<String>) {
+        let (base, id) = (self.base, self.period_id);
+        let k = vec![
+            keys::period_key(base, &keys::final_id(id)),
+            keys::history_key(base, id),
+            keys::best_key(base, self.kind),
+            keys::sealed_key(base),
+            keys::history_registry_key(base),
+            keys::offsets_key(base),
+        ];
+        let args = vec![
+            keys::history_field(&keys::period_key(base, id)),
+            if self.desc { "desc" } else { "asc" }.to_string(),
+            self.shift.to_string(),
+            self.budget.max(1).to_string(),
+            self.expire_at.to_string(),
+            id.to_string(),
+        ];
+        (k, args)
+    }
+}
+
+/// A player's standing in one sealed period, as recorded at its seal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedStanding {
+    pub period_id: String,
+    pub ordinal: i64,
+    pub competition: i64,
+    /// Members of the sealed board.
+    pub total: i64,
+    pub stored: i64,
+}
+
+/// A player's best rank over the sealed periods of one kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BestRank {
+    pub kind: String,
+    pub rank: i64,
+    pub period_id: String,
+}
+
+/// What the tag holds of one player's history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlayerHistory {
+    pub periods: Vec<SealedStanding>,
+    pub best: Vec<BestRank>,
+}
+
+/// `<ordinal>:<competition>:<total>:<stored>`, as `history.lua` records a standing.
+fn parse_standing(period_id: &str, v: &str) -> Option<SealedStanding> {
+    let mut it = v.splitn(4, ':').map(str::parse::<i64>);
+    let (Some(Ok(ordinal)), Some(Ok(competition)), Some(Ok(total)), Some(Ok(stored))) =
+        (it.next(), it.next(), it.next(), it.next())
+    else {
+        return None;
+    };
+    Some(SealedStanding { period_id: period_id.to_string(), ordinal, competition, total, stored })
+}
+
+/// `<rank>:<period id>`, as `history.lua` records a best.
+fn parse_best(kind: &str, v: &str) -> Option<BestRank> {
+    let (rank, period) = v.split_once(':')?;
+    Some(BestRank { kind: kind.to_string(), rank: rank.parse().ok()?, period_id: period.to_string() })
+}
+
+impl Store {
+    /// One step of `history.lua`: whether the period's history is all recorded, and how many entries this step did.
+    pub async fn history_step(&self, step: &HistoryStep<'_>) -> Result<(bool, u64), StoreError> {
+        let (keys, args) = step.invocation();
+        let (done, n): (i64, u64) = self.script(&HISTORY, &keys, &args).await?;
+        Ok((done == 1, n))
+    }
+}
+
+impl Reader {
+    /// `member`'s history on the tag `base`: their standing in each sealed
+    /// period still retained, and their best of each kind.
+    pub async fn history(&self, base: &str, member: &str) -> Result<PlayerHistory, StoreError> {
+        let registry = keys::history_registry_key(base);
+        let (hist, best) = (keys::history_prefix(base), keys::best_prefix(base));
+        let found: Vec<(String, Option<String>)> = self
+            .run(|mut conn| {
+                let registry = registry.clone();
+                async move {
+                    let listed: Vec<String> = redis::cmd("SMEMBERS").arg(&registry).query_async(&mut conn).await?;
+                    if listed.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let mut pipe = redis::pipe();
+                    for k in &listed {
+                        pipe.cmd("HGET").arg(k).arg(member);
+                    }
+                    let values: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+                    Ok(listed.into_iter().zip(values).collect())
+                }
+            })
+            .await?;
+        let mut out = PlayerHistory::default();
+        for (key, value) in found {
+            let Some(value) = value else { continue };
+            if let Some(period) = key.strip_prefix(&hist) {
+                out.periods.extend(parse_standing(period, &value));
+            } else if let Some(kind) = key.strip_prefix(&best) {
+                out.best.extend(parse_best(kind, &value));
+            }
+        }
+        out.best.sort_by(|a, b| a.kind.cmp(&b.kind));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_standings_and_bests_read_back_and_odd_ones_are_skipped() {
+        assert_eq!(
+            parse_standing("d:2026-08-14", "3:2:40:1200"),
+            Some(SealedStanding {
+                period_id: "d:2026-08-14".into(),
+                ordinal: 3,
+                competition: 2,
+                total: 40,
+                stored: 1200
+            })
+        );
+        assert_eq!(parse_standing("d", "-1:1:1:-5").map(|s| s.stored), Some(-5));
+        assert_eq!(parse_standing("d", "3:2:40"), None);
+        assert_eq!(parse_standing("d", "x:2:40:1"), None);
+        // A period id holds colons: the best's period is everything after the rank.
+        assert_eq!(
+            parse_best("weekend", "2:c:weekend:2026-12-04T18:00"),
+            Some(BestRank { kind: "weekend".into(), rank: 2, period_id: "c:weekend:2026-12-04T18:00".into() })
+        );
+        assert_eq!(parse_best("daily", "two:d:1"), None);
+    }
+
+    #[test]
+    fn a_step_names_its_keys_and_arguments_as_the_script_reads_them() {
+        let step = HistoryStep {
+            base: "lb:{p}",
+            period_id: "d:2026-08-14",
+            kind: "daily",
+            desc: true,
+            shift: 1,
+            expire_at: 99,
+            budget: 0,
+        };
+        let (keys, args) = step.invocation();
+        assert_eq!(
+            keys,
+            [
+                "lb:{p}:d:2026-08-14:final",
+                "lb:{p}:_hist:d:2026-08-14",
+                "lb:{p}:_best:daily",
+                "lb:{p}:_sealed",
+                "lb:{p}:_hk",
+                "lb:{p}:_offsets"
+            ]
+        );
+        assert_eq!(args, ["lb:{p}:d:2026-08-14:history", "desc", "1", "1", "99", "d:2026-08-14"]);
+    }
+}
