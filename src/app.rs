@@ -38,7 +38,8 @@ pub async fn run(settings: Settings) -> i32 {
     let router = Arc::new(Router::new(settings.boards.clone(), &settings.redis.key_prefix));
     let health = Arc::new(Health::default());
     let state = http::AppState::new(router.clone(), health.clone(), settings.http.max_limit)
-        .with_max_players(settings.http.max_players);
+        .with_max_players(settings.http.max_players)
+        .with_max_streams(settings.http.max_streams);
     info!(listen = %settings.http.listen, "HTTP server listening.");
     let limits = http::Limits {
         request_timeout: settings.http.request_timeout,

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub call_events: IntGaugeVec,
     /// Reads a replica did not answer, sent to the primary instead.
     pub replica_fallbacks: IntCounter,
+    /// Live streams (`.../live`) open.
+    pub live_streams: IntGauge,
 }
 
 /// Leagues' families.
@@ -110,6 +112,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_league_moves_total",
     "rankflow_call_events",
     "rankflow_replica_read_fallbacks_total",
+    "rankflow_live_streams",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -178,12 +181,7 @@ impl Metrics {
             "Failed attempts to produce to the dead-letter topic (retried).",
         );
         Metrics {
-            records_consumed: counter_vec(
-                &r,
-                "rankflow_records_consumed_total",
-                "Records read from Kafka.",
-                &["topic"],
-            ),
+            records_consumed: counter_vec(&r, "rankflow_records_consumed_total", "Records read from Kafka.", &["topic"]),
             events_applied: counter_vec(&r, "rankflow_events_applied_total", "Events applied to a board.", &["board"]),
             events_duplicate: counter_vec(
                 &r,
@@ -267,6 +265,7 @@ impl Metrics {
             league: LeagueMetrics::new(&r),
             call_events: gauge_vec(&r, "rankflow_call_events", "Most events the next apply call on each of a board's tags carries: as many as fit in worker.max_call_time at the Redis time per event measured there, at most worker.max_events_per_call (the last tag measured).", &["board"]),
             replica_fallbacks: counter(&r, "rankflow_replica_read_fallbacks_total", "HTTP reads no replica answered, sent to the primary instead (redis.read_from = \"replica\")."),
+            live_streams: gauge(&r, "rankflow_live_streams", "Live streams (GET .../live, Server-Sent Events) open, at most http.max_streams."),
             registry: r,
         }
     }

@@ -2,7 +2,9 @@
 //! Chromium, installed by `scripts/setup.sh --test`), against a worker that
 //! consumed real events: the top with ranks, scores and metadata, the
 //! cursor to the next page, a player found with their ranks and the players
-//! around them, and on a league board the player's cohort with its zones.
+//! around them, on a league board the player's cohort with its zones, and
+//! the first page following the live top (a score produced while the page
+//! is open tops it, through the stream).
 //! A screenshot is left under the target directory
 //! (`page/leaderboard.png`) for a person to look at.
 
@@ -13,6 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
+use support::browser::{self, Browser};
 use support::*;
 
 const BOARDS: &str = r#"
@@ -48,29 +51,14 @@ demote = 1
 
 /// Chromium as a test drives it: headless, no network of its own, a fresh profile.
 fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
-    let bin = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|b| Path::new(b).exists())
-        .expect("chromium is not installed: scripts/setup.sh --test installs Debian's chromium");
-    Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
+    Command::new(browser::chromium_bin())
+        .args(browser::CHROMIUM_FLAGS)
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
         .output()
         .expect("run chromium")
 }
 
-/// The texts of `<td class="{class}">` cells in the table with id `table` of a dumped DOM.
 fn cells(dom: &str, table: &str, class: &str) -> Vec<String> {
     let start = dom.find(&format!("<table id=\"{table}\"")).unwrap_or_else(|| panic!("no table {table} in\n{dom}"));
     let body = &dom[start..start + dom[start..].find("</table>").unwrap()];
@@ -106,7 +94,8 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     assert!(html.contains("<title>rankflow leaderboards</title>"));
 
     let profile = temp_dir();
-    let url = format!("http://127.0.0.1:{}/?board=best&period=all_time&rank=competition&player=p07", w.http_port);
+    let url =
+        format!("http://127.0.0.1:{}/?board=best&period=all_time&rank=competition&player=p07&live=0", w.http_port);
     let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
     let dom = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -136,13 +125,13 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     assert!(dom.contains("<tr class=\"you\"><td class=\"rank\">8</td><td class=\"player\">p07</td>"), "{dom}");
 
     // A split board without its split says what is missing, rather than showing nothing.
-    let url = format!("http://127.0.0.1:{}/?board=laps", w.http_port);
+    let url = format!("http://127.0.0.1:{}/?board=laps&live=0", w.http_port);
     let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(dom.contains("class=\"error\"") && dom.contains("name a split"), "{dom}");
 
     // A league board's round: the player's cohort (arrival order p04..p07) with its zones.
-    let url = format!("http://127.0.0.1:{}/?board=lg&period=round&player=p07", w.http_port);
+    let url = format!("http://127.0.0.1:{}/?board=lg&period=round&player=p07&live=0", w.http_port);
     let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(dom.contains("<h2 id=\"cohort-title\">Cohort bronze-2</h2>"), "{dom}");
@@ -150,12 +139,41 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     assert_eq!(cells(&dom, "cohort", "zone zone-promote"), ["promote"], "the top of a cohort moves up");
     assert_eq!(cells(&dom, "cohort", "zone zone-stay").len(), 3, "the lowest tier keeps its bottom");
 
+    // The first page follows the live top: a score produced while the page
+    // is open tops it within seconds, through the stream (the page reads
+    // the first page from nowhere else).
+    let live_profile = temp_dir();
+    let url = format!("http://127.0.0.1:{}/?board=best&period=all_time", w.http_port);
+    let show = "document.querySelector('#top tbody').textContent + ' / tops: ' + document.body.dataset.liveTops";
+    tokio::task::block_in_place(|| {
+        let mut page = Browser::open(live_profile.path(), &url);
+        page.wait_until(
+            "document.querySelector('#top td.player')?.textContent === 'p00'",
+            show,
+            Duration::from_secs(30),
+        );
+        let before = page.eval("Number(document.body.dataset.liveTops || 0)").as_i64().unwrap_or(0);
+        assert!(before >= 1, "the page did not open the live top: {}", page.eval(show));
+        let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": "p99",
+                       "score": 5000, "ts": now, "meta": { "name": "Newcomer" }});
+        let record = ("p99".to_string(), v.to_string().into_bytes(), Some(now));
+        tokio::runtime::Handle::current().block_on(stack.broker.produce(&stack.topic, &[record]));
+        page.wait_until(
+            "document.querySelector('#top td.player')?.textContent === 'p99'",
+            show,
+            Duration::from_secs(20),
+        );
+        assert_eq!(page.eval("document.querySelector('#top-sub').textContent"), json!("all \u{b7} 16 players"));
+        let after = page.eval("Number(document.body.dataset.liveTops || 0)").as_i64().unwrap_or(0);
+        assert!(after > before, "the top changed without a live event: {}", page.eval(show));
+    });
+
     // A screenshot for a person to look at.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");
     std::fs::create_dir_all(&dir).unwrap();
     let shot = dir.join("leaderboard.png");
     let _ = std::fs::remove_file(&shot);
-    let url = format!("http://127.0.0.1:{}/?board=best&player=p07", w.http_port);
+    let url = format!("http://127.0.0.1:{}/?board=best&player=p07&live=0", w.http_port);
     let out = chromium(
         profile.path(),
         &["--virtual-time-budget=20000", "--window-size=1280,800", &format!("--screenshot={}", shot.display()), &url],

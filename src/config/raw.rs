@@ -121,6 +121,8 @@ pub struct RawHttp {
     pub request_timeout: Typed<Duration>,
     /// Requests served at once; more are answered 503 at once, 1 to 100000.
     pub max_concurrent_requests: u64,
+    /// Live streams (`.../live`) open at once; more are answered 503, 1 to 1000000.
+    pub max_streams: u64,
 }
 
 impl Default for RawHttp {
@@ -131,6 +133,7 @@ impl Default for RawHttp {
             max_players: 1000,
             request_timeout: Typed::default_text("10s"),
             max_concurrent_requests: 512,
+            max_streams: 10_000,
         }
     }
 }

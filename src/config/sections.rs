@@ -125,12 +125,14 @@ pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
     let request_timeout =
         e.duration_at_least("http.request_timeout", &h.request_timeout, Duration::from_millis(100), "100ms");
     let max_concurrent = e.within("http.max_concurrent_requests", h.max_concurrent_requests, 1..=100_000);
+    let max_streams = e.within("http.max_streams", h.max_streams, 1..=1_000_000);
     Some(HttpSettings {
         listen: listen?,
         max_limit: max_limit? as usize,
         max_players: max_players? as usize,
         request_timeout: request_timeout?,
         max_concurrent_requests: max_concurrent? as usize,
+        max_streams: max_streams? as usize,
     })
 }
 

@@ -108,6 +108,7 @@ pub struct HttpSettings {
     pub max_players: usize,
     pub request_timeout: Duration,
     pub max_concurrent_requests: usize,
+    pub max_streams: usize,
 }
 
 /// `[events]`.

@@ -27,8 +27,10 @@ use crate::period::Period;
 use crate::store::{Reader, StoreError};
 
 mod cursor;
+mod deadline;
 mod history;
 mod league;
+pub mod live;
 mod periods;
 mod ranks;
 mod reads;
@@ -56,13 +58,21 @@ pub struct AppState {
     pub max_limit: usize,
     /// Most players a friends read may name.
     pub max_players: usize,
+    /// The live tops watched and the streams open (`http.max_streams`).
+    pub live: Arc<live::Live>,
 }
 
 impl AppState {
     /// The handlers' state before Redis is connected (see [`AppState::connected`]).
     pub fn new(router: Arc<Router>, health: Arc<Health>, max_limit: usize) -> AppState {
         let redis = Arc::new(OnceLock::new());
-        AppState { router, redis, health, max_limit, max_players: 1000 }
+        AppState { router, redis, health, max_limit, max_players: 1000, live: Arc::new(live::Live::new(10_000)) }
+    }
+
+    /// Caps the live streams open at once at `n` (`http.max_streams`).
+    pub fn with_max_streams(mut self, n: usize) -> AppState {
+        self.live = Arc::new(live::Live::new(n));
+        self
     }
 
     /// Caps friends reads at `n` players (`http.max_players`).
@@ -100,6 +110,7 @@ pub fn app(state: AppState) -> HttpRouter {
         .route("/metrics", get(|| async { metrics::get().render() }))
         .route("/v1/boards", get(list_boards))
         .route("/v1/boards/{board}/top", get(reads::top))
+        .route("/v1/boards/{board}/live", get(live::live))
         .route("/v1/boards/{board}/players", axum::routing::post(reads::players))
         .route("/v1/boards/{board}/players/{player}", get(reads::player))
         .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
@@ -159,8 +170,9 @@ pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
 
 /// Serves until `cancel` fires, then lets the requests in progress finish.
 /// Each connection must send its request headers within
-/// `limits.request_timeout` and within [`MAX_HEADER_BYTES`], so a slow
-/// client cannot hold a connection forever.
+/// `limits.request_timeout` and within [`MAX_HEADER_BYTES`], and read what
+/// it is sent (no write may wait longer than `limits.request_timeout`), so
+/// a slow client cannot hold a connection forever.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -188,7 +200,7 @@ pub async fn serve(
             .timer(TokioTimer::new())
             .header_read_timeout(limits.request_timeout)
             .max_buf_size(MAX_HEADER_BYTES)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(deadline::WriteDeadline::new(stream, limits.request_timeout)), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
