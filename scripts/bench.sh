@@ -51,6 +51,9 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # default max_call_time, and reads on the replica.
 "$bin" bench --wipe-redis capacity --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}"
 "$bin" bench --wipe-redis drain-reads --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --replica "redis://127.0.0.1:$rrport" --events "${BENCH_DRAIN_EVENTS:-400000}"
+# Live streams: BENCH_LIVE_CLIENTS (default 1000) streams of one top, the
+# server's memory and CPU per stream and Redis's reads meanwhile.
+"$bin" bench --wipe-redis live --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --clients "${BENCH_LIVE_CLIENTS:-1000}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
 # broker inside the bench process) instead of tansu: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.

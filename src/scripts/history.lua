@@ -34,7 +34,22 @@
 local final, hist, best, sealed, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local field, desc, shift, budget = ARGV[1], ARGV[2] == 'desc', tonumber(ARGV[3]), tonumber(ARGV[4])
 local expire_at, period = ARGV[5], ARGV[6]
-local call, format, tonumber = redis.call, string.format, tonumber
+local call, format, tonumber, unpack, min = redis.call, string.format, tonumber, unpack, math.min
+
+-- Lua unpacks at most a few thousand values at once: commands over long
+-- lists go in slices.
+local SLICE = 1000
+local function hset(key, list)
+  for i = 1, #list, 2 * SLICE do call('HSET', key, unpack(list, i, min(i + 2 * SLICE - 1, #list))) end
+end
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, SLICE do
+    local got = call('HMGET', key, unpack(fields, i, min(i + SLICE - 1, #fields)))
+    for k = 1, #got do out[i + k - 1] = got[k] end
+  end
+  return out
+end
 
 local lost = Registered.check(KEYS[6])
 if lost then return lost end
@@ -79,8 +94,8 @@ if n > 0 then
     records[#records + 1] = format('%d:%d:%d:', ordinal, competition, total) .. num(stored)
     members[i] = member
   end
-  call('HSET', hist, unpack(records))
-  local was = call('HMGET', best, unpack(members))
+  hset(hist, records)
+  local was = hmget(best, members)
   local raised = {}
   for i = 1, n do
     local old = was[i] and tonumber(string.match(was[i], '^(%d+):'))
@@ -89,7 +104,7 @@ if n > 0 then
       raised[#raised + 1] = format('%d:%s', at + i, period)
     end
   end
-  if #raised > 0 then call('HSET', best, unpack(raised)) end
+  hset(best, raised)
   Expiry.at(expire_at, { hist })
   call('SADD', registry, hist, best)
 end

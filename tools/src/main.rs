@@ -161,6 +161,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 16)]
         clients: usize,
     },
+    /// Live streams: the server's memory and CPU per stream of one top, and
+    /// Redis's reads meanwhile.
+    Live {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1000)]
+        clients: usize,
+        /// Length of the measured window, seconds.
+        #[arg(long, default_value_t = 15)]
+        seconds: u64,
+    },
     /// Read API latency on a large board next to the bare Redis commands.
     Read {
         #[arg(long)]
@@ -225,6 +238,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Capacity { redis, members, seconds, clients } => {
             report(bench::capacity(&redis, members, seconds, clients).await)
+        }
+        BenchCommand::Live { brokers, redis, clients, seconds } => {
+            report(bench::live(&brokers, &redis, clients, seconds).await)
         }
         BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
         BenchCommand::Sharded { redis, events, members, samples } => {

@@ -232,7 +232,7 @@ pub(super) struct Drain {
 }
 
 /// The `/metrics` page of the rankflow serving HTTP at `listen`, if it answers.
-fn metrics_text(listen: &str) -> Option<String> {
+pub(super) fn metrics_text(listen: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(listen).ok()?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
