@@ -2,7 +2,8 @@
 //! days give each player's rank, score and percentile in each, as the player
 //! reads of the sealed days answer, and their best rank; an erasure removes
 //! a player's history and leaves the others' as recorded at the seals; the
-//! best outlives the days' expiry.
+//! best outlives the days' expiry; a day of 12,000 players, recorded in
+//! three steps, ranks every player exactly.
 
 mod support;
 
@@ -157,4 +158,61 @@ retention = {{ daily = "{retention}s" }}
     assert_eq!(dave["periods"], json!([]));
     assert_eq!(dave["best"]["daily"], json!({ "rank": dave["best_rank"], "period": ids[0] }));
     assert!(matches!(dave["best_rank"].as_i64(), Some(3 | 4)), "{dave}");
+}
+
+/// A day of 12,000 players is recorded in three steps of 5,000: every
+/// player's ranks are exact across the steps' edges, ties straddling them
+/// included (a step takes its first entry's competition rank from a count).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_day_recorded_in_several_steps_ranks_every_player_exactly() {
+    const PLAYERS: u64 = 12_000;
+    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let day = now - now.rem_euclid(DAY) - DAY;
+    let id = day_id(day);
+    let boards = format!(
+        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
+         [[board]]\nid = \"pts\"\non = [\"match\"]\nmode = \"best\"\nperiods = [\"daily\"]\nclose_after = \"1m\"\n"
+    );
+    // Scores from 300 values: about 40 players share each, so ties cross the steps' edges.
+    let mut rng = support::periods::Lcg(11);
+    let scores: Vec<(String, i64)> = (0..PLAYERS).map(|p| (format!("p{p:05}"), 1 + rng.next(300) as i64)).collect();
+    let records: Vec<_> =
+        scores.iter().map(|(p, s)| event_record("match", p, *s, day + 1000, day + 1500, None)).collect();
+    broker.produce(&topic, &records).await;
+    let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
+    let w = Worker::spawn(&cfg);
+    let hist_key = format!("lb:{{pts}}:_hist:{id}");
+    let mut conn = redis.conn().await;
+    let field = format!("lb:{{pts}}:{id}:history");
+    wait_for(Duration::from_secs(120), &|| w.log(), || async {
+        let at: Option<String> =
+            redis::cmd("HGET").arg("lb:{pts}:_sealed").arg(&field).query_async(&mut redis.conn().await).await.unwrap();
+        at.as_deref() == Some("done")
+    })
+    .await;
+    let recorded: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&hist_key).query_async(&mut conn).await.unwrap();
+    // The model: board order is the score, best first, then member bytes descending (Redis's order of a desc board).
+    let mut order = scores.clone();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+    assert_eq!(recorded.len(), order.len());
+    for (i, (player, score)) in order.iter().enumerate() {
+        let better = order.iter().take_while(|(_, s)| s > score).count();
+        let want = format!("{}:{}:{}:{score}", i + 1, better + 1, PLAYERS);
+        assert_eq!(recorded.get(player), Some(&want), "{player} at position {}", i + 1);
+    }
+    // And as the read answers, at the edges of the steps.
+    for at in [4_999usize, 5_000, 5_001, 10_000, 10_001] {
+        let (player, _) = &order[at - 1];
+        let (_, read) = w.get_json(&format!("/v1/boards/pts/players/{player}?period={id}:final")).await;
+        let (_, h) = w.get_json(&format!("/v1/boards/pts/players/{player}/history")).await;
+        assert_eq!(h["periods"][0]["rank"], json!(at), "{h}");
+        assert_eq!(
+            (h["periods"][0]["rank"].clone(), h["periods"][0]["percentile"].clone()),
+            (read["rank"]["ordinal"].clone(), read["percentile"].clone())
+        );
+    }
 }
