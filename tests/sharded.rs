@@ -159,6 +159,9 @@ async fn sharded_boards_answer_every_read_as_the_unsharded_board_does() {
         assert!(body.to_string().contains("offset"), "{body}");
         let (status, body) = w.get_json(&format!("/v1/boards/{sharded}/top?rank=dense")).await;
         assert_eq!(status, 400, "{body}");
+        // Sharded boards keep no players' history yet, and say so.
+        let (status, body) = w.get_json(&format!("/v1/boards/{sharded}/players/p1/history")).await;
+        assert_eq!((status, body["parameter"].clone()), (400, json!("board")), "{body}");
     }
     // The shards spread over the primaries.
     let (keys, holding) = cluster.board_keys(stream::PREFIX).await;
