@@ -21,10 +21,8 @@ fn day_id(ms: i64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn three_sealed_days_give_each_players_ranks_and_best_which_an_erasure_removes_and_expiry_keeps() {
     let stack = Stack::start(1).await;
-    let admin = stack.admin_topic().await;
+    let (admin, sealed) = (stack.admin_topic().await, stack.sealed_topic().await);
     let Stack { redis: _redis, broker, topic, dlq } = stack;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
     let now = chrono::Utc::now().timestamp_millis();
     let today = now - now.rem_euclid(DAY);
     let days = [today - 3 * DAY, today - 2 * DAY, today - DAY];
@@ -166,9 +164,9 @@ retention = {{ daily = "{retention}s" }}
 #[tokio::test(flavor = "multi_thread")]
 async fn a_day_recorded_in_several_steps_ranks_every_player_exactly() {
     const PLAYERS: u64 = 12_000;
-    let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let stack = Stack::start(1).await;
+    let sealed = stack.sealed_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
     let now = chrono::Utc::now().timestamp_millis();
     let day = now - now.rem_euclid(DAY) - DAY;
     let id = day_id(day);
