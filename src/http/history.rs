@@ -20,7 +20,7 @@ pub(super) async fn history(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let board = s.router.board(&board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let board = super::target::board_of(&s, &board_id)?;
     let split = super::target::split_of(board, &q)?;
     if board.shards().is_some() {
         return Err(ApiError::bad("board", format!("board '{}' is sharded: it keeps no players' history", board.id())));

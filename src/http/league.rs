@@ -59,8 +59,7 @@ fn league_target<'a>(
     board_id: &str,
     q: &mut HashMap<String, String>,
 ) -> Result<(Target<'a>, RoundRead<'a>), ApiError> {
-    let board: &Board =
-        s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let board: &Board = super::target::board_of(s, board_id)?;
     let league = board.league().ok_or_else(|| ApiError::not_found(format!("board '{board_id}' has no league")))?;
     q.entry("period".into()).or_insert_with(|| league.rounds.clone());
     let t = resolve(s, board_id, q)?;

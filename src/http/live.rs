@@ -67,8 +67,8 @@ impl Live {
     }
 
     /// The top `key` names, from its watcher, started if there is none.
-    fn watch(&self, s: &AppState, key: String, board: &str, q: &HashMap<String, String>) -> Latest {
-        let mut watchers = self.watchers();
+    fn watch(s: &AppState, key: String, board: &str, q: &HashMap<String, String>) -> Latest {
+        let mut watchers = s.live.watchers();
         if let Some(rx) = watchers.get(&key).filter(|rx| rx.has_changed().is_ok()) {
             return rx.clone();
         }
@@ -129,7 +129,7 @@ pub(super) async fn live(
     rank_policy(&q, t.board)?;
     s.reader()?;
     let slot = Slot::take(&s.live)?;
-    let rx = s.live.watch(&s, top_key(&board_id, &q), &board_id, &q);
+    let rx = Live::watch(&s, top_key(&board_id, &q), &board_id, &q);
     Ok(Sse::new(updates(rx, slot)).keep_alive(KeepAlive::default()).into_response())
 }
 

@@ -56,7 +56,7 @@ pub(super) async fn periods(
     Path(board_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let board = s.router.board(&board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let board = super::target::board_of(&s, &board_id)?;
     let split = super::target::split_of(board, &q)?;
     let reader = s.reader()?.fresh(super::target::fresh_of(&q)?);
     // A sharded board's periods are those any shard holds, sealed once its

@@ -115,12 +115,17 @@ fn layout(s: &AppState, board: &Board, split: Option<&str>, base: &str, id: &str
     Layout::Sharded { shards: bases.iter().map(|b| ShardKeys::of(board, b, id)).collect(), last_seal }
 }
 
+/// The board a read names; 404 when there is none.
+pub(super) fn board_of<'a>(s: &'a AppState, board_id: &str) -> Result<&'a Board, ApiError> {
+    s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))
+}
+
 pub(super) fn resolve<'a>(
     s: &'a AppState,
     board_id: &str,
     q: &HashMap<String, String>,
 ) -> Result<Target<'a>, ApiError> {
-    let board = s.router.board(board_id).ok_or_else(|| ApiError::not_found(format!("no board '{board_id}'")))?;
+    let board = board_of(s, board_id)?;
     let split = split_of(board, q)?;
     let at_ms = match q.get("at") {
         None => now_ms(),

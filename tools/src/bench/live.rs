@@ -76,25 +76,21 @@ async fn measure(conn: &RedisConn, listen: &str, pid: u32, clients: usize, secon
                 let got = buf[..n].windows(6).filter(|w| w == b"data: ").count() as u64;
                 if got > 0 && first {
                     first = false;
-                    opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    opened.fetch_add(1, Ordering::Relaxed);
                 }
-                events.fetch_add(got, std::sync::atomic::Ordering::Relaxed);
+                events.fetch_add(got, Ordering::Relaxed);
             }
         }));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    while opened.load(std::sync::atomic::Ordering::Relaxed) < clients as u64 {
+    while opened.load(Ordering::Relaxed) < clients as u64 {
         if Instant::now() > deadline {
-            return Err(format!(
-                "{} of {clients} streams got their first top in 60 s",
-                opened.load(std::sync::atomic::Ordering::Relaxed)
-            ));
+            return Err(format!("{} of {clients} streams got their first top in 60 s", opened.load(Ordering::Relaxed)));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let rss_after = proc_status_kib(pid, "VmRSS:");
-    let (cpu0, reads0, events0) =
-        (proc_cpu_secs(pid), read_calls(conn).await?, events.load(std::sync::atomic::Ordering::Relaxed));
+    let (cpu0, reads0, events0) = (proc_cpu_secs(pid), read_calls(conn).await?, events.load(Ordering::Relaxed));
     eprintln!("bench: {clients} streams open; the top changes 4 times a second for {seconds}s");
     let end = Instant::now() + Duration::from_secs(seconds);
     let mut c = conn.clone();
@@ -112,7 +108,7 @@ async fn measure(conn: &RedisConn, listen: &str, pid: u32, clients: usize, secon
     }
     let cpu = proc_cpu_secs(pid) - cpu0;
     let reads = read_calls(conn).await? - reads0;
-    let sent = events.load(std::sync::atomic::Ordering::Relaxed) - events0;
+    let sent = events.load(Ordering::Relaxed) - events0;
     for s in &streams {
         s.abort();
     }
