@@ -73,6 +73,7 @@ fn embedded_broker(
     let mut topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     topics.extend(settings.kafka.admin_topics.iter().map(String::as_str));
     topics.push(&settings.kafka.dead_letter_topic);
+    topics.extend(settings.kafka.changes_topic.as_deref());
     if settings.seals() {
         topics.push(&settings.sealing.topic);
     }

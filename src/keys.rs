@@ -14,6 +14,7 @@
 //! | `{prefix}:{tag}:_seen:<n>` | hash | dedupe markers set while Redis's clock was in the `n`th `dedupe_ttl` since the epoch, in buckets: `<b>` -> bucket `b`'s 12-byte markers, concatenated; `level`, `split`, `count` (see [`crate::markers`]); expires `dedupe_ttl / 2` after the next one ends |
 //! | `{prefix}:{tag}:_offsets` | hash | `<topic>:<partition>` -> last applied offset; `registered` -> when the tag was registered (ms): a tag without it takes no write (its data is gone, see `store::registry`) |
 //! | `{prefix}:{tag}:_refused:<topic>:<partition>:<offset>` | string | refusal code of a record, `EX dedupe_ttl` |
+//! | `{prefix}:{tag}:_chg:<topic>:<partition>:<offset>` | string | boards with `notify_top`: the rank changes an applied record made (MessagePack), `EX dedupe_ttl`, which its redelivery answers again |
 //! | `{prefix}:{tag}:_dense:<period>` | zset | distinct values of the period board (dense ranks), same expiry |
 //! | `{prefix}:{tag}:_dcount:<period>` | hash | value -> how many members of the period board hold it, for values held by two or more (no field: one; keeps the dense index exact), same expiry; plus the field `encoding`, whose long value keeps the hash a hash table |
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
@@ -239,7 +240,7 @@ pub fn registry_key(base: &str) -> String {
 
 /// The hash tag of a key base without its shard: `points` of
 /// `prefix:{points}` and `prefix:{points#3}`, `laps:monza` of `prefix:{laps:monza#3}`.
-fn tag_of_base(base: &str) -> Option<&str> {
+pub fn tag_of_base(base: &str) -> Option<&str> {
     let tag = base.split_once('{')?.1.strip_suffix('}')?;
     Some(tag.split_once('#').map_or(tag, |(t, _)| t))
 }
@@ -461,6 +462,17 @@ pub fn refused_pattern(prefix: &str, topic: &str) -> String {
 /// Prefix the apply script completes with `<topic>:<partition>:<offset>`.
 pub fn refused_prefix(base: &str) -> String {
     format!("{base}:_refused:")
+}
+
+/// A `SCAN` pattern matching every remembered rank change of `topic`'s records.
+pub fn changes_pattern(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:{{*}}:_chg:{topic}:*")
+}
+
+/// Prefix the apply script completes with `<topic>:<partition>:<offset>`
+/// to remember a record's rank changes.
+pub fn changes_prefix(base: &str) -> String {
+    format!("{base}:_chg:")
 }
 
 /// The field of a topic-partition in the `_offsets` hash. Kafka topic names

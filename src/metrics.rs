@@ -45,6 +45,9 @@ pub struct Metrics {
     pub replica_fallbacks: IntCounter,
     /// Live streams (`.../live`) open.
     pub live_streams: IntGauge,
+    /// Rank-change records acknowledged by the changes topic, per board.
+    pub rank_changes: IntCounterVec,
+    pub rank_change_errors: IntCounter,
 }
 
 /// Leagues' families.
@@ -113,6 +116,8 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_call_events",
     "rankflow_replica_read_fallbacks_total",
     "rankflow_live_streams",
+    "rankflow_rank_changes_total",
+    "rankflow_rank_change_errors_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -266,6 +271,8 @@ impl Metrics {
             call_events: gauge_vec(&r, "rankflow_call_events", "Most events the next apply call on each of a board's tags carries: as many as fit in worker.max_call_time at the Redis time per event measured there, at most worker.max_events_per_call (the last tag measured).", &["board"]),
             replica_fallbacks: counter(&r, "rankflow_replica_read_fallbacks_total", "HTTP reads no replica answered, sent to the primary instead (redis.read_from = \"replica\")."),
             live_streams: gauge(&r, "rankflow_live_streams", "Live streams (GET .../live, Server-Sent Events) open, at most http.max_streams."),
+            rank_changes: counter_vec(&r, "rankflow_rank_changes_total", "Rank-change records (notify_top) acknowledged by kafka.changes_topic, per board.", &["board"]),
+            rank_change_errors: counter(&r, "rankflow_rank_change_errors_total", "Failed attempts to produce to the changes topic (retried; the source partition waits)."),
             registry: r,
         }
     }
@@ -312,6 +319,9 @@ impl Metrics {
                 for t in &l.tiers {
                     self.league.players.with_label_values(&[b, t]);
                 }
+            }
+            if board.notify_top().is_some() {
+                self.rank_changes.with_label_values(&[b]);
             }
             self.events_applied.with_label_values(&[b]);
             self.call_events.with_label_values(&[b]);
@@ -362,6 +372,7 @@ mod tests {
         m.league.settlements.with_label_values(&["b"]).inc();
         m.league.moves.with_label_values(&["b", "promote"]).inc();
         m.call_events.with_label_values(&["b"]).set(1000);
+        m.rank_changes.with_label_values(&["b"]).inc();
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         for f in FAMILIES {
             assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");

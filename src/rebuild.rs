@@ -229,7 +229,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Rebu
         store.clone(),
         health.clone(),
         cancel.clone(),
-        pipeline::DeadLetters::Drop,
+        pipeline::Produce::Drop,
     ));
 
     let bar = progress::bar(target.max(0) as u64, "rebuild: records");

@@ -39,6 +39,7 @@ async fn liveness_answers_while_redis_is_down_at_start_and_a_start_failure_keeps
         rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
         redis_extra: String::new(),
         http_extra: String::new(),
+        kafka_extra: String::new(),
     };
     let mut w = Worker::spawn(&cfg);
     wait_http(w.http_port, Duration::from_secs(10)).await;
@@ -114,6 +115,7 @@ fn http_only_worker(redis: &Redis, http_extra: &str) -> Worker {
         rust_log: "info,librdkafka=error,rdkafka=error".into(),
         redis_extra: String::new(),
         http_extra: String::new(),
+        kafka_extra: String::new(),
     };
     cfg.http_extra = http_extra.into();
     Worker::spawn(&cfg)

@@ -99,6 +99,7 @@ fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         attempts: 0,
         cohort_size: 0,
         tiers: 0,
+        notify: 0,
     }
 }
 
@@ -552,8 +553,8 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
     assert!(offsets.is_empty(), "a refused call records no offset: {offsets:?}");
 
     // Retried in order, both apply, each event once.
-    assert_eq!(s.apply_prepared(&first).await.unwrap(), vec![vec![ApplyResult::Applied; 2]]);
-    assert_eq!(s.apply_prepared(&second).await.unwrap(), vec![vec![ApplyResult::Applied]]);
+    assert_eq!(s.apply_prepared(&first).await.unwrap().results, vec![vec![ApplyResult::Applied; 2]]);
+    assert_eq!(s.apply_prepared(&second).await.unwrap().results, vec![vec![ApplyResult::Applied]]);
     for (member, score) in [("alice", 5.0), ("bob", 1.0), ("carol", 7.0)] {
         assert_eq!(zscore(&mut conn, "lb:{p}:all", member).await, Some(score), "{member}");
     }
@@ -777,7 +778,7 @@ async fn batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order() {
             .buffered(2);
         while let Some(r) = sent.next().await {
             let r = r.unwrap_or_else(|e| panic!("round {round}: {e}"));
-            assert!(r.iter().flatten().all(|a| *a == ApplyResult::Applied), "round {round}: {r:?}");
+            assert!(r.results.iter().flatten().all(|a| *a == ApplyResult::Applied), "round {round}: {r:?}");
         }
     }
     let (boards, holding) = cluster.board_keys("lb").await;

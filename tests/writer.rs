@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
-use rankflow::store::{ApplyItem, ApplyResult, RedisConn, Store, TagBatch, Writer, WriterSettings, Written};
+use rankflow::store::{
+    ApplyItem, ApplyResult, BatchResults, RedisConn, Store, TagBatch, Writer, WriterSettings, Written,
+};
 use support::Redis;
 use uuid::Uuid;
 
@@ -62,6 +64,7 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
         attempts: 0,
         cohort_size: 0,
         tiers: 0,
+        notify: 0,
     };
     let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = attempts.clone();
@@ -107,7 +110,7 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
     }
     for (b, answer) in answers.into_iter().enumerate() {
         match answer.await {
-            Written::Applied(r) => {
+            Written::Applied(BatchResults { results: r, .. }) => {
                 assert_eq!(r.len(), 4, "batch {b}: one answer per tag");
                 assert!(r.iter().flatten().all(|a| *a == ApplyResult::Applied), "batch {b}: {r:?}");
                 assert!(r.iter().all(|t| t.len() == 30), "batch {b}: every event answered");

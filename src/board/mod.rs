@@ -132,6 +132,8 @@ pub struct BoardSpec {
     pub shards: Option<u32>,
     /// Leagues: the rounds are played in cohorts of one tier.
     pub league: Option<League>,
+    /// Rank changes are produced for moves into or inside this top.
+    pub notify_top: Option<u32>,
 }
 
 #[cfg(test)]
@@ -160,6 +162,7 @@ impl BoardSpec {
             schedules: Vec::new(),
             shards: None,
             league: None,
+            notify_top: None,
         }
     }
 }
@@ -228,6 +231,11 @@ impl Board {
     /// Leagues: `[board.league]`.
     pub fn league(&self) -> Option<&League> {
         self.spec.league.as_ref()
+    }
+
+    /// `notify_top`: rank changes are produced for this top.
+    pub fn notify_top(&self) -> Option<u32> {
+        self.spec.notify_top
     }
 
     /// Whether `period` is one of the league's rounds.
@@ -365,6 +373,7 @@ impl Board {
             attempts: self.spec.max_attempts.unwrap_or(0),
             cohort_size: self.spec.league.as_ref().map_or(0, |l| l.cohort_size),
             tiers: self.spec.league.as_ref().map_or(0, |l| l.tiers.len() as u32),
+            notify: self.spec.notify_top.unwrap_or(0),
         }
     }
 }
@@ -426,6 +435,8 @@ pub struct WriteParams {
     /// Leagues: players per cohort (0: no league) and how many tiers.
     pub cohort_size: u32,
     pub tiers: u32,
+    /// `notify_top`: the top whose changes the script reports; 0: none.
+    pub notify: u32,
 }
 
 #[cfg(test)]
@@ -446,6 +457,7 @@ impl WriteParams {
             attempts: 0,
             cohort_size: 0,
             tiers: 0,
+            notify: 0,
         }
     }
 }

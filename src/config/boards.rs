@@ -79,6 +79,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         }
     }
     let shards = shards(at, &b, e);
+    let notify_top = notify_top(at, &b, shards, e);
     let league = b.league.as_ref().and_then(|l| {
         let board = super::league::Around { shards, close_after: b.close_after.is_some(), max_members: b.max_members };
         super::league::league(at, l, &windows, &schedules, board, e)
@@ -106,7 +107,28 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         schedules,
         shards,
         league,
+        notify_top,
     }))
+}
+
+/// `notify_top`: 1 to 1000, within what top-K keeps, and not on a sharded
+/// board (no one step sees a sharded board's ranks).
+fn notify_top(at: At, b: &RawBoard, shards: Option<u32>, e: &mut Errors) -> Option<u32> {
+    let n = b.notify_top?;
+    let field = at.field("notify_top");
+    e.within(&field, n, 1..=1000)?;
+    if shards.is_some() {
+        e.push(
+            field,
+            "a sharded board's ranks are decided across its shards, never in one step: remove notify_top or shards",
+        );
+        return None;
+    }
+    if let Some(k) = b.max_members.filter(|&k| k < n) {
+        e.push(field, format!("must not exceed max_members ({k}): the board keeps only its best {k}"));
+        return None;
+    }
+    Some(n as u32)
 }
 
 /// `shards`: 2 to 256, and only with what a sharded board keeps exact.

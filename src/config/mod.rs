@@ -111,6 +111,11 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     let worker = sections::worker(raw.worker, &mut e);
     let sealing = sections::sealing(raw.sealing, &mut e);
     let boards = boards::boards(raw.boards, &mut e);
+    if kafka.changes_topic.is_none() {
+        if let Some(b) = boards.iter().find(|b| b.notify_top().is_some()) {
+            e.push("kafka.changes_topic", format!("must be set: board '{}' has notify_top", b.id()));
+        }
+    }
     match (redis, http, events, worker, sealing) {
         (Some(redis), Some(http), Some(events), Some(worker), Some(sealing)) if e.0.is_empty() => {
             Ok(Settings { kafka, redis, http, events, worker, sealing, boards })
@@ -269,6 +274,28 @@ retention = { daily = "30d" }
         let latest = sharded("max_members = 10").replace("mode = \"best\"", "mode = \"latest\"");
         let errs = errors(&latest, none());
         assert!(errs.iter().any(|e| e.field == "board[0].max_members"), "{errs:?}");
+    }
+
+    #[test]
+    fn notify_top_needs_a_changes_topic_a_single_board_and_a_top_the_board_keeps() {
+        let text = |kafka: &str, board: &str| {
+            format!(
+                "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n{kafka}\n\
+                 [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"best\"\nperiods = [\"all_time\"]\n{board}"
+            )
+        };
+        let s = load_str(&text("changes_topic = \"c\"", "notify_top = 100"), none()).unwrap();
+        assert_eq!((s.boards[0].notify_top(), s.kafka.changes_topic.as_deref()), (Some(100), Some("c")));
+        assert_eq!(s.boards[0].write_params().notify, 100);
+        let field_of = |kafka: &str, board: &str| errors(&text(kafka, board), none())[0].field.clone();
+        assert_eq!(field_of("", "notify_top = 5"), "kafka.changes_topic");
+        assert_eq!(field_of("changes_topic = \"t\"", "notify_top = 5"), "kafka.changes_topic");
+        assert_eq!(field_of("changes_topic = \"c\"", "notify_top = 1001"), "board[0].notify_top");
+        assert_eq!(field_of("changes_topic = \"c\"", "notify_top = 0"), "board[0].notify_top");
+        assert_eq!(field_of("changes_topic = \"c\"", "notify_top = 5\nshards = 4"), "board[0].notify_top");
+        assert_eq!(field_of("changes_topic = \"c\"", "notify_top = 50\nmax_members = 10"), "board[0].notify_top");
+        // A changes topic without a board that notifies is harmless.
+        assert!(load_str(&text("changes_topic = \"c\"", ""), none()).is_ok());
     }
 
     #[test]

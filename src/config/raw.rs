@@ -51,6 +51,9 @@ pub struct RawKafka {
     /// event here. Default none.
     #[serde(default)]
     pub admin_topics: Vec<String>,
+    /// Where rank changes go (boards with `notify_top`); required by them.
+    #[serde(default)]
+    pub changes_topic: Option<String>,
     /// Passed to librdkafka as is, for the consumer (all of them) and the
     /// producers (connection and security ones: `security.*`, `sasl.*`,
     /// `ssl.*`, ...). Values may be strings, numbers or booleans.
@@ -323,6 +326,11 @@ pub struct RawBoard {
     /// in cohorts of one tier; see `[board.league]`.
     #[serde(default)]
     pub league: Option<RawLeague>,
+    /// Rank changes: every applied event that moves its player up into or
+    /// inside the top `notify_top` (1 to 1000) of a period produces a
+    /// record to `kafka.changes_topic`.
+    #[serde(default)]
+    pub notify_top: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -49,6 +49,13 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
     } else if k.topics.contains(&k.dead_letter_topic) {
         e.push("kafka.dead_letter_topic", "must not be one of kafka.topics (rejected records would be read again)");
     }
+    if let Some(t) = &k.changes_topic {
+        if !is_topic_name(t) {
+            e.push("kafka.changes_topic", format!("'{t}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"));
+        } else if k.topics.contains(t) || k.admin_topics.contains(t) || *t == k.dead_letter_topic {
+            e.push("kafka.changes_topic", "must be a topic of its own (not a source, admin or dead-letter topic)");
+        }
+    }
     let mut options = BTreeMap::new();
     for (key, value) in k.options {
         let text = match value {
@@ -76,6 +83,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
         admin_topics: k.admin_topics,
         group_id: k.group_id,
         dead_letter_topic: k.dead_letter_topic,
+        changes_topic: k.changes_topic,
         options,
     }
 }

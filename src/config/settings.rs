@@ -43,6 +43,8 @@ pub struct KafkaSettings {
     pub admin_topics: Vec<String>,
     pub group_id: String,
     pub dead_letter_topic: String,
+    /// Where rank changes go (boards with `notify_top`).
+    pub changes_topic: Option<String>,
     /// librdkafka options as strings, applied after rankflow's own defaults.
     pub options: BTreeMap<String, String>,
 }

@@ -97,6 +97,7 @@ mod tests {
             admin_topics: Vec::new(),
             group_id: "g".into(),
             dead_letter_topic: "d".into(),
+            changes_topic: None,
             options: [("sasl.username", "u"), ("session.timeout.ms", "30000"), ("enable.auto.offset.store", "true")]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

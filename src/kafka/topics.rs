@@ -9,13 +9,15 @@ use rdkafka::error::RDKafkaErrorCode;
 use crate::config::Settings;
 
 /// Creates the source and admin topics (with `partitions` each), the dead-letter
-/// topic and, when a board seals its periods, the sealed topic; a topic that already exists is left as it is.
+/// topic, the changes topic when one is set and, when a board seals its
+/// periods, the sealed topic; a topic that already exists is left as it is.
 pub async fn create_topics(settings: &Settings, partitions: i32) -> Result<(), String> {
     let admin: AdminClient<DefaultClientContext> =
         super::client::admin(&settings.kafka).create().map_err(|e| format!("cannot create admin client: {e}"))?;
     let mut names: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     names.extend(settings.kafka.admin_topics.iter().map(String::as_str));
     names.push(&settings.kafka.dead_letter_topic);
+    names.extend(settings.kafka.changes_topic.as_deref());
     if settings.seals() {
         names.push(&settings.sealing.topic);
     }

@@ -17,14 +17,14 @@ use std::collections::VecDeque;
 
 use tokio::task::JoinHandle;
 
-use crate::store::ApplyResult;
+use crate::store::BatchResults;
 
 /// How many batches may be on their way to Redis at once: two, so that
 /// Redis has the next one queued when it finishes one.
 pub const IN_FLIGHT: usize = 2;
 
 /// The script results of a batch, per board tag; `None`: abandoned on shutdown.
-pub type Results = Option<Vec<Vec<ApplyResult>>>;
+pub type Results = Option<BatchResults>;
 
 /// A batch whose writes are in Redis (or queued for it).
 pub struct InFlight<B> {
@@ -108,7 +108,7 @@ mod tests {
     use super::*;
 
     fn results(n: usize) -> Results {
-        Some(vec![vec![ApplyResult::Applied; n]])
+        Some(BatchResults { results: vec![vec![crate::store::ApplyResult::Applied; n]], moves: vec![Vec::new()] })
     }
 
     fn send(q: &mut Queue<&'static str>, name: &'static str, applied: JoinHandle<Results>) {
@@ -128,7 +128,7 @@ mod tests {
         assert_eq!(q.len(), 2, "a timed-out wait leaves the oldest queued");
         release.send(()).unwrap();
         let (first, r) = q.oldest().await;
-        assert_eq!((first, r.map(|r| r[0].len())), ("a", Some(1)));
+        assert_eq!((first, r.map(|r| r.results[0].len())), ("a", Some(1)));
         let (second, _) = q.oldest().await;
         assert_eq!(second, "b");
         assert!(q.is_empty());

@@ -12,14 +12,15 @@
 //!    by their offset) (`apply`);
 //! 3. [`settle`](Pipeline::settle), once it has landed: each record's
 //!    outcome (`outcome::fold`); the records no board applied (and that were
-//!    no duplicate) handed to the dead-letter producer, their
+//!    no duplicate) handed to the producer as dead letters, and the rank
+//!    changes the calls reported (`changes`) as change records, their
 //!    acknowledgements looked at as the loop goes on
-//!    ([`check_dead_letters`](Pipeline::check_dead_letters)); a partition
-//!    whose dead letters failed is paused until they land
-//!    (`dead_letter::Held`), while every other partition goes on;
+//!    ([`check_held`](Pipeline::check_held)); a partition whose produced
+//!    records failed is paused until they land (`held::Held`), while every
+//!    other partition goes on;
 //! 4. then, per partition, the batch's last offset + 1 stored (for a
-//!    partition with dead letters not yet acknowledged: the offset of the
-//!    first of them, until they are). librdkafka commits
+//!    partition with produced records not yet acknowledged: the offset of
+//!    the first of their source records, until they are). librdkafka commits
 //!    stored offsets every `auto.commit.interval.ms`, on revocation and on
 //!    shutdown; the loop also commits them as soon as it is idle.
 //!
@@ -31,12 +32,13 @@
 //!
 //! The pipeline never stores an offset past a record whose outcome is not
 //! final. While Redis is retried it holds at most two more batches, and a
-//! partition whose dead letters failed is paused, so memory stays bounded by
-//! three batches, the dead letters in flight and librdkafka's
+//! partition whose produced records failed is paused, so memory stays
+//! bounded by three batches, the produced records in flight and librdkafka's
 //! `queued.max.messages.kbytes`.
 
 mod apply;
-mod dead_letter;
+mod changes;
+mod held;
 mod inflight;
 mod lost;
 mod moderation;
@@ -64,11 +66,11 @@ use crate::kafka::{client, producer::KafkaProducer};
 use crate::keys;
 use crate::metrics;
 use crate::schedule::{self, JobCache};
-use crate::store::{ApplyResult, Store};
+use crate::store::{BatchResults, Store};
 use crate::watermarks::Watermarks;
 
 use apply::Planned;
-use dead_letter::{Change, DeadRecord, Held};
+use held::{Held, Outgoing, Step};
 use inflight::Queue;
 use outcome::Final;
 use record::{Item, Record, TopicNames};
@@ -113,7 +115,7 @@ pub(crate) struct Context {
     /// deployment marker, per partition field: Redis must hold at least
     /// that (see `lost::record`).
     recorded: Mutex<std::collections::HashMap<String, i64>>,
-    dead_letters: DeadLetters,
+    produce: Produce,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -141,10 +143,11 @@ enum Next {
     Stop,
 }
 
-/// Whether the pipeline sends dead letters: the worker does; a rebuild,
-/// which reads records the workers have already dead-lettered, does not.
+/// Whether the pipeline produces dead letters and rank changes: the worker
+/// does; a rebuild, which reads records the workers have already produced
+/// for, does not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeadLetters {
+pub enum Produce {
     Send,
     Drop,
 }
@@ -158,17 +161,17 @@ pub async fn run(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), WorkerError> {
-    run_with(settings, router, store, health, cancel, DeadLetters::Send).await
+    run_with(settings, router, store, health, cancel, Produce::Send).await
 }
 
-/// [`run`], with or without dead letters.
+/// [`run`], with or without dead letters and rank changes.
 pub async fn run_with(
     settings: Arc<Settings>,
     router: Arc<Router>,
     store: Store,
     health: Arc<Health>,
     cancel: CancellationToken,
-    dead_letters: DeadLetters,
+    produce: Produce,
 ) -> Result<(), WorkerError> {
     let marks = Arc::new(Watermarks::default());
     let idle = settings.seals().then(|| (marks.clone(), settings.sealing.idle_grace.as_millis() as i64));
@@ -198,7 +201,7 @@ pub async fn run_with(
         marks,
         tags: Mutex::default(),
         recorded: Mutex::default(),
-        dead_letters,
+        produce,
     };
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
@@ -224,7 +227,7 @@ pub async fn run_with(
             p.cx.cancel.cancelled().await;
             break;
         }
-        p.check_dead_letters().await;
+        p.check_held().await;
         let (records, items) = match p.next_batch().await {
             Next::Batch(records, items) => (records, items),
             Next::Again => continue,
@@ -403,7 +406,8 @@ impl Pipeline {
                     return false;
                 }
                 Some(moderation::AdminOutcome::Refused(rejection)) => {
-                    dead.push(DeadRecord::new(record.take_for_dead_letter(), &[rejection]));
+                    let to = Arc::from(self.cx.settings.kafka.dead_letter_topic.as_str());
+                    dead.push(Outgoing::dead_letter(record.take_for_dead_letter(), &[rejection], to));
                 }
                 Some(_) => {}
             }
@@ -413,17 +417,25 @@ impl Pipeline {
     }
 
     /// Step 3 for a batch Redis has answered.
-    async fn settle_landed(&mut self, planned: Planned, results: Vec<Vec<ApplyResult>>) {
+    async fn settle_landed(&mut self, planned: Planned, results: BatchResults) {
         let (records, offsets, dead) = self.finish(planned, results);
         self.settle(&records, offsets, dead).await;
     }
 
     /// Folds a batch's script results into each record's final outcome and
     /// the metrics. Returns the batch's records, its offsets and the records
-    /// to dead-letter.
-    fn finish(&self, planned: Planned, results: Vec<Vec<ApplyResult>>) -> (Vec<Record>, BatchOffsets, Vec<DeadRecord>) {
+    /// to produce for them: dead letters and rank changes.
+    fn finish(&self, planned: Planned, results: BatchResults) -> (Vec<Record>, BatchOffsets, Vec<Outgoing>) {
         let Planned { mut records, offsets, mut items, routes } = planned;
-        outcome::distribute(&mut items, &routes, results);
+        outcome::distribute(&mut items, &routes, results.results);
+        let kafka = &self.cx.settings.kafka;
+        let mut out = match &kafka.changes_topic {
+            Some(to) if results.moves.iter().any(|m| !m.is_empty()) => {
+                let boards = self.cx.router.boards();
+                changes::outgoing(&items, &records, &routes, &results.moves, boards, &Arc::from(to.as_str()))
+            }
+            _ => Vec::new(),
+        };
         let m = metrics::get();
         let boards = self.cx.router.boards();
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -450,14 +462,16 @@ impl Pipeline {
             }
         }
         // Dead letters take their records' copies; the records keep their positions.
-        let dead =
-            dead.into_iter().map(|(i, reasons)| DeadRecord::new(records[i].take_for_dead_letter(), &reasons)).collect();
-        (records, offsets, dead)
+        let to: Arc<str> = Arc::from(kafka.dead_letter_topic.as_str());
+        for (i, reasons) in dead {
+            out.push(Outgoing::dead_letter(records[i].take_for_dead_letter(), &reasons, to.clone()));
+        }
+        (records, offsets, out)
     }
 
     /// Steps 3 and 4: watermarks, dead letters, held partitions, and each
     /// partition's offset stored.
-    async fn settle(&mut self, records: &[Record], offsets: BatchOffsets, dead: Vec<DeadRecord>) {
+    async fn settle(&mut self, records: &[Record], offsets: BatchOffsets, produced: Vec<Outgoing>) {
         if self.cx.settings.seals() {
             // Applied (or final as dead letters): the partitions have reached
             // these record times.
@@ -474,11 +488,10 @@ impl Pipeline {
             }
             self.flush_watermarks().await;
         }
-        // Dead letters go to the producer at once; their acknowledgements
-        // are looked at as the loop goes on (see `check_dead_letters`).
-        if !dead.is_empty() && self.cx.dead_letters == DeadLetters::Send {
-            let topic = &self.cx.settings.kafka.dead_letter_topic;
-            let queued = dead_letter::send(&self.cx.producer, topic, dead, Some(Duration::ZERO)).await;
+        // Dead letters and rank changes go to the producer at once; their
+        // acknowledgements are looked at as the loop goes on (see `check_held`).
+        if !produced.is_empty() && self.cx.produce == Produce::Send {
+            let queued = held::send(&self.cx.producer, produced, Some(Duration::ZERO)).await;
             self.held.hold(queued);
         }
         let mut stores = Vec::new();
@@ -494,14 +507,14 @@ impl Pipeline {
         for (topic, partition, next) in stores {
             commit::store_offset(&self.consumer, topic, partition, next);
         }
-        self.check_dead_letters().await;
+        self.check_held().await;
     }
 
-    /// Looks at the dead letters not yet acknowledged, once due: a
-    /// partition whose dead letters are all in stores its offset (and
-    /// resumes, if a failure had paused it); one whose dead letters failed
-    /// is paused, and they are sent again with backoff.
-    async fn check_dead_letters(&mut self) {
+    /// Looks at the produced records not yet acknowledged, once due: a
+    /// partition whose records are all in stores its offset (and resumes, if
+    /// a failure had paused it); one whose records failed is paused, and
+    /// they are sent again with backoff.
+    async fn check_held(&mut self) {
         if self.held.is_empty() {
             return;
         }
@@ -512,22 +525,21 @@ impl Pipeline {
             return;
         }
         let due = self.held.take_due(now);
-        let topic = &self.cx.settings.kafka.dead_letter_topic;
-        let waiting = dead_letter::send(&self.cx.producer, topic, due, Some(Duration::ZERO)).await;
-        for change in self.held.put_back(waiting, now, self.cx.settings.worker.max_backoff) {
-            match change {
-                Change::Pause(topic, partition) => {
-                    warn!(topic = %topic, partition, "Dead letters of this partition failed; it waits until the dead-letter topic takes them.");
+        let waiting = held::send(&self.cx.producer, due, Some(Duration::ZERO)).await;
+        for step in self.held.put_back(waiting, now, self.cx.settings.worker.max_backoff) {
+            match step {
+                Step::Pause(topic, partition) => {
+                    warn!(topic = %topic, partition, "Records produced for this partition (dead letters or rank changes) failed; it waits until their topic takes them.");
                     commit::set_paused(&self.consumer, &topic, partition, true);
                 }
-                Change::Release { topic, partition, next, resume } => {
+                Step::Release { topic, partition, next, resume } => {
                     if !lost::record(&self.cx, &[(keys::offsets_field(&topic, partition), next)]).await {
                         return;
                     }
                     commit::store_offset(&self.consumer, &topic, partition, next);
                     if resume {
                         commit::set_paused(&self.consumer, &topic, partition, false);
-                        info!(topic = %topic, partition, "The dead-letter topic took the held records; the partition goes on.");
+                        info!(topic = %topic, partition, "The held records are in their topic; the partition goes on.");
                     }
                 }
             }
@@ -548,18 +560,18 @@ impl Pipeline {
     }
 
     /// On shutdown: batches Redis has already answered are settled, oldest
-    /// first, unless that would wait for the dead-letter topic; then that
+    /// first, unless that would wait for a produced record; then that
     /// batch and those behind it are left to be read again.
     async fn drain(&mut self) {
         while !self.inflight.is_empty() {
             let Some((planned, Some(results))) = self.inflight.oldest_within(Duration::from_secs(1)).await else {
                 break;
             };
-            let (records, offsets, dead) = self.finish(planned, results);
-            if !dead.is_empty() && self.cx.dead_letters == DeadLetters::Send {
+            let (records, offsets, produced) = self.finish(planned, results);
+            if !produced.is_empty() && self.cx.produce == Produce::Send {
                 break;
             }
-            self.settle(&records, offsets, dead).await;
+            self.settle(&records, offsets, produced).await;
         }
         self.inflight.abandon();
         self.carry = None;

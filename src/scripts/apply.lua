@@ -16,6 +16,8 @@
 --   2. decide (apply/decide.lua): the events, in order, against those
 --      values held in the script; only refusals and rate-limit windows are
 --      written here;
+--   2b. on boards with notify_top (apply/changes.lua): the ranks each
+--      event's moves made in the top N, played on one read of the top;
 --   3. write (apply/write.lua): the offsets, the markers of the applied
 --      events in one variadic HSET, then per period one variadic ZADD of
 --      the members whose value moved, top-K, the dense index and the expiry;
@@ -46,12 +48,15 @@
 --   sealed      boards that seal only: KEYS index of the tag's sealed hash
 --   fields      the call's partition fields, "<topic>:<partition>"
 --   league      league boards: see apply/league.lua (and round, per period)
+--   notify, changes  boards with notify_top: N, and the prefix of the
+--               remembered changes ("<prefix>:{tag}:_chg:"; see changes.lua)
 --   periods     per period j: a map of KEYS indexes, key (the period key),
 --               dense (its dense index), counts (the index's value counts),
 --               shadow (hidden players' values), times ("latest": member ->
 --               event time), meta (boards with metadata: member -> meta
 --               JSON), attempts (max_attempts: member -> events applied),
---               and expire_at (EXPIREAT seconds, 0: none)
+--               and expire_at (EXPIREAT seconds, 0: none); with notify,
+--               id (the period id the changes name)
 -- ARGV[2]  the preconditions, a MessagePack array: per field, the last
 --          offset the call before this one on the tag carries (-1: none;
 --          see offsets.lua)
@@ -61,7 +66,9 @@
 -- registered (registered.lua); the error STALE, having done nothing, when a
 -- precondition does not hold; otherwise E, the microseconds the call took,
 -- then (i, code) for each event i not applied, i ascending (codes:
--- decide.lua). Every other event was applied (Codes.APPLIED).
+-- decide.lua). Every other event was applied (Codes.APPLIED). On boards
+-- with notify_top, when any event moved a top (or a redelivered one had),
+-- one string follows: the changes (MessagePack, see changes.lua).
 --
 -- Key names: this script builds none of its own. Every key or key prefix
 -- it touches arrives in KEYS or the header, laid out by src/keys.rs; it
@@ -100,6 +107,10 @@ if h.league then
     if p.round then A.rounds[j] = { list = {}, seen = {} } end
   end
 end
+if h.notify then
+  A.trans, A.pos, A.redone = {}, {}, {}
+  for j = 1, np do A.trans[j] = {} end
+end
 A.dec, A.decimal = Value.decimals()
 A.value_name = Value.namer(h.shift, A.dec)
 
@@ -108,9 +119,11 @@ local markers = Markers.open(h.seen, h.ttl)
 local out, last_off = ApplyDecide.run(A, offsets, markers)
 offsets.record(last_off)
 markers.flush()
+local changes = A.trans and ApplyChanges.run(A)
 ApplyWrite.run(A)
 if A.rounds then ApplyLeague.run(A) end
 -- The call's own time in Redis, µs (the worker sizes the tag's calls by it).
 local ended = redis.call('TIME')
 table.insert(out, 2, (ended[1] - started[1]) * 1000000 + (ended[2] - started[2]))
+if changes then out[#out + 1] = changes end
 return out

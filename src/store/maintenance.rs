@@ -12,7 +12,8 @@ pub async fn tag_bases(settings: &RedisSettings) -> Result<Vec<String>, String> 
     Ok(found.iter().map(|k| keys::base_of_offsets_key(k).to_string()).collect())
 }
 
-/// Deletes every board tag's recorded offsets (and remembered refusals) of
+/// Deletes every board tag's recorded offsets (and remembered refusals and
+/// rank changes) of
 /// `topic`, so that a topic deleted and recreated under the same name is
 /// consumed afresh instead of being taken for redeliveries. Returns how many
 /// partition entries were removed.
@@ -30,7 +31,10 @@ pub async fn forget_offsets(settings: &RedisSettings, topic: &str) -> Result<u64
             removed += n;
         }
     }
-    for key in scan_keys(settings, &keys::refused_pattern(&settings.key_prefix, topic)).await? {
+    let prefix = &settings.key_prefix;
+    let mut remembered = scan_keys(settings, &keys::refused_pattern(prefix, topic)).await?;
+    remembered.extend(scan_keys(settings, &keys::changes_pattern(prefix, topic)).await?);
+    for key in remembered {
         let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
     }
     Ok(removed)

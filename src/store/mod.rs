@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+mod changes;
 mod conn;
 mod gate;
 mod history;
@@ -34,6 +35,7 @@ mod sizer;
 mod swap;
 mod writer;
 
+pub use changes::RankMove;
 pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 use gate::Gate;
 pub use history::{BestRank, HistoryStep, PlayerHistory, SealedStanding};
@@ -44,6 +46,7 @@ pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
+pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};
 pub use writer::{Observer, Writer, WriterSettings, Written};
 
@@ -163,7 +166,7 @@ impl Store {
             let registry = crate::keys::tags_key(crate::keys::prefix_of_base(b.base));
             self.register_tags(&registry, &[b.base.to_string()], false).await?;
         }
-        self.apply_prepared(&self.prepare(batches)).await
+        Ok(self.apply_prepared(&self.prepare(batches)).await?.results)
     }
 
     /// Encodes a batch's script calls, one per board tag. The result owns

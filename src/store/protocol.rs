@@ -216,6 +216,10 @@ fn call_header(
         lg.int("count", i64::from(p.tiers));
         h.raw("league", &lg.finish());
     }
+    if p.notify > 0 {
+        h.int("notify", i64::from(p.notify));
+        h.str("changes", &keys::changes_prefix(batch.base));
+    }
     let mut list = Vec::new();
     msgpack::array_len(&mut list, fields.len());
     for (f, _) in fields {
@@ -240,6 +244,9 @@ fn call_header(
             m.int("attempts", push(&mut keys, period.attempts_key.clone()));
         }
         m.int("expire_at", period.expire_at.unwrap_or(0));
+        if p.notify > 0 {
+            m.str("id", &period.id);
+        }
         if let (Some(r), true) = (&period.round, p.cohort_size > 0) {
             let mut rm = MapWriter::default();
             rm.int("cohorts", push(&mut keys, r.cohorts.clone()));

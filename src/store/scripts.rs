@@ -86,6 +86,7 @@ pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
             include_str!("../scripts/apply/batch.lua"),
             include_str!("../scripts/apply/read.lua"),
             include_str!("../scripts/apply/decide.lua"),
+            include_str!("../scripts/apply/changes.lua"),
             include_str!("../scripts/apply/write.lua"),
             include_str!("../scripts/apply/league.lua"),
             include_str!("../scripts/apply.lua"),

@@ -10,21 +10,34 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tracing::debug;
 
+use super::changes::{self, RankMove};
 use super::gate;
 use super::prepared::Prepared;
 use super::protocol::{decode_reply, ApplyResult, Invocation};
 use super::scripts::APPLY;
 use super::{wait_cmd, RedisConn, Store, StoreError};
 
-/// One call's answer: the events' results, and whether its writes are on enough replicas.
-type CallAnswer = Result<(Vec<ApplyResult>, bool), StoreError>;
+/// One call's answers: each event's result, and the rank changes it made.
+type CallReply = (Vec<ApplyResult>, Vec<RankMove>);
+
+/// One call's answer: its reply, and whether its writes are on enough replicas.
+type CallAnswer = Result<(CallReply, bool), StoreError>;
+
+/// What Redis made of a batch, per tag batch: one result per event, in
+/// order, and the rank changes of its events (boards with `notify_top`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchResults {
+    pub results: Vec<Vec<ApplyResult>>,
+    /// A change's `event` is its event's index in the tag batch.
+    pub moves: Vec<Vec<RankMove>>,
+}
 
 /// The answers of calls started in order, once they have all ended.
 pub(super) type Answers = BoxFuture<'static, Vec<(usize, CallAnswer)>>;
 
 /// Which calls of a prepared batch Redis has applied, with their answers.
 pub struct Landed {
-    results: Vec<Option<Vec<ApplyResult>>>,
+    results: Vec<Option<CallReply>>,
     /// Whether each call's writes are known to be on enough replicas (with
     /// `redis.min_replicas`; without it, a call is durable once it landed).
     durable: Vec<bool>,
@@ -49,13 +62,18 @@ impl Landed {
 
     /// Once all have landed, the answers per tag batch (a tag's calls put
     /// back together, in event order).
-    pub fn into_results(self) -> Option<Vec<Vec<ApplyResult>>> {
-        let mut out: Vec<Vec<ApplyResult>> = Vec::new();
+    pub fn into_results(self) -> Option<BatchResults> {
+        let mut out = BatchResults::default();
         for (r, b) in self.results.into_iter().zip(self.batch_of) {
-            if out.len() <= b {
-                out.resize_with(b + 1, Vec::new);
+            if out.results.len() <= b {
+                out.results.resize_with(b + 1, Vec::new);
+                out.moves.resize_with(b + 1, Vec::new);
             }
-            out[b].extend(r?);
+            let (results, moves) = r?;
+            // A call's events follow those of the tag's calls before it.
+            let before = out.results[b].len();
+            out.moves[b].extend(moves.into_iter().map(|m| RankMove { event: before + m.event, ..m }));
+            out.results[b].extend(results);
         }
         Some(out)
     }
@@ -65,7 +83,7 @@ impl Store {
     /// Sends prepared calls, in order, at most two in each Redis node at a
     /// time (see [`gate::CALLS_IN_REDIS`]), reloading the script once if
     /// Redis lost it; no other retry.
-    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
+    pub async fn apply_prepared(&self, prepared: &Prepared) -> Result<BatchResults, StoreError> {
         let prepared = Arc::new(prepared.clone());
         let mut landed = Landed::new(&prepared);
         self.apply_pending(&prepared, &mut landed).await?;
@@ -148,32 +166,34 @@ impl Store {
     /// `WAIT` counts what its own connection wrote, and a `WAIT` sent on
     /// its own could reach another connection (redis-rs stands in another
     /// node's for one under repair) and vouch for nothing.
-    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(Vec<ApplyResult>, bool), StoreError> {
+    async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(CallReply, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
         let cmd = inv.cmd(&APPLY.script);
         let apply_error = |source| {
             StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
         };
         let (reply, durable) = match self.replicas {
-            None => (cmd.query_async::<Vec<i64>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
+            None => (cmd.query_async::<Vec<redis::Value>>(&mut self.conn.clone()).await.map_err(apply_error)?, true),
             Some((wanted, timeout)) => {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd).add_command(wait_cmd(wanted, timeout));
-                let (reply, got): (Vec<i64>, i64) =
+                let (reply, got): (Vec<redis::Value>, i64) =
                     pipe.query_async(&mut self.conn.clone()).await.map_err(apply_error)?;
                 (reply, got >= i64::from(wanted))
             }
         };
-        let (results, took_us) = decode_reply(&reply, n).ok_or_else(|| StoreError::BadReply {
-            base: base.to_string(),
-            got: reply.len(),
-            expected: n,
-        })?;
+        let bad = || StoreError::BadReply { base: base.to_string(), got: reply.len(), expected: n };
+        let (codes, moved) = split_reply(&reply).ok_or_else(bad)?;
+        let (results, took_us) = decode_reply(&codes, n).ok_or_else(bad)?;
+        let moves = match moved {
+            Some(blob) => changes::decode(blob, n).ok_or_else(bad)?,
+            None => Vec::new(),
+        };
         let limit = self.sizer.observe(base, n, took_us);
         if let Some(board) = crate::keys::board_of_base(base) {
             crate::metrics::get().call_events.with_label_values(&[board]).set(limit as i64);
         }
-        Ok((results, durable))
+        Ok(((results, moves), durable))
     }
 
     /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
@@ -199,6 +219,17 @@ impl Store {
             }
         }
     }
+}
+
+/// An apply reply's integers, and the string of rank changes that may end it.
+fn split_reply(reply: &[redis::Value]) -> Option<(Vec<i64>, Option<&[u8]>)> {
+    let (moved, codes) = match reply.split_last() {
+        Some((redis::Value::BulkString(b), rest)) => (Some(b.as_slice()), rest),
+        _ => (None, reply),
+    };
+    let codes =
+        codes.iter().map(|v| if let redis::Value::Int(n) = v { Some(*n) } else { None }).collect::<Option<_>>()?;
+    Some((codes, moved))
 }
 
 /// Records an attempt's answers in `landed`: the first error, if any call failed.

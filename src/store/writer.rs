@@ -33,15 +33,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 
 use super::prepared::{Prepared, Tails};
-use super::send::{record, Answers, Landed};
-use super::{ApplyResult, Store, StoreError};
+use super::send::{record, Answers, BatchResults, Landed};
+use super::{Store, StoreError};
 use crate::retry::{retry_unless, Retried};
 
 /// What became of a batch handed to the writer.
 #[derive(Debug)]
 pub enum Written {
-    /// Redis applied every call: per tag batch, one result per event.
-    Applied(Vec<Vec<ApplyResult>>),
+    /// Redis applied every call: per tag batch, one result per event (and
+    /// the rank changes).
+    Applied(BatchResults),
     /// Shutdown began before it landed (or the batch before it was given up).
     Abandoned,
     /// Redis lost data on a tag of the batch; nothing more of it is sent.
@@ -114,7 +115,7 @@ async fn run(store: Store, settings: WriterSettings, mut jobs: mpsc::UnboundedRe
             // batch before stays the one the next batch is sent behind: were
             // this one in its place, landed at once, the next would carry no
             // preconditions while that one may still fail.
-            let _ = handle.send(tokio::spawn(async { Written::Applied(Vec::new()) }));
+            let _ = handle.send(tokio::spawn(async { Written::Applied(BatchResults::default()) }));
             continue;
         }
         // Behind a batch still on its way: preconditions on it, and its

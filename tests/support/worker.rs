@@ -31,6 +31,8 @@ pub struct WorkerConfig {
     pub redis_extra: String,
     /// Extra lines of the `[http]` section (e.g. `request_timeout = "500ms"`).
     pub http_extra: String,
+    /// Extra lines of the `[kafka]` section (e.g. `changes_topic = "changes"`).
+    pub kafka_extra: String,
 }
 
 impl WorkerConfig {
@@ -60,6 +62,7 @@ impl WorkerConfig {
             rust_log: "info,librdkafka=warn,rdkafka=warn".into(),
             redis_extra: String::new(),
             http_extra: String::new(),
+            kafka_extra: String::new(),
         }
     }
 
@@ -70,13 +73,14 @@ impl WorkerConfig {
         }
         let admin: Vec<String> = self.admin_topics.iter().map(|t| format!("\"{t}\"")).collect();
         format!(
-            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\nadmin_topics = [{}]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n[kafka.options]\n{opts}\n\
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\nadmin_topics = [{}]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n{}\n[kafka.options]\n{opts}\n\
              [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n{}\n\n[worker]\n{}\n{}",
             self.brokers,
             self.topic,
             admin.join(", "),
             self.group,
             self.dead_letter_topic,
+            self.kafka_extra,
             self.redis_url,
             self.redis_extra,
             self.http_port,

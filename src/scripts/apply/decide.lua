@@ -55,6 +55,11 @@ do
     local take = A.reader.take
     -- League boards: rounds[j] collects the members with an event applied to round j.
     local rounds = A.rounds
+    -- Boards with notify_top (see changes.lua): trans[j] the moves of period
+    -- j in event order, { i, j, m, value before, value after }; pos[i] and
+    -- redone[i] the (field, offset) of event i, applied with a move or
+    -- redelivered.
+    local trans, pos, redone, hidden = A.trans, A.pos, A.redone, A.hidden
 
     -- shape_cur[sh][w]: cur of shape sh's period w, false for a sealed period
     -- (the only kind phase 1 does not read), so that the loop below finds each
@@ -91,6 +96,7 @@ do
         local code = APPLIED
         if off <= last then
           code = offsets.redelivered(f, off)
+          if trans then redone[i] = { f, off } end
         else
           last_off[f] = off
           local id = ids[i]
@@ -155,6 +161,7 @@ do
               -- A sealed period (or one whose attempts are used) is skipped:
               -- the event still counts on the board's other periods.
               if c then
+                local was = c[m]
                 if rounds then
                   local joined = rounds[shapes[sh][w]]
                   if joined and not joined.seen[m] then
@@ -186,6 +193,12 @@ do
                     c[m] = num
                     if meta then metas[shapes[sh][w]][m] = meta end
                   end
+                end
+                if trans and c[m] ~= was and not hidden[m] then
+                  local j = shapes[sh][w]
+                  local list = trans[j]
+                  list[#list + 1] = { i, j, m, was, c[m] }
+                  pos[i] = { f, off }
                 end
               end
             end

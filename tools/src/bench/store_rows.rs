@@ -107,7 +107,9 @@ pub(super) async fn store_path(
             before = Some(calls.tails());
             async move {
                 let answers = store.apply_prepared(&calls).await.map_err(|e| e.to_string())?;
-                Ok::<u64, String>(answers.iter().flatten().filter(|r| **r == ApplyResult::Applied).count() as u64)
+                Ok::<u64, String>(
+                    answers.results.iter().flatten().filter(|r| **r == ApplyResult::Applied).count() as u64
+                )
             }
         })
         .buffered(2);

@@ -1,10 +1,12 @@
-//! Dead letters: records no board applied, produced to the dead-letter topic
-//! with their reasons, and the partitions that wait while the topic fails.
+//! What rankflow produces for a source record: its dead letter (a record no
+//! board applied, with its reasons) or its rank changes (`notify_top`), and
+//! the partitions that wait while their topic fails.
 //!
-//! A partition whose dead letters the broker has not acknowledged is held:
-//! paused, its stored offset stopped at its first held record, while every
-//! other partition goes on. [`Held`] is that bookkeeping, pure; the pipeline
-//! pauses, resumes and stores what it says.
+//! A partition whose produced records the broker has not acknowledged is
+//! held: its stored offset stopped at its first held record (and paused
+//! while a produce failed), while every other partition goes on. [`Held`]
+//! is that bookkeeping, pure; the pipeline pauses, resumes and stores what
+//! it says.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,24 +23,36 @@ use crate::metrics;
 
 use super::record::{dead_letter_headers, Record};
 
-/// A record on its way to the dead-letter topic: an owned copy, so that it
-/// can wait for the topic while its partition is paused.
-pub struct DeadRecord {
+/// A record on its way to a topic for a source record: an owned copy, so
+/// that it can wait for the topic while its source partition is paused.
+pub struct Outgoing {
+    /// The source record's position.
     pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
+    /// Where it goes.
+    to: Arc<str>,
     key: Option<Vec<u8>>,
     payload: Option<Vec<u8>>,
     timestamp: Option<i64>,
     headers: OwnedHeaders,
-    /// The first reason, for the metric.
-    reason: Reason,
+    /// What it is, for the metric.
+    kind: Kind,
     /// The delivery of the copy already handed to the producer, if any.
     inflight: Option<Delivery>,
 }
 
-impl DeadRecord {
-    pub fn new(record: Record, reasons: &[Rejection]) -> DeadRecord {
+/// What an outgoing record is.
+enum Kind {
+    /// A dead letter, with its first reason.
+    DeadLetter(Reason),
+    /// A rank change on this board.
+    Change(Arc<str>),
+}
+
+impl Outgoing {
+    /// The dead letter of `record` for `to`, the dead-letter topic.
+    pub fn dead_letter(record: Record, reasons: &[Rejection], to: Arc<str>) -> Outgoing {
         let mut reason_list: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
         reason_list.dedup();
         let reason = reason_list.join(",");
@@ -48,35 +62,62 @@ impl DeadRecord {
             Some(s) => (s.key, s.payload),
             None => (None, None),
         };
-        DeadRecord {
+        Outgoing {
             topic: record.topic,
             partition: record.partition,
             offset: record.offset,
+            to,
             key,
             payload,
             timestamp: record.timestamp,
             headers,
-            reason: reasons.first().map_or(Reason::InvalidJson, |r| r.reason),
+            kind: Kind::DeadLetter(reasons.first().map_or(Reason::InvalidJson, |r| r.reason)),
             inflight: None,
+        }
+    }
+
+    /// A rank change made by the source record at `source` on `board`, for
+    /// `to`, the changes topic.
+    pub fn change(
+        source: (&Arc<str>, i32, i64),
+        board: &str,
+        to: Arc<str>,
+        change: super::changes::Change,
+    ) -> Outgoing {
+        let (topic, partition, offset) = source;
+        Outgoing {
+            topic: topic.clone(),
+            partition,
+            offset,
+            to,
+            key: Some(change.key.into_bytes()),
+            payload: Some(change.value),
+            timestamp: None,
+            headers: change.headers,
+            kind: Kind::Change(Arc::from(board)),
+            inflight: None,
+        }
+    }
+
+    /// The topic it goes to.
+    fn what(&self) -> &'static str {
+        match self.kind {
+            Kind::DeadLetter(_) => "dead-letter topic",
+            Kind::Change(_) => "changes topic",
         }
     }
 }
 
-/// Produces dead records (each at most once while its delivery is in
+/// Produces outgoing records (each at most once while its delivery is in
 /// flight) and waits for their acknowledgements until `wait` has passed
 /// (`None`: until each resolves). Returns those not acknowledged yet.
-pub async fn send(
-    producer: &KafkaProducer,
-    topic: &str,
-    mut records: Vec<DeadRecord>,
-    wait: Option<Duration>,
-) -> Vec<DeadRecord> {
+pub async fn send(producer: &KafkaProducer, mut records: Vec<Outgoing>, wait: Option<Duration>) -> Vec<Outgoing> {
     let m = metrics::get();
     for r in &mut records {
         if r.inflight.is_some() {
             continue;
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(r.headers.clone());
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.to).headers(r.headers.clone());
         if let Some(k) = &r.key {
             record = record.key(k.as_slice());
         }
@@ -88,7 +129,7 @@ pub async fn send(
         }
         match producer.send(record) {
             Ok(f) => r.inflight = Some(f),
-            Err(e) => warn!(error = %e, "Could not queue a record for the dead-letter topic."),
+            Err(e) => warn!(error = %e, topic = %r.to, "Could not queue a record for the {}.", r.what()),
         }
     }
     let deadline = wait.map(|w| Instant::now() + w);
@@ -104,11 +145,17 @@ pub async fn send(
         };
         match outcome {
             None => waiting.push(r), // still in flight: checked again next time, never sent twice
-            Some(Ok(Ok(_))) => m.dead_letters.with_label_values(&[r.reason.as_str()]).inc(),
+            Some(Ok(Ok(_))) => match &r.kind {
+                Kind::DeadLetter(reason) => m.dead_letters.with_label_values(&[reason.as_str()]).inc(),
+                Kind::Change(board) => m.rank_changes.with_label_values(&[board]).inc(),
+            },
             Some(Ok(Err(e))) => {
-                m.dead_letter_errors.inc();
+                match r.kind {
+                    Kind::DeadLetter(_) => m.dead_letter_errors.inc(),
+                    Kind::Change(_) => m.rank_change_errors.inc(),
+                }
                 warn!(error = %e, topic = %r.topic, partition = r.partition, offset = r.offset,
-                    "Could not produce to the dead-letter topic; the record's partition waits.");
+                    "Could not produce to the {}; the record's partition waits.", r.what());
                 r.inflight = None;
                 waiting.push(r);
             }
@@ -121,12 +168,12 @@ pub async fn send(
     waiting
 }
 
-/// Dead letters not yet acknowledged, per partition. A partition's stored
-/// offset stops at its first such record, so nothing after it is committed
-/// before the dead-letter topic has it; meanwhile the partition goes on
-/// (its later records are applied, their offsets wait). Only a partition
-/// whose dead letters *failed* (not queued, or refused by the broker) is
-/// paused, until they are acknowledged; every other partition goes on.
+/// Outgoing records not yet acknowledged, per source partition. A
+/// partition's stored offset stops at its first such record, so nothing
+/// after it is committed before its topic has it; meanwhile the partition
+/// goes on (its later records are applied, their offsets wait). Only a
+/// partition whose records *failed* (not queued, or refused by the broker)
+/// is paused, until they are acknowledged; every other partition goes on.
 #[derive(Default)]
 pub struct Held {
     partitions: BTreeMap<(Arc<str>, i32), HeldPartition>,
@@ -138,7 +185,7 @@ pub struct Held {
 }
 
 struct HeldPartition {
-    records: Vec<DeadRecord>,
+    records: Vec<Outgoing>,
     /// The highest offset of the partition processed so far.
     processed: i64,
     /// Paused because a dead letter of it failed.
@@ -147,7 +194,7 @@ struct HeldPartition {
 
 /// What a check of the held records asks of the consumer.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Change {
+pub enum Step {
     /// A dead letter of this partition failed: pause it.
     Pause(Arc<str>, i32),
     /// Every dead letter of this partition is acknowledged: store this
@@ -205,7 +252,7 @@ impl Held {
     }
 
     /// Holds records just handed to the producer (or that it refused).
-    pub fn hold(&mut self, records: Vec<DeadRecord>) {
+    pub fn hold(&mut self, records: Vec<Outgoing>) {
         for r in records {
             let h = self.partitions.entry((r.topic.clone(), r.partition)).or_insert_with(|| HeldPartition {
                 records: Vec::new(),
@@ -232,7 +279,7 @@ impl Held {
     /// The held records to look at now: those in flight (to see whether they
     /// were acknowledged), and the failed ones once their retry is due.
     /// [`Held::put_back`] takes back what is still not acknowledged.
-    pub fn take_due(&mut self, now: Instant) -> Vec<DeadRecord> {
+    pub fn take_due(&mut self, now: Instant) -> Vec<Outgoing> {
         let resend = self.retry_at.is_none_or(|at| now >= at);
         let mut out = Vec::new();
         for h in self.partitions.values_mut() {
@@ -246,7 +293,7 @@ impl Held {
     /// After a look: `waiting` are the records still not acknowledged.
     /// Returns what the consumer must do: pause the partitions whose dead
     /// letters failed, store and resume those whose dead letters are all in.
-    pub fn put_back(&mut self, waiting: Vec<DeadRecord>, now: Instant, max_backoff: Duration) -> Vec<Change> {
+    pub fn put_back(&mut self, waiting: Vec<Outgoing>, now: Instant, max_backoff: Duration) -> Vec<Step> {
         for r in waiting {
             if let Some(h) = self.partitions.get_mut(&(r.topic.clone(), r.partition)) {
                 h.records.push(r);
@@ -257,12 +304,12 @@ impl Held {
         for ((topic, partition), h) in &mut self.partitions {
             if h.records.is_empty() {
                 let (topic, partition) = (topic.clone(), *partition);
-                changes.push(Change::Release { topic, partition, next: h.processed + 1, resume: h.paused });
+                changes.push(Step::Release { topic, partition, next: h.processed + 1, resume: h.paused });
             } else if h.failed() {
                 any_failed = true;
                 if !h.paused {
                     h.paused = true;
-                    changes.push(Change::Pause(topic.clone(), *partition));
+                    changes.push(Step::Pause(topic.clone(), *partition));
                 }
             }
         }
@@ -284,9 +331,9 @@ impl Held {
 mod tests {
     use super::*;
 
-    fn dead(topic: &Arc<str>, partition: i32, offset: i64) -> DeadRecord {
+    fn dead(topic: &Arc<str>, partition: i32, offset: i64) -> Outgoing {
         let record = Record { topic: topic.clone(), partition, offset, timestamp: Some(1), source: None };
-        DeadRecord::new(record, &[Rejection::new(Reason::InvalidJson, "not JSON")])
+        Outgoing::dead_letter(record, &[Rejection::new(Reason::InvalidJson, "not JSON")], Arc::from("dlq"))
     }
 
     /// A record whose delivery is in flight; the sender settles it.
@@ -294,7 +341,7 @@ mod tests {
         topic: &Arc<str>,
         partition: i32,
         offset: i64,
-    ) -> (DeadRecord, tokio::sync::oneshot::Sender<rdkafka::error::KafkaResult<()>>) {
+    ) -> (Outgoing, tokio::sync::oneshot::Sender<rdkafka::error::KafkaResult<()>>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let mut r = dead(topic, partition, offset);
         r.inflight = Some(rx);
@@ -320,7 +367,7 @@ mod tests {
         // Acknowledged (send() drops acknowledged records): the partition stores past all it processed.
         held.take_due(now);
         let changes = held.put_back(Vec::new(), now, Duration::from_secs(10));
-        assert_eq!(changes, [Change::Release { topic: t.clone(), partition: 0, next: 13, resume: false }]);
+        assert_eq!(changes, [Step::Release { topic: t.clone(), partition: 0, next: 13, resume: false }]);
         assert!(held.is_empty() && held.next_try().is_none());
     }
 
@@ -334,7 +381,7 @@ mod tests {
         held.hold(vec![ok]);
         let now = Instant::now();
         let looked = held.take_due(now);
-        assert_eq!(held.put_back(looked, now, max), [Change::Pause(t.clone(), 0)]);
+        assert_eq!(held.put_back(looked, now, max), [Step::Pause(t.clone(), 0)]);
         // Before the retry is due, the failed record is not sent again; the one in flight is looked at.
         let looked = held.take_due(now);
         assert_eq!(looked.iter().map(|r| r.offset).collect::<Vec<_>>(), [3]);
@@ -344,9 +391,9 @@ mod tests {
         let later = now + Duration::from_millis(501);
         let looked = held.take_due(later);
         assert_eq!(looked.len(), 2);
-        let still: Vec<DeadRecord> = looked.into_iter().filter(|r| r.partition == 1).collect();
+        let still: Vec<Outgoing> = looked.into_iter().filter(|r| r.partition == 1).collect();
         let changes = held.put_back(still, later, max);
-        assert_eq!(changes, [Change::Release { topic: t.clone(), partition: 0, next: 8, resume: true }]);
+        assert_eq!(changes, [Step::Release { topic: t.clone(), partition: 0, next: 8, resume: true }]);
     }
 
     #[test]
@@ -370,7 +417,7 @@ mod tests {
             Rejection::new(Reason::RateLimited, "board best: rate_limited"),
             Rejection::new(Reason::MissingSplit, "board laps: missing_split"),
         ];
-        let d = DeadRecord::new(record, &reasons);
+        let d = Outgoing::dead_letter(record, &reasons, Arc::from("dlq"));
         let headers: Vec<(String, String)> = d
             .headers
             .iter()
@@ -380,6 +427,7 @@ mod tests {
         assert_eq!(get("rankflow.reason"), Some("rate_limited,missing_split"));
         assert_eq!(get("rankflow.source.partition"), Some("2"));
         assert_eq!(get("rankflow.source.offset"), Some("41"));
-        assert_eq!(d.reason, Reason::RateLimited);
+        assert!(matches!(d.kind, Kind::DeadLetter(Reason::RateLimited)));
+        assert_eq!(&*d.to, "dlq");
     }
 }
