@@ -135,6 +135,16 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Rank changes: Redis time per event with notify_top = 100 against the
+    /// same boards without it, for a large and a small player base.
+    Changes {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Reads while a backlog drains: calls unbounded in time, the default
     /// max_call_time with reads on the primary, and reads on a replica.
     DrainReads {
@@ -233,6 +243,7 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         BenchCommand::League { brokers, redis, events, players, rounds } => {
             report(bench::league(&brokers, &redis, events, players, rounds).await)
         }
+        BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
         BenchCommand::DrainReads { brokers, redis, replica, events } => {
             report(bench::drain_reads(&brokers, &redis, &replica, events).await)
         }

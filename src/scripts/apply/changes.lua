@@ -15,7 +15,9 @@
 -- top N + 1 + d, d the moves that worsen a value ("latest" boards, negative
 -- sums). Every member outside the copy ranks below its last entry; only a
 -- move that falls below that entry leaves the copy, uncovering one place,
--- so the first N + 1 places stay exact through the call.
+-- so the first N + 1 places stay exact through the call. A call none of
+-- whose moves passes that last entry cannot change the top N, and reads
+-- only the entry (most calls, on a large board).
 --
 -- Each event's changes are remembered under "<changes><field>:<offset>"
 -- (EX dedupe ttl, like refusals), and a redelivered record answers them
@@ -24,116 +26,191 @@
 
 local ApplyChanges = {}
 do
-  local call, byte, min, floor, format = redis.call, string.byte, math.min, math.floor, string.format
+  local call, byte, min, format = redis.call, string.byte, math.min, string.format
   local PASSED = 10
 
   -- Whether a's member bytes sort after b's (Lua's own string comparison
-  -- follows the locale; Redis orders by bytes).
+  -- follows the locale; Redis orders by bytes), eight bytes per call of
+  -- string.byte: ties are common at the top of a board, and members share
+  -- long prefixes.
   local function bytes_after(a, b)
     if a == b then return false end
     local la, lb = #a, #b
-    for k = 1, min(la, lb) do
-      local x, y = byte(a, k), byte(b, k)
-      if x ~= y then return x > y end
+    local n = min(la, lb)
+    for k = 1, n, 8 do
+      local e = min(k + 7, n)
+      local a1, a2, a3, a4, a5, a6, a7, a8 = byte(a, k, e)
+      local b1, b2, b3, b4, b5, b6, b7, b8 = byte(b, k, e)
+      if a1 ~= b1 then return a1 > b1 end
+      if a2 ~= b2 then return a2 > b2 end
+      if a3 ~= b3 then return a3 > b3 end
+      if a4 ~= b4 then return a4 > b4 end
+      if a5 ~= b5 then return a5 > b5 end
+      if a6 ~= b6 then return a6 > b6 end
+      if a7 ~= b7 then return a7 > b7 end
+      if a8 ~= b8 then return a8 > b8 end
     end
     return la > lb
   end
 
-  -- Whether (sa, na) ranks above (sb, nb) in the board's order.
-  local function above_fn(desc)
-    if desc then
-      return function(sa, na, sb, nb)
-        if sa ~= sb then return sa > sb end
-        return bytes_after(na, nb)
-      end
-    end
-    return function(sa, na, sb, nb)
-      if sa ~= sb then return sa < sb end
-      return bytes_after(nb, na)
-    end
-  end
+  -- The copy holds each score times sg (1 on "desc" boards, -1 on "asc"
+  -- ones), so that the better score is the greater everywhere; among equal
+  -- scores, member bytes decide, descending on "desc" boards (as ZREVRANK),
+  -- ascending on "asc" ones (as ZRANK).
 
-  -- The top of period key k as arrays S (stored scores) and M (members),
-  -- best first, up to `want` places; whole: that is the whole board.
-  local function read_top(k, want, desc)
+  -- The top of period key k, best first, up to `want` places: S (scores
+  -- times sg), M (members), at (member -> true); whole: the whole board.
+  local function read_top(k, want, sg)
     local got
-    if desc then
+    if sg > 0 then
       got = call('ZRANGE', k, 0, want - 1, 'REV', 'WITHSCORES')
     else
       got = call('ZRANGE', k, 0, want - 1, 'WITHSCORES')
     end
     local S, M, at = {}, {}, {}
+    local n = 0
     for x = 2, #got, 2 do
-      local n = x / 2
-      M[n], S[n] = got[x - 1], got[x] + 0
+      n = n + 1
+      M[n], S[n] = got[x - 1], sg * got[x]
       at[got[x - 1]] = true
     end
-    return S, M, at, #got / 2 < want
+    return S, M, at, n < want, n
   end
 
-  -- The first place whose entry (s, n) ranks above, among the first len.
-  local function place(S, M, len, above, s, n)
+  -- Whether member n ranks above member m at an equal score.
+  local function tie_above(n, m, desc)
+    if desc then return bytes_after(n, m) end
+    return bytes_after(m, n)
+  end
+
+  -- Whether (s, n) ranks above the copy's entry at p.
+  local function above(S, M, p, s, n, desc)
+    local sp = S[p]
+    return s > sp or (s == sp and tie_above(n, M[p], desc))
+  end
+
+  -- The first place among the first len whose entry (s, n) ranks above:
+  -- where it goes; where it is, if it is there, is the place before.
+  local function place(S, M, len, s, n, desc)
     local lo, hi = 1, len + 1
     while lo < hi do
-      local mid = floor((lo + hi) / 2)
-      if above(s, n, S[mid], M[mid]) then hi = mid else lo = mid + 1 end
+      local mid = (lo + hi - (lo + hi) % 2) / 2
+      local sm = S[mid]
+      if s > sm or (s == sm and tie_above(n, M[mid], desc)) then hi = mid else lo = mid + 1 end
     end
     return lo
   end
 
-  -- Plays period j's moves; adds each change to by_event[i].
+  -- Whether any move of period key k can reach its top N: one passes the
+  -- copy's last place (B, at cap). The copy's tail never falls below B, so
+  -- a move that stays below it changes nothing in the top N; most calls on
+  -- a large board read this one entry, not the copy.
+  local function any_reaches(k, cap, moves, members, sg, desc)
+    local B, BM
+    if desc then
+      B = call('ZRANGE', k, cap - 1, cap - 1, 'REV', 'WITHSCORES')
+    else
+      B = call('ZRANGE', k, cap - 1, cap - 1, 'WITHSCORES')
+    end
+    if not B[1] then return true end
+    B, BM = { sg * B[2] }, { B[1] }
+    for x = 1, #moves, 4 do
+      if above(B, BM, 1, sg * moves[x + 3], members[moves[x + 1]], desc) then return true end
+    end
+    return false
+  end
+
+  -- The copy C of a top: S, M (best first), at, len, whole (it is the whole
+  -- board), cap (its most places). Shifting entries costs what the move
+  -- spans (table.insert and table.remove shift the rest of the array).
+
+  -- Moves the entry of `name` at `from` to score s; returns its new place,
+  -- or nil when it fell below the copy (which then drops it).
+  local function shift(C, from, s, name, desc)
+    local S, M, len = C.S, C.M, C.len
+    -- Placed among the entries as they are, its old one included.
+    local to = place(S, M, len, s, name, desc)
+    if to <= from then
+      for p = from, to + 1, -1 do S[p], M[p] = S[p - 1], M[p - 1] end
+    elseif to == len + 1 and not C.whole then
+      for p = from, len - 1 do S[p], M[p] = S[p + 1], M[p + 1] end
+      S[len], M[len] = nil, nil
+      C.len, C.at[name] = len - 1, nil
+      return nil
+    else
+      to = to - 1
+      for p = from, to - 1 do S[p], M[p] = S[p + 1], M[p + 1] end
+    end
+    S[to], M[to] = s, name
+    return to
+  end
+
+  -- Places `name`, not in the copy, at score s; returns its place, or nil
+  -- when it stays below the copy.
+  local function enter(C, s, name, desc)
+    local S, M, len = C.S, C.M, C.len
+    local to = place(S, M, len, s, name, desc)
+    if to > len and not C.whole then return nil end
+    for p = len, to, -1 do S[p + 1], M[p + 1] = S[p], M[p] end
+    S[to], M[to] = s, name
+    C.at[name] = true
+    len = len + 1
+    if len > C.cap then
+      C.at[M[len]] = nil
+      S[len], M[len] = nil, nil
+      len = len - 1
+      C.whole = false
+    end
+    C.len = len
+    return to
+  end
+
+  -- Period j's top as its moves (flat: i, m, value before, value after)
+  -- leave it: plays them on the copy, in order, and adds each change to
+  -- by_event[i].
   local function play(A, j, moves, by_event)
     local N, desc, members = A.h.notify, A.h.desc, A.members
-    local above = above_fn(desc)
-    -- Whether (sa, na) does not rank below (sb, nb): finds an entry's own place.
-    local function not_below(sa, na, sb, nb) return not above(sb, nb, sa, na) end
-    local d = 0
-    for _, mv in ipairs(moves) do
-      local old, new = mv[4], mv[5]
-      if old and above(old, '', new, '') then d = d + 1 end
+    local sg = desc and 1 or -1
+    local nmv, d = #moves, 0
+    for x = 1, nmv, 4 do
+      local old = moves[x + 2]
+      if old and sg * moves[x + 3] < sg * old then d = d + 1 end
     end
-    local cap = N + 1 + d
-    local S, M, at, whole = read_top(A.pk[j], cap, desc)
+    local cap, k = N + 1 + d, A.pk[j]
+    if not any_reaches(k, cap, moves, members, sg, desc) then return end
+    local S, M, at, whole, len = read_top(k, cap, sg)
+    local C = { S = S, M = M, at = at, whole = whole, len = len, cap = cap }
     local period = A.h.periods[j].id
-    for _, mv in ipairs(moves) do
-      local i, name, old, new = mv[1], members[mv[3]], mv[4], mv[5]
-      local len = #M
-      local from
-      if at[name] then
-        -- Its entry is the first that does not rank above (old, name).
-        from = place(S, M, len, not_below, old, name)
-        if M[from] ~= name then
-          -- Cannot happen (the copy holds the scores phase 1 read); a
-          -- script must not fail once it has written, so look it up.
-          for p = 1, len do
-            if M[p] == name then from = p end
+    for x = 1, nmv, 4 do
+      local i, name, new = moves[x], members[moves[x + 1]], moves[x + 3]
+      local s = sg * new
+      -- A member outside the copy that stays below its last entry changes
+      -- nothing the copy holds.
+      if at[name] or C.whole or C.len == 0 or above(S, M, C.len, s, name, desc) then
+        local from, to
+        if at[name] then
+          from = place(S, M, C.len, sg * moves[x + 2], name, desc) - 1
+          if M[from] ~= name then
+            -- Cannot happen (the copy holds the scores phase 1 read); a
+            -- script must not fail once it has written, so look it up.
+            for p = 1, C.len do
+              if M[p] == name then from = p end
+            end
           end
+          to = shift(C, from, s, name, desc)
+        else
+          to = enter(C, s, name, desc)
         end
-        table.remove(S, from)
-        table.remove(M, from)
-        at[name] = nil
-        len = len - 1
-      end
-      local to = place(S, M, len, above, new, name)
-      if to <= len or whole then
-        table.insert(S, to, new)
-        table.insert(M, to, name)
-        at[name] = true
-        if to <= N and (not from or from > N or to < from) then
+        if to and to <= N and (not from or from > N or to < from) then
           local was_in = from and from <= N
-          local last = was_in and from or min(N + 1, len + 1)
+          local last = was_in and from or min(N + 1, C.len)
           local passed = {}
           for p = to + 1, min(last, to + PASSED) do passed[#passed + 1] = M[p] end
           local pushed = ''
-          if not was_in and M[N + 1] then pushed = M[N + 1] end
+          if not was_in and C.len > N then pushed = M[N + 1] end
           local list = by_event[i] or {}
           list[#list + 1] = { i, period, was_in and from or 0, to, new, pushed, passed }
           by_event[i] = list
-        end
-        if #M > cap then
-          at[M[#M]] = nil
-          S[#S], M[#M] = nil, nil
-          whole = false
         end
       end
     end
@@ -148,15 +225,14 @@ do
       if moves and #moves > 0 then play(A, j, moves, by_event) end
     end
     local out = {}
+    local pos, redone = A.pos, A.redone
     for i = 1, A.ne do
       local list = by_event[i]
-      local pos = A.pos[i]
-      if list and pos then
-        call('SET', h.changes .. h.fields[pos[1]] .. ':' .. format('%d', pos[2]), cmsgpack.pack(list), 'EX', h.ttl)
+      if list then
+        call('SET', h.changes .. h.fields[pos[i]] .. ':' .. format('%d', pos[-i]), cmsgpack.pack(list), 'EX', h.ttl)
       end
-      local again = A.redone[i]
-      if again then
-        local got = call('GET', h.changes .. h.fields[again[1]] .. ':' .. format('%d', again[2]))
+      if redone[i] then
+        local got = call('GET', h.changes .. h.fields[redone[i]] .. ':' .. format('%d', redone[-i]))
         if got then
           list = cmsgpack.unpack(got)
           for _, c in ipairs(list) do c[1] = i end

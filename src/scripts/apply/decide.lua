@@ -56,9 +56,9 @@ do
     -- League boards: rounds[j] collects the members with an event applied to round j.
     local rounds = A.rounds
     -- Boards with notify_top (see changes.lua): trans[j] the moves of period
-    -- j in event order, { i, j, m, value before, value after }; pos[i] and
-    -- redone[i] the (field, offset) of event i, applied with a move or
-    -- redelivered.
+    -- j in event order, flat (i, m, value before, value after); pos and
+    -- redone the field (at i) and offset (at -i) of event i, applied with a
+    -- move or redelivered.
     local trans, pos, redone, hidden = A.trans, A.pos, A.redone, A.hidden
 
     -- shape_cur[sh][w]: cur of shape sh's period w, false for a sealed period
@@ -96,7 +96,7 @@ do
         local code = APPLIED
         if off <= last then
           code = offsets.redelivered(f, off)
-          if trans then redone[i] = { f, off } end
+          if trans then redone[i], redone[-i] = f, off end
         else
           last_off[f] = off
           local id = ids[i]
@@ -195,10 +195,10 @@ do
                   end
                 end
                 if trans and c[m] ~= was and not hidden[m] then
-                  local j = shapes[sh][w]
-                  local list = trans[j]
-                  list[#list + 1] = { i, j, m, was, c[m] }
-                  pos[i] = { f, off }
+                  local list = trans[shapes[sh][w]]
+                  local n = #list
+                  list[n + 1], list[n + 2], list[n + 3], list[n + 4] = i, m, was, c[m]
+                  pos[i], pos[-i] = f, off
                 end
               end
             end

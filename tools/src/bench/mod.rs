@@ -37,6 +37,7 @@ use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails
 use rankflow::samples::Generator;
 
 mod capacity;
+mod changes;
 mod drain_reads;
 mod kafka;
 mod latency;
@@ -54,6 +55,7 @@ use latency::*;
 use store_rows::*;
 
 pub use capacity::capacity;
+pub use changes::changes;
 pub use drain_reads::drain_reads;
 pub use latency::latency_only;
 pub use league::league;

@@ -66,6 +66,18 @@ pub(super) async fn store_path(
     events: &[(i32, i64, i64, Event)],
     batch: usize,
 ) -> Result<(Duration, u64), String> {
+    let (took, applied, _) = store_path_moves(store, router, events, batch).await?;
+    Ok((took, applied))
+}
+
+/// [`store_path`], also answering how many rank changes the calls reported
+/// (boards with `notify_top`).
+pub(super) async fn store_path_moves(
+    store: &Store,
+    router: &Router,
+    events: &[(i32, i64, i64, Event)],
+    batch: usize,
+) -> Result<(Duration, u64, u64), String> {
     let fields: HashMap<i32, String> = (0..64).map(|p| (p, keys::offsets_field("bench", p))).collect();
     let prepare = |chunk: &[(i32, i64, i64, Event)]| {
         let plans: Vec<Vec<(usize, Decision)>> = chunk.iter().map(|(_, _, rts, e)| router.plan(e, *rts)).collect();
@@ -107,17 +119,18 @@ pub(super) async fn store_path(
             before = Some(calls.tails());
             async move {
                 let answers = store.apply_prepared(&calls).await.map_err(|e| e.to_string())?;
-                Ok::<u64, String>(
-                    answers.results.iter().flatten().filter(|r| **r == ApplyResult::Applied).count() as u64
-                )
+                let applied = answers.results.iter().flatten().filter(|r| **r == ApplyResult::Applied).count();
+                Ok::<(u64, u64), String>((applied as u64, answers.moves.iter().map(Vec::len).sum::<usize>() as u64))
             }
         })
         .buffered(2);
-    let mut applied = 0;
+    let (mut applied, mut moves) = (0, 0);
     while let Some(r) = sent.next().await {
-        applied += r?;
+        let (a, m) = r?;
+        applied += a;
+        moves += m;
     }
-    Ok((started.elapsed(), applied))
+    Ok((started.elapsed(), applied, moves))
 }
 
 /// Redis's own CPU seconds so far (`INFO cpu`, user + sys) and the

@@ -1,0 +1,101 @@
+//! `bench changes`: what rank changes cost. The Redis time per event of the
+//! store path on the bench boards with `notify_top = 100` against the same
+//! boards without it: the same events, rounds in turn, for a large player
+//! base (the top rarely moves) and a small one (it moves all the time).
+
+use super::*;
+
+/// The bench boards' settings, each board notifying its top 100 or not.
+fn changes_config(redis_url: &str, notify: bool) -> Result<Settings, String> {
+    let base = bench_config("127.0.0.1:9", redis_url, "bench", "bench-g", "127.0.0.1:0", "");
+    let text = if notify {
+        base.replace("[kafka.options]", "changes_topic = \"bench.changes\"\n[kafka.options]")
+            .replace("[[board]]", "[[board]]\nnotify_top = 100")
+    } else {
+        base
+    };
+    config::load_str(&text, Vec::new()).map_err(|e| e.to_string())
+}
+
+/// Redis CPU and script time per event, with and without `notify_top`, for
+/// `players` players; one line.
+async fn one_population(
+    conn: &RedisConn,
+    store: &Store,
+    routers: &[Router; 2],
+    batch: usize,
+    events: u64,
+    players: usize,
+    rounds: usize,
+) -> Result<String, String> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut g = Generator::new(11, players, now - 1000, 0).with_duplicates(0.02).with_bad_records(0.01);
+    let mut list = Vec::new();
+    for i in 0..events {
+        let s = g.next_sample();
+        if let Parsed::Event(e) = event::parse(&s.value, Default::default(), |t| routers[0].listens(t)) {
+            list.push(((i % 4) as i32, (i / 4) as i64, now, e));
+        }
+    }
+    let n = list.len() as u64;
+    let (mut cpu, mut script, mut ratios, mut moves) = ([vec![], vec![]], [vec![], vec![]], Vec::new(), 0);
+    let mut used = [RedisStats::default(), RedisStats::default()];
+    for round in 1..=rounds.max(1) {
+        for (k, router) in routers.iter().enumerate() {
+            let what = if k == 0 { "notify_top = 100" } else { "same boards, no notify_top" };
+            eprintln!("bench: store path, {players} players, {what} (round {round})");
+            flush(conn).await?;
+            let before = redis_stats(conn).await?;
+            let (_, _, m) = store_path_moves(store, router, &list, batch).await?;
+            let after = redis_stats(conn).await?;
+            used[k].add_between(&before, &after);
+            let usec = |s: &RedisStats| s.usec.get("EVALSHA").copied().unwrap_or(0.0);
+            cpu[k].push((after.cpu - before.cpu) * 1e6 / n as f64);
+            script[k].push((usec(&after) - usec(&before)) / n as f64);
+            if k == 0 {
+                moves = m;
+            }
+        }
+        ratios.push(cpu[0][round - 1] / cpu[1][round - 1]);
+    }
+    let rounds = rounds.max(1) as u64;
+    let parts = [("notify_top = 100", &used[0]), ("without", &used[1])]
+        .map(|(what, u)| format!("\n  {}", breakdown(what, n * rounds, u).trim_start_matches("- ")));
+    Ok(format!(
+        "- {players} players: Redis CPU per event {:.1} µs with notify_top = 100 against {:.1} µs without, {:.2}x \
+         (median of rounds {}; target at most 1.2x); in the script {:.1} against {:.1} µs; {:.3} change records per event \
+         ({moves} for {n} events){}{}",
+        median(&cpu[0]),
+        median(&cpu[1]),
+        median(&ratios),
+        ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
+        median(&script[0]),
+        median(&script[1]),
+        moves as f64 / n as f64,
+        parts[0],
+        parts[1],
+    ))
+}
+
+/// `rankflow-tools bench changes`.
+pub async fn changes(redis_url: &str, events: u64, rounds: usize) -> Result<(), String> {
+    let with = changes_config(redis_url, true)?;
+    let without = changes_config(redis_url, false)?;
+    let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "bench-g", "127.0.0.1:0", "");
+    let (settings, conn, store) = open_store(&cfg_text).await?;
+    let prefix = &settings.redis.key_prefix;
+    let routers = [Router::new(with.boards.clone(), prefix), Router::new(without.boards.clone(), prefix)];
+    let mut notes = Vec::new();
+    for players in [100_000, 1_000] {
+        let line = one_population(&conn, &store, &routers, settings.worker.batch_size, events, players, rounds).await?;
+        eprintln!("{line}");
+        notes.push(line);
+    }
+    println!("## Rank changes (notify_top)\n");
+    println!("The bench boards (three boards, seven period keys per match event) with and without notify_top = 100:");
+    println!("the store path on the same events, 2% duplicates and 1% bad records, rounds in turn.\n");
+    for n in notes {
+        println!("{n}");
+    }
+    Ok(())
+}
