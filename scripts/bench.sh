@@ -3,8 +3,10 @@
 # ports in a temporary directory, builds rankflow in release mode, runs
 # `rankflow-tools bench pipeline` (ceilings, store path, end to end, latency,
 # memory), `rankflow-tools bench read` (read API on a 1,000,000-member board),
-# `rankflow-tools bench league` (a league board's cost, one round settled) and
-# the latency run against librdkafka's mock cluster, and stops everything.
+# `rankflow-tools bench league` (a league board's cost, one round settled),
+# `bench changes` (what notify_top costs), the reads-at-scale and live
+# stream benches, and the latency run against librdkafka's mock cluster,
+# and stops everything.
 # Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
 # BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, and of the
 # broker ceiling and end-to-end rows, default 3);
@@ -45,6 +47,10 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # events per player), and one round of BENCH_LEAGUE_PLAYERS (default 100000)
 # settled by the real binary.
 "$bin" bench --wipe-redis league --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_LEAGUE_EVENTS:-500000}" --players "${BENCH_LEAGUE_PLAYERS:-100000}" --rounds "${BENCH_ROUNDS:-3}"
+# Rank changes: Redis time per event with notify_top = 100 against the same
+# boards without it, BENCH_CHANGES_EVENTS (default 200000) events for
+# 100,000 and for 1,000 players.
+"$bin" bench --wipe-redis changes --redis "redis://127.0.0.1:$rport" --events "${BENCH_CHANGES_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
 # Reads at scale: read capacity (HTTP against the same commands through
 # redis-rs, then an open loop at half capacity), and reads while
 # BENCH_DRAIN_EVENTS (default 400000) drain: calls unbounded in time, the
