@@ -246,6 +246,48 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         compare_period(&w, reference, "last3d").await;
     }
 
+    // Every player's history (each sealed hour and day: ranks, percentiles,
+    // bests) is the reference's, the shards merged in board order; top-K
+    // boards rank the K the board holds.
+    // First every period's history is recorded, on the reference's tag and
+    // on the first shard (which holds a sharded history's progress).
+    let recorded = |base: &str| {
+        let all = cli(&url, &["HGETALL", &format!("{base}:_sealed")]);
+        let words: Vec<&str> = all.split_whitespace().collect();
+        words.chunks(2).filter(|kv| kv.len() == 2 && kv[0].ends_with(":history") && kv[1] == "done").count()
+    };
+    let first = |b: &str| rankflow::keys::shard_base("lb", b, None, 0, SHARDS as u32);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (base, sealed) in [
+        ("lb:{pts}".to_string(), hours.len() + days.len()),
+        (first("pts-sh"), hours.len() + days.len()),
+        ("lb:{hi}".to_string(), days.len()),
+        (first("hi-sh"), days.len()),
+    ] {
+        while recorded(&base) < sealed {
+            assert!(
+                Instant::now() < deadline,
+                "{base}: {} of {sealed} histories recorded\n{}",
+                recorded(&base),
+                w.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let mut ranked = 0;
+    for reference in ["pts", "hi"] {
+        for p in 0..120 {
+            let path = format!("/v1/boards/{{b}}/players/p{p}/history");
+            let (_, r) = w.get_json(&path.replace("{b}", reference)).await;
+            let (_, s) = w.get_json(&path.replace("{b}", &format!("{reference}-sh"))).await;
+            assert_eq!(plain(r.clone()), plain(s), "p{p}'s {reference} history");
+            ranked += r["periods"].as_array().map_or(0, Vec::len);
+        }
+    }
+    assert!(ranked > 300, "only {ranked} recorded standings");
+    let (_, h) = w.get_json(&format!("/v1/boards/pts-sh/players/{}/history", in_hour[0])).await;
+    assert!(h["periods"].as_array().is_some_and(|p| p.len() >= 2), "{h}");
+
     // An erasure reaches every shard's snapshots and rolling boards.
     let gone = &in_hour[0];
     let erase = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "player_erased", "player_id": gone});
@@ -256,6 +298,8 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         assert_eq!(status, 404, "{gone} erased from {period}");
         compare_period(&w, "pts", period).await;
     }
+    let (_, h) = w.get_json(&format!("/v1/boards/pts-sh/players/{gone}/history")).await;
+    assert_eq!((&h["periods"], &h["best_rank"]), (&json!([]), &json!(null)), "{gone}'s history is erased: {h}");
 
     // `rankflow close` closes the current hour on every shard: what is
     // produced after it is refused on each, and the period is sealed.

@@ -22,11 +22,12 @@ pub(super) async fn history(
 ) -> Result<Json<Value>, ApiError> {
     let board = super::target::board_of(&s, &board_id)?;
     let split = super::target::split_of(board, &q)?;
-    if board.shards().is_some() {
-        return Err(ApiError::bad("board", format!("board '{}' is sharded: it keeps no players' history", board.id())));
-    }
     let reader = s.reader()?.fresh(super::target::fresh_of(&q)?);
-    let base = keys::base(s.router.prefix(), board.id(), split);
+    // A sharded board keeps a player's history on the player's shard.
+    let base = match board.shards() {
+        Some(n) => s.router.read_bases(board, split)[crate::board::shard_of(&player_id, n) as usize].clone(),
+        None => keys::base(s.router.prefix(), board.id(), split),
+    };
     let found = reader.history(&base, &player_id).await.map_err(ApiError::unavailable)?;
     Ok(Json(history_json(board, split, &player_id, found)))
 }

@@ -3,18 +3,25 @@
 //! snapshot and raises their best of the period's kind, in steps of
 //! [`STEP_ENTRIES`] entries from where the last step left off, so a job
 //! taken over carries on and Redis is never held long.
+//!
+//! A sharded board's ranks need its shards merged: each step reads the
+//! next entries of every shard's snapshot, merges them in board order,
+//! ranks the first [`STEP_ENTRIES`] and hands each shard its players'
+//! standings (`scripts/history_put.lua`). Where each shard's walk stands is
+//! the first shard's progress field, written after the step's writes (a
+//! step done again writes the same values).
 
 use super::{JobError, Scheduler};
-use crate::board::Board;
+use crate::board::{Board, Order};
 use crate::period::Period;
-use crate::store::HistoryStep;
+use crate::store::{HistoryPut, HistoryStep};
 
 /// Entries one step records (a step of 5,000 holds Redis a few milliseconds).
 const STEP_ENTRIES: usize = 5_000;
 
 impl Scheduler<'_> {
     /// Records the history of sealed period `period` of the tag `base`
-    /// (a board's own tag: sharded boards keep no history yet).
+    /// (a board's own tag).
     pub(super) async fn record_history(
         &self,
         base: &str,
@@ -35,5 +42,188 @@ impl Scheduler<'_> {
             tokio::task::yield_now().await;
         }
         Ok(())
+    }
+
+    /// Records the history of sealed period `period` of a sharded board,
+    /// whose shards' key bases are `bases`.
+    pub(super) async fn record_sharded_history(
+        &self,
+        bases: &[String],
+        board: &Board,
+        period: &Period,
+        expire_at: i64,
+    ) -> Result<(), JobError> {
+        let id = period.id.as_str();
+        let desc = board.order() == Order::Desc;
+        let shift = board.packing().shift();
+        loop {
+            let progress = self.store.history_progress(&bases[0], id).await?;
+            let Some(mut at) = positions(progress.as_deref(), bases.len()) else { return Ok(()) };
+            let mut merged: Vec<(i64, String, usize)> = Vec::new();
+            for (k, base) in bases.iter().enumerate() {
+                let chunk = self.store.sealed_entries(base, id, at[k], STEP_ENTRIES, desc).await?;
+                merged.extend(chunk.into_iter().map(|(member, stored)| (stored, member, k)));
+            }
+            merged.sort_by(|a, b| board.order().entries((a.0, &a.1), (b.0, &b.1)));
+            let emitted: u64 = at.iter().sum();
+            let Some(first) = merged.first() else {
+                self.store.set_history_progress(&bases[0], id, "done").await?;
+                return Ok(());
+            };
+            // The first entry's competition rank, and the board's members
+            // (a top-K board holds the first K of its shards' entries).
+            let value = board.packing().decode(first.0);
+            let (mut total, mut better) = (0, 0);
+            for base in bases {
+                let (members, above) = self.store.sealed_counts(base, id, value, shift, desc).await?;
+                total += members;
+                better += above;
+            }
+            let total = total.min(board.max_members().unwrap_or(u64::MAX));
+            let step = Ranked { emitted, total, better, budget: STEP_ENTRIES };
+            let (per_shard, take) = step.rank(merged, bases.len(), |stored| board.packing().decode(stored));
+            for (k, standings) in per_shard.iter().enumerate() {
+                at[k] += standings.len() as u64;
+            }
+            for (k, standings) in per_shard.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+                let put = HistoryPut {
+                    base: &bases[k],
+                    period_id: id,
+                    kind: period.kind_name(),
+                    expire_at,
+                    first: emitted == 0,
+                    standings,
+                };
+                self.store.history_put(&put).await?;
+            }
+            let next = if emitted + take >= total {
+                "done".to_string()
+            } else {
+                at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+            };
+            self.store.set_history_progress(&bases[0], id, &next).await?;
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// One step of a sharded history: `emitted` entries ranked before it, of
+/// `total`; `better` members hold a better value than the step's first
+/// entry; at most `budget` entries ranked.
+struct Ranked {
+    emitted: u64,
+    total: u64,
+    better: u64,
+    budget: usize,
+}
+
+impl Ranked {
+    /// Ranks the first entries of `merged` (stored score, member, shard:
+    /// the shards' next entries, in board order; `value` the value of a
+    /// stored score): per shard its players' standings, and how many were
+    /// ranked. The first `budget` are safe to rank when each shard gave
+    /// `budget` entries (or all it had left): an entry not read ranks below
+    /// every entry read from its shard.
+    fn rank(
+        &self,
+        merged: Vec<(i64, String, usize)>,
+        shards: usize,
+        value: impl Fn(i64) -> i64,
+    ) -> (Vec<Vec<(String, String)>>, u64) {
+        let take = merged.len().min(self.budget).min(self.total.saturating_sub(self.emitted) as usize);
+        let mut per_shard: Vec<Vec<(String, String)>> = vec![Vec::new(); shards];
+        let mut last = merged.first().map(|(stored, _, _)| value(*stored));
+        let mut competition = self.better + 1;
+        for (i, (stored, member, k)) in merged.into_iter().take(take).enumerate() {
+            let ordinal = self.emitted + i as u64 + 1;
+            let v = value(stored);
+            if Some(v) != last {
+                (competition, last) = (ordinal, Some(v));
+            }
+            let total = self.total;
+            per_shard[k].push((member, format!("{ordinal}:{competition}:{total}:{stored}")));
+        }
+        (per_shard, take as u64)
+    }
+}
+
+/// Where each of `n` shards' walk stands, from a sharded history's
+/// progress field (none yet: at the start); `None` once done.
+fn positions(progress: Option<&str>, n: usize) -> Option<Vec<u64>> {
+    match progress {
+        Some("done") => None,
+        Some(p) => {
+            let at: Vec<u64> = p.split(',').filter_map(|x| x.parse().ok()).collect();
+            Some(if at.len() == n { at } else { vec![0; n] })
+        }
+        None => Some(vec![0; n]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shards of players p0..p{n} with values that tie often, each sorted
+    /// in board order (desc), as their snapshots are; the first shard's
+    /// players lead, so the first steps take all they read of it.
+    fn shards(n: usize, k: usize) -> Vec<Vec<(i64, String)>> {
+        let mut out = vec![Vec::new(); k];
+        for p in 0..n {
+            let member = format!("p{p}");
+            let shard = crate::board::shard_of(&member, k as u32) as usize;
+            let lead = if shard == 0 { 20 } else { 0 };
+            out[shard].push(((p as i64 * 7919) % 13 + lead, member));
+        }
+        for s in &mut out {
+            s.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
+        }
+        out
+    }
+
+    #[test]
+    fn steps_over_merged_shards_rank_every_player_as_one_board_would() {
+        let (n, k, budget) = (500, 4, 37);
+        let shards = shards(n, k);
+        // The board: every entry in board order; a top-K board's first 450.
+        let mut board: Vec<(i64, String)> = shards.iter().flatten().cloned().collect();
+        board.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
+        let total = 450u64;
+        let mut at = vec![0usize; k];
+        let mut got: Vec<(String, String)> = Vec::new();
+        loop {
+            let mut merged = Vec::new();
+            for (s, shard) in shards.iter().enumerate() {
+                merged.extend(shard.iter().skip(at[s]).take(budget).map(|(v, m)| (*v, m.clone(), s)));
+            }
+            merged.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
+            let Some(first) = merged.first() else { break };
+            let better = board.iter().filter(|(v, _)| *v > first.0).count() as u64;
+            let emitted = at.iter().sum::<usize>() as u64;
+            let (per_shard, take) = Ranked { emitted, total, better, budget }.rank(merged, k, |v| v);
+            for (s, standings) in per_shard.into_iter().enumerate() {
+                at[s] += standings.len();
+                got.extend(standings);
+            }
+            if emitted + take >= total {
+                break;
+            }
+        }
+        assert_eq!(got.len(), 450, "every player the board holds, once");
+        got.sort_by_key(|(_, standing)| standing.split(':').next().unwrap().parse::<u64>().unwrap());
+        for (i, ((member, standing), (value, want))) in got.iter().zip(&board).enumerate() {
+            let competition = board.iter().filter(|(v, _)| v > value).count() + 1;
+            assert_eq!(member, want, "ordinal {}", i + 1);
+            assert_eq!(standing, &format!("{}:{competition}:450:{value}", i + 1), "{member}");
+        }
+    }
+
+    #[test]
+    fn a_sharded_historys_progress_names_each_shards_position_until_done() {
+        assert_eq!(positions(None, 3), Some(vec![0, 0, 0]));
+        assert_eq!(positions(Some("5,0,12"), 3), Some(vec![5, 0, 12]));
+        assert_eq!(positions(Some("done"), 3), None);
+        // A progress of another shard count starts over (the writes are idempotent).
+        assert_eq!(positions(Some("5,0"), 3), Some(vec![0, 0, 0]));
     }
 }

@@ -93,8 +93,9 @@ impl Scheduler<'_> {
         if !published {
             self.publish_top(&board, base, &bases, period_id, close_at, total, tops).await?;
         }
-        if board.shards().is_none() {
-            self.record_history(base, &board, &period, expire_at).await?;
+        match board.shards() {
+            None => self.record_history(base, &board, &period, expire_at).await?,
+            Some(_) => self.record_sharded_history(&bases, &board, &period, expire_at).await?,
         }
         if board.is_round(&period) {
             return self.settle(base, &board, &period).await;

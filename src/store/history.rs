@@ -3,7 +3,8 @@
 //! player's history (the tag's history registry, then one field of each
 //! key it lists).
 
-use super::scripts::HISTORY;
+use super::operator::failed;
+use super::scripts::{HISTORY, HISTORY_PUT};
 use super::{Reader, Store, StoreError};
 use crate::keys;
 
@@ -45,6 +46,20 @@ impl HistoryStep<'_> {
         ];
         (k, args)
     }
+}
+
+/// Standings the worker decided for the players of one shard of a sharded
+/// board (`history_put.lua`): per player, `<ordinal>:<competition>:<total>:<stored>`.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryPut<'a> {
+    pub base: &'a str,
+    pub period_id: &'a str,
+    pub kind: &'a str,
+    /// EXPIREAT seconds of the period's history (0: none).
+    pub expire_at: i64,
+    /// The period's first step: expired history hashes leave the registry.
+    pub first: bool,
+    pub standings: &'a [(String, String)],
 }
 
 /// A player's standing in one sealed period, as recorded at its seal.
@@ -91,6 +106,94 @@ fn parse_best(kind: &str, v: &str) -> Option<BestRank> {
 }
 
 impl Store {
+    /// Records standings decided by the worker on one shard (`history_put.lua`).
+    pub async fn history_put(&self, put: &HistoryPut<'_>) -> Result<u64, StoreError> {
+        let (base, id) = (put.base, put.period_id);
+        let keys = [
+            keys::history_key(base, id),
+            keys::best_key(base, put.kind),
+            keys::history_registry_key(base),
+            keys::offsets_key(base),
+        ];
+        let mut args = vec![put.expire_at.to_string(), id.to_string(), if put.first { "1" } else { "0" }.to_string()];
+        for (member, standing) in put.standings {
+            args.push(member.clone());
+            args.push(standing.clone());
+        }
+        self.script(&HISTORY_PUT, &keys, &args).await
+    }
+
+    /// Entries `at..at + count` of a sealed snapshot, in board order, with their stored scores.
+    pub async fn sealed_entries(
+        &self,
+        base: &str,
+        period_id: &str,
+        at: u64,
+        count: usize,
+        desc: bool,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(keys::period_key(base, &keys::final_id(period_id))).arg(at).arg(at + count.max(1) as u64 - 1);
+        if desc {
+            cmd.arg("REV");
+        }
+        let got: Vec<(String, f64)> = cmd
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(failed("read a sealed snapshot's entries"))?;
+        Ok(got.into_iter().map(|(m, s)| (m, s as i64)).collect())
+    }
+
+    /// How many members a sealed snapshot holds, and how many of them hold
+    /// a value better than `value` (values are stored scores divided by `shift`).
+    pub async fn sealed_counts(
+        &self,
+        base: &str,
+        period_id: &str,
+        value: i64,
+        shift: i64,
+        desc: bool,
+    ) -> Result<(u64, u64), StoreError> {
+        let key = keys::period_key(base, &keys::final_id(period_id));
+        let (min, max) = match desc {
+            true => (((value + 1) * shift).to_string(), "+inf".to_string()),
+            false => ("-inf".to_string(), format!("({}", value * shift)),
+        };
+        redis::pipe()
+            .cmd("ZCARD")
+            .arg(&key)
+            .cmd("ZCOUNT")
+            .arg(&key)
+            .arg(min)
+            .arg(max)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(failed("count a sealed snapshot's members"))
+    }
+
+    /// How far a sharded board's history of a period is recorded (the field
+    /// `<period key>:history` of its first shard's sealed hash).
+    pub async fn history_progress(&self, base: &str, period_id: &str) -> Result<Option<String>, StoreError> {
+        redis::cmd("HGET")
+            .arg(keys::sealed_key(base))
+            .arg(keys::history_field(&keys::period_key(base, period_id)))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(failed("read a history's progress"))
+    }
+
+    /// Records how far a sharded board's history of a period is recorded.
+    pub async fn set_history_progress(&self, base: &str, period_id: &str, at: &str) -> Result<(), StoreError> {
+        redis::cmd("HSET")
+            .arg(keys::sealed_key(base))
+            .arg(keys::history_field(&keys::period_key(base, period_id)))
+            .arg(at)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(failed("record a history's progress"))
+    }
+
     /// One step of `history.lua`: whether the period's history is all recorded, and how many entries this step did.
     pub async fn history_step(&self, step: &HistoryStep<'_>) -> Result<(bool, u64), StoreError> {
         let (keys, args) = step.invocation();
