@@ -109,7 +109,7 @@ if h.league then
 end
 if h.notify then
   A.trans, A.pos, A.redone = {}, {}, {}
-  for j = 1, np do A.trans[j] = {} end
+  for j = 1, np do A.trans[j], A.trans[-j] = {}, 0 end
 end
 A.dec, A.decimal = Value.decimals()
 A.value_name = Value.namer(h.shift, A.dec)

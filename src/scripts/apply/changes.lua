@@ -183,10 +183,10 @@ do
     local period = A.h.periods[j].id
     for x = 1, nmv, 4 do
       local i, name, new = moves[x], members[moves[x + 1]], moves[x + 3]
-      local s = sg * new
+      local s, tail = sg * new, S[C.len]
       -- A member outside the copy that stays below its last entry changes
-      -- nothing the copy holds.
-      if at[name] or C.whole or C.len == 0 or above(S, M, C.len, s, name, desc) then
+      -- nothing the copy holds (inline: this runs for every move).
+      if at[name] or not tail or C.whole or s > tail or (s == tail and tie_above(name, M[C.len], desc)) then
         local from, to
         if at[name] then
           from = place(S, M, C.len, sg * moves[x + 2], name, desc) - 1

@@ -56,7 +56,8 @@ do
     -- League boards: rounds[j] collects the members with an event applied to round j.
     local rounds = A.rounds
     -- Boards with notify_top (see changes.lua): trans[j] the moves of period
-    -- j in event order, flat (i, m, value before, value after); pos and
+    -- j in event order, flat (i, m, value before, value after), and
+    -- trans[-j] their length; pos and
     -- redone the field (at i) and offset (at -i) of event i, applied with a
     -- move or redelivered.
     local trans, pos, redone, hidden = A.trans, A.pos, A.redone, A.hidden
@@ -195,10 +196,10 @@ do
                   end
                 end
                 if trans and c[m] ~= was and not hidden[m] then
-                  local list = trans[shapes[sh][w]]
-                  local n = #list
+                  local j = shapes[sh][w]
+                  local list, n = trans[j], trans[-j]
                   list[n + 1], list[n + 2], list[n + 3], list[n + 4] = i, m, was, c[m]
-                  pos[i], pos[-i] = f, off
+                  trans[-j], pos[i], pos[-i] = n + 4, f, off
                 end
               end
             end
