@@ -28,15 +28,7 @@ async fn one_population(
     players: usize,
     rounds: usize,
 ) -> Result<String, String> {
-    let now = chrono::Utc::now().timestamp_millis();
-    let mut g = Generator::new(11, players, now - 1000, 0).with_duplicates(0.02).with_bad_records(0.01);
-    let mut list = Vec::new();
-    for i in 0..events {
-        let s = g.next_sample();
-        if let Parsed::Event(e) = event::parse(&s.value, Default::default(), |t| routers[0].listens(t)) {
-            list.push(((i % 4) as i32, (i / 4) as i64, now, e));
-        }
-    }
+    let list = parsed_stream(&routers[0], 11, players, events);
     let n = list.len() as u64;
     let (mut cpu, mut script, mut ratios, mut moves) = ([vec![], vec![]], [vec![], vec![]], Vec::new(), 0);
     let mut used = [RedisStats::default(), RedisStats::default()];

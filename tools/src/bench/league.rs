@@ -36,15 +36,7 @@ async fn cost_ratio(redis_url: &str, events: u64, rounds: usize) -> Result<Vec<S
         Router::new(settings.boards.clone(), &settings.redis.key_prefix),
         Router::new(plain.boards.clone(), &settings.redis.key_prefix),
     ];
-    let now = chrono::Utc::now().timestamp_millis();
-    let mut g = Generator::new(7, 100_000, now - 1000, 0).with_duplicates(0.02).with_bad_records(0.01);
-    let mut list = Vec::new();
-    for i in 0..events {
-        let s = g.next_sample();
-        if let Parsed::Event(e) = event::parse(&s.value, Default::default(), |t| routers[0].listens(t)) {
-            list.push(((i % 4) as i32, (i / 4) as i64, now, e));
-        }
-    }
+    let list = parsed_stream(&routers[0], 7, 100_000, events);
     let n = list.len() as u64;
     let (mut cpu, mut ratios) = ([Vec::new(), Vec::new()], Vec::new());
     for round in 1..=rounds.max(1) {

@@ -133,6 +133,22 @@ pub(super) async fn store_path_moves(
     Ok((started.elapsed(), applied, moves))
 }
 
+/// `events` generated records of `players` players (2% producer duplicates,
+/// 1% bad records, which parsing drops) parsed for the store path, over four
+/// partitions: (partition, offset, record time, event).
+pub(super) fn parsed_stream(router: &Router, seed: u64, players: usize, events: u64) -> Vec<(i32, i64, i64, Event)> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut g = Generator::new(seed, players, now - 1000, 0).with_duplicates(0.02).with_bad_records(0.01);
+    let mut list = Vec::new();
+    for i in 0..events {
+        let s = g.next_sample();
+        if let Parsed::Event(e) = event::parse(&s.value, Default::default(), |t| router.listens(t)) {
+            list.push(((i % 4) as i32, (i / 4) as i64, now, e));
+        }
+    }
+    list
+}
+
 /// Redis's own CPU seconds so far (`INFO cpu`, user + sys) and the
 /// microseconds it has spent in each command (`INFO commandstats`), read
 /// with one `INFO`.
