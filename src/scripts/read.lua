@@ -66,7 +66,7 @@
 local key, dense, shadow, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
-local call, floor, format, byte, min, max = redis.call, math.floor, string.format, string.byte, math.min, math.max
+local call, floor, format, min, max = redis.call, math.floor, string.format, math.min, math.max
 
 local num = Value.fmt
 
@@ -131,21 +131,6 @@ local function listing(total, start, entries)
   return out
 end
 
--- Whether member a sorts before member b among equal stored scores, by
--- bytes (Lua's own '<' follows the locale).
-local function member_before(a, b)
-  local n = min(#a, #b)
-  for i = 1, n do
-    local x, y = byte(a, i), byte(b, i)
-    if x ~= y then
-      if desc then return x > y end
-      return x < y
-    end
-  end
-  if desc then return #a > #b end
-  return #a < #b
-end
-
 -- How many entries come strictly before (stored, member) in board order,
 -- and whether that entry is on the board now: when it is not, the ties at
 -- stored are searched by halving, a member read at a time.
@@ -162,7 +147,7 @@ local function before(stored_text, member)
   local hi = lo + call('ZCOUNT', key, stored_text, stored_text)
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if member_before(page(mid, mid)[1], member) then lo = mid + 1 else hi = mid end
+    if Members.before(page(mid, mid)[1], member, desc) then lo = mid + 1 else hi = mid end
   end
   return lo, false
 end

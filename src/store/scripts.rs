@@ -39,9 +39,10 @@ fn prelude() -> String {
 
 /// The shared modules, by name, in the order a script includes them (a
 /// module may use those before it).
-const LIB: [(&str, &str); 10] = [
+const LIB: [(&str, &str); 11] = [
     ("calls", include_str!("../scripts/lib/calls.lua")),
     ("value", include_str!("../scripts/lib/value.lua")),
+    ("members", include_str!("../scripts/lib/members.lua")),
     ("registered", include_str!("../scripts/lib/registered.lua")),
     ("offsets", include_str!("../scripts/lib/offsets.lua")),
     ("markers", include_str!("../scripts/lib/markers.lua")),
@@ -82,7 +83,7 @@ impl Lua {
 
 pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
-        &["calls", "value", "registered", "offsets", "markers", "dense", "topk", "expiry", "league"],
+        &["calls", "value", "members", "registered", "offsets", "markers", "dense", "topk", "expiry", "league"],
         &[
             include_str!("../scripts/apply/batch.lua"),
             include_str!("../scripts/apply/read.lua"),
@@ -122,7 +123,7 @@ pub(super) static ROLL: LazyLock<Lua> = LazyLock::new(|| {
 });
 
 pub(super) static READ: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(assemble(&["value"], &[include_str!("../scripts/read.lua")])));
+    LazyLock::new(|| Lua::new(assemble(&["value", "members"], &[include_str!("../scripts/read.lua")])));
 
 pub(super) static SCHED: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/sched.lua").into()));
 
@@ -176,6 +177,7 @@ mod tests {
         let modules = [
             ("Calls.", "local Calls = {}"),
             ("Value.", "local Value = {}"),
+            ("Members.", "local Members = {}"),
             ("Registered.", "local Registered = {}"),
             ("Offsets.", "local Offsets = {}"),
             ("Markers.", "local Markers = {}"),

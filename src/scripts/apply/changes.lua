@@ -26,32 +26,8 @@
 
 local ApplyChanges = {}
 do
-  local call, byte, min, format = redis.call, string.byte, math.min, string.format
+  local call, min, format, before = redis.call, math.min, string.format, Members.before
   local PASSED = 10
-
-  -- Whether a's member bytes sort after b's (Lua's own string comparison
-  -- follows the locale; Redis orders by bytes), eight bytes per call of
-  -- string.byte: ties are common at the top of a board, and members share
-  -- long prefixes.
-  local function bytes_after(a, b)
-    if a == b then return false end
-    local la, lb = #a, #b
-    local n = min(la, lb)
-    for k = 1, n, 8 do
-      local e = min(k + 7, n)
-      local a1, a2, a3, a4, a5, a6, a7, a8 = byte(a, k, e)
-      local b1, b2, b3, b4, b5, b6, b7, b8 = byte(b, k, e)
-      if a1 ~= b1 then return a1 > b1 end
-      if a2 ~= b2 then return a2 > b2 end
-      if a3 ~= b3 then return a3 > b3 end
-      if a4 ~= b4 then return a4 > b4 end
-      if a5 ~= b5 then return a5 > b5 end
-      if a6 ~= b6 then return a6 > b6 end
-      if a7 ~= b7 then return a7 > b7 end
-      if a8 ~= b8 then return a8 > b8 end
-    end
-    return la > lb
-  end
 
   -- The copy holds each score times sg (1 on "desc" boards, -1 on "asc"
   -- ones), so that the better score is the greater everywhere; among equal
@@ -77,16 +53,10 @@ do
     return S, M, at, n < want, n
   end
 
-  -- Whether member n ranks above member m at an equal score.
-  local function tie_above(n, m, desc)
-    if desc then return bytes_after(n, m) end
-    return bytes_after(m, n)
-  end
-
   -- Whether (s, n) ranks above the copy's entry at p.
   local function above(S, M, p, s, n, desc)
     local sp = S[p]
-    return s > sp or (s == sp and tie_above(n, M[p], desc))
+    return s > sp or (s == sp and before(n, M[p], desc))
   end
 
   -- The first place among the first len whose entry (s, n) ranks above:
@@ -96,7 +66,7 @@ do
     while lo < hi do
       local mid = (lo + hi - (lo + hi) % 2) / 2
       local sm = S[mid]
-      if s > sm or (s == sm and tie_above(n, M[mid], desc)) then hi = mid else lo = mid + 1 end
+      if s > sm or (s == sm and before(n, M[mid], desc)) then hi = mid else lo = mid + 1 end
     end
     return lo
   end
@@ -186,7 +156,7 @@ do
       local s, tail = sg * new, S[C.len]
       -- A member outside the copy that stays below its last entry changes
       -- nothing the copy holds (inline: this runs for every move).
-      if at[name] or not tail or C.whole or s > tail or (s == tail and tie_above(name, M[C.len], desc)) then
+      if at[name] or not tail or C.whole or s > tail or (s == tail and before(name, M[C.len], desc)) then
         local from, to
         if at[name] then
           from = place(S, M, C.len, sg * moves[x + 2], name, desc) - 1
