@@ -14,7 +14,9 @@
 use super::{JobError, Scheduler};
 use crate::board::{Board, Order};
 use crate::period::Period;
-use crate::store::{HistoryPut, HistoryStep};
+use std::collections::VecDeque;
+
+use crate::store::{standing, HistoryPut, HistoryStep};
 
 /// Entries one step records (a step of 5,000 holds Redis a few milliseconds).
 const STEP_ENTRIES: usize = 5_000;
@@ -56,23 +58,26 @@ impl Scheduler<'_> {
         let id = period.id.as_str();
         let desc = board.order() == Order::Desc;
         let shift = board.packing().shift();
+        let progress = self.store.history_progress(&bases[0], id).await?;
+        let Some(mut at) = positions(progress.as_deref(), bases.len()) else { return Ok(()) };
+        // Each shard's entries read and not ranked yet, kept from one step
+        // to the next: a shard is read again only for what a step took of it.
+        let mut walk = Walk::new(bases.len());
         loop {
-            let progress = self.store.history_progress(&bases[0], id).await?;
-            let Some(mut at) = positions(progress.as_deref(), bases.len()) else { return Ok(()) };
-            let mut merged: Vec<(i64, String, usize)> = Vec::new();
             for (k, base) in bases.iter().enumerate() {
-                let chunk = self.store.sealed_entries(base, id, at[k], STEP_ENTRIES, desc).await?;
-                merged.extend(chunk.into_iter().map(|(member, stored)| (stored, member, k)));
+                if let Some((from, count)) = walk.wanted(k, at[k], STEP_ENTRIES) {
+                    let got = self.store.sealed_entries(base, id, from, count, desc).await?;
+                    walk.read(k, got, count);
+                }
             }
-            merged.sort_by(|a, b| board.order().entries((a.0, &a.1), (b.0, &b.1)));
             let emitted: u64 = at.iter().sum();
-            let Some(first) = merged.first() else {
+            let Some(first) = walk.first(board.order()) else {
                 self.store.set_history_progress(&bases[0], id, "done").await?;
                 return Ok(());
             };
             // The first entry's competition rank, and the board's members
             // (a top-K board holds the first K of its shards' entries).
-            let value = board.packing().decode(first.0);
+            let value = board.packing().decode(first);
             let (mut total, mut better) = (0, 0);
             for base in bases {
                 let (members, above) = self.store.sealed_counts(base, id, value, shift, desc).await?;
@@ -80,8 +85,10 @@ impl Scheduler<'_> {
                 better += above;
             }
             let total = total.min(board.max_members().unwrap_or(u64::MAX));
-            let step = Ranked { emitted, total, better, budget: STEP_ENTRIES };
-            let (per_shard, take) = step.rank(merged, bases.len(), |stored| board.packing().decode(stored));
+            let take = STEP_ENTRIES.min(total.saturating_sub(emitted) as usize);
+            let step = Ranked { emitted, total, better };
+            let per_shard =
+                step.rank(walk.take(take, board.order()), bases.len(), |stored| board.packing().decode(stored));
             for (k, standings) in per_shard.iter().enumerate() {
                 at[k] += standings.len() as u64;
             }
@@ -96,54 +103,104 @@ impl Scheduler<'_> {
                 };
                 self.store.history_put(&put).await?;
             }
-            let next = if emitted + take >= total {
+            let ranked: u64 = at.iter().sum();
+            let next = if ranked >= total {
                 "done".to_string()
             } else {
                 at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
             };
             self.store.set_history_progress(&bases[0], id, &next).await?;
+            if ranked >= total {
+                return Ok(());
+            }
             tokio::task::yield_now().await;
         }
     }
 }
 
+/// The shards' snapshots as a sharded history walks them: per shard, the
+/// entries read and not ranked yet (stored score, member, in board order),
+/// and whether the shard has no more.
+struct Walk {
+    read: Vec<VecDeque<(i64, String)>>,
+    ended: Vec<bool>,
+}
+
+impl Walk {
+    fn new(shards: usize) -> Walk {
+        Walk { read: vec![VecDeque::new(); shards], ended: vec![false; shards] }
+    }
+
+    /// What to read of shard k, whose first `ranked` entries are ranked, so
+    /// that it holds `budget` unranked ones (or all it has): (position, count).
+    fn wanted(&self, k: usize, ranked: u64, budget: usize) -> Option<(u64, usize)> {
+        let held = self.read[k].len();
+        (!self.ended[k] && held < budget).then(|| (ranked + held as u64, budget - held))
+    }
+
+    /// Shard k's next entries, `got` of the `asked` read: fewer means its end.
+    fn read(&mut self, k: usize, got: Vec<(String, i64)>, asked: usize) {
+        self.ended[k] = got.len() < asked;
+        self.read[k].extend(got.into_iter().map(|(member, stored)| (stored, member)));
+    }
+
+    /// The stored score of the best entry held.
+    fn first(&self, order: Order) -> Option<i64> {
+        self.read.iter().filter_map(|r| r.front()).min_by(|a, b| order.entries((a.0, &a.1), (b.0, &b.1))).map(|e| e.0)
+    }
+
+    /// Takes at most `n` entries off the shards, best first (stored score,
+    /// member, shard). It stops before a shard that holds nothing and may
+    /// have more: an entry not read ranks below every entry read from its
+    /// shard, and nothing is known of the next.
+    fn take(&mut self, n: usize, order: Order) -> Vec<(i64, String, usize)> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            if (0..self.read.len()).any(|k| self.read[k].is_empty() && !self.ended[k]) {
+                break;
+            }
+            let best = (0..self.read.len())
+                .filter_map(|k| self.read[k].front().map(|e| (k, e)))
+                .min_by(|(_, a), (_, b)| order.entries((a.0, &a.1), (b.0, &b.1)))
+                .map(|(k, _)| k);
+            let Some(k) = best else { break };
+            let (stored, member) = self.read[k].pop_front().expect("the shard holds its best");
+            out.push((stored, member, k));
+        }
+        out
+    }
+}
+
 /// One step of a sharded history: `emitted` entries ranked before it, of
-/// `total`; `better` members hold a better value than the step's first
-/// entry; at most `budget` entries ranked.
+/// `total`; `better` members hold a better value than the step's first entry.
 struct Ranked {
     emitted: u64,
     total: u64,
     better: u64,
-    budget: usize,
 }
 
 impl Ranked {
-    /// Ranks the first entries of `merged` (stored score, member, shard:
-    /// the shards' next entries, in board order; `value` the value of a
-    /// stored score): per shard its players' standings, and how many were
-    /// ranked. The first `budget` are safe to rank when each shard gave
-    /// `budget` entries (or all it had left): an entry not read ranks below
-    /// every entry read from its shard.
+    /// Ranks `merged` (stored score, member, shard: the step's entries, in
+    /// board order; `value` the value of a stored score): per shard, its
+    /// players' standings.
     fn rank(
         &self,
         merged: Vec<(i64, String, usize)>,
         shards: usize,
         value: impl Fn(i64) -> i64,
-    ) -> (Vec<Vec<(String, String)>>, u64) {
-        let take = merged.len().min(self.budget).min(self.total.saturating_sub(self.emitted) as usize);
+    ) -> Vec<Vec<(String, String)>> {
         let mut per_shard: Vec<Vec<(String, String)>> = vec![Vec::new(); shards];
         let mut last = merged.first().map(|(stored, _, _)| value(*stored));
         let mut competition = self.better + 1;
-        for (i, (stored, member, k)) in merged.into_iter().take(take).enumerate() {
+        for (i, (stored, member, k)) in merged.into_iter().enumerate() {
             let ordinal = self.emitted + i as u64 + 1;
             let v = value(stored);
             if Some(v) != last {
                 (competition, last) = (ordinal, Some(v));
             }
-            let total = self.total;
-            per_shard[k].push((member, format!("{ordinal}:{competition}:{total}:{stored}")));
+            per_shard[k].push((member, standing(ordinal, competition, self.total, stored)));
         }
-        (per_shard, take as u64)
+        per_shard
     }
 }
 
@@ -189,27 +246,31 @@ mod tests {
         let mut board: Vec<(i64, String)> = shards.iter().flatten().cloned().collect();
         board.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
         let total = 450u64;
-        let mut at = vec![0usize; k];
+        let (mut at, mut walk, mut reads) = (vec![0u64; k], Walk::new(k), 0);
         let mut got: Vec<(String, String)> = Vec::new();
         loop {
-            let mut merged = Vec::new();
             for (s, shard) in shards.iter().enumerate() {
-                merged.extend(shard.iter().skip(at[s]).take(budget).map(|(v, m)| (*v, m.clone(), s)));
+                if let Some((from, count)) = walk.wanted(s, at[s], budget) {
+                    let chunk = shard.iter().skip(from as usize).take(count).map(|(v, m)| (m.clone(), *v)).collect();
+                    walk.read(s, chunk, count);
+                    reads += count;
+                }
             }
-            merged.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
-            let Some(first) = merged.first() else { break };
-            let better = board.iter().filter(|(v, _)| *v > first.0).count() as u64;
-            let emitted = at.iter().sum::<usize>() as u64;
-            let (per_shard, take) = Ranked { emitted, total, better, budget }.rank(merged, k, |v| v);
+            let Some(first) = walk.first(Order::Desc) else { break };
+            let better = board.iter().filter(|(v, _)| *v > first).count() as u64;
+            let emitted: u64 = at.iter().sum();
+            let take = budget.min((total - emitted) as usize);
+            let per_shard = Ranked { emitted, total, better }.rank(walk.take(take, Order::Desc), k, |v| v);
             for (s, standings) in per_shard.into_iter().enumerate() {
-                at[s] += standings.len();
+                at[s] += standings.len() as u64;
                 got.extend(standings);
             }
-            if emitted + take >= total {
+            if at.iter().sum::<u64>() >= total {
                 break;
             }
         }
         assert_eq!(got.len(), 450, "every player the board holds, once");
+        assert!(reads < 2 * n, "each entry is read about once, not once per step: {reads} reads");
         got.sort_by_key(|(_, standing)| standing.split(':').next().unwrap().parse::<u64>().unwrap());
         for (i, ((member, standing), (value, want))) in got.iter().zip(&board).enumerate() {
             let competition = board.iter().filter(|(v, _)| v > value).count() + 1;

@@ -88,7 +88,13 @@ pub struct PlayerHistory {
     pub best: Vec<BestRank>,
 }
 
-/// `<ordinal>:<competition>:<total>:<stored>`, as `history.lua` records a standing.
+/// A standing as the history hashes hold it,
+/// `<ordinal>:<competition>:<total>:<stored>` (what `history.lua` writes).
+pub fn standing(ordinal: u64, competition: u64, total: u64, stored: i64) -> String {
+    format!("{ordinal}:{competition}:{total}:{stored}")
+}
+
+/// A standing the history hashes hold (see [`standing`]).
 fn parse_standing(period_id: &str, v: &str) -> Option<SealedStanding> {
     let mut it = v.splitn(4, ':').map(str::parse::<i64>);
     let (Some(Ok(ordinal)), Some(Ok(competition)), Some(Ok(total)), Some(Ok(stored))) =
@@ -255,6 +261,7 @@ mod tests {
                 stored: 1200
             })
         );
+        assert_eq!(parse_standing("d", &standing(3, 2, 40, 1200)).map(|s| s.stored), Some(1200));
         assert_eq!(parse_standing("d", "-1:1:1:-5").map(|s| s.stored), Some(-5));
         assert_eq!(parse_standing("d", "3:2:40"), None);
         assert_eq!(parse_standing("d", "x:2:40:1"), None);

@@ -38,7 +38,7 @@ mod writer;
 pub use changes::RankMove;
 pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 use gate::Gate;
-pub use history::{BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
+pub use history::{standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
 pub use jobs::{RollCall, RollStep, SealCall, SealReply};
 pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
 pub use moderation::{admin_invocation, AdminCall};
