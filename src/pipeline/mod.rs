@@ -116,6 +116,9 @@ pub(crate) struct Context {
     /// that (see `lost::record`).
     recorded: Mutex<std::collections::HashMap<String, i64>>,
     produce: Produce,
+    /// Where dead letters and rank changes go (`kafka.dead_letter_topic`, `kafka.changes_topic`).
+    dead_letter_topic: Arc<str>,
+    changes_topic: Option<Arc<str>>,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -190,6 +193,8 @@ pub async fn run_with(
     metrics::get().init_boards(router.boards());
     info!(topics = ?settings.kafka.topics, admin_topics = ?settings.kafka.admin_topics, group = %settings.kafka.group_id, "Worker started.");
 
+    let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());
+    let changes_topic = settings.kafka.changes_topic.as_deref().map(Arc::from);
     let cx = Context {
         settings,
         router,
@@ -202,6 +207,8 @@ pub async fn run_with(
         tags: Mutex::default(),
         recorded: Mutex::default(),
         produce,
+        dead_letter_topic,
+        changes_topic,
     };
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
@@ -406,7 +413,7 @@ impl Pipeline {
                     return false;
                 }
                 Some(moderation::AdminOutcome::Refused(rejection)) => {
-                    let to = Arc::from(self.cx.settings.kafka.dead_letter_topic.as_str());
+                    let to = self.cx.dead_letter_topic.clone();
                     dead.push(Outgoing::dead_letter(record.take_for_dead_letter(), &[rejection], to));
                 }
                 Some(_) => {}
@@ -428,11 +435,9 @@ impl Pipeline {
     fn finish(&self, planned: Planned, results: BatchResults) -> (Vec<Record>, BatchOffsets, Vec<Outgoing>) {
         let Planned { mut records, offsets, mut items, routes } = planned;
         outcome::distribute(&mut items, &routes, results.results);
-        let kafka = &self.cx.settings.kafka;
-        let mut out = match &kafka.changes_topic {
+        let mut out = match &self.cx.changes_topic {
             Some(to) if results.moves.iter().any(|m| !m.is_empty()) => {
-                let boards = self.cx.router.boards();
-                changes::outgoing(&items, &records, &routes, &results.moves, boards, &Arc::from(to.as_str()))
+                changes::outgoing(&items, &records, &routes, &results.moves, self.cx.router.boards(), to)
             }
             _ => Vec::new(),
         };
@@ -462,9 +467,9 @@ impl Pipeline {
             }
         }
         // Dead letters take their records' copies; the records keep their positions.
-        let to: Arc<str> = Arc::from(kafka.dead_letter_topic.as_str());
         for (i, reasons) in dead {
-            out.push(Outgoing::dead_letter(records[i].take_for_dead_letter(), &reasons, to.clone()));
+            let to = self.cx.dead_letter_topic.clone();
+            out.push(Outgoing::dead_letter(records[i].take_for_dead_letter(), &reasons, to));
         }
         (records, offsets, out)
     }
