@@ -86,12 +86,8 @@ impl Slot {
     fn take(live: &Arc<Live>) -> Result<Slot, ApiError> {
         if live.open.fetch_add(1, Ordering::Relaxed) >= live.max_streams {
             live.open.fetch_sub(1, Ordering::Relaxed);
-            return Err(ApiError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                parameter: None,
-                code: None,
-                message: format!("http.max_streams ({}) live streams are open: try again later", live.max_streams),
-            });
+            let open = format!("http.max_streams ({}) live streams are open: try again later", live.max_streams);
+            return Err(ApiError::busy(open));
         }
         crate::metrics::get().live_streams.inc();
         Ok(Slot(live.clone()))

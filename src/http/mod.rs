@@ -92,12 +92,7 @@ impl AppState {
     }
 
     fn reader(&self) -> Result<Reader, ApiError> {
-        self.redis.get().cloned().ok_or_else(|| ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            parameter: None,
-            code: None,
-            message: "Redis is not connected yet".into(),
-        })
+        self.redis.get().cloned().ok_or_else(|| ApiError::busy("Redis is not connected yet"))
     }
 }
 
@@ -229,8 +224,12 @@ impl ApiError {
     fn not_found(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::NOT_FOUND, parameter: None, code: None, message: message.into() }
     }
+    /// 503: Redis cannot answer now, or a limit is reached; try again later.
+    fn busy(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, parameter: None, code: None, message: message.into() }
+    }
     fn unavailable(err: StoreError) -> ApiError {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, parameter: None, code: None, message: err.to_string() }
+        ApiError::busy(err.to_string())
     }
     /// 404 `not_placed`: a league read of a player in no cohort of the round.
     fn not_placed(message: impl Into<String>) -> ApiError {
