@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::league::wait_for;
-use support::periods::DAY;
+use support::periods::{quick_sealing, DAY};
 use support::*;
 
 fn day_id(ms: i64) -> String {
@@ -30,13 +30,9 @@ async fn three_sealed_days_give_each_players_ranks_and_best_which_an_erasure_rem
     // The first day (and its history) expires 45 s from now, the others a day and two days later.
     let expires = now + 45_000;
     let retention = (expires - (days[0] + DAY)) / 1000;
-    let boards = format!(
-        r#"
-[sealing]
-topic = "{sealed}"
-idle_grace = "1s"
-check_interval = "100ms"
-
+    let boards = quick_sealing(&sealed, "")
+        + &format!(
+            r#"
 [[board]]
 id = "pts"
 on = ["match"]
@@ -45,7 +41,7 @@ periods = ["daily"]
 close_after = "1m"
 retention = {{ daily = "{retention}s" }}
 "#
-    );
+        );
     // Each day's totals; carol and dave tie on the first day.
     let scores: [&[(&str, i64)]; 3] = [
         &[("alice", 50), ("bob", 40), ("carol", 30), ("dave", 30), ("erin", 10)],
@@ -170,10 +166,8 @@ async fn a_day_recorded_in_several_steps_ranks_every_player_exactly() {
     let now = chrono::Utc::now().timestamp_millis();
     let day = now - now.rem_euclid(DAY) - DAY;
     let id = day_id(day);
-    let boards = format!(
-        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
-         [[board]]\nid = \"pts\"\non = [\"match\"]\nmode = \"best\"\nperiods = [\"daily\"]\nclose_after = \"1m\"\n"
-    );
+    let boards = quick_sealing(&sealed, "")
+        + "[[board]]\nid = \"pts\"\non = [\"match\"]\nmode = \"best\"\nperiods = [\"daily\"]\nclose_after = \"1m\"\n";
     // Scores from 300 values: about 40 players share each, so ties cross the steps' edges.
     let mut rng = support::periods::Lcg(11);
     let scores: Vec<(String, i64)> = (0..PLAYERS).map(|p| (format!("p{p:05}"), 1 + rng.next(300) as i64)).collect();

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rdkafka::message::Message;
 use serde_json::json;
+use support::periods::quick_sealing;
 use support::*;
 
 const HOUR: i64 = 3_600_000;
@@ -148,9 +149,9 @@ async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_afte
     let to = from + 2 * HOUR;
     let now = chrono::Utc::now().timestamp_millis();
     let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
-    let boards = format!(
-        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
-         [[board]]\nid = \"season\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"10m\"\n\
+    let boards = quick_sealing(&sealed, "")
+        + &format!(
+        "[[board]]\nid = \"season\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"10m\"\n\
          windows = [{{ name = \"s1\", from = \"{}\", to = \"{}\" }}, {{ name = \"s2\", from = \"{}\", to = \"{}\" }},\n\
                     {{ name = \"s3\", from = \"{}\", to = \"{}\" }}, {{ name = \"s4\", from = \"{}\", to = \"{}\" }}]\n",
         rfc(from),
@@ -310,9 +311,9 @@ async fn a_period_closed_on_demand_is_sealed_and_refuses_what_comes_after() {
     stack.broker.create_topic(&sealed, 1).await;
     let now = chrono::Utc::now().timestamp_millis();
     let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
-    let boards = format!(
-        "[sealing]\ntopic = \"{sealed}\"\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
-         [[board]]\nid = \"cup\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"1h\"\n\
+    let boards = quick_sealing(&sealed, "")
+        + &format!(
+        "[[board]]\nid = \"cup\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\nclose_after = \"1h\"\n\
          windows = [{{ name = \"cup\", from = \"{}\", to = \"{}\" }}]\n\n\
          [[board]]\nid = \"open\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
         rfc(now - HOUR),

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 use serde_json::{json, Value};
+use support::periods::quick_sealing;
 use support::*;
 
 const BOARDS: &str = r#"
@@ -443,10 +444,8 @@ async fn a_hidden_player_stays_out_of_a_sealed_snapshot_and_its_published_top_un
     let admin_topic = stack.admin_topic().await;
     let sealed = random_name("sealed");
     stack.broker.create_topic(&sealed, 1).await;
-    let boards = format!(
-        "[sealing]\ntopic = \"{sealed}\"\ntop = 5\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n\n\
-         [[board]]\nid = \"hr\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"hourly\"]\nclose_after = \"10m\"\n"
-    );
+    let boards = quick_sealing(&sealed, "top = 5\n")
+        + "[[board]]\nid = \"hr\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"hourly\"]\nclose_after = \"10m\"\n";
     let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
     cfg.admin_topics = vec![admin_topic.clone()];
     let w = Worker::spawn(&cfg);

@@ -125,11 +125,8 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
             id.strip_prefix("pts").unwrap()
         )
     };
-    let boards = format!(
-        "[sealing]\ntopic = \"{sealed}\"\ntop = 20\nidle_grace = \"1s\"\ncheck_interval = \"100ms\"\n{}{}",
-        board("pts", ""),
-        board("pts-sh", &format!("shards = {SHARDS}"))
-    );
+    let boards =
+        quick_sealing(&sealed, "top = 20\n") + &board("pts", "") + &board("pts-sh", &format!("shards = {SHARDS}"));
     // Events on today (up to three hours ago, so every hour with events has
     // closed) and the three days before; small scores, so players tie.
     let today = {
