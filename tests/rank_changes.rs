@@ -48,22 +48,7 @@ fn pw(period: &str) -> Arc<PeriodWrite> {
 }
 
 fn params(op: WriteOp) -> WriteParams {
-    WriteParams {
-        op,
-        shift: 1,
-        max_value: 1 << 40,
-        desc: op != WriteOp::Lt,
-        top_k: 0,
-        rate_events: 0,
-        rate_window_ms: 0,
-        dense: true,
-        sealed: false,
-        meta: false,
-        attempts: 0,
-        cohort_size: 0,
-        tiers: 0,
-        notify: N,
-    }
+    WriteParams { notify: N, ..WriteParams::plain(op, 1, 1 << 40) }
 }
 
 /// One event as the test sends it.

@@ -84,27 +84,8 @@ fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
 
 const MAX: i64 = (1 << 53) - 1;
 
-fn params(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
-    WriteParams {
-        op,
-        shift,
-        max_value,
-        desc: op != WriteOp::Lt,
-        top_k: 0,
-        rate_events: 0,
-        rate_window_ms: 0,
-        dense: true,
-        sealed: false,
-        meta: false,
-        attempts: 0,
-        cohort_size: 0,
-        tiers: 0,
-        notify: 0,
-    }
-}
-
 fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
-    TagBatch { base, params: params(op, 1, MAX), items }
+    TagBatch { base, params: WriteParams::plain(op, 1, MAX), items }
 }
 
 /// The dense index `key` of a board packed with `shift`, after checking it against its value counts: they
@@ -208,7 +189,7 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     let batches = vec![
         TagBatch {
             base: "lb:{hi}",
-            params: params(WriteOp::Gt, 1, MAX),
+            params: WriteParams::plain(WriteOp::Gt, 1, MAX),
             items: vec![
                 item(0, "bob", 100, &ids[0], &hi),
                 item(1, "bob", 90, &ids[1], &hi),
@@ -217,7 +198,7 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
         },
         TagBatch {
             base: "lb:{lo}",
-            params: params(WriteOp::Lt, 1, MAX),
+            params: WriteParams::plain(WriteOp::Lt, 1, MAX),
             items: vec![
                 item(3, "bob", 100, &ids[3], &lo),
                 item(4, "bob", 90, &ids[4], &lo),
@@ -250,7 +231,7 @@ async fn metadata_moves_with_the_value_it_explains_and_leaves_with_a_trimmed_mem
     let keys = vec![pw("m", "d:2026-08-14", Some(at))];
     let (board, meta) = ("lb:{m}:d:2026-08-14", "lb:{m}:_meta:d:2026-08-14");
     let ids: Vec<Uuid> = (0..7).map(Uuid::from_u128).collect();
-    let params = WriteParams { meta: true, top_k: 2, ..params(WriteOp::Gt, 1, MAX) };
+    let params = WriteParams { meta: true, top_k: 2, ..WriteParams::plain(WriteOp::Gt, 1, MAX) };
     let entries = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     };
@@ -286,7 +267,7 @@ async fn a_period_closed_on_demand_refuses_records_produced_at_or_after_its_clos
     let mut conn = redis.conn().await;
     let keys_ = vec![pw("c", "s:cup", None), pw("c", "all", None)];
     let ids: Vec<Uuid> = (0..3).map(Uuid::from_u128).collect();
-    let params = WriteParams { sealed: true, ..params(WriteOp::Sum, 1, MAX) };
+    let params = WriteParams { sealed: true, ..WriteParams::plain(WriteOp::Sum, 1, MAX) };
     // Closed at 1000 on demand (rankflow close), not sealed yet.
     let _: i64 = redis::cmd("HSET")
         .arg("lb:{c}:_sealed")
@@ -350,7 +331,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     let ids: &'static [Uuid] = Box::leak(ids.into_boxed_slice());
     let batch = TagBatch {
         base: "lb:{e}",
-        params: params(WriteOp::Sum, p.shift(), p.max_value()),
+        params: WriteParams::plain(WriteOp::Sum, p.shift(), p.max_value()),
         // bob reaches 100 at t=5s, carol at t=9s (in two steps), alice 90 at t=1s.
         items: vec![
             it(0, "bob", 100, 5_000, &ids[0]),
@@ -372,7 +353,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     // A total past max_score is refused.
     let big = TagBatch {
         base: "lb:{e}",
-        params: params(WriteOp::Sum, p.shift(), p.max_value()),
+        params: WriteParams::plain(WriteOp::Sum, p.shift(), p.max_value()),
         items: vec![it(4, "bob", 999_901, 10_000, &ids[0])],
     };
     let fresh = Uuid::from_u128(77);

@@ -50,22 +50,7 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
     let periods: Vec<Vec<Arc<PeriodWrite>>> = (0..4).map(|t| vec![pw(&format!("t{t}"))]).collect();
     let members: Vec<String> = (0..5).map(|m| format!("player-{m}")).collect();
     let ids: Vec<Uuid> = (0..10 * 30u128).map(|i| Uuid::from_u128(i + 1)).collect();
-    let params = WriteParams {
-        op: WriteOp::Sum,
-        shift: 1,
-        max_value: (1 << 53) - 1,
-        desc: true,
-        top_k: 0,
-        rate_events: 0,
-        rate_window_ms: 0,
-        dense: true,
-        sealed: false,
-        meta: false,
-        attempts: 0,
-        cohort_size: 0,
-        tiers: 0,
-        notify: 0,
-    };
+    let params = WriteParams::plain(WriteOp::Sum, 1, (1 << 53) - 1);
     let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = attempts.clone();
     let writer = Writer::spawn(

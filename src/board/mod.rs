@@ -439,15 +439,18 @@ pub struct WriteParams {
     pub notify: u32,
 }
 
-#[cfg(test)]
 impl WriteParams {
-    /// A `sum` board without ties, limits or sealing, values up to 1000, for unit tests.
-    pub(crate) fn plain_sum() -> WriteParams {
+    /// A board that only writes: `op` on values packed by `shift` up to
+    /// `max_value`, ordered as `op` implies (descending but for `Lt`), with
+    /// the dense index and none of the rest (no top-K, rate limit, sealing,
+    /// metadata, attempts, league or rank changes). Tests and benchmarks
+    /// start from it and set what they need.
+    pub fn plain(op: WriteOp, shift: i64, max_value: i64) -> WriteParams {
         WriteParams {
-            op: WriteOp::Sum,
-            shift: 1,
-            max_value: 1000,
-            desc: true,
+            op,
+            shift,
+            max_value,
+            desc: op != WriteOp::Lt,
             top_k: 0,
             rate_events: 0,
             rate_window_ms: 0,
@@ -459,6 +462,12 @@ impl WriteParams {
             tiers: 0,
             notify: 0,
         }
+    }
+
+    /// A `sum` board without ties, limits or sealing, values up to 1000, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn plain_sum() -> WriteParams {
+        WriteParams::plain(WriteOp::Sum, 1, 1000)
     }
 }
 
