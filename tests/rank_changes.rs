@@ -11,40 +11,19 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
-use rankflow::config::RedisSettings;
-use rankflow::store::{ApplyItem, ApplyResult, RankMove, RedisConn, Store, TagBatch};
+use rankflow::store::{ApplyItem, ApplyResult, RankMove, Store, TagBatch};
+use support::apply::{period_write, store_with_ttl};
 use support::Redis;
 use uuid::Uuid;
 
 const N: u32 = 5;
 
 async fn store(redis: &Redis) -> Store {
-    let text = format!(
-        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
-         [redis]\nurl = \"{}\"\n[[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
-        redis.url()
-    );
-    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
-    let store = Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl);
-    store.register_tags("lb:{.tags}:_bases", &["lb:{p}".to_string()], false).await.unwrap();
-    store
+    store_with_ttl(redis, 7 * 86_400, &["lb:{p}"]).await
 }
 
 fn pw(period: &str) -> Arc<PeriodWrite> {
-    let k = |part: &str| format!("lb:{{p}}:{part}{period}");
-    Arc::new(PeriodWrite {
-        id: period.to_string(),
-        key: k(""),
-        dense_key: k("_dense:"),
-        count_key: k("_dcount:"),
-        times_key: k("_ts:"),
-        meta_key: k("_meta:"),
-        shadow_key: k("_hid:"),
-        attempts_key: k("_att:"),
-        expire_at: None,
-        close_at: None,
-        round: None,
-    })
+    period_write("p", period, None)
 }
 
 fn params(op: WriteOp) -> WriteParams {

@@ -1,91 +1,25 @@
 //! The apply script against a real redis-server: the atomic step that makes
-//! every score count once.
+//! every score count once. (How long a duplicate's marker lasts, and how
+//! marker hashes grow, is `markers.rs`.)
 
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
 use rankflow::config::RedisSettings;
 use rankflow::keys;
-use rankflow::markers::{self, Growth};
 use rankflow::moderation::AdminOp;
 use rankflow::score::Packing;
 use rankflow::store::{AdminCall, ApplyItem, ApplyResult, RedisConn, Store, StoreError, TagBatch};
+use support::apply::{assert_markers_laid_out, item, period_write, store_with_ttl, tag, zscore, MAX};
 use support::Redis;
 use uuid::Uuid;
 
 async fn store(redis: &Redis) -> Store {
-    store_with_ttl(redis, 60).await
-}
-
-async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64) -> Store {
-    let text = format!(
-        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
-         [redis]\nurl = \"{}\"\ndedupe_ttl = \"{dedupe_ttl_secs}s\"\n\
-         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
-        redis.url()
-    );
-    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
-    Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl)
-}
-
-/// Redis's clock, in seconds.
-async fn redis_time(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    secs as f64 + micros as f64 / 1e6
-}
-
-/// Sleeps until `at` (Redis seconds) has passed by a margin.
-async fn until(conn: &mut redis::aio::MultiplexedConnection, at: f64) {
-    let now = redis_time(conn).await;
-    tokio::time::sleep(Duration::from_secs_f64((at - now).max(0.0) + 0.1)).await;
-}
-
-/// How the buckets of marker hash `key` have grown.
-async fn growth(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Growth {
-    let (level, split): (Option<u32>, Option<u64>) =
-        redis::cmd("HMGET").arg(key).arg("level").arg("split").query_async(conn).await.unwrap();
-    Growth { level: level.unwrap_or(0), split: split.unwrap_or(0) }
-}
-
-/// Whether the marker hash `lb:{p}:_seen:<n>` holds event `id`, looked up
-/// by the layout `rankflow::markers` states.
-async fn marked(conn: &mut redis::aio::MultiplexedConnection, n: u64, id: &Uuid) -> bool {
-    let key = keys::dedupe_hash_key("lb:{p}", n);
-    let m = markers::marker(id);
-    let bucket = growth(conn, &key).await.bucket(&m);
-    let blob: Option<Vec<u8>> = redis::cmd("HGET").arg(&key).arg(bucket).query_async(conn).await.unwrap();
-    blob.is_some_and(|b| markers::bucket_holds(&b, &m))
-}
-
-fn item<'a>(offset: i64, member: &'a str, num: i64, id: &'a Uuid, periods: &'a [Arc<PeriodWrite>]) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods, meta: None, record_ts: 0 }
-}
-
-fn pw(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
-    Arc::new(PeriodWrite {
-        id: period.to_string(),
-        key: format!("lb:{{{tag}}}:{period}"),
-        dense_key: format!("lb:{{{tag}}}:_dense:{period}"),
-        count_key: format!("lb:{{{tag}}}:_dcount:{period}"),
-        times_key: format!("lb:{{{tag}}}:_ts:{period}"),
-        meta_key: format!("lb:{{{tag}}}:_meta:{period}"),
-        shadow_key: format!("lb:{{{tag}}}:_hid:{period}"),
-        attempts_key: format!("lb:{{{tag}}}:_att:{period}"),
-        expire_at,
-        close_at: None,
-        round: None,
-    })
-}
-
-const MAX: i64 = (1 << 53) - 1;
-
-fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
-    TagBatch { base, params: WriteParams::plain(op, 1, MAX), items }
+    store_with_ttl(redis, 60, &[]).await
 }
 
 /// The dense index `key` of a board packed with `shift`, after checking it against its value counts: they
@@ -112,16 +46,12 @@ async fn dense(conn: &mut redis::aio::MultiplexedConnection, key: &str, shift: i
     index
 }
 
-async fn zscore(conn: &mut redis::aio::MultiplexedConnection, key: &str, member: &str) -> Option<f64> {
-    redis::cmd("ZSCORE").arg(key).arg(member).query_async(conn).await.unwrap()
-}
-
 #[tokio::test]
 async fn redelivered_offsets_and_repeated_event_ids_change_nothing() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "d:2026-08-14", Some(4_000_000_000)), pw("p", "all", None)];
+    let keys = vec![period_write("p", "d:2026-08-14", Some(4_000_000_000)), period_write("p", "all", None)];
     let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
     let batch = |items| vec![tag("lb:{p}", WriteOp::Sum, items)];
 
@@ -156,7 +86,7 @@ async fn a_sum_that_would_leave_the_exact_range_is_refused_whole_and_again_on_re
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
+    let keys = vec![period_write("p", "all", None)];
     let ids: Vec<Uuid> = (0..4).map(Uuid::from_u128).collect();
     let max = MAX;
     let batch = |items| vec![tag("lb:{p}", WriteOp::Sum, items)];
@@ -183,8 +113,8 @@ async fn best_boards_keep_the_personal_best_in_their_direction() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let hi = vec![pw("hi", "all", None)];
-    let lo = vec![pw("lo", "all", None)];
+    let hi = vec![period_write("hi", "all", None)];
+    let lo = vec![period_write("lo", "all", None)];
     let ids: Vec<Uuid> = (0..6).map(Uuid::from_u128).collect();
     let batches = vec![
         TagBatch {
@@ -228,7 +158,7 @@ async fn metadata_moves_with_the_value_it_explains_and_leaves_with_a_trimmed_mem
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
     let at = chrono::Utc::now().timestamp() + 3600;
-    let keys = vec![pw("m", "d:2026-08-14", Some(at))];
+    let keys = vec![period_write("m", "d:2026-08-14", Some(at))];
     let (board, meta) = ("lb:{m}:d:2026-08-14", "lb:{m}:_meta:d:2026-08-14");
     let ids: Vec<Uuid> = (0..7).map(Uuid::from_u128).collect();
     let params = WriteParams { meta: true, top_k: 2, ..WriteParams::plain(WriteOp::Gt, 1, MAX) };
@@ -265,7 +195,7 @@ async fn a_period_closed_on_demand_refuses_records_produced_at_or_after_its_clos
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys_ = vec![pw("c", "s:cup", None), pw("c", "all", None)];
+    let keys_ = vec![period_write("c", "s:cup", None), period_write("c", "all", None)];
     let ids: Vec<Uuid> = (0..3).map(Uuid::from_u128).collect();
     let params = WriteParams { sealed: true, ..WriteParams::plain(WriteOp::Sum, 1, MAX) };
     // Closed at 1000 on demand (rankflow close), not sealed yet.
@@ -276,7 +206,7 @@ async fn a_period_closed_on_demand_refuses_records_produced_at_or_after_its_clos
         .query_async(&mut conn)
         .await
         .unwrap();
-    let only_cup = vec![pw("c", "s:cup", None)];
+    let only_cup = vec![period_write("c", "s:cup", None)];
     let at = |i: usize, record_ts: i64, periods| ApplyItem { record_ts, ..item(i as i64, "ann", 10, &ids[i], periods) };
     let items = vec![at(0, 999, &keys_), at(1, 1000, &keys_), at(2, 1500, &only_cup)];
     let results = s.apply(&[TagBatch { base: "lb:{c}", params, items }]).await.unwrap();
@@ -291,7 +221,7 @@ async fn the_dense_index_holds_exactly_the_distinct_values_as_totals_move() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
+    let keys = vec![period_write("p", "all", None)];
     let ids: Vec<Uuid> = (0..8).map(Uuid::from_u128).collect();
     // alice 90, bob 100, carol 100; then bob moves to 90 and carol to 95.
     let steps: [(&str, i64); 6] =
@@ -303,7 +233,7 @@ async fn the_dense_index_holds_exactly_the_distinct_values_as_totals_move() {
     d.sort();
     assert_eq!(d, ["0", "90", "95"]);
     // The same steps in one call: each sees the totals the earlier ones left.
-    let keys = vec![pw("q", "all", None)];
+    let keys = vec![period_write("q", "all", None)];
     let ids: Vec<Uuid> = (10..16).map(Uuid::from_u128).collect();
     let items = steps.iter().enumerate().map(|(n, (m, delta))| item(n as i64, m, *delta, &ids[n], &keys)).collect();
     s.apply(&[tag("lb:{q}", WriteOp::Sum, items)]).await.unwrap();
@@ -321,7 +251,7 @@ async fn earliest_ties_pack_the_time_and_sums_keep_the_tie_of_their_latest_total
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
     let p = Packing::earliest(true, 0, 1000, 365 * 86_400_000, Some(1_000_000)).unwrap();
-    let keys = vec![pw("e", "all", None)];
+    let keys = vec![period_write("e", "all", None)];
     let ids: Vec<Uuid> = (0..4).map(Uuid::from_u128).collect();
     let it = |off: i64, member: &'static str, delta: i64, ts: i64, id: &'static Uuid| {
         let mut i = item(off, member, delta, id, &keys);
@@ -367,7 +297,7 @@ async fn a_lost_script_cache_is_reloaded() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
+    let keys = vec![period_write("p", "all", None)];
     let id = Uuid::from_u128(9);
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
     let r = s.apply(&[tag("lb:{p}", WriteOp::Sum, vec![item(0, "carol", 7, &id, &keys)])]).await.unwrap();
@@ -380,7 +310,7 @@ async fn a_sum_near_the_edge_of_the_exact_range_is_refused_only_when_it_would_le
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("g", "d:2026-08-14", None), pw("g", "all", None)];
+    let keys = vec![period_write("g", "d:2026-08-14", None), period_write("g", "all", None)];
     let half = MAX / 2;
     let ids: Vec<Uuid> = (0..5).map(Uuid::from_u128).collect();
     let steps = [
@@ -422,7 +352,7 @@ async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
     // No script loaded: the first calls find it missing, as after a Redis restart.
     let s = store(&redis).await.with_max_events_per_call(max_events_per_call);
     let mut conn = redis.conn().await;
-    let both = vec![pw("big", "d:2026-08-14", Some(4_000_000_000)), pw("big", "all", None)];
+    let both = vec![period_write("big", "d:2026-08-14", Some(4_000_000_000)), period_write("big", "all", None)];
     let all_only = vec![both[1].clone()];
     let names: Vec<String> = (0..7000).map(|m| format!("player-{m}")).collect();
     let ids: Vec<Uuid> = (0..12_000u128).map(|i| Uuid::from_u128(if i % 50 == 49 { i - 1 } else { i } + 1)).collect();
@@ -464,49 +394,12 @@ async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
     assert_eq!(r, vec![vec![ApplyResult::DuplicateEvent; ids.len()]]);
 }
 
-/// The tag's marker hashes hold exactly the markers of `ids`, each once and
-/// in the bucket `rankflow::markers` says, with `count` right and buckets
-/// split so that none is far above the mean load.
-async fn assert_markers_laid_out(
-    conn: &mut redis::aio::MultiplexedConnection,
-    base: &str,
-    ids: &std::collections::BTreeSet<Uuid>,
-) {
-    let hashes: Vec<String> =
-        redis::cmd("KEYS").arg(format!("{}*", keys::dedupe_prefix(base))).query_async(conn).await.unwrap();
-    let mut found = std::collections::BTreeSet::new();
-    for key in &hashes {
-        let g = growth(conn, key).await;
-        let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL").arg(key).query_async(conn).await.unwrap();
-        let count: usize = String::from_utf8_lossy(&fields["count"]).parse().unwrap();
-        let mut held = 0;
-        for (field, blob) in &fields {
-            let Ok(b) = field.parse::<u64>() else { continue };
-            assert!(b < g.buckets(), "{key}: bucket {b} beyond {g:?}");
-            assert_eq!(blob.len() % markers::BYTES, 0, "{key}: bucket {b}");
-            let held_here = blob.len() / markers::BYTES;
-            assert!(held_here <= 4 * markers::LOAD as usize, "{key}: bucket {b} holds {held_here}");
-            for m in blob.chunks_exact(markers::BYTES) {
-                let m: markers::Marker = m.try_into().unwrap();
-                assert_eq!(g.bucket(&m), b, "{key}: a marker in the wrong bucket");
-                assert!(found.insert(m), "{key}: a marker held twice");
-                held += 1;
-            }
-        }
-        assert_eq!(held, count, "{key}: count");
-        assert!(count as u64 <= markers::LOAD * g.buckets(), "{key}: {count} markers in {} buckets", g.buckets());
-    }
-    let want: std::collections::BTreeSet<markers::Marker> = ids.iter().map(markers::marker).collect();
-    assert_eq!(want.len(), ids.len(), "the ids' markers are distinct");
-    assert_eq!(found, want);
-}
-
 #[tokio::test]
 async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_lands() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
+    let keys = vec![period_write("p", "all", None)];
     let ids: Vec<Uuid> = (1..=3).map(Uuid::from_u128).collect();
     let first = vec![tag(
         "lb:{p}",
@@ -556,115 +449,11 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
 }
 
 #[tokio::test]
-async fn an_event_id_is_a_duplicate_for_at_least_one_dedupe_ttl_and_at_most_two() {
-    // Markers live in one hash per dedupe_ttl of Redis's clock: 2 s here.
-    const TTL: u64 = 2;
-    let redis = Redis::start();
-    let s = store_with_ttl(&redis, TTL).await;
-    let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
-    let id = Uuid::from_u128(0xfeed);
-    let batch = |offset| vec![tag("lb:{p}", WriteOp::Sum, vec![item(offset, "dana", 1, &id, &keys)])];
-    // Start just after a hash begins, so that each step below lands where meant.
-    let n = (redis_time(&mut conn).await as u64) / TTL + 1;
-    until(&mut conn, (n * TTL) as f64).await;
-
-    assert_eq!(s.apply(&batch(0)).await.unwrap()[0], vec![ApplyResult::Applied]);
-    assert!(marked(&mut conn, n, &id).await, "the marker is in hash {n}");
-    let expires: i64 =
-        redis::cmd("EXPIRETIME").arg(keys::dedupe_hash_key("lb:{p}", n)).query_async(&mut conn).await.unwrap();
-    assert_eq!(expires, ((n + 2) * TTL + TTL / 2) as i64, "hash {n} expires half a ttl after hash {} ends", n + 1);
-
-    // In the next hash, the marker is still found: a producer retry.
-    until(&mut conn, ((n + 1) * TTL) as f64).await;
-    assert_eq!(s.apply(&batch(1)).await.unwrap()[0], vec![ApplyResult::DuplicateEvent]);
-    assert!(!marked(&mut conn, n + 1, &id).await, "a duplicate sets no marker");
-
-    // Two hashes on, the window has passed: the retry counts again, and the
-    // call unlinks hash n, which no call reads any more.
-    until(&mut conn, ((n + 2) * TTL) as f64).await;
-    assert_eq!(s.apply(&batch(2)).await.unwrap()[0], vec![ApplyResult::Applied]);
-    assert!(marked(&mut conn, n + 2, &id).await);
-    let exists: bool =
-        redis::cmd("EXISTS").arg(keys::dedupe_hash_key("lb:{p}", n)).query_async(&mut conn).await.unwrap();
-    assert!(!exists, "hash {n} is unlinked before it expires");
-    assert_eq!(zscore(&mut conn, "lb:{p}:all", "dana").await, Some(2.0));
-}
-
-#[tokio::test]
-async fn markers_are_found_when_redis_clock_goes_back_a_hash() {
-    // A dedupe_ttl so long that the current hash cannot change during the test.
-    const TTL: u64 = 1_000_000_000;
-    let redis = Redis::start();
-    let s = store_with_ttl(&redis, TTL).await;
-    let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
-    let n = redis_time(&mut conn).await as u64 / TTL;
-    let (early, late) = (Uuid::from_u128(1), Uuid::from_u128(2));
-    // A marker in the hash after the current one: set by a node whose clock
-    // was ahead (before a failover), or by this one before its clock stepped back.
-    let _: () = redis::cmd("HSET")
-        .arg(keys::dedupe_hash_key("lb:{p}", n + 1))
-        .arg("0")
-        .arg(&markers::marker(&early)[..])
-        .arg("count")
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let batch =
-        vec![tag("lb:{p}", WriteOp::Sum, vec![item(0, "erin", 4, &early, &keys), item(1, "erin", 5, &late, &keys)])];
-    let r = s.apply(&batch).await.unwrap();
-    assert_eq!(r[0], vec![ApplyResult::DuplicateEvent, ApplyResult::Applied]);
-    assert_eq!(zscore(&mut conn, "lb:{p}:all", "erin").await, Some(5.0));
-    // New markers go on in that later hash, where the next call looks first.
-    assert!(marked(&mut conn, n + 1, &late).await);
-    assert!(!marked(&mut conn, n, &late).await);
-}
-
-#[tokio::test]
-async fn a_new_marker_hash_starts_as_large_as_the_last_and_both_are_read() {
-    const TTL: u64 = 2;
-    let redis = Redis::start();
-    let s = store_with_ttl(&redis, TTL).await;
-    let mut conn = redis.conn().await;
-    let keys = vec![pw("p", "all", None)];
-    let first: Vec<Uuid> = (1..=5000u128).map(Uuid::from_u128).collect();
-    let later: Vec<Uuid> = (5001..=8000u128).map(Uuid::from_u128).collect();
-    fn batch<'a>(ids: &'a [Uuid], from: i64, keys: &'a [Arc<PeriodWrite>]) -> Vec<TagBatch<'a>> {
-        let items = ids.iter().enumerate().map(|(i, id)| item(from + i as i64, "fay", 1, id, keys)).collect();
-        vec![tag("lb:{p}", WriteOp::Sum, items)]
-    }
-    // Hash n takes the first markers, splitting its buckets as it fills.
-    let n = (redis_time(&mut conn).await as u64) / TTL + 1;
-    until(&mut conn, (n * TTL) as f64).await;
-    assert_eq!(s.apply(&batch(&first, 0, &keys)).await.unwrap(), vec![vec![ApplyResult::Applied; first.len()]]);
-    let grown = growth(&mut conn, &keys::dedupe_hash_key("lb:{p}", n)).await;
-    assert!(grown.buckets() * markers::LOAD >= first.len() as u64, "{grown:?}");
-
-    // In hash n + 1, the first markers are still found in hash n, and the
-    // new ones go to a hash that starts with a power of two of buckets
-    // enough for as many markers as hash n holds, so it does not split.
-    until(&mut conn, ((n + 1) * TTL) as f64).await;
-    let again = s.apply(&batch(&first, 10_000, &keys)).await.unwrap();
-    assert_eq!(again, vec![vec![ApplyResult::DuplicateEvent; first.len()]]);
-    assert_eq!(s.apply(&batch(&later, 20_000, &keys)).await.unwrap(), vec![vec![ApplyResult::Applied; later.len()]]);
-    let mut level = 0;
-    while markers::LOAD << level < first.len() as u64 {
-        level += 1;
-    }
-    assert_eq!(growth(&mut conn, &keys::dedupe_hash_key("lb:{p}", n + 1)).await, Growth { level, split: 0 });
-    let all: std::collections::BTreeSet<Uuid> = first.iter().chain(&later).copied().collect();
-    assert_markers_laid_out(&mut conn, "lb:{p}", &all).await;
-    assert_eq!(zscore(&mut conn, "lb:{p}:all", "fay").await, Some(8000.0));
-}
-
-#[tokio::test]
 async fn admin_events_keep_the_value_counts_exact_as_values_gain_and_lose_holders() {
     let redis = Redis::start();
     let s = store(&redis).await;
     let mut conn = redis.conn().await;
-    let keys = vec![pw("v", "all", None)];
+    let keys = vec![period_write("v", "all", None)];
     let ids: Vec<Uuid> = (1..4).map(Uuid::from_u128).collect();
     let items = [("alice", 10), ("bob", 20), ("carol", 30)]
         .iter()
@@ -713,7 +502,8 @@ async fn batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order() {
     );
     let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
     let bases: Vec<String> = (0..12).map(|t| format!("lb:{{t{t}}}")).collect();
-    let periods: Vec<Vec<Arc<PeriodWrite>>> = (0..12).map(|t| vec![pw(&format!("t{t}"), "all", None)]).collect();
+    let periods: Vec<Vec<Arc<PeriodWrite>>> =
+        (0..12).map(|t| vec![period_write(&format!("t{t}"), "all", None)]).collect();
     let members: Vec<String> = (0..40).map(|m| format!("player-{m}")).collect();
     let ids: Vec<Uuid> = (0..8 * 6 * 40u128).map(|i| Uuid::from_u128(i + 1)).collect();
     let mut expected: HashMap<(usize, usize), i64> = HashMap::new();

@@ -8,46 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
-use rankflow::config::RedisSettings;
-use rankflow::store::{
-    ApplyItem, ApplyResult, BatchResults, RedisConn, Store, TagBatch, Writer, WriterSettings, Written,
-};
+use rankflow::store::{ApplyItem, ApplyResult, BatchResults, TagBatch, Writer, WriterSettings, Written};
+use support::apply::{period_write, store_with_ttl};
 use support::Redis;
 use uuid::Uuid;
-
-fn pw(tag: &str) -> Arc<PeriodWrite> {
-    let key = |part: &str| format!("lb:{{{tag}}}:{part}all");
-    Arc::new(PeriodWrite {
-        id: "all".to_string(),
-        key: key(""),
-        dense_key: key("_dense:"),
-        count_key: key("_dcount:"),
-        times_key: key("_ts:"),
-        meta_key: key("_meta:"),
-        shadow_key: key("_hid:"),
-        attempts_key: key("_att:"),
-        expire_at: None,
-        close_at: None,
-        round: None,
-    })
-}
 
 #[tokio::test]
 async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order() {
     let redis = Redis::start();
-    let text = format!(
-        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
-         [redis]\nurl = \"{}\"\n\
-         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
-        redis.url()
-    );
-    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
-    // Small calls: each batch is several calls per tag, chained.
-    let store =
-        Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl).with_max_events_per_call(7);
     let bases: Vec<String> = (0..4).map(|t| format!("lb:{{t{t}}}")).collect();
-    store.register_tags("lb:{.tags}:_bases", &bases, false).await.unwrap();
-    let periods: Vec<Vec<Arc<PeriodWrite>>> = (0..4).map(|t| vec![pw(&format!("t{t}"))]).collect();
+    let tags: Vec<&str> = bases.iter().map(String::as_str).collect();
+    // Small calls: each batch is several calls per tag, chained.
+    let store = store_with_ttl(&redis, 7 * 86_400, &tags).await.with_max_events_per_call(7);
+    let periods: Vec<Vec<Arc<PeriodWrite>>> =
+        (0..4).map(|t| vec![period_write(&format!("t{t}"), "all", None)]).collect();
     let members: Vec<String> = (0..5).map(|m| format!("player-{m}")).collect();
     let ids: Vec<Uuid> = (0..10 * 30u128).map(|i| Uuid::from_u128(i + 1)).collect();
     let params = WriteParams::plain(WriteOp::Sum, 1, (1 << 53) - 1);

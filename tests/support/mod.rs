@@ -7,6 +7,7 @@
 //! test run left behind.
 #![allow(dead_code)]
 
+pub mod apply;
 pub mod browser;
 mod http;
 mod keys;
