@@ -146,7 +146,15 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
 
     let open_rate = (http_rate / 2.0).max(1.0);
     eprintln!("bench: HTTP read API, open loop at {open_rate:.0} reads/s for {seconds}s");
-    let open_ms = open_loop(addr, open_rate, window, members).await?;
+    let open = open_loop(addr, open_rate, window, members).await?;
+    let kinds: Vec<String> = (0..4)
+        .map(|k| {
+            let ms: Vec<f64> = open.iter().filter(|(kind, _)| *kind == k).map(|(_, ms)| *ms).collect();
+            let (p50, p99) = quantiles(ms);
+            format!("{} {p50:.2} / {p99:.2}", mix(k, &mut rand_seed(0), members).3)
+        })
+        .collect();
+    let open_ms: Vec<f64> = open.into_iter().map(|(_, ms)| ms).collect();
 
     let ((hp50, hp99), (bp50, bp99), (op50, op99)) = (quantiles(http_ms), quantiles(bare_ms), quantiles(open_ms));
     println!("\nread capacity on a board of {members} members, {clients} clients, {seconds}s each (the mix: top 10, a player's rank, around (radius 2), friends of 50, in turn):\n");
@@ -155,6 +163,7 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     println!("| HTTP read API, closed loop | {http_rate:.0} | {hp50:.2} | {hp99:.2} |");
     println!("| the same Redis commands through redis-rs, closed loop | {bare_rate:.0} | {bp50:.2} | {bp99:.2} |");
     println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s) | | {op50:.2} | {op99:.2} |");
+    println!("\nthe open loop by kind, p50 / p99 ms: {}", kinds.join("; "));
     println!(
         "\nHTTP capacity {:.2}x the direct commands' rate (target at least 0.5x); open-loop p99 {op99:.2} ms (target at most 5 ms)",
         http_rate / bare_rate
@@ -167,7 +176,13 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
 /// The reads are sent from a thread of their own that sleeps to each one's
 /// time: the runtime's timers tick by the millisecond, and the clients of a
 /// real server do not share its runtime.
-async fn open_loop(addr: std::net::SocketAddr, rate: f64, window: Duration, members: u64) -> Result<Vec<f64>, String> {
+/// Answers each read's kind (`n % 4` of [`mix`]) and time.
+async fn open_loop(
+    addr: std::net::SocketAddr,
+    rate: f64,
+    window: Duration,
+    members: u64,
+) -> Result<Vec<(u64, f64)>, String> {
     let pool: Arc<tokio::sync::Mutex<Vec<Http>>> = Arc::default();
     let failures = Arc::new(AtomicU64::new(0));
     let total = (rate * window.as_secs_f64()) as u64;
@@ -193,7 +208,7 @@ async fn open_loop(addr: std::net::SocketAddr, rate: f64, window: Duration, memb
                 }
                 let ms = due.elapsed().as_secs_f64() * 1000.0;
                 pool.lock().await.push(http);
-                Ok::<_, String>(ms)
+                Ok::<_, String>((n % 4, ms))
             }));
         }
         tasks

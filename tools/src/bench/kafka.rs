@@ -314,7 +314,7 @@ pub(super) fn run_to_end(
     // The reads stop with the drain, before the process does.
     let (assigned, reads) = match assigned {
         Some((at, probe)) => (Some(at), probe.finish()),
-        None => (None, super::probe::Reads { http: Vec::new(), redis: Vec::new() }),
+        None => (None, super::probe::Reads::default()),
     };
     peak = peak.max(proc_status_kib(pid, "VmHWM:"));
     let cpu = proc_cpu_secs(pid);

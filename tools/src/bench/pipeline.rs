@@ -155,12 +155,21 @@ fn drain_reads_line(rounds: &[super::probe::Reads]) -> String {
     let each: Vec<String> = rounds
         .iter()
         .enumerate()
-        .map(|(i, r)| format!("round {}: HTTP {}, Redis {}", i + 1, stats(&r.http), stats(&r.redis)))
+        .map(|(i, r)| {
+            format!(
+                "round {}: HTTP {}, kept alive {}, Redis {}",
+                i + 1,
+                stats(&r.http),
+                stats(&r.kept),
+                stats(&r.redis)
+            )
+        })
         .collect();
     format!(
-        "reads during the drain, one every 20 ms: over HTTP (top 10 and a player's rank) {}; \
-         the top 10 from Redis directly (ZRANGE) {}; {}",
+        "reads during the drain, each kind one every 20 ms: over HTTP (top 10 and a player's rank) on a new \
+         connection each {}, on one kept-alive connection {}; the top 10 from Redis directly (ZRANGE) {}; {}",
         stats(&all(&|r| &r.http)),
+        stats(&all(&|r| &r.kept)),
         stats(&all(&|r| &r.redis)),
         each.join("; ")
     )
