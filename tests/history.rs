@@ -18,6 +18,28 @@ fn day_id(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap().format("d:%Y-%m-%d").to_string()
 }
 
+/// A player's history on board `pts`.
+async fn history(w: &Worker, player: &str) -> Value {
+    let (status, v) = w.get_json(&format!("/v1/boards/pts/players/{player}/history")).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// The periods of a history, as listed.
+fn periods_of(v: &Value) -> Vec<String> {
+    v["periods"].as_array().unwrap().iter().map(|p| p["period"].as_str().unwrap().to_string()).collect()
+}
+
+/// The (rank, percentile) of each period of a history, as listed.
+fn ranks(v: &Value) -> Vec<(i64, f64)> {
+    v["periods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["rank"].as_i64().unwrap(), p["percentile"].as_f64().unwrap()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn three_sealed_days_give_each_players_ranks_and_best_which_an_erasure_removes_and_expiry_keeps() {
     let stack = Stack::start(1).await;
@@ -63,20 +85,8 @@ retention = {{ daily = "{retention}s" }}
     cfg.admin_topics = vec![admin.clone()];
     let w = Worker::spawn(&cfg);
     wait_http(cfg.http_port, Duration::from_secs(30)).await;
-    let history = |player: &str| {
-        let path = format!("/v1/boards/pts/players/{player}/history");
-        let w = &w;
-        async move {
-            let (status, v) = w.get_json(&path).await;
-            assert_eq!(status, 200, "{v}");
-            v
-        }
-    };
-    let periods_of = |v: &Value| -> Vec<String> {
-        v["periods"].as_array().unwrap().iter().map(|p| p["period"].as_str().unwrap().to_string()).collect()
-    };
     wait_for(Duration::from_secs(90), &|| w.log(), || async {
-        periods_of(&history("alice").await).len() == 3 && periods_of(&history("erin").await).len() == 2
+        periods_of(&history(&w, "alice").await).len() == 3 && periods_of(&history(&w, "erin").await).len() == 2
     })
     .await;
 
@@ -85,7 +95,7 @@ retention = {{ daily = "{retention}s" }}
         for (player, total) in day.iter() {
             let (status, read) = w.get_json(&format!("/v1/boards/pts/players/{player}?period={}:final", ids[d])).await;
             assert_eq!(status, 200, "{read}");
-            let h = history(player).await;
+            let h = history(&w, player).await;
             let entry = h["periods"].as_array().unwrap().iter().find(|p| p["period"] == ids[d].as_str()).cloned();
             assert_eq!(
                 entry,
@@ -98,31 +108,23 @@ retention = {{ daily = "{retention}s" }}
         }
     }
     // Newest day first; the ranks and percentiles as the days stood.
-    let alice = history("alice").await;
+    let alice = history(&w, "alice").await;
     assert_eq!(periods_of(&alice), [ids[2].clone(), ids[1].clone(), ids[0].clone()]);
-    let ranks = |v: &Value| -> Vec<(i64, f64)> {
-        v["periods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["rank"].as_i64().unwrap(), p["percentile"].as_f64().unwrap()))
-            .collect()
-    };
     assert_eq!(ranks(&alice), [(2, 66.67), (2, 75.0), (1, 100.0)]);
     assert_eq!(alice["best"], json!({ "daily": { "rank": 1, "period": ids[0] } }));
     assert_eq!(alice["best_rank"], json!(1));
-    assert_eq!(ranks(&history("bob").await), [(3, 33.33), (1, 100.0), (2, 80.0)]);
-    assert_eq!(history("carol").await["best"]["daily"], json!({ "rank": 1, "period": ids[2] }));
+    assert_eq!(ranks(&history(&w, "bob").await), [(3, 33.33), (1, 100.0), (2, 80.0)]);
+    assert_eq!(history(&w, "carol").await["best"]["daily"], json!({ "rank": 1, "period": ids[2] }));
     // The tie: one competition rank, so one percentile, and ordinals 3 and 4.
-    let (carol, dave) = (ranks(&history("carol").await)[2], ranks(&history("dave").await)[0]);
+    let (carol, dave) = (ranks(&history(&w, "carol").await)[2], ranks(&history(&w, "dave").await)[0]);
     assert_eq!((carol.1, dave.1), (60.0, 60.0));
     assert_eq!(carol.0 + dave.0, 7, "{carol:?} {dave:?}");
-    let erin = history("erin").await;
+    let erin = history(&w, "erin").await;
     assert_eq!(
         (ranks(&erin), erin["best"].clone()),
         (vec![(3, 50.0), (5, 20.0)], json!({ "daily": { "rank": 3, "period": ids[1] } }))
     );
-    let nobody = history("nobody").await;
+    let nobody = history(&w, "nobody").await;
     assert_eq!(
         (nobody["best_rank"].clone(), nobody["periods"].clone(), nobody["best"].clone()),
         (Value::Null, json!([]), json!({}))
@@ -132,23 +134,23 @@ retention = {{ daily = "{retention}s" }}
     // Bob erased: his history is gone; alice keeps the second place bob's first place left her on day 2.
     let id = uuid::Uuid::new_v4().to_string();
     broker.produce(&admin, &[admin_record(json!({"event_id": id, "type": "player_erased", "player_id": "bob"}))]).await;
-    wait_for(Duration::from_secs(60), &|| w.log(), || async { history("bob").await["periods"] == json!([]) }).await;
-    let bob = history("bob").await;
+    wait_for(Duration::from_secs(60), &|| w.log(), || async { history(&w, "bob").await["periods"] == json!([]) }).await;
+    let bob = history(&w, "bob").await;
     assert_eq!((bob["best"].clone(), bob["best_rank"].clone()), (json!({}), Value::Null));
     let (_, read) = w.get_json(&format!("/v1/boards/pts/players/alice?period={}:final", ids[1])).await;
     assert_eq!(read["rank"]["ordinal"], json!(1), "the sealed day itself lost bob");
-    assert_eq!(ranks(&history("alice").await)[1], (2, 75.0));
+    assert_eq!(ranks(&history(&w, "alice").await)[1], (2, 75.0));
 
     // The first day expires: it leaves the periods, and its bests stay.
     let wait = (expires + 1500 - chrono::Utc::now().timestamp_millis()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(wait)).await;
-    let alice = history("alice").await;
+    let alice = history(&w, "alice").await;
     assert_eq!(periods_of(&alice), [ids[2].clone(), ids[1].clone()]);
     assert_eq!(
         (alice["best"]["daily"].clone(), alice["best_rank"].clone()),
         (json!({ "rank": 1, "period": ids[0] }), json!(1))
     );
-    let dave = history("dave").await;
+    let dave = history(&w, "dave").await;
     assert_eq!(dave["periods"], json!([]));
     assert_eq!(dave["best"]["daily"], json!({ "rank": dave["best_rank"], "period": ids[0] }));
     assert!(matches!(dave["best_rank"].as_i64(), Some(3 | 4)), "{dave}");

@@ -16,6 +16,130 @@ use support::league::*;
 use support::periods::*;
 use support::*;
 
+/// One record per cohort and one top per round, each once, with the
+/// model's standings (`expected`, by record key); `wanted` records in all.
+fn published_as_the_model(
+    published: &[rdkafka::message::OwnedMessage],
+    expected: &BTreeMap<String, Vec<(String, i64, &'static str, usize)>>,
+    wanted: i64,
+    logs: &dyn Fn() -> String,
+) {
+    let mut keys: Vec<String> = published
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned())
+        .filter(|k| k.contains('/'))
+        .collect();
+    keys.sort();
+    assert_eq!(keys, expected.keys().cloned().collect::<Vec<_>>(), "the cohorts published\n{}", logs());
+    assert_eq!(published.len() as i64, wanted, "{}", logs());
+    let mut seen = HashSet::new();
+    for m in published {
+        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+        assert!(seen.insert(key.clone()), "{key} published twice");
+        if v["kind"] == json!("top") {
+            continue;
+        }
+        assert_eq!(v["kind"], json!("league"), "{v}");
+        let want = expected.get(&key).unwrap_or_else(|| panic!("{key} is no cohort of the model: {v}"));
+        let standings: Vec<Value> = want
+            .iter()
+            .enumerate()
+            .map(|(i, (p, s, zone, next))| {
+                json!({"rank": i + 1, "player_id": p, "score": s, "zone": zone, "next_tier": TIERS[*next]})
+            })
+            .collect();
+        assert_eq!(v["standings"], Value::Array(standings), "{key}");
+        assert_eq!(v["cohort"], json!(key.rsplit('/').next().unwrap()));
+    }
+}
+
+/// A worker that died after sending a round's records but before
+/// recording them: the one that takes the job over reads what the topic
+/// holds since the publication began, and sends nothing twice.
+async fn a_takeover_sends_nothing_twice(
+    redis: &Redis,
+    broker: &Broker,
+    sealed: &str,
+    first: String,
+    expected: &BTreeMap<String, Vec<(String, i64, &'static str, usize)>>,
+    wanted: i64,
+    logs: &dyn Fn() -> String,
+) {
+    let mut conn = redis.conn().await;
+    let _: i64 = redis::cmd("HSET")
+        .arg("lb:{league}:_lgs")
+        .arg(format!("{first}:published"))
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let job = format!("seal|lb:{{league}}|{first}");
+    let _: i64 = redis::cmd("ZADD").arg("lb:{.sched}:due").arg(0).arg(&job).query_async(&mut conn).await.unwrap();
+    let cohorts_of_first =
+        expected.keys().filter(|k| k.starts_with("league/") && k.contains(&first)).count().to_string();
+    wait_for(Duration::from_secs(60), logs, || async {
+        hash(&mut redis.conn().await, "lb:{league}:_lgs").await.get(&format!("{first}:published"))
+            == Some(&cohorts_of_first)
+    })
+    .await;
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(broker.log_end(sealed, 1)[0], wanted, "a takeover sends nothing twice\n{}", logs());
+}
+
+/// A rebuild keeps the sealed rounds' cohorts and the settled tiers
+/// (`tiers`), and places an open round's players again (here after their
+/// cohorts were lost).
+async fn a_rebuild_keeps_sealed_rounds(
+    redis: &Redis,
+    config: &std::path::Path,
+    starts: &[i64],
+    this_hour: i64,
+    tiers: &HashMap<String, usize>,
+) {
+    let mut conn = redis.conn().await;
+    let before: Vec<BTreeMap<String, i64>> = {
+        let mut out = Vec::new();
+        for start in starts {
+            out.push(zset_values(&mut conn, &format!("lb:{{league}}:_lgc:{}", round_id(*start))).await);
+        }
+        out
+    };
+    let open_round = format!("lb:{{slow}}:_lgc:{}", round_id(this_hour - HOUR));
+    let _: i64 = redis::cmd("DEL").arg(&open_round).query_async(&mut conn).await.unwrap();
+    let out = run_rankflow(&["rebuild"], config).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (start, cohorts) in starts.iter().zip(&before) {
+        let key = format!("lb:{{league}}:_lgc:{}", round_id(*start));
+        assert_eq!(&zset_values(&mut conn, &key).await, cohorts, "{key} is sealed: kept");
+    }
+    let tiers_after: HashMap<String, usize> =
+        redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
+    assert_eq!(&tiers_after, tiers, "the settled tiers are kept");
+    assert_eq!(zset_values(&mut conn, &open_round).await, BTreeMap::from([("early".to_string(), 1)]));
+    let waiting = format!("lb:{{slow}}:_lgp:{}", round_id(this_hour));
+    assert_eq!(zset_values(&mut conn, &waiting).await.keys().collect::<Vec<_>>(), ["waiting"]);
+}
+
+/// A league board with a round that names no schedule is refused by
+/// check-config, naming the field.
+fn a_round_without_schedule_is_refused(cfg: &WorkerConfig, boards: &str) {
+    let dir = temp_dir();
+    let path = dir.path().join("bad.toml");
+    let bad = boards.replace(
+        "rounds = \"round\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
+        "rounds = \"week\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
+    );
+    let mut bad_cfg = cfg.clone();
+    bad_cfg.boards = bad;
+    std::fs::write(&path, bad_cfg.render()).unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankflow")).arg("check-config").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("board[2].league.rounds") && text.contains("'week' names no schedule or window"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rounds_place_in_arrival_order_settle_exactly_once_and_publish_each_cohort() {
     let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
@@ -113,36 +237,7 @@ lease = "5s"
             round.placed.iter().map(|(p, &(t, n))| (p.clone(), t as i64 * SPAN + n)).collect();
         assert_eq!(got, want, "{key}\n{}", logs());
     }
-    // One record per cohort and one top per round, each once, with the model's standings.
-    let published = broker.read_all(&sealed, 1);
-    let mut keys: Vec<String> = published
-        .iter()
-        .map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned())
-        .filter(|k| k.contains('/'))
-        .collect();
-    keys.sort();
-    assert_eq!(keys, expected.keys().cloned().collect::<Vec<_>>(), "the cohorts published\n{}", logs());
-    assert_eq!(published.len() as i64, wanted, "{}", logs());
-    let mut seen = HashSet::new();
-    for m in &published {
-        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
-        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
-        assert!(seen.insert(key.clone()), "{key} published twice");
-        if v["kind"] == json!("top") {
-            continue;
-        }
-        assert_eq!(v["kind"], json!("league"), "{v}");
-        let want = expected.get(&key).unwrap_or_else(|| panic!("{key} is no cohort of the model: {v}"));
-        let standings: Vec<Value> = want
-            .iter()
-            .enumerate()
-            .map(|(i, (p, s, zone, next))| {
-                json!({"rank": i + 1, "player_id": p, "score": s, "zone": zone, "next_tier": TIERS[*next]})
-            })
-            .collect();
-        assert_eq!(v["standings"], Value::Array(standings), "{key}");
-        assert_eq!(v["cohort"], json!(key.rsplit('/').next().unwrap()));
-    }
+    published_as_the_model(&broker.read_all(&sealed, 1), &expected, wanted, &logs);
     // The tiers the last settlement gave.
     let tiers: HashMap<String, usize> =
         redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
@@ -157,69 +252,12 @@ lease = "5s"
         settled += sum(&samples(&body), "rankflow_league_settlements_total", &[]);
     }
     assert_eq!(settled as i64, 6, "three rounds of two boards, each settled once\n{}", logs());
-    // A worker that died after sending a round's records but before
-    // recording them: the one that takes the job over reads what the topic
-    // holds since the publication began, and sends nothing twice.
-    let first = round_id(starts[0]);
-    let _: i64 = redis::cmd("HSET")
-        .arg("lb:{league}:_lgs")
-        .arg(format!("{first}:published"))
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let job = format!("seal|lb:{{league}}|{first}");
-    let _: i64 = redis::cmd("ZADD").arg("lb:{.sched}:due").arg(0).arg(&job).query_async(&mut conn).await.unwrap();
-    let cohorts_of_first =
-        expected.keys().filter(|k| k.starts_with("league/") && k.contains(&first)).count().to_string();
-    wait_for(Duration::from_secs(60), &logs, || async {
-        hash(&mut redis.conn().await, "lb:{league}:_lgs").await.get(&format!("{first}:published"))
-            == Some(&cohorts_of_first)
-    })
-    .await;
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(broker.log_end(&sealed, 1)[0], wanted, "a takeover sends nothing twice\n{}", logs());
+    a_takeover_sends_nothing_twice(&redis, &broker, &sealed, round_id(starts[0]), &expected, wanted, &logs).await;
     reads(w1.http_port, &starts, &placed, &expected, this_hour).await;
 
-    // A rebuild keeps the sealed rounds' cohorts and the settled tiers, and
-    // places an open round's players again (here after their cohorts were lost).
-    let before: Vec<BTreeMap<String, i64>> = {
-        let mut out = Vec::new();
-        for start in &starts {
-            out.push(zset_values(&mut conn, &format!("lb:{{league}}:_lgc:{}", round_id(*start))).await);
-        }
-        out
-    };
-    let open_round = format!("lb:{{slow}}:_lgc:{}", round_id(this_hour - HOUR));
-    let _: i64 = redis::cmd("DEL").arg(&open_round).query_async(&mut conn).await.unwrap();
-    let out = run_rankflow(&["rebuild"], &w1.config_path).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for (start, cohorts) in starts.iter().zip(&before) {
-        let key = format!("lb:{{league}}:_lgc:{}", round_id(*start));
-        assert_eq!(&zset_values(&mut conn, &key).await, cohorts, "{key} is sealed: kept");
-    }
-    let tiers_after: HashMap<String, usize> =
-        redis::cmd("HGETALL").arg("lb:{league}:_lgt").query_async(&mut conn).await.unwrap();
-    assert_eq!(tiers_after, model.next, "the settled tiers are kept");
-    assert_eq!(zset_values(&mut conn, &open_round).await, BTreeMap::from([("early".to_string(), 1)]));
-    let waiting = format!("lb:{{slow}}:_lgp:{}", round_id(this_hour));
-    assert_eq!(zset_values(&mut conn, &waiting).await.keys().collect::<Vec<_>>(), ["waiting"]);
+    a_rebuild_keeps_sealed_rounds(&redis, &w1.config_path, &starts, this_hour, &model.next).await;
 
-    // A league board with a round that names no schedule is refused by check-config, naming the field.
-    let dir = temp_dir();
-    let path = dir.path().join("bad.toml");
-    let bad = boards.replace(
-        "rounds = \"round\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
-        "rounds = \"week\"\ntiers = [\"bronze\", \"silver\", \"gold\"]\ncohort_size = 4\npromote = \"25%\"",
-    );
-    let mut bad_cfg = cfg.clone();
-    bad_cfg.boards = bad;
-    std::fs::write(&path, bad_cfg.render()).unwrap();
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_rankflow")).arg("check-config").arg(&path).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(text.contains("board[2].league.rounds") && text.contains("'week' names no schedule or window"), "{text}");
+    a_round_without_schedule_is_refused(&cfg, &boards);
 }
 
 /// The reads of a league: a player's `league`, a cohort's standings with
@@ -286,6 +324,16 @@ async fn reads(
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["league"], json!({"pending": true}), "{body}");
 }
 
+/// The (player, rank) of each entry of a read's answer.
+fn entry_ranks(body: &str) -> Vec<(String, i64)> {
+    serde_json::from_str::<Value>(body).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["player_id"].as_str().unwrap().to_string(), e["rank"].as_i64().unwrap()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn moderation_hides_sets_tiers_and_erases_players_of_a_league() {
     let stack = Stack::start(1).await;
@@ -344,13 +392,7 @@ check_interval = "100ms"
         .query_async(&mut conn)
         .await
         .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
-        .args(["close", "--config"])
-        .arg(&w.config_path)
-        .args(["--board", "lg", "--period", &last, "--wait", "--timeout", "60s"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), w.log());
+    w.close_and_wait("lg", &last);
     wait_for(Duration::from_secs(60), &|| w.log(), || async {
         hash(&mut redis.conn().await, "lb:{lg}:_lgs").await.contains_key(&format!("{last}:published"))
     })
@@ -363,11 +405,8 @@ check_interval = "100ms"
     assert_eq!(keys.len(), 3, "{keys:?}");
     assert!(keys.contains(&format!("lg/{last}/bronze-1")) && keys.contains(&format!("lg/{last}/bronze-2")), "{keys:?}");
     let results = hash(&mut conn, &format!("lb:{{lg}}:_lgr:{last}")).await;
-    let want: HashMap<String, String> =
-        [("x3", "1:p:1"), ("x2", "2:s:0"), ("x0", "3:s:0"), ("x5", "1:p:1"), ("x4", "2:s:0")]
-            .into_iter()
-            .map(|(p, r)| (p.to_string(), r.to_string()))
-            .collect();
+    let want = [("x3", "1:p:1"), ("x2", "2:s:0"), ("x0", "3:s:0"), ("x5", "1:p:1"), ("x4", "2:s:0")];
+    let want: HashMap<String, String> = want.into_iter().map(|(p, r)| (p.to_string(), r.to_string())).collect();
     assert_eq!(results, want, "{}", w.log());
     let tiers = hash(&mut conn, "lb:{lg}:_lgt").await;
     assert_eq!(tiers.get("x4").map(String::as_str), Some("2"), "player_tier_set wins over the settlement: {tiers:?}");
@@ -386,13 +425,7 @@ check_interval = "100ms"
     assert!(!hash(&mut conn, "lb:{lg}:_lgt").await.contains_key("x0"));
     let (status, body) = http_get(w.http_port, &format!("/v1/boards/lg/cohorts/bronze-1?period={last}")).await;
     assert_eq!(status, 200, "{body}");
-    let ranked: Vec<(String, i64)> = serde_json::from_str::<Value>(&body).unwrap()["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["player_id"].as_str().unwrap().to_string(), e["rank"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(ranked, vec![("x3".to_string(), 1), ("x2".to_string(), 2)], "{body}");
+    assert_eq!(entry_ranks(&body), vec![("x3".to_string(), 1), ("x2".to_string(), 2)], "{body}");
 
     // This hour's round places x4 in gold, x5 and x3 in silver, x2 in bronze.
     let next: Vec<_> = ["x2", "x3", "x4", "x5"].iter().map(|p| event_record("match", p, 1, now, now, None)).collect();

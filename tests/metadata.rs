@@ -87,6 +87,51 @@ fn row(player: &str, score: i64, meta: Value) -> (String, i64, Value) {
     (player.to_string(), score, meta)
 }
 
+/// Every read carries the meta: a player, around (filled), friends, cursor
+/// pages, a split board; a board without meta answers none, and says so in
+/// the board list. `best_rows` is the `best` board's top.
+async fn every_read_carries_the_meta(w: &Worker, best_rows: &[(String, i64, Value)]) {
+    let (_, me) = w.get_json("/v1/boards/best/players/bob").await;
+    assert_eq!(me["meta"], tag("B-old"));
+    let (_, around) = w.get_json("/v1/boards/best/players/alice/around?radius=1&fill=true").await;
+    assert_eq!(rows(&around), best_rows[..3]);
+    let (status, set) = w.post_json("/v1/boards/best/players", r#"{"players": ["dave", "zed", "bob"]}"#).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(rows(&set), [row("bob", 80, tag("B-old")), row("dave", 60, Value::Null)]);
+    assert!(set["entries"][1].get("meta").is_none(), "{set}");
+    let (_, mut page) = w.get_json("/v1/boards/best/top?limit=1").await;
+    let mut paged = rows(&page);
+    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
+        page = w.get_json(&format!("/v1/boards/best/top?limit=1&cursor={next}")).await.1;
+        paged.extend(rows(&page));
+    }
+    assert_eq!(paged, best_rows);
+    let (_, laps) = w.get_json("/v1/boards/laps/top?split=monza").await;
+    assert_eq!(rows(&laps), [row("alice", 71_000, json!({"car": "red"})), row("bob", 71_000, json!({"car": "blue"}))]);
+    // A board without meta answers none, and says so in the board list.
+    let (_, plain) = w.get_json("/v1/boards/plain/top").await;
+    assert!(plain["entries"].as_array().unwrap().iter().all(|e| e.get("meta").is_none()), "{plain}");
+    let (_, boards) = w.get_json("/v1/boards").await;
+    let flags: Vec<(String, bool)> = boards["boards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["id"].as_str().unwrap().to_string(), b["meta"].as_bool().unwrap()))
+        .collect();
+    assert!(flags.contains(&("best".to_string(), true)) && flags.contains(&("plain".to_string(), false)));
+}
+
+/// The entries of each board's top (laps: the monza split).
+async fn tops(w: &Worker) -> Vec<Value> {
+    let mut out = Vec::new();
+    for path in
+        ["/v1/boards/best/top", "/v1/boards/last/top", "/v1/boards/total/top", "/v1/boards/laps/top?split=monza"]
+    {
+        out.push(w.get_json(path).await.1["entries"].clone());
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_mode_keeps_the_meta_of_the_event_that_explains_the_score_and_every_read_carries_it() {
     let stack = Stack::start(1).await;
@@ -159,35 +204,7 @@ async fn each_mode_keeps_the_meta_of_the_event_that_explains_the_score_and_every
     let (_, total) = w.get_json("/v1/boards/total/players/dave").await;
     assert!(total.get("meta").is_none(), "{total}");
 
-    // Every read: a player, around (filled), friends, cursor pages, a split board.
-    let (_, me) = w.get_json("/v1/boards/best/players/bob").await;
-    assert_eq!(me["meta"], tag("B-old"));
-    let (_, around) = w.get_json("/v1/boards/best/players/alice/around?radius=1&fill=true").await;
-    assert_eq!(rows(&around), best_rows[..3]);
-    let (status, set) = w.post_json("/v1/boards/best/players", r#"{"players": ["dave", "zed", "bob"]}"#).await;
-    assert_eq!(status, 200, "{set}");
-    assert_eq!(rows(&set), [row("bob", 80, tag("B-old")), row("dave", 60, Value::Null)]);
-    assert!(set["entries"][1].get("meta").is_none(), "{set}");
-    let (_, mut page) = w.get_json("/v1/boards/best/top?limit=1").await;
-    let mut paged = rows(&page);
-    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
-        page = w.get_json(&format!("/v1/boards/best/top?limit=1&cursor={next}")).await.1;
-        paged.extend(rows(&page));
-    }
-    assert_eq!(paged, best_rows);
-    let (_, laps) = w.get_json("/v1/boards/laps/top?split=monza").await;
-    assert_eq!(rows(&laps), [row("alice", 71_000, json!({"car": "red"})), row("bob", 71_000, json!({"car": "blue"}))]);
-    // A board without meta answers none, and says so in the board list.
-    let (_, plain) = w.get_json("/v1/boards/plain/top").await;
-    assert!(plain["entries"].as_array().unwrap().iter().all(|e| e.get("meta").is_none()), "{plain}");
-    let (_, boards) = w.get_json("/v1/boards").await;
-    let flags: Vec<(String, bool)> = boards["boards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| (b["id"].as_str().unwrap().to_string(), b["meta"].as_bool().unwrap()))
-        .collect();
-    assert!(flags.contains(&("best".to_string(), true)) && flags.contains(&("plain".to_string(), false)));
+    every_read_carries_the_meta(&w, &best_rows).await;
 
     // The three bad metas are dead-lettered invalid_meta; erin is on no board.
     let dead = stack.broker.read_all(&stack.dlq, 1);
@@ -199,28 +216,14 @@ async fn each_mode_keeps_the_meta_of_the_event_that_explains_the_score_and_every
 
     // Redelivery: a second group reads every record again; the recorded
     // offsets make each a no-op, so scores and metas stay as they are.
-    let before: Vec<Value> = {
-        let mut v = Vec::new();
-        for path in
-            ["/v1/boards/best/top", "/v1/boards/last/top", "/v1/boards/total/top", "/v1/boards/laps/top?split=monza"]
-        {
-            v.push(w.get_json(path).await.1["entries"].clone());
-        }
-        v
-    };
+    let before = tops(&w).await;
     drop(w);
     let mut again = cfg.clone();
     again.group = random_name("group");
     let w = Worker::spawn(&again);
     stack.broker.wait_committed_to_end(&again.group, &stack.topic, 1, Duration::from_secs(60));
     wait_http(w.http_port, Duration::from_secs(10)).await;
-    let mut after = Vec::new();
-    for path in
-        ["/v1/boards/best/top", "/v1/boards/last/top", "/v1/boards/total/top", "/v1/boards/laps/top?split=monza"]
-    {
-        after.push(w.get_json(path).await.1["entries"].clone());
-    }
-    assert_eq!(after, before);
+    assert_eq!(tops(&w).await, before);
     // Then a later event without meta raises alice's best and clears its meta.
     stack.broker.produce(&stack.topic, &[record(&id(), "match", "alice", 150, t(40), Value::Null)]).await;
     stack.broker.wait_committed_to_end(&again.group, &stack.topic, 1, Duration::from_secs(60));

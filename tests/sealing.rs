@@ -51,17 +51,10 @@ fn sched_state(url: &str) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_seal_waits_for_every_partition_holds_exactly_the_events_before_the_close_and_happens_once() {
-    let Stack { redis, broker, topic, dlq } = Stack::start(3).await;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    // Two closed hours: h1 closed about three hours ago, h2 about two.
-    let h1 = now - now.rem_euclid(HOUR) - 4 * HOUR;
-    let h2 = h1 + HOUR;
-    let close = |h: i64| h + HOUR + 600_000;
-    let boards = format!(
+/// The sealed boards: an hourly sum (`hr`) and an hourly ascending best
+/// split by track (`fast`), both closing 10 minutes after the hour.
+fn hourly_boards(sealed: &str) -> String {
+    format!(
         r#"
 [sealing]
 topic = "{sealed}"
@@ -86,10 +79,21 @@ periods = ["hourly"]
 close_after = "10m"
 split_by = "track"
 "#
-    );
+    )
+}
 
-    // model: (tag, hour id) -> member -> value
-    let mut model: HashMap<(String, String), BTreeMap<String, i64>> = HashMap::new();
+/// What each sealed board holds: (tag, hour id) -> member -> value.
+type SealedModel = HashMap<(String, String), BTreeMap<String, i64>>;
+
+/// When an hour starting at `h` closes (`close_after = "10m"`).
+fn close_of(h: i64) -> i64 {
+    h + HOUR + 600_000
+}
+
+/// The records of partitions 0 and 1 over hours `h1` and `h2`, each in
+/// record-time order, and the model of what each sealed board holds.
+fn partitions(h1: i64, h2: i64) -> (SealedModel, Vec<Record>, Vec<Record>) {
+    let mut model = SealedModel::new();
     let mut rng = Lcg(7);
     // Partition 1: a long backlog of events produced before the close.
     let mut p1 = Vec::new();
@@ -121,11 +125,62 @@ split_by = "track"
             p0.push(record("lap", &player, ms, ts, ts + 1000, json!({ "track": track })));
         }
     }
-    p0.push(record("match", "late", 1000, h2 + 10, close(h2), json!({})));
-    p0.push(record("lap", "late", 1, h1 + 10, close(h1) + 5, json!({ "track": "monza" })));
+    p0.push(record("match", "late", 1000, h2 + 10, close_of(h2), json!({})));
+    p0.push(record("lap", "late", 1, h1 + 10, close_of(h1) + 5, json!({ "track": "monza" })));
     // A producer's clock moves forward: each partition is in record-time order.
     p0.sort_by_key(|r| r.2);
     p1.sort_by_key(|r| r.2);
+    (model, p0, p1)
+}
+
+/// Each sealed period published once, with its top 5 in board order and
+/// its total as `model` holds them.
+fn published_once_with_their_top(published: &[rdkafka::message::OwnedMessage], model: &SealedModel) {
+    let periods = model.len() as i64;
+    assert_eq!(published.len() as i64, periods, "one record per sealed period, even with two workers");
+    for m in published {
+        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        let tag = match v["split"].as_str() {
+            Some(s) => format!("{}:{s}", v["board"].as_str().unwrap()),
+            None => v["board"].as_str().unwrap().to_string(),
+        };
+        let expected = &model[&(tag.clone(), v["period"].as_str().unwrap().to_string())];
+        let mut order: Vec<(&String, &i64)> = expected.iter().collect();
+        if tag == "hr" {
+            // Redis's order for desc boards: score descending, then member descending.
+            order.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
+        } else {
+            order.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)));
+        }
+        let top: Vec<Value> = order
+            .iter()
+            .take(5)
+            .enumerate()
+            .map(|(i, (p, s))| json!({"rank": i + 1, "player_id": p, "score": s}))
+            .collect();
+        assert_eq!(v["entries"], Value::Array(top), "{v}");
+        assert_eq!(v["total"], json!(expected.len()));
+        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+        assert_eq!(key, format!("{tag}|{}", v["period"].as_str().unwrap()));
+    }
+    let mut keys: Vec<&[u8]> = published.iter().map(|m| m.key().unwrap()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len() as i64, periods, "no period published twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seal_waits_for_every_partition_holds_exactly_the_events_before_the_close_and_happens_once() {
+    let Stack { redis, broker, topic, dlq } = Stack::start(3).await;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    // Two closed hours: h1 closed about three hours ago, h2 about two.
+    let h1 = now - now.rem_euclid(HOUR) - 4 * HOUR;
+    let h2 = h1 + HOUR;
+    let boards = hourly_boards(&sealed);
+
+    let (model, p0, p1) = partitions(h1, h2);
     broker.produce_to(&topic, 0, &p0).await;
     broker.produce_to(&topic, 1, &p1).await;
     // Partition 2 stays empty: idle.
@@ -167,39 +222,8 @@ split_by = "track"
             redis::cmd("HEXISTS").arg(format!("lb:{{{tag}}}:_sealed")).arg(&live).query_async(&mut conn).await.unwrap();
         assert!(marked, "{live} is recorded as sealed");
     }
-    // Published once each, with the top 5 in board order.
     std::thread::sleep(Duration::from_secs(2));
-    let published = broker.read_all(&sealed, 1);
-    assert_eq!(published.len() as i64, periods, "one record per sealed period, even with two workers");
-    for m in &published {
-        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
-        let tag = match v["split"].as_str() {
-            Some(s) => format!("{}:{s}", v["board"].as_str().unwrap()),
-            None => v["board"].as_str().unwrap().to_string(),
-        };
-        let expected = &model[&(tag.clone(), v["period"].as_str().unwrap().to_string())];
-        let mut order: Vec<(&String, &i64)> = expected.iter().collect();
-        if tag == "hr" {
-            // Redis's order for desc boards: score descending, then member descending.
-            order.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
-        } else {
-            order.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)));
-        }
-        let top: Vec<Value> = order
-            .iter()
-            .take(5)
-            .enumerate()
-            .map(|(i, (p, s))| json!({"rank": i + 1, "player_id": p, "score": s}))
-            .collect();
-        assert_eq!(v["entries"], Value::Array(top), "{v}");
-        assert_eq!(v["total"], json!(expected.len()));
-        let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
-        assert_eq!(key, format!("{tag}|{}", v["period"].as_str().unwrap()));
-    }
-    let mut keys: Vec<&[u8]> = published.iter().map(|m| m.key().unwrap()).collect();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len() as i64, periods, "no period published twice");
+    published_once_with_their_top(&broker.read_all(&sealed, 1), &model);
     // The workers' seal counters add up to one seal per period.
     let mut seals = 0.0;
     for port in [w1.http_port, w2.http_port] {
@@ -236,7 +260,7 @@ split_by = "track"
 
     // Produced after the close: rejected. Produced before it but arriving
     // after the seal: rejected too, and the sealed board does not move.
-    broker.produce_to(&topic, 2, &[record("match", "straggler", 5, h1 + 20, close(h1) - 1, json!({}))]).await;
+    broker.produce_to(&topic, 2, &[record("match", "straggler", 5, h1 + 20, close_of(h1) - 1, json!({}))]).await;
     broker.wait_committed_to_end(&cfg.group, &topic, 3, Duration::from_secs(60));
     let dead = broker.read_all(&dlq, 1);
     let reasons: Vec<(String, Option<String>)> = dead
@@ -256,18 +280,10 @@ split_by = "track"
     assert_eq!((due, leased), (0, 0), "{}", logs());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn rolling_boards_equal_the_union_of_their_days_with_their_metadata_and_an_erasure_reaches_rolling_and_sealed_keys(
-) {
-    let stack = Stack::start(2).await;
-    let admin = stack.admin_topic().await;
-    let Stack { redis, broker, topic, dlq } = stack;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    let (zone, offset) = noon_zone(now);
-    let h = now - now.rem_euclid(HOUR) - 3 * HOUR;
-    let boards = format!(
+/// Rolling boards over three days (a sum with metadata, a top-3 best with
+/// metadata) in `zone`, and an hourly board that seals.
+fn rolling_boards(sealed: &str, zone: &str) -> String {
+    format!(
         r#"
 [sealing]
 topic = "{sealed}"
@@ -301,7 +317,128 @@ periods = ["hourly"]
 close_after = "10m"
 meta = true
 "#
-    );
+    )
+}
+
+/// The union's metadata over the window's days (`d` < 3), alice's being
+/// `alice`: the sum's from the newest day a player is on; the best's from
+/// the day with the best value, the older day on a tie.
+fn union_metas(
+    last_meta: &BTreeMap<(i64, String), Value>,
+    best_meta: &BTreeMap<(i64, String), (i64, Value)>,
+    alice: &Value,
+) -> (BTreeMap<String, Value>, BTreeMap<String, (i64, Value)>) {
+    let mut sum_meta: BTreeMap<String, Value> = BTreeMap::from([("alice".to_string(), alice.clone())]);
+    let mut max_meta: BTreeMap<String, (i64, Value)> = BTreeMap::from([("alice".to_string(), (5000, alice.clone()))]);
+    for ((d, player), meta) in last_meta {
+        if *d < 3 && player != "alice" {
+            sum_meta.entry(player.clone()).or_insert_with(|| meta.clone());
+        }
+    }
+    for ((d, player), (best, meta)) in best_meta {
+        if *d < 3 && player != "alice" {
+            let m = max_meta.entry(player.clone()).or_insert((*best, meta.clone()));
+            if *best >= m.0 {
+                *m = (*best, meta.clone());
+            }
+        }
+    }
+    (sum_meta, max_meta)
+}
+
+/// The rolling board reads like a period: a player with dense ranks from
+/// its own index, a top with dense ranks, cursors, friends and what-if
+/// ranks; an unknown rolling board is a 400 naming the period.
+async fn rolling_reads_like_a_period(
+    w: &Worker,
+    sum3: &BTreeMap<String, i64>,
+    alice: &Value,
+    top3_meta: &BTreeMap<String, Value>,
+) {
+    let (status, body) = w.http_get("/v1/boards/pts/players/alice?period=last3d").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["score"], json!(5000));
+    assert_eq!(&body["meta"], alice);
+    let better = sum3.values().filter(|&&v| v > 5000).count();
+    assert_eq!(body["rank"]["competition"], json!(better + 1));
+    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last3d&rank=dense").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["total"], json!(3));
+    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last9d").await;
+    assert_eq!((status, body.contains("period")), (400, true), "{body}");
+    // Cursors, friends and what-if ranks read a rolling board like a period.
+    let (_, all) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=10").await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let (_, first) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=1").await;
+    let mut page: Value = serde_json::from_str(&first).unwrap();
+    let mut paged = page["entries"].as_array().unwrap().clone();
+    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
+        page = serde_json::from_str(&w.http_get(&format!("/v1/boards/hi/top?limit=1&cursor={next}")).await.1).unwrap();
+        assert_eq!(page["period"], json!("r:last3d"));
+        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(paged, *all["entries"].as_array().unwrap());
+    assert_eq!(paged.len(), 3);
+    assert!(paged.iter().all(|e| e["meta"] == top3_meta[e["player_id"].as_str().unwrap()]), "{paged:?}");
+    let (status, set) = http_post(
+        w.http_port,
+        "/v1/boards/pts/players?period=last3d&rank=competition",
+        r#"{"players": ["nobody", "alice"]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{set}");
+    let set: Value = serde_json::from_str(&set).unwrap();
+    assert_eq!(set["entries"][0]["rank"], json!(better + 1));
+    assert_eq!(set["not_found"], json!(["nobody"]));
+    let (_, what_if) = w.http_get("/v1/boards/pts/rank-of?period=last3d&score=5000").await;
+    let what_if: Value = serde_json::from_str(&what_if).unwrap();
+    assert_eq!(what_if["rank"]["competition"], json!(better + 1));
+    assert_eq!(what_if["rank"]["ordinal"], json!(sum3.values().filter(|&&v| v >= 5000).count() + 1));
+}
+
+/// Top-K trimming keeps each day's metadata of board `hi` (top 3, four
+/// days) to the members it keeps.
+async fn top_k_days_keep_only_their_members_meta(conn: &mut redis::aio::MultiplexedConnection) {
+    let days: Vec<String> = redis::cmd("KEYS").arg("lb:{hi}:d:*").query_async(conn).await.unwrap();
+    assert_eq!(days.len(), 4, "{days:?}");
+    for day in &days {
+        let kept: Vec<String> = zset_values(conn, day).await.into_keys().collect();
+        let with_meta: Vec<String> = metas(conn, &day.replace(":d:", ":_meta:d:")).await.into_keys().collect();
+        assert_eq!((kept.len(), &with_meta), (3, &kept), "{day}");
+    }
+}
+
+/// The keys of `keys` (sorted sets and hashes) that hold `member`.
+async fn holding(conn: &mut redis::aio::MultiplexedConnection, keys: &[String], member: &str) -> Vec<String> {
+    let mut traces = Vec::new();
+    for k in keys {
+        let kind: String = redis::cmd("TYPE").arg(k).query_async(conn).await.unwrap();
+        let found = match kind.as_str() {
+            "zset" => redis::cmd("ZSCORE").arg(k).arg(member).query_async::<Option<f64>>(conn).await.unwrap().is_some(),
+            "hash" => redis::cmd("HEXISTS").arg(k).arg(member).query_async::<bool>(conn).await.unwrap(),
+            _ => false,
+        };
+        if found {
+            traces.push(k.clone());
+        }
+    }
+    traces
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rolling_boards_equal_the_union_of_their_days_with_their_metadata_and_an_erasure_reaches_rolling_and_sealed_keys(
+) {
+    let stack = Stack::start(2).await;
+    let admin = stack.admin_topic().await;
+    let Stack { redis, broker, topic, dlq } = stack;
+    let sealed = random_name("sealed");
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (zone, offset) = noon_zone(now);
+    let h = now - now.rem_euclid(HOUR) - 3 * HOUR;
+    let boards = rolling_boards(&sealed, &zone);
     // Events on today, the two days before, and the day before those (outside the window).
     let mut rng = Lcg(11);
     let mut sum3: BTreeMap<String, i64> = BTreeMap::new();
@@ -344,23 +481,7 @@ meta = true
     records.push(with_meta(record("session", "alice", 5000, h + 1, h + 2, json!({})), json!({ "seat": "7" })));
     sum3.insert("alice".into(), 5000);
     max3.insert("alice".into(), 5000);
-    // The union's metadata: the sum's from the newest day a player is on;
-    // the best's from the day with the best value, the older day on a tie.
-    let mut sum_meta: BTreeMap<String, Value> = BTreeMap::from([("alice".to_string(), alice.clone())]);
-    let mut max_meta: BTreeMap<String, (i64, Value)> = BTreeMap::from([("alice".to_string(), (5000, alice.clone()))]);
-    for ((d, player), meta) in &last_meta {
-        if *d < 3 && player != "alice" {
-            sum_meta.entry(player.clone()).or_insert_with(|| meta.clone());
-        }
-    }
-    for ((d, player), (best, meta)) in &best_meta {
-        if *d < 3 && player != "alice" {
-            let m = max_meta.entry(player.clone()).or_insert((*best, meta.clone()));
-            if *best >= m.0 {
-                *m = (*best, meta.clone());
-            }
-        }
-    }
+    let (sum_meta, max_meta) = union_metas(&last_meta, &best_meta, &alice);
     broker.produce(&topic, &records).await;
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     cfg.admin_topics = vec![admin.clone()];
@@ -389,56 +510,8 @@ meta = true
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Top-K trimming keeps each day's metadata to the members it keeps.
-    let days: Vec<String> = redis::cmd("KEYS").arg("lb:{hi}:d:*").query_async(&mut conn).await.unwrap();
-    assert_eq!(days.len(), 4, "{days:?}");
-    for day in &days {
-        let kept: Vec<String> = zset_values(&mut conn, day).await.into_keys().collect();
-        let with_meta: Vec<String> = metas(&mut conn, &day.replace(":d:", ":_meta:d:")).await.into_keys().collect();
-        assert_eq!((kept.len(), &with_meta), (3, &kept), "{day}");
-    }
-    // Readable like a period, with dense ranks from its own index.
-    let (status, body) = w.http_get("/v1/boards/pts/players/alice?period=last3d").await;
-    assert_eq!(status, 200, "{body}");
-    let body: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["score"], json!(5000));
-    assert_eq!(body["meta"], alice);
-    let better = sum3.values().filter(|&&v| v > 5000).count();
-    assert_eq!(body["rank"]["competition"], json!(better + 1));
-    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last3d&rank=dense").await;
-    assert_eq!(status, 200, "{body}");
-    let body: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["total"], json!(3));
-    let (status, body) = w.http_get("/v1/boards/hi/top?period=r:last9d").await;
-    assert_eq!((status, body.contains("period")), (400, true), "{body}");
-    // Cursors, friends and what-if ranks read a rolling board like a period.
-    let (_, all) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=10").await;
-    let all: Value = serde_json::from_str(&all).unwrap();
-    let (_, first) = w.http_get("/v1/boards/hi/top?period=r:last3d&limit=1").await;
-    let mut page: Value = serde_json::from_str(&first).unwrap();
-    let mut paged = page["entries"].as_array().unwrap().clone();
-    while let Some(next) = page.get("next_cursor").and_then(Value::as_str) {
-        page = serde_json::from_str(&w.http_get(&format!("/v1/boards/hi/top?limit=1&cursor={next}")).await.1).unwrap();
-        assert_eq!(page["period"], json!("r:last3d"));
-        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
-    }
-    assert_eq!(paged, *all["entries"].as_array().unwrap());
-    assert_eq!(paged.len(), 3);
-    assert!(paged.iter().all(|e| e["meta"] == top3_meta[e["player_id"].as_str().unwrap()]), "{paged:?}");
-    let (status, set) = http_post(
-        w.http_port,
-        "/v1/boards/pts/players?period=last3d&rank=competition",
-        r#"{"players": ["nobody", "alice"]}"#,
-    )
-    .await;
-    assert_eq!(status, 200, "{set}");
-    let set: Value = serde_json::from_str(&set).unwrap();
-    assert_eq!(set["entries"][0]["rank"], json!(better + 1));
-    assert_eq!(set["not_found"], json!(["nobody"]));
-    let (_, what_if) = w.http_get("/v1/boards/pts/rank-of?period=last3d&score=5000").await;
-    let what_if: Value = serde_json::from_str(&what_if).unwrap();
-    assert_eq!(what_if["rank"]["competition"], json!(better + 1));
-    assert_eq!(what_if["rank"]["ordinal"], json!(sum3.values().filter(|&&v| v >= 5000).count() + 1));
+    top_k_days_keep_only_their_members_meta(&mut conn).await;
+    rolling_reads_like_a_period(&w, &sum3, &alice, &top3_meta).await;
 
     // The hour alice played in is sealed.
     wait_records(&broker, &sealed, 1, Duration::from_secs(60), &|| w.log());
@@ -459,20 +532,7 @@ meta = true
     broker.produce(&admin, &[admin_record(erase)]).await;
     broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
     let keys: Vec<String> = redis::cmd("KEYS").arg("lb:*").query_async(&mut conn).await.unwrap();
-    let mut traces = Vec::new();
-    for k in &keys {
-        let kind: String = redis::cmd("TYPE").arg(k).query_async(&mut conn).await.unwrap();
-        let found = match kind.as_str() {
-            "zset" => {
-                redis::cmd("ZSCORE").arg(k).arg("alice").query_async::<Option<f64>>(&mut conn).await.unwrap().is_some()
-            }
-            "hash" => redis::cmd("HEXISTS").arg(k).arg("alice").query_async::<bool>(&mut conn).await.unwrap(),
-            _ => false,
-        };
-        if found {
-            traces.push(k.clone());
-        }
-    }
+    let traces = holding(&mut conn, &keys, "alice").await;
     assert!(traces.is_empty(), "alice is still in {traces:?}");
     // She was the sealed hour's only player: the final board and its dense index are gone.
     assert!(!keys.contains(&final_key) && !keys.contains(&final_meta), "{keys:?}");

@@ -85,16 +85,10 @@ fn cli(url: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().replace('\n', " ")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sharded_boards_seal_publish_and_roll_as_the_unsharded_boards_do() {
-    let cluster = RedisCluster::start(3);
-    let broker = Broker::start();
-    let (topic, dlq) = broker.topics(2).await;
-    let (admin, sealed) = (random_name("admin"), random_name("sealed"));
-    broker.create_topic(&admin, 1).await;
-    broker.create_topic(&sealed, 1).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    let (zone, offset) = noon_zone(now);
+/// The two boards (a sum over hours and days, a top-K best over days, both
+/// with rolling boards and sealing in `zone`) unsharded (`pts`, `hi`) and
+/// sharded (`pts-sh`, `hi-sh`), after the sealing section.
+fn boards(sealed: &str, zone: &str) -> String {
     let board = |id: &str, shards: &str| {
         format!(
             r#"
@@ -125,15 +119,18 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
             id.strip_prefix("pts").unwrap()
         )
     };
-    let boards =
-        quick_sealing(&sealed, "top = 20\n") + &board("pts", "") + &board("pts-sh", &format!("shards = {SHARDS}"));
-    // Events on today (up to three hours ago, so every hour with events has
-    // closed) and the three days before; small scores, so players tie.
+    quick_sealing(sealed, "top = 20\n") + &board("pts", "") + &board("pts-sh", &format!("shards = {SHARDS}"))
+}
+
+/// Events on today (up to three hours ago, so every hour with events has
+/// closed) and the three days before; small scores, so players tie. Sorted
+/// by record time, each produced before its periods' close. Answers them,
+/// the hours and the days before today they fall in.
+fn stream(now: i64, offset: i64, last_hour: i64) -> (Vec<Record>, BTreeSet<i64>, BTreeSet<i64>) {
     let today = {
         let local = now + offset;
         local - local.rem_euclid(DAY) - offset
     };
-    let last_hour = now - now.rem_euclid(HOUR) - 3 * HOUR;
     let mut rng = Lcg(29);
     let (mut records, mut hours, mut days) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
     for d in 0..4 {
@@ -154,29 +151,18 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
             ));
         }
     }
-    // Produced before each period's close, in record-time order (a producer's clock moves forward).
+    // In record-time order (a producer's clock moves forward).
     records.sort_by_key(|r| r.2);
-    broker.produce(&topic, &records).await;
-    let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, &boards);
-    cfg.admin_topics = vec![admin.clone()];
-    let w = Worker::spawn(&cfg);
-    wait_http(w.http_port, Duration::from_secs(30)).await;
-    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
+    (records, hours, days)
+}
 
-    // Every closed period of both boards is published once: the sharded
-    // board's record holds the reference's top and total.
-    // (`pts` seals its hours and days, `hi` its days.)
-    let periods = (hours.len() + 2 * days.len()) as i64;
-    let url = cluster.url();
-    let logs = || {
-        let due = cli(&url, &["ZRANGE", "lb:{.sched}:due", "0", "-1", "WITHSCORES"]);
-        let marks = cli(&url, &["HGETALL", "lb:{.sched}:wm"]);
-        format!("{}\ndue jobs: {due}\nwatermarks: {marks}", w.log())
-    };
-    wait_records(&broker, &sealed, 2 * periods, Duration::from_secs(120), &logs);
+/// Every closed period of both boards is published once, `want` records:
+/// the sharded board's record holds the reference's top and total.
+fn published_once_as_the_reference(broker: &Broker, sealed: &str, want: i64, logs: &dyn Fn() -> String) {
+    wait_records(broker, sealed, want, Duration::from_secs(120), logs);
     std::thread::sleep(Duration::from_secs(2));
-    let published = broker.read_all(&sealed, 1);
-    assert_eq!(published.len() as i64, 2 * periods, "one record per period and board");
+    let published = broker.read_all(sealed, 1);
+    assert_eq!(published.len() as i64, want, "one record per period and board");
     let mut by_key: BTreeMap<String, Value> = BTreeMap::new();
     for m in &published {
         let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
@@ -197,6 +183,111 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         }
     }
     assert!(filled > 20, "only {filled} periods hold players");
+}
+
+/// Every player's history (each sealed hour and day: ranks, percentiles,
+/// bests) is the reference's, the shards merged in board order; top-K
+/// boards rank the K the board holds.
+async fn histories_match(w: &Worker, url: &str, hours: usize, days: usize) {
+    // First every period's history is recorded, on the reference's tag and
+    // on the first shard (which holds a sharded history's progress).
+    let recorded = |base: &str| {
+        let all = cli(url, &["HGETALL", &format!("{base}:_sealed")]);
+        let words: Vec<&str> = all.split_whitespace().collect();
+        words.chunks(2).filter(|kv| kv.len() == 2 && kv[0].ends_with(":history") && kv[1] == "done").count()
+    };
+    let first = |b: &str| rankflow::keys::shard_base("lb", b, None, 0, SHARDS as u32);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (base, sealed) in [
+        ("lb:{pts}".to_string(), hours + days),
+        (first("pts-sh"), hours + days),
+        ("lb:{hi}".to_string(), days),
+        (first("hi-sh"), days),
+    ] {
+        while recorded(&base) < sealed {
+            assert!(
+                Instant::now() < deadline,
+                "{base}: {} of {sealed} histories recorded\n{}",
+                recorded(&base),
+                w.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let mut ranked = 0;
+    for reference in ["pts", "hi"] {
+        for p in 0..120 {
+            let path = format!("/v1/boards/{{b}}/players/p{p}/history");
+            let (_, r) = w.get_json(&path.replace("{b}", reference)).await;
+            let (_, s) = w.get_json(&path.replace("{b}", &format!("{reference}-sh"))).await;
+            assert_eq!(plain(r.clone()), plain(s), "p{p}'s {reference} history");
+            ranked += r["periods"].as_array().map_or(0, Vec::len);
+        }
+    }
+    assert!(ranked > 300, "only {ranked} recorded standings");
+}
+
+/// `rankflow close` closes the current hour on every shard: what is
+/// produced after it is refused on each, and the period is sealed.
+async fn close_the_current_hour(w: &Worker, broker: &Broker, topic: &str, group: &str, offset: i64) {
+    let t = chrono::Utc::now().timestamp_millis();
+    if t.rem_euclid(HOUR) > HOUR - 120_000 {
+        // Not at the end of an hour: the events before and after the close share it.
+        tokio::time::sleep(Duration::from_millis((HOUR - t.rem_euclid(HOUR) + 1000) as u64)).await;
+    }
+    let t = chrono::Utc::now().timestamp_millis();
+    let current = hour_id(t + offset);
+    let before: Vec<_> = (0..8).map(|i| event_record("match", &format!("early{i}"), 5, t, t, None)).collect();
+    broker.produce(topic, &before).await;
+    broker.wait_committed_to_end(group, topic, 2, Duration::from_secs(60));
+    w.close_and_wait("pts-sh", &current);
+    let t = chrono::Utc::now().timestamp_millis();
+    let after: Vec<_> = (0..8).map(|i| event_record("match", &format!("late{i}"), 5, t, t, None)).collect();
+    broker.produce(topic, &after).await;
+    broker.wait_committed_to_end(group, topic, 2, Duration::from_secs(60));
+    let final_top = format!("/v1/boards/pts-sh/top?period={current}:final&limit=100");
+    let (_, top) = w.get_json(&final_top).await;
+    let listed: BTreeSet<&str> =
+        top["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
+    let early: BTreeSet<String> = (0..8).map(|i| format!("early{i}")).collect();
+    assert_eq!(listed, early.iter().map(String::as_str).collect(), "{top}");
+    let (_, live) = w.get_json(&format!("/v1/boards/pts-sh/top?period={current}&limit=100")).await;
+    assert_eq!(live["total"], 8, "the late events are refused on every shard: {live}");
+    let (_, reference) = w.get_json(&format!("/v1/boards/pts/top?period={current}&limit=100")).await;
+    assert_eq!(reference["total"], 16, "the reference board was not closed: {reference}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sharded_boards_seal_publish_and_roll_as_the_unsharded_boards_do() {
+    let cluster = RedisCluster::start(3);
+    let broker = Broker::start();
+    let (topic, dlq) = broker.topics(2).await;
+    let (admin, sealed) = (random_name("admin"), random_name("sealed"));
+    broker.create_topic(&admin, 1).await;
+    broker.create_topic(&sealed, 1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (zone, offset) = noon_zone(now);
+    let boards = boards(&sealed, &zone);
+    let last_hour = now - now.rem_euclid(HOUR) - 3 * HOUR;
+    let (records, hours, days) = stream(now, offset, last_hour);
+    broker.produce(&topic, &records).await;
+    let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, &boards);
+    cfg.admin_topics = vec![admin.clone()];
+    let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(30)).await;
+    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(120));
+
+    // Every closed period of both boards is published once: the sharded
+    // board's record holds the reference's top and total.
+    // (`pts` seals its hours and days, `hi` its days.)
+    let periods = (hours.len() + 2 * days.len()) as i64;
+    let url = cluster.url();
+    let logs = || {
+        let due = cli(&url, &["ZRANGE", "lb:{.sched}:due", "0", "-1", "WITHSCORES"]);
+        let marks = cli(&url, &["HGETALL", "lb:{.sched}:wm"]);
+        format!("{}\ndue jobs: {due}\nwatermarks: {marks}", w.log())
+    };
+    published_once_as_the_reference(&broker, &sealed, 2 * periods, &logs);
 
     // Sealed snapshots, read: an hour and a day.
     // The boards' zone is a whole number of hours from UTC: its hour ids are UTC's moved by the offset.
@@ -243,45 +334,7 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
         compare_period(&w, reference, "last3d").await;
     }
 
-    // Every player's history (each sealed hour and day: ranks, percentiles,
-    // bests) is the reference's, the shards merged in board order; top-K
-    // boards rank the K the board holds.
-    // First every period's history is recorded, on the reference's tag and
-    // on the first shard (which holds a sharded history's progress).
-    let recorded = |base: &str| {
-        let all = cli(&url, &["HGETALL", &format!("{base}:_sealed")]);
-        let words: Vec<&str> = all.split_whitespace().collect();
-        words.chunks(2).filter(|kv| kv.len() == 2 && kv[0].ends_with(":history") && kv[1] == "done").count()
-    };
-    let first = |b: &str| rankflow::keys::shard_base("lb", b, None, 0, SHARDS as u32);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for (base, sealed) in [
-        ("lb:{pts}".to_string(), hours.len() + days.len()),
-        (first("pts-sh"), hours.len() + days.len()),
-        ("lb:{hi}".to_string(), days.len()),
-        (first("hi-sh"), days.len()),
-    ] {
-        while recorded(&base) < sealed {
-            assert!(
-                Instant::now() < deadline,
-                "{base}: {} of {sealed} histories recorded\n{}",
-                recorded(&base),
-                w.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    let mut ranked = 0;
-    for reference in ["pts", "hi"] {
-        for p in 0..120 {
-            let path = format!("/v1/boards/{{b}}/players/p{p}/history");
-            let (_, r) = w.get_json(&path.replace("{b}", reference)).await;
-            let (_, s) = w.get_json(&path.replace("{b}", &format!("{reference}-sh"))).await;
-            assert_eq!(plain(r.clone()), plain(s), "p{p}'s {reference} history");
-            ranked += r["periods"].as_array().map_or(0, Vec::len);
-        }
-    }
-    assert!(ranked > 300, "only {ranked} recorded standings");
+    histories_match(&w, &url, hours.len(), days.len()).await;
     let (_, h) = w.get_json(&format!("/v1/boards/pts-sh/players/{}/history", in_hour[0])).await;
     assert!(h["periods"].as_array().is_some_and(|p| p.len() >= 2), "{h}");
 
@@ -298,43 +351,5 @@ rolling = [{{ name = "last3d", days = 3, refresh = "1s" }}]
     let (_, h) = w.get_json(&format!("/v1/boards/pts-sh/players/{gone}/history")).await;
     assert_eq!((&h["periods"], &h["best_rank"]), (&json!([]), &json!(null)), "{gone}'s history is erased: {h}");
 
-    // `rankflow close` closes the current hour on every shard: what is
-    // produced after it is refused on each, and the period is sealed.
-    let t = chrono::Utc::now().timestamp_millis();
-    if t.rem_euclid(HOUR) > HOUR - 120_000 {
-        // Not at the end of an hour: the events before and after the close share it.
-        tokio::time::sleep(Duration::from_millis((HOUR - t.rem_euclid(HOUR) + 1000) as u64)).await;
-    }
-    let t = chrono::Utc::now().timestamp_millis();
-    let current = hour_id(t + offset);
-    let before: Vec<_> = (0..8).map(|i| event_record("match", &format!("early{i}"), 5, t, t, None)).collect();
-    broker.produce(&topic, &before).await;
-    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
-        .args(["close", "--config"])
-        .arg(&w.config_path)
-        .args(["--board", "pts-sh", "--period", &current, "--wait", "--timeout", "60s"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        w.log()
-    );
-    let t = chrono::Utc::now().timestamp_millis();
-    let after: Vec<_> = (0..8).map(|i| event_record("match", &format!("late{i}"), 5, t, t, None)).collect();
-    broker.produce(&topic, &after).await;
-    broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(60));
-    let final_top = format!("/v1/boards/pts-sh/top?period={current}:final&limit=100");
-    let (_, top) = w.get_json(&final_top).await;
-    let listed: BTreeSet<&str> =
-        top["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
-    let early: BTreeSet<String> = (0..8).map(|i| format!("early{i}")).collect();
-    assert_eq!(listed, early.iter().map(String::as_str).collect(), "{top}");
-    let (_, live) = w.get_json(&format!("/v1/boards/pts-sh/top?period={current}&limit=100")).await;
-    assert_eq!(live["total"], 8, "the late events are refused on every shard: {live}");
-    let (_, reference) = w.get_json(&format!("/v1/boards/pts/top?period={current}&limit=100")).await;
-    assert_eq!(reference["total"], 16, "the reference board was not closed: {reference}");
+    close_the_current_hour(&w, &broker, &topic, &cfg.group, offset).await;
 }

@@ -119,6 +119,9 @@ pub fn admin_record(event: serde_json::Value) -> (String, Vec<u8>, Option<i64>) 
     (player, event.to_string().into_bytes(), Some(chrono::Utc::now().timestamp_millis()))
 }
 
+/// A record to produce: key, value and record timestamp.
+pub type Record = (String, Vec<u8>, Option<i64>);
+
 /// A scoring event as a record to produce: key (the player), JSON value and
 /// record timestamp; `attrs` is left out of the value when `None`.
 pub fn event_record(

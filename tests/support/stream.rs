@@ -212,33 +212,7 @@ pub fn generate_with(n: usize, seed: u64, dup_ratio: f64) -> Stream {
             bad_i += 1;
             let id = uuid(&mut rng);
             let ts = record_ts - rng.random_range(0..DAY_MS);
-            let base = json!({"event_id": id, "type": "match_finished", "player_id": player, "score": 10, "ts": ts});
-            let with = |k: &str, v: Value| {
-                let mut b = base.clone();
-                b[k] = v;
-                b.to_string().into_bytes()
-            };
-            let value = match kind {
-                "invalid_json" => b"{\"event_id\": \"x\", \"type\": ".to_vec(),
-                "missing_field" => {
-                    let mut b = base.clone();
-                    b.as_object_mut().unwrap().remove("score");
-                    b.to_string().into_bytes()
-                }
-                "invalid_type" => with("type", json!(5)),
-                "invalid_event_id" => with("event_id", json!("not-a-uuid")),
-                "invalid_player_id" => with("player_id", json!("bad\u{1}id")),
-                "invalid_score" => with("score", json!(1.5)),
-                "score_out_of_range" => with("score", json!(9_007_199_254_740_993_i64)),
-                "invalid_ts" => with("ts", json!("yesterday")),
-                "invalid_attrs" => with("attrs", json!({"track": 5})),
-                "future_timestamp" => with("ts", json!(record_ts + 360_000)),
-                "expired_period" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": record_ts - 60 * DAY_MS, "attrs": {"track": "spa"}}).to_string().into_bytes(),
-                "too_large" => with("padding", json!("x".repeat(70_000))),
-                "missing_split" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": ts}).to_string().into_bytes(),
-                "invalid_split" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": ts, "attrs": {"track": "a b"}}).to_string().into_bytes(),
-                _ => unreachable!(),
-            };
+            let value = bad_value(kind, &id, &player, ts, record_ts);
             raw_bad.push((player, value, kind));
             records.push(("__bad".into(), json!(raw_bad.len() - 1)));
             continue;
@@ -279,7 +253,44 @@ pub fn generate_with(n: usize, seed: u64, dup_ratio: f64) -> Stream {
         records.push((player, v));
     }
 
-    // Run the model over the stream in order.
+    model_of(records, &raw_bad, record_ts)
+}
+
+/// The bytes of a bad record of `kind` (one of the dead-letter reasons the
+/// stream exercises) for event `id` of `player` at `ts`.
+fn bad_value(kind: &str, id: &str, player: &str, ts: i64, record_ts: i64) -> Vec<u8> {
+    let base = json!({"event_id": id, "type": "match_finished", "player_id": player, "score": 10, "ts": ts});
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b.to_string().into_bytes()
+    };
+    match kind {
+        "invalid_json" => b"{\"event_id\": \"x\", \"type\": ".to_vec(),
+        "missing_field" => {
+            let mut b = base.clone();
+            b.as_object_mut().unwrap().remove("score");
+            b.to_string().into_bytes()
+        }
+        "invalid_type" => with("type", json!(5)),
+        "invalid_event_id" => with("event_id", json!("not-a-uuid")),
+        "invalid_player_id" => with("player_id", json!("bad\u{1}id")),
+        "invalid_score" => with("score", json!(1.5)),
+        "score_out_of_range" => with("score", json!(9_007_199_254_740_993_i64)),
+        "invalid_ts" => with("ts", json!("yesterday")),
+        "invalid_attrs" => with("attrs", json!({"track": 5})),
+        "future_timestamp" => with("ts", json!(record_ts + 360_000)),
+        "expired_period" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": record_ts - 60 * DAY_MS, "attrs": {"track": "spa"}}).to_string().into_bytes(),
+        "too_large" => with("padding", json!("x".repeat(70_000))),
+        "missing_split" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": ts}).to_string().into_bytes(),
+        "invalid_split" => json!({"event_id": id, "type": "lap_time", "player_id": player, "score": 90_000, "ts": ts, "attrs": {"track": "a b"}}).to_string().into_bytes(),
+        _ => unreachable!(),
+    }
+}
+
+/// The stream's records (a bad one stands as `("__bad", its index in
+/// `raw_bad`)`) as produced, run through the model in order.
+fn model_of(records: Vec<(String, Value)>, raw_bad: &[(String, Vec<u8>, &'static str)], record_ts: i64) -> Stream {
     let mut model = Model::default();
     let mut out = Vec::with_capacity(records.len());
     let mut dead = Vec::new();

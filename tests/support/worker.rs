@@ -162,6 +162,24 @@ impl Worker {
             .unwrap_or(0)
     }
 
+    /// `rankflow close --wait` on this worker's config: closes `period` of
+    /// `board` and waits (60 s at most) until it is sealed; asserts it did.
+    pub fn close_and_wait(&self, board: &str, period: &str) {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .args(["close", "--config"])
+            .arg(&self.config_path)
+            .args(["--board", board, "--period", period, "--wait", "--timeout", "60s"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
