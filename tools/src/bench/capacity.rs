@@ -73,7 +73,7 @@ fn mix(
         _ => {
             let friends: Vec<String> = (0..50).map(|_| player()).collect();
             let body = serde_json::json!({ "players": friends }).to_string();
-            ("POST", "/v1/boards/big/players".into(), body, "friends (100 players)", me, friends)
+            ("POST", "/v1/boards/big/players".into(), body, "friends (50 players)", me, friends)
         }
     }
 }

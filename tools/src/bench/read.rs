@@ -197,7 +197,7 @@ pub(super) async fn bare_read(
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        "friends (100 players)" => {
+        w if w.starts_with("friends") => {
             let mut p = redis::pipe();
             for f in friends {
                 p.zscore(page.key, f).zrevrank(page.key, f);
