@@ -229,9 +229,8 @@ async fn run_once(
     store: &Store,
     health: &Health,
     cancel: &CancellationToken,
-) -> Result<(), String> {
-    let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka))
-        .map_err(|e| JobError::Producer(e).to_string())?;
+) -> Result<(), JobError> {
+    let producer = KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka)).map_err(JobError::Producer)?;
     let s = Scheduler { settings, router, store, health, producer: Arc::new(producer), partitions: None };
     s.run(cancel).await;
     Ok(())

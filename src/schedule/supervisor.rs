@@ -12,10 +12,11 @@ use crate::metrics;
 /// Runs `start()` on a task of its own until `cancel` fires, and starts it
 /// again whenever it returns or panics before that, waiting 100 ms, 200 ms,
 /// ... up to `max_backoff` in between. Returns how many times it restarted.
-pub async fn supervise<F, Fut>(cancel: &CancellationToken, max_backoff: Duration, mut start: F) -> u64
+pub async fn supervise<F, Fut, E>(cancel: &CancellationToken, max_backoff: Duration, mut start: F) -> u64
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
     let mut delay = Duration::from_millis(100).min(max_backoff);
     let mut restarts = 0;
