@@ -103,16 +103,12 @@ impl Scheduler<'_> {
                 };
                 self.store.history_put(&put).await?;
             }
-            let ranked: u64 = at.iter().sum();
-            let next = if ranked >= total {
-                "done".to_string()
-            } else {
-                at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-            };
-            self.store.set_history_progress(&bases[0], id, &next).await?;
-            if ranked >= total {
+            if at.iter().sum::<u64>() >= total {
+                self.store.set_history_progress(&bases[0], id, "done").await?;
                 return Ok(());
             }
+            let next = at.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+            self.store.set_history_progress(&bases[0], id, &next).await?;
             tokio::task::yield_now().await;
         }
     }

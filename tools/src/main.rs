@@ -157,9 +157,9 @@ enum BenchCommand {
         replica: String,
         #[arg(long, default_value_t = 400_000)]
         events: u64,
-        /// `worker.max_call_time` of the two bounded drains (the worker's default).
-        #[arg(long, default_value = "10ms")]
-        max_call_time: String,
+        /// `worker.max_call_time` of the two bounded drains (unset: the worker's default).
+        #[arg(long)]
+        max_call_time: Option<String>,
     },
     /// Read capacity: the HTTP read API over TCP, closed loop, against the
     /// same Redis commands through redis-rs; then an open loop at half capacity.
@@ -248,7 +248,7 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
         BenchCommand::DrainReads { brokers, redis, replica, events, max_call_time } => {
-            report(bench::drain_reads(&brokers, &redis, &replica, events, &max_call_time).await)
+            report(bench::drain_reads(&brokers, &redis, &replica, events, max_call_time.as_deref()).await)
         }
         BenchCommand::Capacity { redis, members, seconds, clients } => {
             report(bench::capacity(&redis, members, seconds, clients).await)

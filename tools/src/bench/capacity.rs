@@ -52,6 +52,9 @@ impl Http {
 }
 
 /// The `n`th read of the mix: (method, path, body) and the bare read's name.
+/// The mix's kinds of read, in turn (`n % 4`), by the names `bare_read` knows.
+const KINDS: [&str; 4] = ["top 10", "player rank", "around me (radius 2)", "friends (50 players)"];
+
 fn mix(
     n: u64,
     rng: &mut rand::rngs::StdRng,
@@ -59,21 +62,15 @@ fn mix(
 ) -> (&'static str, String, String, &'static str, String, Vec<String>) {
     let mut player = || format!("player-{:07}", rand::Rng::random_range(&mut *rng, 0..members));
     let me = player();
+    let kind = KINDS[(n % 4) as usize];
     match n % 4 {
-        0 => ("GET", "/v1/boards/big/top?limit=10".into(), String::new(), "top 10", me, Vec::new()),
-        1 => ("GET", format!("/v1/boards/big/players/{me}"), String::new(), "player rank", me, Vec::new()),
-        2 => (
-            "GET",
-            format!("/v1/boards/big/players/{me}/around?radius=2"),
-            String::new(),
-            "around me (radius 2)",
-            me,
-            Vec::new(),
-        ),
+        0 => ("GET", "/v1/boards/big/top?limit=10".into(), String::new(), kind, me, Vec::new()),
+        1 => ("GET", format!("/v1/boards/big/players/{me}"), String::new(), kind, me, Vec::new()),
+        2 => ("GET", format!("/v1/boards/big/players/{me}/around?radius=2"), String::new(), kind, me, Vec::new()),
         _ => {
             let friends: Vec<String> = (0..50).map(|_| player()).collect();
             let body = serde_json::json!({ "players": friends }).to_string();
-            ("POST", "/v1/boards/big/players".into(), body, "friends (50 players)", me, friends)
+            ("POST", "/v1/boards/big/players".into(), body, kind, me, friends)
         }
     }
 }
@@ -147,11 +144,11 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     let open_rate = (http_rate / 2.0).max(1.0);
     eprintln!("bench: HTTP read API, open loop at {open_rate:.0} reads/s for {seconds}s");
     let open = open_loop(addr, open_rate, window, members).await?;
-    let kinds: Vec<String> = (0..4)
+    let kinds: Vec<String> = (0..4u64)
         .map(|k| {
             let ms: Vec<f64> = open.iter().filter(|(kind, _)| *kind == k).map(|(_, ms)| *ms).collect();
             let (p50, p99) = quantiles(ms);
-            format!("{} {p50:.2} / {p99:.2}", mix(k, &mut rand_seed(0), members).3)
+            format!("{} {p50:.2} / {p99:.2}", KINDS[k as usize])
         })
         .collect();
     let open_ms: Vec<f64> = open.into_iter().map(|(_, ms)| ms).collect();
@@ -176,7 +173,7 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
 /// The reads are sent from a thread of their own that sleeps to each one's
 /// time: the runtime's timers tick by the millisecond, and the clients of a
 /// real server do not share its runtime.
-/// Answers each read's kind (`n % 4` of [`mix`]) and time.
+/// Answers each read's kind (its index in [`KINDS`]) and time.
 async fn open_loop(
     addr: std::net::SocketAddr,
     rate: f64,

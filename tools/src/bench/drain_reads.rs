@@ -20,13 +20,14 @@ struct Run {
 }
 
 /// `rankflow-tools bench drain-reads`; `bound` is the bounded drains'
-/// `worker.max_call_time`.
+/// `worker.max_call_time` (`None`: the worker's default, left unset in
+/// their config).
 pub async fn drain_reads(
     brokers: &str,
     redis_url: &str,
     replica_url: &str,
     count: u64,
-    bound: &str,
+    bound: Option<&str>,
 ) -> Result<(), String> {
     let exe = rankflow_bin()?;
     let dir = tempfile_dir()?;
@@ -38,10 +39,11 @@ pub async fn drain_reads(
     create_topic(brokers, &topic, partitions).await?;
     eprintln!("bench: producing {count} records to {topic}");
     produce(brokers, &topic, count, 11, 0, Stream { bad_ratio: 0.01, dup_ratio: 0.02 }).await?;
-    let ways: [(String, &str, bool); 3] = [
-        ("calls by max_events_per_call only (max_call_time = 10s), reads on the primary".into(), "10s", false),
-        (format!("max_call_time {bound}, reads on the primary"), bound, false),
-        (format!("max_call_time {bound}, reads on a replica"), bound, true),
+    let named = bound.map_or("the default max_call_time".to_string(), |b| format!("max_call_time {b}"));
+    let ways: [(String, Option<&str>, bool); 3] = [
+        ("calls by max_events_per_call only (max_call_time = 10s), reads on the primary".into(), Some("10s"), false),
+        (format!("{named}, reads on the primary"), bound, false),
+        (format!("{named}, reads on a replica"), bound, true),
     ];
     let mut runs = Vec::new();
     for (i, (what, call_time, replica)) in ways.into_iter().enumerate() {
@@ -49,8 +51,10 @@ pub async fn drain_reads(
         flush(&conn).await?;
         let group = format!("drain-{run}-{i}");
         let listen = format!("127.0.0.1:{}", free_port()?);
-        let mut cfg = bench_config(brokers, redis_url, &topic, &group, &listen, "")
-            .replace("[worker]\n", &format!("[worker]\nmax_call_time = \"{call_time}\"\n"));
+        let mut cfg = bench_config(brokers, redis_url, &topic, &group, &listen, "");
+        if let Some(t) = call_time {
+            cfg = cfg.replace("[worker]\n", &format!("[worker]\nmax_call_time = \"{t}\"\n"));
+        }
         if replica {
             cfg = cfg
                 .replace("[http]\n", &format!("read_from = \"replica\"\nreplica_urls = [\"{replica_url}\"]\n[http]\n"));
@@ -90,7 +94,7 @@ pub async fn drain_reads(
         );
     }
     println!(
-        "\ndrain with max_call_time {bound} {:.2}x the drain without the bound (target at least 0.85x); primary p99 {:.1} ms \
+        "\ndrain with {named} {:.2}x the drain without the bound (target at least 0.85x); primary p99 {:.1} ms \
          (target at most 30 ms); replica p99 {:.1} ms (target at most 20 ms); on a new connection each: primary p99 \
          {:.1} ms, replica p99 {:.1} ms",
         runs[1].rate / runs[0].rate,
