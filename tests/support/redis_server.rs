@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::keys::board_keys;
-use super::{end, free_port, temp_dir, wait_for_port};
+use super::{end, free_port, temp_dir};
 
 /// A `redis-server` of our own.
 pub struct Redis {
@@ -14,6 +14,8 @@ pub struct Redis {
     pub port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// The port was given ([`Redis::start_on`]): never move to another.
+    fixed_port: bool,
 }
 
 impl Redis {
@@ -39,34 +41,73 @@ impl Redis {
 
     /// A Redis on `port`, for a test that points a worker at the port first.
     pub fn start_on(port: u16) -> Redis {
-        let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new() };
+        let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new(), fixed_port: true };
         r.spawn();
         r
     }
 
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
     pub fn start_with(extra: &[&str]) -> Redis {
-        let mut r = Redis {
-            child: None,
-            port: free_port(),
-            dir: temp_dir(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut r = Redis { child: None, port: pick_port(&extra), dir: temp_dir(), extra, fixed_port: false };
         r.spawn();
         r
     }
 
+    /// Starts the server, and if it exits before it listens (its port, or
+    /// a cluster node's bus port at port + 10000, taken by another process
+    /// between our pick and its bind), starts it again: on a new port when
+    /// the port was ours to pick, on the same one otherwise.
     fn spawn(&mut self) {
+        const ATTEMPTS: u32 = 5;
+        for attempt in 1..=ATTEMPTS {
+            match self.try_spawn() {
+                Ok(()) => return,
+                Err(why) if attempt < ATTEMPTS => {
+                    eprintln!("redis-server on port {}: {why}; starting it again", self.port);
+                    if !self.fixed_port {
+                        self.port = pick_port(&self.extra);
+                        // A cluster node's config names the port it had.
+                        let _ = std::fs::remove_file(self.dir.path().join("nodes.conf"));
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(why) => panic!("redis-server on port {}: {why}\n{}", self.port, self.log_tail()),
+            }
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"])
             .args(["--maxmemory-policy", "noeviction", "--dir"])
             .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
             .args(&self.extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (scripts/setup.sh)");
         self.child = Some(child);
-        wait_for_port(self.port, "redis-server", Duration::from_secs(10));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                return Err(format!("exited ({status}) before listening"));
+            }
+            if Instant::now() >= deadline {
+                end(&mut self.child);
+                return Err("did not listen within 10s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(10)..].join("\n")
     }
 
     pub fn url(&self) -> String {
@@ -87,8 +128,10 @@ impl Redis {
         end(&mut self.child);
     }
 
+    /// Starts the server again on the same port (workers point at it).
     pub fn restart(&mut self) {
         self.stop();
+        self.fixed_port = true;
         self.spawn();
     }
 }
@@ -96,6 +139,18 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A free port; for a cluster node, one whose bus port (port + 10000) is
+/// free too.
+fn pick_port(extra: &[String]) -> u16 {
+    let cluster = extra.iter().any(|a| a == "--cluster-enabled");
+    loop {
+        let port = free_port();
+        if !cluster || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
     }
 }
 
