@@ -309,6 +309,13 @@ pub(super) fn run_to_end(
         if started.elapsed() > Duration::from_secs(900) {
             break Err("end-to-end run did not finish in 15 minutes".to_string());
         }
+        // A worker that exited (a config it refused, say) never drains.
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join(format!("{group}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            break Err(format!("rankflow exited ({status}) before the drain ended:\n{}", tail.join("\n")));
+        }
         std::thread::sleep(Duration::from_millis(if assigned.is_none() { 5 } else { 20 }));
     };
     // The reads stop with the drain, before the process does.
