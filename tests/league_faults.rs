@@ -105,8 +105,7 @@ demote = 5
 async fn a_settlement_killed_midway_and_taken_over_leaves_the_same_tiers_and_one_record_per_cohort() {
     const PLAYERS: u64 = 30_000;
     let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let sealed = broker.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let start = now - now.rem_euclid(HOUR) - 2 * HOUR;
     let round = round_id(start);

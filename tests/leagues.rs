@@ -143,8 +143,7 @@ fn a_round_without_schedule_is_refused(cfg: &WorkerConfig, boards: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn rounds_place_in_arrival_order_settle_exactly_once_and_publish_each_cohort() {
     let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let sealed = broker.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let a = now - now.rem_euclid(HOUR) - 5 * HOUR;
     let starts = [a, a + HOUR, a + 2 * HOUR];
@@ -339,8 +338,7 @@ async fn moderation_hides_sets_tiers_and_erases_players_of_a_league() {
     let stack = Stack::start(1).await;
     let admin = stack.admin_topic().await;
     let Stack { redis, broker, topic, dlq } = stack;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let sealed = broker.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let this_hour = now - now.rem_euclid(HOUR);
     let (last, this) = (round_id(this_hour - HOUR), round_id(this_hour));

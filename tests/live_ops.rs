@@ -143,8 +143,7 @@ async fn attempt_limits_stay_exact_across_five_sigkills() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_season_window_takes_exactly_the_events_of_its_span_and_is_sealed_after_it() {
     let stack = Stack::start(1).await;
-    let sealed = random_name("sealed");
-    stack.broker.create_topic(&sealed, 1).await;
+    let sealed = stack.sealed_topic().await;
     let from = yesterday_ten();
     let to = from + 2 * HOUR;
     let now = chrono::Utc::now().timestamp_millis();
@@ -307,8 +306,7 @@ fn bad_schedules_are_refused_naming_the_field() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_period_closed_on_demand_is_sealed_and_refuses_what_comes_after() {
     let stack = Stack::start(1).await;
-    let sealed = random_name("sealed");
-    stack.broker.create_topic(&sealed, 1).await;
+    let sealed = stack.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let rfc = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
     let boards = quick_sealing(&sealed, "")

@@ -442,8 +442,7 @@ async fn a_hidden_player_stays_out_of_a_sealed_snapshot_and_its_published_top_un
     const HOUR: i64 = 3_600_000;
     let stack = Stack::start(1).await;
     let admin_topic = stack.admin_topic().await;
-    let sealed = random_name("sealed");
-    stack.broker.create_topic(&sealed, 1).await;
+    let sealed = stack.sealed_topic().await;
     let boards = quick_sealing(&sealed, "top = 5\n")
         + "[[board]]\nid = \"hr\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"hourly\"]\nclose_after = \"10m\"\n";
     let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);

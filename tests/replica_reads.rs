@@ -122,8 +122,7 @@ fn fallbacks(metrics: &str) -> f64 {
 async fn replica_reads_equal_primary_reads_fall_back_and_fresh_reads_skip_the_replica() {
     let stack = Stack::start(2).await;
     let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &stack.redis.port.to_string()]);
-    let sealed = random_name("sealed");
-    stack.broker.create_topic(&sealed, 1).await;
+    let sealed = stack.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let past = now - now.rem_euclid(HOUR) - 3 * HOUR;
     let mut rng = Lcg(3);

@@ -172,8 +172,7 @@ fn published_once_with_their_top(published: &[rdkafka::message::OwnedMessage], m
 #[tokio::test(flavor = "multi_thread")]
 async fn a_seal_waits_for_every_partition_holds_exactly_the_events_before_the_close_and_happens_once() {
     let Stack { redis, broker, topic, dlq } = Stack::start(3).await;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let sealed = broker.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     // Two closed hours: h1 closed about three hours ago, h2 about two.
     let h1 = now - now.rem_euclid(HOUR) - 4 * HOUR;
@@ -433,8 +432,7 @@ async fn rolling_boards_equal_the_union_of_their_days_with_their_metadata_and_an
     let stack = Stack::start(2).await;
     let admin = stack.admin_topic().await;
     let Stack { redis, broker, topic, dlq } = stack;
-    let sealed = random_name("sealed");
-    broker.create_topic(&sealed, 1).await;
+    let sealed = broker.sealed_topic().await;
     let now = chrono::Utc::now().timestamp_millis();
     let (zone, offset) = noon_zone(now);
     let h = now - now.rem_euclid(HOUR) - 3 * HOUR;

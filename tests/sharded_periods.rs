@@ -262,9 +262,7 @@ async fn sharded_boards_seal_publish_and_roll_as_the_unsharded_boards_do() {
     let cluster = RedisCluster::start(3);
     let broker = Broker::start();
     let (topic, dlq) = broker.topics(2).await;
-    let (admin, sealed) = (random_name("admin"), random_name("sealed"));
-    broker.create_topic(&admin, 1).await;
-    broker.create_topic(&sealed, 1).await;
+    let (admin, sealed) = (broker.admin_topic().await, broker.sealed_topic().await);
     let now = chrono::Utc::now().timestamp_millis();
     let (zone, offset) = noon_zone(now);
     let boards = boards(&sealed, &zone);

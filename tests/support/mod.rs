@@ -98,18 +98,14 @@ impl Stack {
         Stack { redis, broker, topic, dlq }
     }
 
-    /// A new one-partition topic for admin events (name it in `WorkerConfig::admin_topics`).
     /// A topic of its own for sealed tops (`[sealing] topic`), one partition.
     pub async fn sealed_topic(&self) -> String {
-        let sealed = random_name("sealed");
-        self.broker.create_topic(&sealed, 1).await;
-        sealed
+        self.broker.sealed_topic().await
     }
 
+    /// A one-partition topic for admin events (name it in `WorkerConfig::admin_topics`).
     pub async fn admin_topic(&self) -> String {
-        let admin = random_name("admin");
-        self.broker.create_topic(&admin, 1).await;
-        admin
+        self.broker.admin_topic().await
     }
 }
 

@@ -125,6 +125,20 @@ impl Broker {
         (topic, dlq)
     }
 
+    /// A topic of its own for sealed tops (`[sealing] topic`), one partition.
+    pub async fn sealed_topic(&self) -> String {
+        let sealed = random_name("sealed");
+        self.create_topic(&sealed, 1).await;
+        sealed
+    }
+
+    /// A one-partition topic for admin events (name it in `WorkerConfig::admin_topics`).
+    pub async fn admin_topic(&self) -> String {
+        let admin = random_name("admin");
+        self.create_topic(&admin, 1).await;
+        admin
+    }
+
     /// Produces every record (key, value, optional record timestamp) in order
     /// and waits for all acknowledgements.
     pub async fn produce(&self, topic: &str, records: &[(String, Vec<u8>, Option<i64>)]) {
