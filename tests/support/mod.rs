@@ -55,12 +55,30 @@ pub fn random_name(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-fn wait_for_port(port: u16, what: &str, timeout: Duration) {
+/// Waits until `port` takes connections. Fails at once when the process in
+/// `child` exits first (it could not bind, say), leaving `None`, and after
+/// `timeout`, having killed it.
+fn wait_listening(child: &mut Option<Child>, port: u16, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on port {port} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
+        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            *child = None;
+            return Err(format!("exited ({status}) before listening on port {port}"));
+        }
+        if Instant::now() >= deadline {
+            end(child);
+            return Err(format!("did not listen on port {port} within {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(())
+}
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read).
+fn log_tail(path: &std::path::Path, n: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 pub fn kill(child: &mut Child) {

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::keys::board_keys;
-use super::{end, free_port, temp_dir};
+use super::{end, free_port, log_tail, temp_dir, wait_listening};
 
 /// A `redis-server` of our own.
 pub struct Redis {
@@ -64,7 +64,7 @@ impl Redis {
             match self.try_spawn() {
                 Ok(()) => return,
                 Err(why) if attempt < ATTEMPTS => {
-                    eprintln!("redis-server on port {}: {why}; starting it again", self.port);
+                    eprintln!("redis-server: {why}; starting it again");
                     if !self.fixed_port {
                         self.port = pick_port(&self.extra);
                         // A cluster node's config names the port it had.
@@ -72,7 +72,7 @@ impl Redis {
                     }
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                Err(why) => panic!("redis-server on port {}: {why}\n{}", self.port, self.log_tail()),
+                Err(why) => panic!("redis-server: {why}\n{}", log_tail(&self.dir.path().join("redis.log"), 10)),
             }
         }
     }
@@ -89,25 +89,7 @@ impl Redis {
             .spawn()
             .expect("redis-server is installed (scripts/setup.sh)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                self.child = None;
-                return Err(format!("exited ({status}) before listening"));
-            }
-            if Instant::now() >= deadline {
-                end(&mut self.child);
-                return Err("did not listen within 10s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(10)..].join("\n")
+        wait_listening(&mut self.child, self.port, Duration::from_secs(10))
     }
 
     pub fn url(&self) -> String {

@@ -14,7 +14,7 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{end, free_port, random_name, temp_dir, wait_for_port};
+use super::{end, free_port, log_tail, random_name, temp_dir, wait_listening};
 
 /// Where the tansu binary is: `$TANSU`, `tansu` on PATH, or cargo's bin dir.
 pub fn tansu_bin() -> PathBuf {
@@ -50,13 +50,30 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// A broker on a free port; if it exits before it listens (the port
+    /// taken between our pick and its bind), on another.
     pub fn start() -> Broker {
         let mut b = Broker { child: None, port: free_port(), dir: temp_dir() };
+        for _ in 1..3 {
+            match b.try_spawn() {
+                Ok(()) => return b,
+                Err(why) => {
+                    eprintln!("tansu: {why}; starting it again on another port");
+                    b.port = free_port();
+                }
+            }
+        }
         b.spawn();
         b
     }
 
     fn spawn(&mut self) {
+        if let Err(why) = self.try_spawn() {
+            panic!("tansu: {why}\n{}", log_tail(&self.dir.path().join("broker.log"), 10));
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let marker = self.dir.path().file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let log = std::fs::OpenOptions::new()
@@ -78,8 +95,9 @@ impl Broker {
             .spawn()
             .expect("tansu is installed (scripts/setup.sh)");
         self.child = Some(child);
-        wait_for_port(self.port, "tansu", Duration::from_secs(30));
+        wait_listening(&mut self.child, self.port, Duration::from_secs(30))?;
         index_tansu_headers(&self.dir.path().join("broker.db"));
+        Ok(())
     }
 
     pub fn brokers(&self) -> String {

@@ -192,6 +192,9 @@ pub(super) fn proc_status_kib(pid: u32, field: &str) -> u64 {
 
 /// Stops a `rankflow run` child the way an operator would (SIGTERM) and waits for it.
 pub(super) fn stop(child: &mut std::process::Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
 }
