@@ -74,6 +74,24 @@ fn wait_listening(child: &mut Option<Child>, port: u16, timeout: Duration) -> Re
     Ok(())
 }
 
+/// Starts a server of ours: `attempt(n)` for n = 1, 2, ... up to
+/// `attempts`, until one answers `Ok` (each attempt after the first may move
+/// the server to another port first). Says why each failed attempt but the
+/// last failed, and answers the last one's error.
+fn start_retrying(what: &str, attempts: u32, mut attempt: impl FnMut(u32) -> Result<(), String>) -> Result<(), String> {
+    let mut n = 1;
+    loop {
+        match attempt(n) {
+            Err(why) if n < attempts => {
+                eprintln!("{what}: {why}; starting it again");
+                std::thread::sleep(Duration::from_millis(200));
+                n += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// The last `n` lines of the file at `path` (empty when it cannot be read).
 fn log_tail(path: &std::path::Path, n: usize) -> String {
     let log = std::fs::read_to_string(path).unwrap_or_default();

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::keys::board_keys;
-use super::{end, free_port, log_tail, temp_dir, wait_listening};
+use super::{end, free_port, log_tail, start_retrying, temp_dir, wait_listening};
 
 /// A `redis-server` of our own.
 pub struct Redis {
@@ -59,21 +59,16 @@ impl Redis {
     /// between our pick and its bind), starts it again: on a new port when
     /// the port was ours to pick, on the same one otherwise.
     fn spawn(&mut self) {
-        const ATTEMPTS: u32 = 5;
-        for attempt in 1..=ATTEMPTS {
-            match self.try_spawn() {
-                Ok(()) => return,
-                Err(why) if attempt < ATTEMPTS => {
-                    eprintln!("redis-server: {why}; starting it again");
-                    if !self.fixed_port {
-                        self.port = pick_port(&self.extra);
-                        // A cluster node's config names the port it had.
-                        let _ = std::fs::remove_file(self.dir.path().join("nodes.conf"));
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(why) => panic!("redis-server: {why}\n{}", log_tail(&self.dir.path().join("redis.log"), 10)),
+        let started = start_retrying("redis-server", 5, |n| {
+            if n > 1 && !self.fixed_port {
+                self.port = pick_port(&self.extra);
+                // A cluster node's config names the port it had.
+                let _ = std::fs::remove_file(self.dir.path().join("nodes.conf"));
             }
+            self.try_spawn()
+        });
+        if let Err(why) = started {
+            panic!("redis-server: {why}\n{}", log_tail(&self.dir.path().join("redis.log"), 10));
         }
     }
 

@@ -14,7 +14,7 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{end, free_port, log_tail, random_name, temp_dir, wait_listening};
+use super::{end, free_port, log_tail, random_name, start_retrying, temp_dir, wait_listening};
 
 /// Where the tansu binary is: `$TANSU`, `tansu` on PATH, or cargo's bin dir.
 pub fn tansu_bin() -> PathBuf {
@@ -54,21 +54,20 @@ impl Broker {
     /// taken between our pick and its bind), on another.
     pub fn start() -> Broker {
         let mut b = Broker { child: None, port: free_port(), dir: temp_dir() };
-        for _ in 1..3 {
-            match b.try_spawn() {
-                Ok(()) => return b,
-                Err(why) => {
-                    eprintln!("tansu: {why}; starting it again on another port");
-                    b.port = free_port();
-                }
-            }
-        }
-        b.spawn();
+        b.spawn(3);
         b
     }
 
-    fn spawn(&mut self) {
-        if let Err(why) = self.try_spawn() {
+    /// Starts the broker, in up to `attempts` attempts, each after the
+    /// first on a new port (a restart keeps its port: one attempt).
+    fn spawn(&mut self, attempts: u32) {
+        let started = start_retrying("tansu", attempts, |n| {
+            if n > 1 {
+                self.port = free_port();
+            }
+            self.try_spawn()
+        });
+        if let Err(why) = started {
             panic!("tansu: {why}\n{}", log_tail(&self.dir.path().join("broker.log"), 10));
         }
     }
@@ -110,7 +109,7 @@ impl Broker {
 
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        self.spawn(1);
     }
 
     fn client(&self) -> ClientConfig {

@@ -265,7 +265,7 @@ fn applied_pairs(listen: &str) -> u64 {
 pub(super) fn spawn_rankflow(exe: &Path, dir: &Path, name: &str, cfg: &str) -> Result<std::process::Child, String> {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(worker_log(dir, name)).map_err(|e| e.to_string())?;
     std::process::Command::new(exe)
         .args(["run", "--config"])
         .arg(&path)
@@ -273,6 +273,11 @@ pub(super) fn spawn_rankflow(exe: &Path, dir: &Path, name: &str, cfg: &str) -> R
         .stderr(log)
         .spawn()
         .map_err(|e| e.to_string())
+}
+
+/// Where the worker [`spawn_rankflow`] started as `name` logs.
+fn worker_log(dir: &Path, name: &str) -> std::path::PathBuf {
+    dir.join(format!("{name}.log"))
 }
 
 /// Runs the real binary (its config serving HTTP at `listen`) until its
@@ -311,10 +316,10 @@ pub(super) fn run_to_end(
         }
         // A worker that exited (a config it refused, say) never drains.
         if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(dir.join(format!("{group}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            break Err(format!("rankflow exited ({status}) before the drain ended:\n{}", tail.join("\n")));
+            let log = std::fs::read_to_string(worker_log(dir, group)).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(5)..].join("\n");
+            break Err(format!("rankflow exited ({status}) before the drain ended:\n{tail}"));
         }
         std::thread::sleep(Duration::from_millis(if assigned.is_none() { 5 } else { 20 }));
     };
