@@ -2,7 +2,8 @@
 //! scheduler and the pipeline, and stops them on SIGTERM or SIGINT within
 //! `shutdown_timeout`. The pipeline and the scheduler write on one Redis
 //! connection; the HTTP reads have a connection of their own, so that a
-//! read never queues behind a batch's script calls on the same socket.
+//! read never queues behind a batch's script calls on the same socket, and
+//! the HTTP server runs on threads of its own.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -12,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::board::Router;
-use crate::config::Settings;
+use crate::config::{RedisSettings, Settings};
 use crate::health::Health;
 use crate::retry::retry;
-use crate::store::{Reader, RedisConn, Store};
+use crate::store::{Reader, RedisConn, Store, StoreError};
 use crate::{http, pipeline, schedule};
 
 /// Runs the worker and the HTTP server until SIGTERM; returns the exit status.
@@ -28,10 +29,20 @@ pub async fn run(settings: Settings) -> i32 {
     let status = Arc::new(AtomicI32::new(0));
     spawn_signal_handler(cancel.clone(), settings.worker.shutdown_timeout + Duration::from_millis(500), status.clone());
 
-    let listener = match tokio::net::TcpListener::bind(settings.http.listen).await {
+    let listener = match std::net::TcpListener::bind(settings.http.listen).and_then(|l| {
+        l.set_nonblocking(true)?;
+        Ok(l)
+    }) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("rankflow: cannot listen on {}: {e}", settings.http.listen);
+            return 2;
+        }
+    };
+    let reads_rt = match ReadsRuntime::start() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rankflow: cannot start the HTTP server's threads: {e}");
             return 2;
         }
     };
@@ -45,18 +56,17 @@ pub async fn run(settings: Settings) -> i32 {
         request_timeout: settings.http.request_timeout,
         max_concurrent: settings.http.max_concurrent_requests,
     };
-    let http_task = tokio::spawn(http::serve(listener, state.clone(), limits, cancel.clone()));
+    let (served, stop) = (state.clone(), cancel.clone());
+    let http_task = reads_rt.handle().spawn(async move {
+        // Registered with the HTTP runtime's reactor, as is every connection it accepts.
+        http::serve(tokio::net::TcpListener::from_std(listener)?, served, limits, stop).await
+    });
 
     info!(redis = ?settings.redis, "Connecting to Redis.");
     let connect = || async {
         let writes = RedisConn::connect(&settings.redis).await?;
-        let reads = RedisConn::connect(&settings.redis).await?;
-        let replicas = crate::store::replica_connections(&settings.redis, crate::store::REPLICA_TIMEOUT).await?;
-        if let Some(r) = &replicas {
-            let (redis, r, cancel) = (settings.redis.clone(), r.clone(), cancel.clone());
-            tokio::spawn(crate::store::refresh_replicas(redis, r, crate::store::REPLICA_TIMEOUT, cancel));
-        }
-        Ok::<_, crate::store::StoreError>((writes, Reader::new(reads, replicas)))
+        let reads = reads_rt.run(connect_reads(settings.redis.clone(), cancel.clone())).await?;
+        Ok::<_, crate::store::StoreError>((writes, reads))
     };
     let Some((conn, reads)) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
         return 0;
@@ -106,6 +116,56 @@ pub async fn run(settings: Settings) -> i32 {
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
     code
+}
+
+/// The HTTP reads' connections: to the primary, and to its replicas with
+/// `redis.read_from = "replica"`. Made on the HTTP runtime (see
+/// [`ReadsRuntime`]), so that their replies are read there.
+async fn connect_reads(redis: RedisSettings, cancel: CancellationToken) -> Result<Reader, StoreError> {
+    let reads = RedisConn::connect(&redis).await?;
+    let replicas = crate::store::replica_connections(&redis, crate::store::REPLICA_TIMEOUT).await?;
+    if let Some(r) = &replicas {
+        tokio::spawn(crate::store::refresh_replicas(redis, r.clone(), crate::store::REPLICA_TIMEOUT, cancel));
+    }
+    Ok(Reader::new(reads, replicas))
+}
+
+/// The HTTP server's runtime, with threads of its own: a read is never
+/// queued behind the pipeline's work (decoding records, preparing a batch's
+/// calls, settling its answers) on a busy thread of the worker's runtime.
+/// The reads' Redis connections are driven on it too.
+struct ReadsRuntime(Option<tokio::runtime::Runtime>);
+
+impl ReadsRuntime {
+    fn start() -> std::io::Result<ReadsRuntime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().thread_name("rankflow-http").enable_all().build()?;
+        Ok(ReadsRuntime(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("running until dropped").handle()
+    }
+
+    /// Runs `work` on this runtime and waits for it from another; a panic
+    /// in it is raised again here.
+    async fn run<T: Send + 'static>(&self, work: impl std::future::Future<Output = T> + Send + 'static) -> T {
+        match self.handle().spawn(work).await {
+            Ok(out) => out,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(e) => panic!("the HTTP runtime dropped a task while running: {e}"),
+            },
+        }
+    }
+}
+
+impl Drop for ReadsRuntime {
+    /// Without waiting for its tasks: dropped from within the worker's runtime, where blocking is not allowed.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// SIGTERM or SIGINT cancels the token once, and starts a watchdog: a
