@@ -2,9 +2,12 @@
 //! [`CALLS_IN_REDIS`] sent and unanswered per Redis node at a time.
 //!
 //! One call running and one waiting in the node's input buffer keep that
-//! node busy, and a read from another client waits behind at most those two
-//! (Redis reads all a client has sent at once, so calls sent together would
-//! run back to back, however small each is). On a cluster each primary has
+//! node busy (Redis reads all a client has sent at once, so calls sent
+//! together would run back to back, however small each is). The waiting
+//! one is sent [`LEAD`] before the running one is expected to end: Redis
+//! takes ready sockets in the order their data came, so a read from another
+//! client that arrived meanwhile runs first, and waits for what is left of
+//! the running call, not for two. On a cluster each primary has
 //! its own allowance, so one worker keeps every primary its batches reach
 //! busy at once. Which primary serves a call comes from `CLUSTER SLOTS`,
 //! read again every [`MAP_MAX_AGE`]: a map gone stale (a failover, a
@@ -22,10 +25,15 @@ use std::time::{Duration, Instant};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use redis::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant as TokioInstant;
 
 /// Apply calls one worker has sent a Redis node and not had answered, at most.
 pub(super) const CALLS_IN_REDIS: usize = 2;
+
+/// How long before a node's running call is expected to end the call
+/// behind it is sent (see [`start_in_order`]).
+const LEAD: Duration = Duration::from_millis(1);
 
 /// How long a cluster's slot map is used before it is read again.
 const MAP_MAX_AGE: Duration = Duration::from_secs(10);
@@ -80,8 +88,8 @@ struct Lanes {
     /// lane (a single Redis, or a cluster whose map could not be read).
     map: Option<SlotMap>,
     read_at: Option<Instant>,
-    /// Each node's allowance, by node (`""`: the one lane without a map).
-    nodes: HashMap<String, Arc<Semaphore>>,
+    /// Each node's lane, by node (`""`: the one lane without a map).
+    nodes: HashMap<String, Arc<Lane>>,
 }
 
 impl Gate {
@@ -111,9 +119,9 @@ impl Gate {
         }
     }
 
-    /// The lane of each call, by its slot, and each lane's allowance:
-    /// `(lane of each call, allowances)`.
-    pub(super) fn assign(&self, slots: impl IntoIterator<Item = u16>) -> (Vec<usize>, Vec<Arc<Semaphore>>) {
+    /// The lane of each call, by its slot, and those lanes:
+    /// `(lane of each call, lanes)`.
+    pub(super) fn assign(&self, slots: impl IntoIterator<Item = u16>) -> (Vec<usize>, Vec<Arc<Lane>>) {
         let mut lanes = self.lanes();
         let Lanes { map, nodes, .. } = &mut *lanes;
         let mut names: Vec<String> = Vec::new();
@@ -127,46 +135,122 @@ impl Gate {
                 })
             })
             .collect();
-        let gates = names
-            .iter()
-            .map(|n| nodes.entry(n.clone()).or_insert_with(|| Arc::new(Semaphore::new(CALLS_IN_REDIS))).clone())
-            .collect();
+        let gates =
+            names.iter().map(|n| nodes.entry(n.clone()).or_insert_with(|| Arc::new(Lane::new())).clone()).collect();
         (of_calls, gates)
     }
 }
 
-/// Starts calls `order` (each `(call, lane)`), each once its lane has a
-/// free place, in order within each lane, a lane not waiting for another:
-/// `start(call)` makes the call's future, which is polled at once, so that
-/// it is queued on the connection behind the one before it in its lane.
+/// One node's lane: its places, and the calls it is running.
+pub(super) struct Lane {
+    places: Arc<Semaphore>,
+    running: Mutex<Running>,
+    /// Told whenever one of the lane's calls is answered.
+    answered: Notify,
+}
+
+#[derive(Default)]
+struct Running {
+    /// The calls sent and not answered, oldest first: each one's ticket,
+    /// and how long it is expected to hold Redis.
+    calls: VecDeque<(u64, Duration)>,
+    /// When the oldest began to run, as far as the worker can tell: when it
+    /// was sent, or when the call before it was answered.
+    since: Option<TokioInstant>,
+    tickets: u64,
+}
+
+impl Lane {
+    pub(super) fn new() -> Lane {
+        Lane { places: Arc::new(Semaphore::new(CALLS_IN_REDIS)), running: Mutex::default(), answered: Notify::new() }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// When the lane's next call is to be sent, if not now: [`LEAD`] before
+    /// the call that runs is expected to end.
+    fn not_before(&self) -> Option<TokioInstant> {
+        let running = self.running();
+        let (&(_, expected), since) = (running.calls.front()?, running.since?);
+        let at = (since + expected).checked_sub(LEAD)?;
+        (at > TokioInstant::now()).then_some(at)
+    }
+
+    /// Records a call sent, expected to hold Redis `expected`; the call is
+    /// answered when what this returns is dropped.
+    fn sent(lane: &Arc<Lane>, expected: Duration, place: OwnedSemaphorePermit) -> Sent {
+        let mut running = lane.running();
+        if running.calls.is_empty() {
+            running.since = Some(TokioInstant::now());
+        }
+        running.tickets += 1;
+        let ticket = running.tickets;
+        running.calls.push_back((ticket, expected));
+        Sent { lane: lane.clone(), ticket, _place: place }
+    }
+}
+
+/// A call sent in its lane: when dropped (the call answered, or given up),
+/// the lane is told, and its place is given back.
+struct Sent {
+    lane: Arc<Lane>,
+    ticket: u64,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        {
+            let mut running = self.lane.running();
+            if let Some(at) = running.calls.iter().position(|(t, _)| *t == self.ticket) {
+                running.calls.remove(at);
+                if at == 0 {
+                    // The next call, already in Redis, runs from now.
+                    running.since = Some(TokioInstant::now());
+                }
+            }
+        }
+        self.lane.answered.notify_waiters();
+    }
+}
+
+/// Starts calls `order` (each `(call, lane, how long it is expected to
+/// hold Redis)`), each once its lane has a free place, in order within each
+/// lane, a lane not waiting for another: `start(call)` makes the call's
+/// future, which is polled at once, so that it is queued on the connection
+/// behind the one before it in its lane. A call sent while another runs in
+/// its lane waits until [`LEAD`] before that one is expected to end (or has
+/// ended): it is still queued in time to keep the node busy, and a read
+/// that arrived meanwhile runs before it.
 /// Answers `(call, output)` for the calls that finished meanwhile, and
 /// those still running, to be awaited (their places are freed as each ends).
 pub(super) async fn start_in_order<T, F: Future<Output = T>>(
-    order: &[(usize, usize)],
-    gates: &[Arc<Semaphore>],
+    order: &[(usize, usize, Duration)],
+    lanes: &[Arc<Lane>],
     mut start: impl FnMut(usize) -> F,
 ) -> (Vec<(usize, T)>, FuturesUnordered<impl Future<Output = (usize, T)>>) {
-    let mut queues: Vec<VecDeque<usize>> = vec![VecDeque::new(); gates.len()];
-    for &(call, lane) in order {
-        queues[lane].push_back(call);
+    let mut queues: Vec<VecDeque<(usize, Duration)>> = vec![VecDeque::new(); lanes.len()];
+    for &(call, lane, expected) in order {
+        queues[lane].push_back((call, expected));
     }
     let mut running = FuturesUnordered::new();
     let mut done = Vec::new();
-    // A place a lane was granted while every waiting lane was full.
-    let mut granted: Option<(usize, OwnedSemaphorePermit)> = None;
+    // A place each lane holds for its next call, which waits for its time.
+    let mut held: Vec<Option<OwnedSemaphorePermit>> = (0..lanes.len()).map(|_| None).collect();
     loop {
-        for (lane, queue) in queues.iter_mut().enumerate() {
-            while let Some(&call) = queue.front() {
-                let permit = match granted.take() {
-                    Some((l, permit)) if l == lane => permit,
-                    other => {
-                        granted = other;
-                        let Ok(permit) = gates[lane].clone().try_acquire_owned() else { break };
-                        permit
-                    }
+        for (l, queue) in queues.iter_mut().enumerate() {
+            while let Some(&(call, expected)) = queue.front() {
+                let Some(place) = held[l].take().or_else(|| lanes[l].places.clone().try_acquire_owned().ok()) else {
+                    break;
                 };
+                if lanes[l].not_before().is_some() {
+                    held[l] = Some(place);
+                    break;
+                }
                 queue.pop_front();
-                running.push(holding(call, start(call), permit));
+                running.push(holding(call, start(call), Lane::sent(&lanes[l], expected, place)));
                 // Polled now, the call is queued on the connection, behind the one before.
                 while let Some(Some(a)) = running.next().now_or_never() {
                     done.push(a);
@@ -177,21 +261,53 @@ pub(super) async fn start_in_order<T, F: Future<Output = T>>(
         if waiting.is_empty() {
             return (done, running);
         }
-        // Every waiting lane is full: an answer frees a place in one of
-        // them, or a call of an earlier batch ends.
-        let freed = futures::future::select_all(waiting.iter().map(|&l| gates[l].clone().acquire_owned().boxed()));
+        // Each waiting lane waits for a place, or holds one and waits for
+        // its time; an answer frees a place, or a call of an earlier batch ends.
+        let (timed, full): (Vec<usize>, Vec<usize>) = waiting.iter().partition(|&&l| held[l].is_some());
+        let freed = async {
+            if full.is_empty() {
+                return futures::future::pending().await;
+            }
+            futures::future::select_all(full.iter().map(|&l| lanes[l].places.clone().acquire_owned().boxed())).await
+        };
         tokio::select! {
             biased;
             Some(a) = running.next(), if !running.is_empty() => done.push(a),
-            (permit, at, _) = freed => granted = Some((waiting[at], permit.expect("the gates are never closed"))),
+            (place, at, _) = freed => held[full[at]] = Some(place.expect("the places are never closed")),
+            () = until_due(timed.iter().map(|&l| &*lanes[l]).collect()) => {}
         }
     }
 }
 
-/// A call's future that gives its lane's place back once it has ended.
-async fn holding<T>(call: usize, call_future: impl Future<Output = T>, permit: OwnedSemaphorePermit) -> (usize, T) {
+/// Until one of `lanes` may send its next call (see [`Lane::not_before`]);
+/// never, for no lanes.
+async fn until_due(lanes: Vec<&Lane>) {
+    if lanes.is_empty() {
+        return futures::future::pending().await;
+    }
+    loop {
+        // Listening before looking: an answer in between is not missed.
+        let mut answered: Vec<_> = lanes.iter().map(|l| Box::pin(l.answered.notified())).collect();
+        for a in &mut answered {
+            a.as_mut().enable();
+        }
+        let mut soonest: Option<TokioInstant> = None;
+        for lane in &lanes {
+            let Some(at) = lane.not_before() else { return };
+            soonest = Some(soonest.map_or(at, |s| s.min(at)));
+        }
+        let at = soonest.expect("at least one lane");
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => return,
+            _ = futures::future::select_all(answered) => {}
+        }
+    }
+}
+
+/// A call's future that tells its lane, and gives its place back, once it has ended.
+async fn holding<T>(call: usize, call_future: impl Future<Output = T>, sent: Sent) -> (usize, T) {
     let out = call_future.await;
-    drop(permit);
+    drop(sent);
     (call, out)
 }
 
@@ -290,10 +406,11 @@ mod tests {
 
     #[tokio::test]
     async fn each_node_takes_two_calls_at_once_in_order_and_no_node_waits_for_another() {
-        let gates: Vec<Arc<Semaphore>> = (0..3).map(|_| Arc::new(Semaphore::new(CALLS_IN_REDIS))).collect();
+        let gates: Vec<Arc<Lane>> = (0..3).map(|_| Arc::new(Lane::new())).collect();
         let held = Arc::new(Held::new());
-        // Calls 0-2 and 6 to node 0, 3-4 to node 1, 5 to node 2.
-        let order = [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 0)];
+        // Calls 0-2 and 6 to node 0, 3-4 to node 1, 5 to node 2; none
+        // expected to take time, so none waits for the one before to end.
+        let order = [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 0)].map(|(c, l)| (c, l, Duration::ZERO));
         let h = held.clone();
         let task = tokio::spawn(async move {
             let h2 = h.clone();
@@ -346,14 +463,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_full_of_an_earlier_batchs_calls_lets_the_next_batch_in_as_they_end() {
-        let gate = Arc::new(Semaphore::new(CALLS_IN_REDIS));
+        let gate = Arc::new(Lane::new());
         let earlier: Vec<OwnedSemaphorePermit> =
-            (0..CALLS_IN_REDIS).map(|_| gate.clone().try_acquire_owned().unwrap()).collect();
+            (0..CALLS_IN_REDIS).map(|_| gate.places.clone().try_acquire_owned().unwrap()).collect();
         let started = Arc::new(AtomicUsize::new(0));
         let s = started.clone();
         let gates = vec![gate.clone()];
         let task = tokio::spawn(async move {
-            let (done, running) = start_in_order(&[(0, 0)], &gates, move |c| {
+            let (done, running) = start_in_order(&[(0, 0, Duration::ZERO)], &gates, move |c| {
                 s.fetch_add(1, Ordering::SeqCst);
                 async move { c }
             })
@@ -365,5 +482,65 @@ mod tests {
         drop(earlier);
         assert_eq!(task.await.unwrap(), 1);
         assert_eq!(started.load(Ordering::SeqCst), 1);
+    }
+
+    /// Starts `calls` (each expected to hold Redis `expected`) in one lane,
+    /// as a batch does, on a task of its own.
+    fn start_paced(
+        held: &Arc<Held>,
+        lane: &Arc<Lane>,
+        calls: &[usize],
+        expected: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let (h, lanes) = (held.clone(), vec![lane.clone()]);
+        let order: Vec<(usize, usize, Duration)> = calls.iter().map(|&c| (c, 0, expected)).collect();
+        tokio::spawn(async move {
+            let h2 = h.clone();
+            let (_, mut running) = start_in_order(&order, &lanes, move |c| h2.start(c)).await;
+            while running.next().await.is_some() {}
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_call_behind_a_running_one_is_sent_just_before_that_one_is_expected_to_end() {
+        let (held, lane) = (Arc::new(Held::new()), Arc::new(Lane::new()));
+        let task = start_paced(&held, &lane, &[0, 1], Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(held.started(), [0], "the first call is sent at once");
+        // A read that arrives meanwhile runs before the second call: it is not in Redis yet.
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        assert_eq!(held.started(), [0]);
+        // It is in Redis before the first is expected to end, to keep the node busy.
+        tokio::time::sleep(Duration::from_millis(100) - LEAD - Duration::from_millis(90)).await;
+        assert_eq!(held.started(), [0, 1]);
+        held.end(0);
+        held.end(1);
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_ends_early_lets_the_next_in_at_once_across_batches() {
+        let (held, lane) = (Arc::new(Held::new()), Arc::new(Lane::new()));
+        let first = start_paced(&held, &lane, &[0], Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let second = start_paced(&held, &lane, &[1, 2], Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(held.started(), [0], "the next batch's call waits for the running one's time");
+        // Call 0 answers long before its time: call 1 goes at once, and
+        // call 2 waits for call 1's time, measured from call 0's answer.
+        held.end(0);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(held.started(), [0, 1]);
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        assert_eq!(held.started(), [0, 1]);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(held.started(), [0, 1, 2]);
+        held.end(1);
+        held.end(2);
+        first.await.unwrap();
+        second.await.unwrap();
+        // Every call answered: the lane is empty, and a call is sent at once.
+        assert_eq!(lane.not_before(), None);
+        assert!(lane.running().calls.is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! What to do when a call fails is the writer's (`writer.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -139,7 +140,11 @@ impl Store {
             }
             let slots = to_send.iter().map(|&i| crate::keys::key_slot(&prepared.calls[i].base));
             let (lanes, gates) = self.gate.assign(slots);
-            let order: Vec<(usize, usize)> = to_send.into_iter().zip(lanes).collect();
+            let order: Vec<(usize, usize, Duration)> = to_send
+                .into_iter()
+                .zip(lanes)
+                .map(|(i, lane)| (i, lane, self.sizer.expected(&prepared.calls[i].base, prepared.calls[i].n)))
+                .collect();
             let (store, prepared) = (self.clone(), prepared.clone());
             gate::start_in_order(&order, &gates, move |i| {
                 let (store, prepared) = (store.clone(), prepared.clone());

@@ -37,6 +37,13 @@ impl CallSizer {
         self.fit(per)
     }
 
+    /// How long a call of `events` events on tag `base` is expected to
+    /// hold Redis: zero until a call has measured the tag.
+    pub fn expected(&self, base: &str, events: usize) -> Duration {
+        let per = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner()).get(base).copied();
+        Duration::from_secs_f64(per.unwrap_or(0.0).max(0.0) * events as f64 / 1e6)
+    }
+
     /// How many events fit in the budget at `per` µs each (unmeasured: the
     /// cap, until the first call says what the tag costs).
     fn fit(&self, per: Option<f64>) -> usize {
