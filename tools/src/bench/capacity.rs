@@ -151,6 +151,7 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
             format!("{} {p50:.2} / {p99:.2}", KINDS[k as usize])
         })
         .collect();
+    let stretches = slow_stretches(&open, open_rate);
     let open_ms: Vec<f64> = open.into_iter().map(|(_, ms)| ms).collect();
 
     let ((hp50, hp99), (bp50, bp99), (op50, op99)) = (quantiles(http_ms), quantiles(bare_ms), quantiles(open_ms));
@@ -161,11 +162,39 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     println!("| the same Redis commands through redis-rs, closed loop | {bare_rate:.0} | {bp50:.2} | {bp99:.2} |");
     println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s) | | {op50:.2} | {op99:.2} |");
     println!("\nthe open loop by kind, p50 / p99 ms: {}", kinds.join("; "));
+    println!("the open loop's slowest stretches (reads due in each 100 ms over 5 ms, and the slowest): {stretches}");
     println!(
         "\nHTTP capacity {:.2}x the direct commands' rate (target at least 0.5x); open-loop p99 {op99:.2} ms (target at most 5 ms)",
         http_rate / bare_rate
     );
     Ok(())
+}
+
+/// The three 100 ms stretches of the open loop with the most reads over
+/// 5 ms, by when those reads were due (`open` in the order they were due):
+/// one stretch holding them all is a stall of the host or of Redis, not
+/// the cost of a read.
+fn slow_stretches(open: &[(u64, f64)], rate: f64) -> String {
+    let mut by_stretch: HashMap<u64, (usize, f64)> = HashMap::new();
+    for (n, (_, ms)) in open.iter().enumerate() {
+        if *ms > 5.0 {
+            let s = by_stretch.entry((n as f64 / rate * 10.0) as u64).or_default();
+            *s = (s.0 + 1, s.1.max(*ms));
+        }
+    }
+    let mut worst: Vec<(u64, (usize, f64))> = by_stretch.into_iter().collect();
+    worst.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    let shown: Vec<String> = worst
+        .iter()
+        .take(3)
+        .map(|(at, (count, max))| format!("at {:.1}s {count} (max {max:.1} ms)", *at as f64 / 10.0))
+        .collect();
+    let total: usize = worst.iter().map(|(_, (c, _))| c).sum();
+    if shown.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{}; {total} in all, in {} stretches", shown.join(", "), worst.len())
+    }
 }
 
 /// Reads at `rate` per second for `window`, each timed from when it was

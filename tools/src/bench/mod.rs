@@ -165,6 +165,43 @@ pub(super) async fn flush(conn: &RedisConn) -> Result<(), String> {
     redis::cmd("FLUSHDB").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHDB: {e}"))
 }
 
+/// Waits until Redis has no fork child and each of its replicas has
+/// acknowledged all it was sent, so that reads are not measured beside a
+/// replica's full resynchronisation: a replica that falls behind while a
+/// large board is filled is dropped for its output buffer and synchronised
+/// again in full (a fork of the primary, copy-on-write, the replica loading
+/// the dump), which stalled every read of a run for tens of milliseconds.
+pub(super) async fn wait_settled(conn: &RedisConn) -> Result<(), String> {
+    let (mut c, start, mut said) = (conn.clone(), Instant::now(), false);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .arg("persistence")
+            .query_async(&mut c)
+            .await
+            .map_err(|e| format!("INFO: {e}"))?;
+        let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim);
+        let offset = field("master_repl_offset").unwrap_or("0");
+        let forked = field("rdb_bgsave_in_progress") == Some("1") || field("aof_rewrite_in_progress") == Some("1");
+        let behind = info
+            .lines()
+            .filter(|l| l.starts_with("slave") && l.contains(":ip="))
+            .filter(|l| !l.contains("state=online") || !l.contains(&format!(",offset={offset},")))
+            .count();
+        if !forked && behind == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            return Err(format!("Redis did not settle in 300s: {behind} replicas behind, a fork child: {forked}"));
+        }
+        if !said {
+            eprintln!("bench: waiting for Redis to settle ({behind} replicas behind, a fork child: {forked})");
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The rankflow binary the end-to-end and latency rows run: `$RANKFLOW_BIN`,
 /// or `rankflow` beside this tool (cargo builds both into one directory).
 pub(super) fn rankflow_bin() -> Result<std::path::PathBuf, String> {

@@ -114,6 +114,7 @@ pub(super) async fn fill(redis_url: &str, members: u64) -> Result<(RedisConn, Ar
         .collect();
     let (fill, _) = store_path(&store, &router, &events, 2000).await?;
     eprintln!("bench: filled in {:.1}s ({:.0} events/s through the store)", fill.as_secs_f64(), rate(members, fill));
+    wait_settled(&conn).await?;
     Ok((conn, router))
 }
 
