@@ -165,6 +165,11 @@ pub(super) async fn flush(conn: &RedisConn) -> Result<(), String> {
     redis::cmd("FLUSHDB").query_async::<()>(&mut c).await.map_err(|e| format!("FLUSHDB: {e}"))
 }
 
+/// `INFO` of `sections`, as Redis writes it.
+pub(super) async fn info(conn: &RedisConn, sections: &[&str]) -> Result<String, String> {
+    redis::cmd("INFO").arg(sections).query_async(&mut conn.clone()).await.map_err(|e| format!("INFO: {e}"))
+}
+
 /// Waits until Redis has no fork child and each of its replicas has
 /// acknowledged all it was sent, so that reads are not measured beside a
 /// replica's full resynchronisation: a replica that falls behind while a
@@ -172,14 +177,9 @@ pub(super) async fn flush(conn: &RedisConn) -> Result<(), String> {
 /// again in full (a fork of the primary, copy-on-write, the replica loading
 /// the dump), which stalled every read of a run for tens of milliseconds.
 pub(super) async fn wait_settled(conn: &RedisConn) -> Result<(), String> {
-    let (mut c, start, mut said) = (conn.clone(), Instant::now(), false);
+    let (start, mut said) = (Instant::now(), false);
     loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .arg("persistence")
-            .query_async(&mut c)
-            .await
-            .map_err(|e| format!("INFO: {e}"))?;
+        let info = info(conn, &["replication", "persistence"]).await?;
         let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim);
         let offset = field("master_repl_offset").unwrap_or("0");
         let forked = field("rdb_bgsave_in_progress") == Some("1") || field("aof_rewrite_in_progress") == Some("1");

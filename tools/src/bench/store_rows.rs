@@ -174,13 +174,7 @@ impl RedisStats {
 }
 
 pub(super) async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> {
-    let mut c = conn.clone();
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .map_err(|e| format!("INFO: {e}"))?;
+    let info = info(conn, &["cpu", "commandstats"]).await?;
     let cpu = info
         .lines()
         .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
