@@ -4,9 +4,10 @@
 //! top 10, a player's rank, the players around them and a friends list of
 //! 50; next to the same Redis commands sent straight through redis-rs with
 //! the same concurrency; then an open loop at half the HTTP capacity
-//! measured (each read timed from when it was due, so queueing counts).
-
-use std::sync::atomic::AtomicU64;
+//! measured, over four times as many keep-alive connections as the closed
+//! loop's clients (each read timed from when it was due, so queueing
+//! counts), with a host probe and a Redis probe beside it that say whose
+//! stall a slow stretch was.
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -143,7 +144,12 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
 
     let open_rate = (http_rate / 2.0).max(1.0);
     eprintln!("bench: HTTP read API, open loop at {open_rate:.0} reads/s for {seconds}s");
-    let open = open_loop(addr, open_rate, window, members).await?;
+    let host = std::thread::spawn(move || host_stalls(window));
+    let ru = redis_url.to_string();
+    let pings = std::thread::spawn(move || redis_stalls(&ru, window));
+    let open = open_loop(addr, open_rate, window, members, 4 * clients).await?;
+    let host = host.join().map_err(|_| "the host probe panicked".to_string())?;
+    let pings = pings.join().map_err(|_| "the Redis probe panicked".to_string())??;
     let kinds: Vec<String> = (0..4u64)
         .map(|k| {
             let ms: Vec<f64> = open.iter().filter(|(kind, _)| *kind == k).map(|(_, ms)| *ms).collect();
@@ -160,9 +166,11 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     println!("|---|---:|---:|---:|");
     println!("| HTTP read API, closed loop | {http_rate:.0} | {hp50:.2} | {hp99:.2} |");
     println!("| the same Redis commands through redis-rs, closed loop | {bare_rate:.0} | {bp50:.2} | {bp99:.2} |");
-    println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s) | | {op50:.2} | {op99:.2} |");
+    println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s, {} connections) | | {op50:.2} | {op99:.2} |", 4 * clients);
     println!("\nthe open loop by kind, p50 / p99 ms: {}", kinds.join("; "));
     println!("the open loop's slowest stretches (reads due in each 100 ms over 5 ms, and the slowest): {stretches}");
+    println!("the host meanwhile (a thread of its own sleeping 1 ms at a time; its late wakes over 5 ms): {host}");
+    println!("Redis meanwhile (a PING every ms from a thread of its own, answers over 5 ms): {pings}");
     println!(
         "\nHTTP capacity {:.2}x the direct commands' rate (target at least 0.5x); open-loop p99 {op99:.2} ms (target at most 5 ms)",
         http_rate / bare_rate
@@ -197,58 +205,104 @@ fn slow_stretches(open: &[(u64, f64)], rate: f64) -> String {
     }
 }
 
+/// A thread that sleeps 1 ms at a time for `window` and notes each wake
+/// more than 5 ms late, with when it was due: a stall the whole host took
+/// (another tenant, the kernel), which the reads due then share, whatever
+/// they are waiting on.
+fn host_stalls(window: Duration) -> String {
+    let (start, mut late) = (Instant::now(), Vec::new());
+    while start.elapsed() < window {
+        let due = Instant::now() + Duration::from_millis(1);
+        std::thread::sleep(Duration::from_millis(1));
+        late.push((due - start, Instant::now().saturating_duration_since(due)));
+    }
+    over_5ms(late)
+}
+
+/// A `PING` every millisecond for `window` on a connection and a thread of
+/// their own, noting each answer over 5 ms and when it was sent: Redis
+/// itself was slow then (a long command, a fork, its process not running),
+/// or the reads queued in front of it were.
+fn redis_stalls(url: &str, window: Duration) -> Result<String, String> {
+    let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).map_err(|e| e.to_string())?;
+    let (start, mut late) = (Instant::now(), Vec::new());
+    while start.elapsed() < window {
+        std::thread::sleep(Duration::from_millis(1));
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query(&mut conn).map_err(|e| e.to_string())?;
+        late.push((t - start, t.elapsed()));
+    }
+    Ok(over_5ms(late))
+}
+
+/// The (when, how long) pairs over 5 ms, the first eight shown.
+fn over_5ms(all: Vec<(Duration, Duration)>) -> String {
+    let late: Vec<String> = all
+        .into_iter()
+        .filter(|(_, d)| *d > Duration::from_millis(5))
+        .map(|(at, d)| format!("at {:.2}s {:.1} ms", at.as_secs_f64(), d.as_secs_f64() * 1000.0))
+        .collect();
+    match late.len() {
+        0 => "none".to_string(),
+        n if n > 8 => format!("{}, ... ({n} in all)", late[..8].join(", ")),
+        _ => late.join(", "),
+    }
+}
+
 /// Reads at `rate` per second for `window`, each timed from when it was
-/// due, on connections taken from a pool (a new one when all are busy).
-/// The reads are sent from a thread of their own that sleeps to each one's
-/// time: the runtime's timers tick by the millisecond, and the clients of a
-/// real server do not share its runtime.
+/// due, over `connections` keep-alive connections opened beforehand: a
+/// read due while every connection is busy waits for the first one free,
+/// and that wait counts (the model of wrk2). The reads are sent from a
+/// thread of their own that sleeps to each one's time: the runtime's timers
+/// tick by the millisecond, and the clients of a real server do not share
+/// its runtime.
 /// Answers each read's kind (its index in [`KINDS`]) and time.
 async fn open_loop(
     addr: std::net::SocketAddr,
     rate: f64,
     window: Duration,
     members: u64,
+    connections: usize,
 ) -> Result<Vec<(u64, f64)>, String> {
-    let pool: Arc<tokio::sync::Mutex<Vec<Http>>> = Arc::default();
-    let failures = Arc::new(AtomicU64::new(0));
+    type Due = (u64, Instant, &'static str, String, String);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Due>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let (mut http, rx) = (Http::connect(addr).await?, rx.clone());
+        workers.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let next = rx.lock().await.recv().await;
+                let Some((n, due, method, path, body)) = next else { return Ok::<_, String>(out) };
+                let status = http.send(method, &path, &body).await?;
+                if status != 200 {
+                    return Err(format!("{path} answered {status}"));
+                }
+                out.push((n, due.elapsed().as_secs_f64() * 1000.0));
+            }
+        }));
+    }
     let total = (rate * window.as_secs_f64()) as u64;
-    let runtime = tokio::runtime::Handle::current();
-    let f = failures.clone();
     let sending = std::thread::spawn(move || {
-        let mut rng = rand_seed(7);
-        let mut tasks = Vec::with_capacity(total as usize);
-        let start = Instant::now();
+        let (mut rng, start) = (rand_seed(7), Instant::now());
         for n in 0..total {
             let due = start + Duration::from_secs_f64(n as f64 / rate);
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
             let (method, path, body, ..) = mix(n, &mut rng, members);
-            let (pool, failures) = (pool.clone(), f.clone());
-            tasks.push(runtime.spawn(async move {
-                let taken = pool.lock().await.pop();
-                let mut http = match taken {
-                    Some(h) => h,
-                    None => Http::connect(addr).await?,
-                };
-                if http.send(method, &path, &body).await? != 200 {
-                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                let ms = due.elapsed().as_secs_f64() * 1000.0;
-                pool.lock().await.push(http);
-                Ok::<_, String>((n % 4, ms))
-            }));
+            if tx.send((n, due, method, path, body)).is_err() {
+                return;
+            }
         }
-        tasks
     });
-    let tasks = tokio::task::spawn_blocking(move || sending.join())
+    tokio::task::spawn_blocking(move || sending.join())
         .await
         .map_err(|e| e.to_string())?
         .map_err(|_| "the open loop's sending thread panicked".to_string())?;
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(t.await.map_err(|e| e.to_string())??);
+    let mut out = Vec::with_capacity(total as usize);
+    for w in workers {
+        out.extend(w.await.map_err(|e| e.to_string())??);
     }
-    match failures.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => Ok(out),
-        n => Err(format!("{n} reads of the open loop did not answer 200")),
-    }
+    out.sort_by_key(|(n, _)| *n);
+    Ok(out.into_iter().map(|(n, ms)| (n % 4, ms)).collect())
 }
