@@ -205,34 +205,34 @@ fn slow_stretches(open: &[(u64, f64)], rate: f64) -> String {
     }
 }
 
-/// A thread that sleeps 1 ms at a time for `window` and notes each wake
-/// more than 5 ms late, with when it was due: a stall the whole host took
+/// Sleeps 1 ms at a time for `window`; answers the wakes more than 5 ms
+/// late, with when each was due: a stall the whole host took
 /// (another tenant, the kernel), which the reads due then share, whatever
 /// they are waiting on.
 fn host_stalls(window: Duration) -> String {
-    let (start, mut late) = (Instant::now(), Vec::new());
+    let (start, mut wakes) = (Instant::now(), Vec::new());
     while start.elapsed() < window {
         let due = Instant::now() + Duration::from_millis(1);
         std::thread::sleep(Duration::from_millis(1));
-        late.push((due - start, Instant::now().saturating_duration_since(due)));
+        wakes.push((due - start, Instant::now().saturating_duration_since(due)));
     }
-    over_5ms(late)
+    over_5ms(wakes)
 }
 
 /// A `PING` every millisecond for `window` on a connection and a thread of
-/// their own, noting each answer over 5 ms and when it was sent: Redis
+/// their own; answers those that took over 5 ms, with when each was sent: Redis
 /// itself was slow then (a long command, a fork, its process not running),
 /// or the reads queued in front of it were.
 fn redis_stalls(url: &str, window: Duration) -> Result<String, String> {
     let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).map_err(|e| e.to_string())?;
-    let (start, mut late) = (Instant::now(), Vec::new());
+    let (start, mut pings) = (Instant::now(), Vec::new());
     while start.elapsed() < window {
         std::thread::sleep(Duration::from_millis(1));
         let t = Instant::now();
         let _: String = redis::cmd("PING").query(&mut conn).map_err(|e| e.to_string())?;
-        late.push((t - start, t.elapsed()));
+        pings.push((t - start, t.elapsed()));
     }
-    Ok(over_5ms(late))
+    Ok(over_5ms(pings))
 }
 
 /// The (when, how long) pairs over 5 ms, the first eight shown.
