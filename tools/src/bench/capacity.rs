@@ -147,7 +147,8 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     let host = std::thread::spawn(move || host_stalls(window));
     let ru = redis_url.to_string();
     let pings = std::thread::spawn(move || redis_stalls(&ru, window));
-    let open = open_loop(addr, open_rate, window, members, 4 * clients).await?;
+    let connections = 4 * clients;
+    let open = open_loop(addr, open_rate, window, members, connections).await?;
     let host = host.join().map_err(|_| "the host probe panicked".to_string())?;
     let pings = pings.join().map_err(|_| "the Redis probe panicked".to_string())??;
     let kinds: Vec<String> = (0..4u64)
@@ -166,7 +167,7 @@ pub async fn capacity(redis_url: &str, members: u64, seconds: u64, clients: usiz
     println!("|---|---:|---:|---:|");
     println!("| HTTP read API, closed loop | {http_rate:.0} | {hp50:.2} | {hp99:.2} |");
     println!("| the same Redis commands through redis-rs, closed loop | {bare_rate:.0} | {bp50:.2} | {bp99:.2} |");
-    println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s, {} connections) | | {op50:.2} | {op99:.2} |", 4 * clients);
+    println!("| HTTP read API, open loop at half its capacity ({open_rate:.0}/s, {connections} connections) | | {op50:.2} | {op99:.2} |");
     println!("\nthe open loop by kind, p50 / p99 ms: {}", kinds.join("; "));
     println!("the open loop's slowest stretches (reads due in each 100 ms over 5 ms, and the slowest): {stretches}");
     println!("the host meanwhile (a thread of its own sleeping 1 ms at a time; its late wakes over 5 ms): {host}");
