@@ -4,6 +4,16 @@
 //! `worker.max_events_per_call`. A call holds Redis about `max_call_time`
 //! at most, so a read on the primary waits about one call, whatever the
 //! tag's boards cost per event.
+//!
+//! Only calls of at least half the tag's limit move its measure as they
+//! are. Every call also costs Redis a share that does not grow with its
+//! events, so a call of a few events measures mostly that share: a trickle
+//! of single events (live play between bursts) would otherwise shrink the
+//! next burst's calls to a handful of events each. A smaller call counts
+//! only when it held Redis longer than `max_call_time`, and then as though
+//! it carried half the limit: the tag's calls still shrink when its events
+//! come in small calls that cost too much, and a stall on a one-event call
+//! does not count as the time of every event.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -57,8 +67,15 @@ impl CallSizer {
     /// Returns the tag's new limit.
     pub fn observe(&self, base: &str, events: usize, us: i64) -> usize {
         let mut map = self.per_event_us.lock().unwrap_or_else(|e| e.into_inner());
-        if events > 0 && us >= 0 {
-            let sample = us as f64 / events as f64;
+        let limit = self.fit(map.get(base).copied());
+        let over_budget = self.budget_us.is_some_and(|budget| us as f64 > budget);
+        let counted = match events {
+            n if 2 * n >= limit => n,
+            _ if over_budget => limit.div_ceil(2),
+            _ => 0,
+        };
+        if events > 0 && counted > 0 && us >= 0 {
+            let sample = us as f64 / counted as f64;
             let per = map.entry(base.to_string()).or_insert(sample);
             *per = (1.0 - NEWEST) * *per + NEWEST * sample;
         }
@@ -82,7 +99,41 @@ mod tests {
         let after = s.observe("b", 100, 50_000);
         assert!(after < 100 && after > 20, "{after}");
         // Never below one event.
-        assert_eq!(s.observe("c", 1, 1_000_000), 1);
-        assert_eq!(CallSizer::new(None, 500).observe("a", 10, 10_000_000), 500);
+        assert_eq!(s.observe("c", 1000, 1_000_000_000), 1);
+        assert_eq!(CallSizer::new(None, 500).observe("a", 500, 10_000_000), 500);
+    }
+
+    #[test]
+    fn calls_under_half_the_limit_leave_the_measure_alone() {
+        let s = CallSizer::new(Some(Duration::from_millis(10)), 1000);
+        // A first call of one event: still unmeasured, the cap and no pace.
+        assert_eq!(s.observe("a", 1, 300), 1000);
+        assert_eq!(s.expected("a", 1000), Duration::ZERO);
+        // 20 µs per event over full calls: 500 fit.
+        assert_eq!(s.observe("a", 1000, 20_000), 500);
+        // A trickle of one-event calls, each mostly the call's own share:
+        // the limit stays.
+        for _ in 0..1000 {
+            assert_eq!(s.observe("a", 1, 300), 500);
+        }
+        assert_eq!(s.observe("a", 249, 9_000), 500);
+        assert_eq!(s.expected("a", 500), Duration::from_millis(10));
+        // A call of half the limit counts as it is: 30 µs per event.
+        assert_eq!(s.observe("a", 250, 7_500), 454);
+    }
+
+    #[test]
+    fn a_small_call_over_the_budget_counts_as_half_the_limit() {
+        let s = CallSizer::new(Some(Duration::from_millis(10)), 1000);
+        assert_eq!(s.observe("a", 1000, 10_000), 1000);
+        // One event stalled 50 ms: as 500 events of 100 µs, not one of 50 ms.
+        assert_eq!(s.observe("a", 1, 50_000), 357);
+        // A tag whose events come 200 to a call, each call 12 ms (60 µs an
+        // event): its calls shrink below 200 and then count as they are.
+        let mut limit = 1000;
+        for _ in 0..30 {
+            limit = s.observe("b", 200.min(limit), 60 * 200.min(limit) as i64);
+        }
+        assert_eq!(limit, 166);
     }
 }
