@@ -10,12 +10,7 @@ async fn primaries_cpu(settings: &Settings) -> Result<Vec<f64>, String> {
     let mut out = Vec::new();
     for mut c in rankflow::store::node_connections(&settings.redis).await? {
         let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await.map_err(|e| format!("INFO: {e}"))?;
-        out.push(
-            info.lines()
-                .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
-                .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-                .sum(),
-        );
+        out.push(cpu_seconds(&info));
     }
     Ok(out)
 }
