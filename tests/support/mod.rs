@@ -55,15 +55,21 @@ pub fn random_name(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Waits until `port` takes connections. Fails at once when the process in
-/// `child` exits first (it could not bind, say), leaving `None`, and after
+/// Waits until `port` takes connections on a socket of the process in
+/// `child` (not of another that took the port between our pick and its
+/// bind: ours then fails to bind and exits). Fails at once when the child
+/// exits first (it could not bind, say), leaving `None`, and after
 /// `timeout`, having killed it.
 fn wait_listening(child: &mut Option<Child>, port: u16, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    loop {
         if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
             *child = None;
             return Err(format!("exited ({status}) before listening on port {port}"));
+        }
+        let pid = child.as_ref().map(|c| c.id());
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && pid.is_some_and(|p| listens_on(p, port)) {
+            return Ok(());
         }
         if Instant::now() >= deadline {
             end(child);
@@ -71,7 +77,23 @@ fn wait_listening(child: &mut Option<Child>, port: u16, timeout: Duration) -> Re
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(())
+}
+
+/// Whether process `pid` holds the socket listening on loopback `port`:
+/// the listener's inode (`/proc/net/tcp`, state `0A`) among its open files.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let listener = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[1] == listener && f[3] == "0A")
+        .map(|f| format!("socket:[{}]", f[9]))
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| inodes.iter().any(|i| link.as_os_str() == i.as_str())))
 }
 
 /// Starts a server of ours: `attempt(n)` for n = 1, 2, ... up to
