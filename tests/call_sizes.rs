@@ -57,15 +57,16 @@ async fn a_costlier_board_gets_smaller_calls_within_the_cap() {
     assert!(costly < cheap, "the costlier board's calls are smaller: {:?}", (cheap, costly));
     // Live play after the drain: ten calls of one event each, mostly the
     // call's own cost, are not the time of every event. (One that a stall
-    // held over `max_call_time` counts as half the limit's events, so the
-    // sizes may move a little, never to a handful.)
+    // held over `max_call_time` counts as half the limit's events: a stall
+    // of 10 ms moves a size by less than three quarters. Counted as they
+    // are, the ten took the sizes to a tenth or less.)
     for i in 20_000..20_010 {
         stack.broker.produce(&stack.topic, &[record(i)]).await;
         stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 2, Duration::from_secs(120));
     }
     let after = sizes().await;
     assert!(
-        after.0 >= cheap / 2.0 && after.1 >= costly / 2.0,
+        after.0 >= cheap / 4.0 && after.1 >= costly / 4.0,
         "a trickle of single events leaves the call sizes: {after:?} after {:?}",
         (cheap, costly)
     );
