@@ -170,6 +170,14 @@ pub(super) async fn info(conn: &RedisConn, sections: &[&str]) -> Result<String, 
     redis::cmd("INFO").arg(sections).query_async(&mut conn.clone()).await.map_err(|e| format!("INFO: {e}"))
 }
 
+/// Redis's CPU seconds so far (user and system) in an `INFO cpu` text.
+pub(super) fn cpu_seconds(info: &str) -> f64 {
+    info.lines()
+        .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// Waits until Redis has no fork child and each of its replicas has
 /// acknowledged all it was sent, so that reads are not measured beside a
 /// replica's full resynchronisation: a replica that falls behind while a

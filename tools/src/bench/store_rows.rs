@@ -173,14 +173,6 @@ impl RedisStats {
     }
 }
 
-/// Redis's CPU seconds so far (user and system) in an `INFO cpu` text.
-pub(super) fn cpu_seconds(info: &str) -> f64 {
-    info.lines()
-        .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
-        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum()
-}
-
 pub(super) async fn redis_stats(conn: &RedisConn) -> Result<RedisStats, String> {
     let info = info(conn, &["cpu", "commandstats"]).await?;
     let cpu = cpu_seconds(&info);
