@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what rankflow's demo and tests need and is missing on a Debian
 # machine with Rust: redis-server and redis-cli (apt), the C toolchain pieces
-# librdkafka's build uses (apt); with --test, also what only the tests use:
-# the tansu Kafka broker (crates.io), Chromium for the page test, and the
-# offline validators of the compose file, alert rules and Kubernetes
-# manifests. Safe to run again: it installs only what is missing.
+# and libraries librdkafka's build uses (apt: OpenSSL for TLS and SASL,
+# libcurl for OAUTHBEARER's OIDC); with --test, also what only the tests
+# use: the tansu Kafka broker (crates.io), Chromium for the page test,
+# openssl and socat (and kafka-python) for the secure-connection tests, and the offline
+# validators of the compose file, alert rules and Kubernetes manifests.
+# Safe to run again: it installs only what is missing.
 set -euo pipefail
 tests=0; [ "${1:-}" = "--test" ] && tests=1
 
@@ -23,6 +25,9 @@ command -v g++ >/dev/null || missing+=(g++)
 command -v perl >/dev/null || missing+=(perl)
 command -v curl >/dev/null || missing+=(curl)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
+# librdkafka built with TLS, SASL (SCRAM, OAUTHBEARER) and OIDC: OpenSSL's and libcurl's headers.
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+[ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -e /usr/include/curl/curl.h ] || missing+=(libcurl4-openssl-dev)
 # python3 (with its sqlite3 module): free ports in the scripts, and tansu's header index (scripts/tansu-index.sh).
 command -v python3 >/dev/null || missing+=(python3)
 if [ "$tests" = 1 ]; then
@@ -33,6 +38,10 @@ if [ "$tests" = 1 ]; then
   # terminal for the progress bars (tests/demo.rs).
   command -v chromium >/dev/null || missing+=(chromium)
   command -v tmux >/dev/null || missing+=(tmux)
+  # Secure connections (tests/secure*.rs): certificates made by openssl, a
+  # TLS endpoint in front of tansu (socat).
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v socat >/dev/null || missing+=(socat)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt-get"
@@ -51,6 +60,11 @@ if [ "$tests" = 1 ] && ! command -v kubernetes-validate >/dev/null; then
   # The Kubernetes manifests, validated offline against the Kubernetes schemas (tests/deploy.rs).
   echo "setup: installing kubernetes-validate from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate
+fi
+if [ "$tests" = 1 ] && ! python3 -c 'import kafka' 2>/dev/null; then
+  # A Kafka client that is not rankflow (nor librdkafka), reading topics back over TLS (tests/read_topic.py).
+  echo "setup: installing kafka-python from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check kafka-python
 fi
 if [ "$tests" = 0 ]; then
   echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"

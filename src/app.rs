@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::board::Router;
 use crate::config::{RedisSettings, Settings};
 use crate::health::Health;
-use crate::retry::retry;
+use crate::retry::{retry_unless, Retried};
 use crate::store::{Reader, RedisConn, Store, StoreError};
 use crate::{http, pipeline, schedule};
 
@@ -68,9 +68,20 @@ pub async fn run(settings: Settings) -> i32 {
         let reads = reads_rt.run(connect_reads(settings.redis.clone(), cancel.clone())).await?;
         Ok::<_, crate::store::StoreError>((writes, reads))
     };
-    let Some((conn, reads)) = retry("connect to Redis", &cancel, settings.worker.max_backoff, connect).await else {
-        return 0;
-    };
+    // A refused certificate or password is not waited out: it needs the
+    // operator, so the worker says which setting and exits.
+    let refused = |e: &StoreError| e.refused_connection().is_some();
+    let (conn, reads) =
+        match retry_unless("connect to Redis", &cancel, settings.worker.max_backoff, connect, refused).await {
+            Retried::Done(c) => c,
+            Retried::Cancelled => return 0,
+            Retried::Fatal(e) => {
+                let why = e.refused_connection().unwrap_or_else(|| e.to_string());
+                error!(error = %why, "Cannot connect to Redis; exiting.");
+                eprintln!("rankflow: {why}");
+                return 2;
+            }
+        };
     let store = Store::new(conn, settings.redis.dedupe_ttl)
         .with_call_sizes(settings.worker.max_call_time, settings.worker.max_events_per_call)
         .with_min_replicas(settings.redis.min_replicas, settings.redis.replica_wait);

@@ -18,6 +18,9 @@ pub struct Health {
     pub redis_up: AtomicBool,
     /// Why the worker refuses to consume: Redis lost data (see `pipeline::lost`).
     pub data_lost: std::sync::Mutex<Option<String>>,
+    /// The last time a broker refused the client's TLS or credentials, and
+    /// why (`kafka::connect::refusal`); cleared once a broker is up.
+    kafka_refused: std::sync::Mutex<Option<String>>,
 }
 
 impl Health {
@@ -34,6 +37,23 @@ impl Health {
         error!(%reason, "Redis lost data: it holds fewer applied records than the group committed, or than it acknowledged (it came back empty, was flushed, was restored from an older snapshot, or failed over to a replica without the latest writes). \
             Nothing is consumed or written from now on. Rebuild the boards from the topics (rankflow rebuild), or accept the loss (rankflow accept-loss); then restart the workers.");
         *lost = Some(reason);
+    }
+
+    /// A broker refused the client's TLS handshake or credentials: the
+    /// reason, naming the settings to check, is what `/readyz` says while
+    /// no broker is up.
+    pub fn kafka_refused(&self, reason: String) {
+        *self.kafka_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
+    /// The last refusal, unless a broker has been up since.
+    pub fn kafka_refusal(&self) -> Option<String> {
+        self.kafka_refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A broker is up: refusals are past.
+    pub fn kafka_connected(&self) {
+        *self.kafka_refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Whether Redis lost data (see [`Health::lost_data`]).

@@ -23,14 +23,14 @@ pub fn apply_override(tree: &mut toml::Value, path: &str, value: &str) -> Result
                     return Err(format!("index {idx} is past the {} configured items", items.len()));
                 }
                 if i == last {
-                    items[idx] = parse_env_value(value, Some(&items[idx]));
+                    items[idx] = parse_env_value(&key, value, Some(&items[idx]));
                     return Ok(());
                 }
                 node = &mut items[idx];
             }
             toml::Value::Table(table) => {
                 if i == last {
-                    let parsed = parse_env_value(value, table.get(&key));
+                    let parsed = parse_env_value(&key, value, table.get(&key));
                     table.insert(key, parsed);
                     return Ok(());
                 }
@@ -43,10 +43,11 @@ pub fn apply_override(tree: &mut toml::Value, path: &str, value: &str) -> Result
 }
 
 /// An override keeps the type of the value it replaces where that is a
-/// string; otherwise it is read as a TOML value (`true`, `42`, `["a","b"]`)
-/// and falls back to a string.
-fn parse_env_value(text: &str, existing: Option<&toml::Value>) -> toml::Value {
-    if matches!(existing, Some(toml::Value::String(_))) {
+/// string, and a secret (`...PASSWORD`, `...SECRET`, see
+/// [`super::secrets::is_secret_name`]) is always a string; otherwise it is
+/// read as a TOML value (`true`, `42`, `["a","b"]`) and falls back to a string.
+fn parse_env_value(key: &str, text: &str, existing: Option<&toml::Value>) -> toml::Value {
+    if matches!(existing, Some(toml::Value::String(_))) || super::secrets::is_secret_name(key) {
         return toml::Value::String(text.to_string());
     }
     match toml::from_str::<toml::Table>(&format!("v = {text}")) {

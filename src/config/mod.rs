@@ -18,6 +18,7 @@ mod env;
 pub mod field;
 mod league;
 mod raw;
+pub mod secrets;
 mod sections;
 mod settings;
 
@@ -419,6 +420,41 @@ retention = { daily = "30d" }
     fn bad_environment_paths_name_the_variable() {
         let errs = errors(GOOD, vec![("RANKFLOW_BOARD__7__MODE".into(), "sum".into())]);
         assert_eq!(errs[0].field, "RANKFLOW_BOARD__7__MODE");
+    }
+
+    #[test]
+    fn the_redis_password_comes_from_one_place_and_an_override_of_digits_stays_a_string() {
+        let env = vec![("RANKFLOW_REDIS__PASSWORD".to_string(), "12345".to_string())];
+        let s = load_str(GOOD, env.clone()).unwrap();
+        assert_eq!(s.redis.password.as_ref().map(|p| p.expose()), Some("12345"));
+        let in_url = GOOD.replace("redis://127.0.0.1", "redis://u:pw@127.0.0.1");
+        assert_eq!(errors(&in_url, env.clone())[0].field, "redis.password");
+        let both = GOOD.replace("[redis]\n", "[redis]\npassword_file = \"/run/secrets/redis\"\n");
+        assert_eq!(errors(&both, env)[0].field, "redis.password_file");
+        let missing = GOOD.replace("[redis]\n", "[redis]\npassword_file = \"/nonexistent/redis-password\"\n");
+        let e = &errors(&missing, none())[0];
+        assert!(e.field == "redis.password_file" && e.reason.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url() {
+        let tls =
+            GOOD.replace("dedupe_ttl = \"7d\"\n", "dedupe_ttl = \"7d\"\n[redis.tls]\nca_file = \"/etc/ca.pem\"\n");
+        assert_eq!(errors(&tls, none())[0].field, "redis.tls");
+        let e = errors(&tls.replace("redis://", "rediss://"), none());
+        assert_eq!((e[0].field.as_str(), e[0].reason.contains("cannot read /etc/ca.pem")), ("redis.tls.ca_file", true));
+    }
+
+    #[test]
+    fn settings_print_without_their_secrets() {
+        let text = GOOD
+            .replace("redis://127.0.0.1", "rediss://u:redis-pw@127.0.0.1")
+            .replace("\"session.timeout.ms\" = 30000", "\"sasl.password\" = \"kafka-pw\"\n\"sasl.username\" = \"rf\"");
+        let shown = format!("{:?}", load_str(&text, none()).unwrap());
+        assert!(!shown.contains("redis-pw") && !shown.contains("kafka-pw") && shown.contains("\"rf\""), "{shown}");
+        let bad = text.replace("[redis]\n", "[redis]\npassword = [\"array-pw\"]\n");
+        let shown = load_str(&bad, none()).unwrap_err().to_string();
+        assert!(shown.contains("redis.password") && !shown.contains("array-pw"), "{shown}");
     }
 
     #[test]

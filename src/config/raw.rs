@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono_tz::Tz;
 use serde::Deserialize;
 
 use super::field::{EpochMs, Typed};
+use super::secrets::Secret;
 use super::settings::ReadFrom;
 use crate::board::{Mode, Order, TieBreak};
 use crate::period::PeriodKind;
@@ -92,6 +94,15 @@ pub struct RawRedis {
     /// A single Redis's replicas (`redis://` URLs) for `read_from =
     /// "replica"`; a cluster's are found from the cluster.
     pub replica_urls: Vec<String>,
+    /// The password (with the URL's user, or the default user), for every
+    /// connection: primary, replicas, cluster nodes. Also
+    /// `RANKFLOW_REDIS__PASSWORD`. Not with a password in the URL.
+    pub password: Option<Secret>,
+    /// A file holding the password (a mounted secret); its trailing newline
+    /// is dropped. Not with `password`.
+    pub password_file: Option<PathBuf>,
+    /// TLS files for `rediss://` URLs.
+    pub tls: RawRedisTls,
 }
 
 impl Default for RawRedis {
@@ -105,7 +116,29 @@ impl Default for RawRedis {
             replica_wait: Typed::default_text("1s"),
             read_from: Typed::default_text("primary"),
             replica_urls: Vec::new(),
+            password: None,
+            password_file: None,
+            tls: RawRedisTls::default(),
         }
+    }
+}
+
+/// `[redis.tls]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedisTls {
+    /// PEM file of the CA certificates that sign the Redis servers'
+    /// certificates. Default: the system's trusted roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM file of this client's certificate (chain), for mutual TLS; with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key; with `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl RawRedisTls {
+    pub(super) fn is_empty(&self) -> bool {
+        self.ca_file.is_none() && self.cert_file.is_none() && self.key_file.is_none()
     }
 }
 

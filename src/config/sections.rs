@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::field::Errors;
 use super::raw::{RawEvents, RawHttp, RawKafka, RawRedis, RawSealing, RawWorker};
+use super::secrets::{self, RedisTls, Secret};
 use super::settings::{
     EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, SealingSettings, WorkerSettings,
 };
@@ -113,6 +114,8 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
     if read_from == Some(ReadFrom::Replica) && !r.cluster && r.replica_urls.is_empty() {
         e.push("redis.replica_urls", "read_from = \"replica\" on a single Redis needs its replicas' URLs");
     }
+    let password = redis_password(&r, e);
+    let tls = redis_tls(&r, e);
     let dedupe_ttl = e.duration_at_least("redis.dedupe_ttl", &r.dedupe_ttl, Duration::from_secs(1), "1s")?;
     Some(RedisSettings {
         url: r.url,
@@ -123,7 +126,55 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
         replica_wait: replica_wait?,
         read_from: read_from?,
         replica_urls: r.replica_urls,
+        password: password?,
+        tls: tls?,
     })
+}
+
+/// `redis.password` or `redis.password_file`, at most one, and not with a
+/// password in the URL (one password, said in one place).
+fn redis_password(r: &RawRedis, e: &mut Errors) -> Option<Option<Secret>> {
+    let in_url = redis::IntoConnectionInfo::into_connection_info(r.url.as_str())
+        .is_ok_and(|i| i.redis_settings().password().is_some());
+    let password = match (&r.password, &r.password_file) {
+        (Some(_), Some(_)) => {
+            e.push("redis.password_file", "set redis.password or redis.password_file, not both");
+            return None;
+        }
+        (Some(p), None) => Some(p.clone()),
+        (None, Some(path)) => match secrets::read_password_file(path) {
+            Ok(p) => Some(p),
+            Err(reason) => {
+                e.push("redis.password_file", reason);
+                return None;
+            }
+        },
+        (None, None) => None,
+    };
+    if password.is_some() && in_url {
+        let field = if r.password.is_some() { "redis.password" } else { "redis.password_file" };
+        e.push(field, "redis.url carries a password already: give it in one place");
+        return None;
+    }
+    Some(password)
+}
+
+/// `[redis.tls]`, its files read; only with a `rediss://` URL.
+fn redis_tls(r: &RawRedis, e: &mut Errors) -> Option<Option<RedisTls>> {
+    let tls_urls = std::iter::once(&r.url).chain(&r.replica_urls).any(|u| u.starts_with("rediss://"));
+    if !r.tls.is_empty() && !tls_urls {
+        e.push("redis.tls", "is set, but redis.url is not a rediss:// (TLS) URL");
+        return None;
+    }
+    match secrets::redis_tls(&r.tls) {
+        Ok(tls) => Some(tls),
+        Err(errors) => {
+            for (field, reason) in errors {
+                e.push(field, reason);
+            }
+            None
+        }
+    }
 }
 
 pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {

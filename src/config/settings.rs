@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::secrets::{redacted_options, RedisTls, Secret};
 use crate::board::Board;
 
 /// The whole validated configuration.
@@ -34,7 +35,7 @@ impl Settings {
 }
 
 /// `[kafka]`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct KafkaSettings {
     pub brokers: String,
@@ -47,6 +48,21 @@ pub struct KafkaSettings {
     pub changes_topic: Option<String>,
     /// librdkafka options as strings, applied after rankflow's own defaults.
     pub options: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    // Options may carry passwords and tokens: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("topics", &self.topics)
+            .field("admin_topics", &self.admin_topics)
+            .field("group_id", &self.group_id)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("changes_topic", &self.changes_topic)
+            .field("options", &redacted_options(&self.options))
+            .finish()
+    }
 }
 
 /// `[redis]`.
@@ -65,6 +81,11 @@ pub struct RedisSettings {
     pub read_from: ReadFrom,
     /// A single Redis's replicas, for `read_from = "replica"`.
     pub replica_urls: Vec<String>,
+    /// `redis.password` or the contents of `redis.password_file`: sent by
+    /// every connection (the URL's own password otherwise).
+    pub password: Option<Secret>,
+    /// `[redis.tls]`, its files read: for `rediss://` connections.
+    pub tls: Option<RedisTls>,
 }
 
 /// Where the HTTP API reads (`redis.read_from`).
@@ -85,6 +106,8 @@ impl std::fmt::Debug for RedisSettings {
             .field("min_replicas", &self.min_replicas)
             .field("read_from", &self.read_from)
             .field("replica_urls", &self.replica_urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>())
+            .field("password", &self.password)
+            .field("tls", &self.tls)
             .finish()
     }
 }

@@ -253,10 +253,10 @@ impl IntoResponse for ApiError {
 /// 200 when Redis answers and a broker connection is up; otherwise 503,
 /// with the reasons.
 async fn readyz(State(s): State<AppState>) -> Response {
-    let mut reasons = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
     let redis_ok = match s.redis.get() {
         None => {
-            reasons.push("Redis is not connected yet");
+            reasons.push("Redis is not connected yet".into());
             false
         }
         Some(reader) => {
@@ -264,18 +264,19 @@ async fn readyz(State(s): State<AppState>) -> Response {
             s.health.redis_up.store(ok, Ordering::Relaxed);
             metrics::get().redis_up.set(i64::from(ok));
             if !ok {
-                reasons.push("Redis does not answer PING");
+                reasons.push("Redis does not answer PING".into());
             }
             ok
         }
     };
     let kafka_ok = s.health.kafka_up.load(Ordering::Relaxed);
     if !kafka_ok {
-        reasons.push("no Kafka broker connection is up yet");
+        // A broker that refused our TLS or credentials says why (the settings to check).
+        reasons.push(s.health.kafka_refusal().unwrap_or_else(|| "no Kafka broker connection is up yet".into()));
     }
     let lost = s.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(reason) = &lost {
-        reasons.push(reason.as_str());
+        reasons.push(reason.clone());
     }
     let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok, "data_lost": lost.is_some() });
     let status = if reasons.is_empty() {

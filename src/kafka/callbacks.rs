@@ -45,6 +45,9 @@ impl ClientContext for ConsumerCallbacks {
         let m = metrics::get();
         let up = stats.brokers.values().any(|b| b.nodeid >= 0 && b.state == "UP");
         self.health.kafka_up.store(up, Ordering::Relaxed);
+        if up {
+            self.health.kafka_connected();
+        }
         m.kafka_up.set(i64::from(up));
         let now = chrono::Utc::now().timestamp_millis();
         for (topic, t) in &stats.topics {
@@ -72,6 +75,9 @@ impl ClientContext for ConsumerCallbacks {
         if matches!(error, KafkaError::Global(RDKafkaErrorCode::AllBrokersDown)) {
             self.health.kafka_up.store(false, Ordering::Relaxed);
             metrics::get().kafka_up.set(0);
+        }
+        if let Some(why) = super::connect::refusal(&error, reason) {
+            self.health.kafka_refused(why);
         }
         warn!(error = %error, reason, "Kafka client reported an error.");
     }

@@ -14,6 +14,9 @@ const SHARED_OPTION_PREFIXES: &[&str] = &[
     "security.",
     "sasl.",
     "ssl.",
+    "enable.ssl.",
+    "enable.sasl.",
+    "https.",
     "client.",
     "socket.",
     "broker.",
@@ -98,10 +101,18 @@ mod tests {
             group_id: "g".into(),
             dead_letter_topic: "d".into(),
             changes_topic: None,
-            options: [("sasl.username", "u"), ("session.timeout.ms", "30000"), ("enable.auto.offset.store", "true")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            options: [
+                ("sasl.username", "u"),
+                ("session.timeout.ms", "30000"),
+                ("enable.auto.offset.store", "true"),
+                ("security.protocol", "SASL_SSL"),
+                ("enable.ssl.certificate.verification", "true"),
+                ("https.ca.location", "/ca.pem"),
+                ("sasl.oauthbearer.method", "oidc"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         }
     }
 
@@ -117,9 +128,13 @@ mod tests {
 
     #[test]
     fn producers_and_admin_take_only_connection_and_security_options() {
-        for c in [producer(&kafka()), admin(&kafka())] {
+        for c in [producer(&kafka()), admin(&kafka()), observer(&kafka())] {
             assert_eq!(c.get("bootstrap.servers"), Some("k:9092"));
             assert_eq!(c.get("sasl.username"), Some("u"));
+            assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+            assert_eq!(c.get("enable.ssl.certificate.verification"), Some("true"));
+            assert_eq!(c.get("https.ca.location"), Some("/ca.pem"));
+            assert_eq!(c.get("sasl.oauthbearer.method"), Some("oidc"));
             assert_eq!(c.get("session.timeout.ms"), None);
         }
         assert_eq!(producer(&kafka()).get("acks"), Some("all"));

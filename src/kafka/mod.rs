@@ -6,6 +6,7 @@
 pub mod callbacks;
 pub mod client;
 pub mod commit;
+pub mod connect;
 pub mod offsets;
 pub mod producer;
 pub mod readback;

@@ -62,7 +62,7 @@ use crate::health::Health;
 use crate::kafka::callbacks::ConsumerCallbacks;
 use crate::kafka::commit::{self, WorkerConsumer};
 use crate::kafka::offsets::BatchOffsets;
-use crate::kafka::{client, producer::KafkaProducer};
+use crate::kafka::{client, connect, producer::KafkaProducer};
 use crate::keys;
 use crate::metrics;
 use crate::schedule::{self, JobCache};
@@ -84,6 +84,10 @@ pub enum WorkerError {
     Subscribe { topics: Vec<String>, source: KafkaError },
     #[error("cannot create the dead-letter producer: {0}")]
     Producer(#[source] KafkaError),
+    /// A broker refused the TLS handshake or the credentials before any
+    /// answered: nothing was read or written.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Once nothing is in flight and no record has come for this long, the
@@ -181,6 +185,11 @@ pub async fn run_with(
     // Every second: consumer lag and broker health are fresh within a
     // second of start, and boards that seal periods raise watermarks from it.
     let statistics_ms = 1000;
+    match connect::first_connection(&settings.kafka, &cancel).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
+        Err(why) => return Err(WorkerError::Refused(why)),
+    }
     let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
         .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
         .map_err(WorkerError::Consumer)?;

@@ -1,15 +1,71 @@
 //! Connections to Redis: one multiplexed connection to a single node or a
 //! cluster, usable as either, and per-node connections for the few
 //! commands a cluster answers per node (`SCAN`).
+//!
+//! Every client is made by [`client`] or [`cluster_builder`], so every
+//! connection (primary, replicas, cluster nodes, scans) sends
+//! `redis.password` and speaks TLS with `[redis.tls]`'s certificates where
+//! its URL is `rediss://`.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::StoreError;
+use crate::config::secrets::RedisTls;
 use crate::config::RedisSettings;
+
+/// `url` with `redis.password` (when set; the URL's own otherwise).
+fn connection_info(settings: &RedisSettings, url: &str) -> RedisResult<ConnectionInfo> {
+    let info = url.into_connection_info()?;
+    Ok(match &settings.password {
+        Some(password) => {
+            let with = info.redis_settings().clone().set_password(password.expose());
+            info.set_redis_settings(with)
+        }
+        None => info,
+    })
+}
+
+/// The certificates `[redis.tls]` names, as redis-rs takes them (the
+/// system's roots where no CA file is given).
+fn certificates(tls: &RedisTls) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+        root_cert: tls.ca.clone(),
+    }
+}
+
+/// A client of the one node `info` names, with TLS as [`client`] says.
+fn client_of(settings: &RedisSettings, info: ConnectionInfo) -> RedisResult<redis::Client> {
+    match (&settings.tls, info.addr()) {
+        (Some(tls), ConnectionAddr::TcpTls { .. }) => redis::Client::build_with_tls(info, certificates(tls)),
+        _ => redis::Client::open(info),
+    }
+}
+
+/// A client of the single node at `url` (the primary or a replica).
+pub fn client(settings: &RedisSettings, url: &str) -> RedisResult<redis::Client> {
+    client_of(settings, connection_info(settings, url)?)
+}
+
+/// A cluster client seeded from `redis.url`: its user and password, and
+/// with a `rediss://` URL TLS to every node it finds.
+pub fn cluster_builder(settings: &RedisSettings) -> RedisResult<ClusterClientBuilder> {
+    let info = connection_info(settings, &settings.url)?;
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    let builder = redis::cluster::ClusterClient::builder(vec![info]);
+    Ok(match &settings.tls {
+        Some(t) if tls => builder.certs(certificates(t)),
+        _ => builder,
+    })
+}
 
 /// A connection to a single Redis or to a cluster, usable as either.
 #[derive(Clone)]
@@ -23,7 +79,8 @@ impl RedisConn {
     /// and redis-rs reconnects in the background after a failure.
     pub async fn connect(settings: &RedisSettings) -> Result<RedisConn, StoreError> {
         if settings.cluster {
-            let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+            let client = cluster_builder(settings)
+                .map_err(StoreError::Connect)?
                 .connection_timeout(Duration::from_secs(2))
                 .response_timeout(Duration::from_secs(10))
                 .retries(3)
@@ -32,7 +89,7 @@ impl RedisConn {
             let conn = client.get_async_connection().await.map_err(StoreError::Connect)?;
             Ok(RedisConn::Cluster(conn))
         } else {
-            let client = redis::Client::open(settings.url.as_str()).map_err(StoreError::Connect)?;
+            let client = client(settings, &settings.url).map_err(StoreError::Connect)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(10)))
@@ -90,7 +147,7 @@ pub async fn replica_connections(
     } else {
         let mut conns = Vec::new();
         for url in &settings.replica_urls {
-            let client = redis::Client::open(url.as_str()).map_err(StoreError::Connect)?;
+            let client = client(settings, url).map_err(StoreError::Connect)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(1)))
                 .set_response_timeout(Some(timeout))
@@ -109,7 +166,8 @@ pub async fn replica_connections(
 /// cluster's replicas when it connects, and a replica appears in `CLUSTER
 /// SLOTS` only once it has data: [`refresh_replicas`] connects again.
 async fn cluster_replica_reads(settings: &RedisSettings, timeout: Duration) -> Result<RedisConn, StoreError> {
-    let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+    let client = cluster_builder(settings)
+        .map_err(StoreError::Connect)?
         .read_routing_strategy(redis::cluster_read_routing::RoundRobinReplicaStrategy::default())
         .connection_timeout(Duration::from_secs(2))
         .response_timeout(timeout)
@@ -150,7 +208,7 @@ pub async fn refresh_replicas(
 /// One connection to each Redis node that holds data: the server, or every
 /// primary of a cluster (for scans, which a cluster answers per node).
 pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
-    let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
+    let client = client(settings, &settings.url).map_err(|e| format!("redis url: {e}"))?;
     let mut seed = client.get_multiplexed_async_connection().await.map_err(|e| format!("connect to Redis: {e}"))?;
     if !settings.cluster {
         return Ok(vec![seed]);
@@ -166,8 +224,13 @@ pub async fn node_connections(settings: &RedisSettings) -> Result<Vec<redis::aio
         let addr = fields[1].split('@').next().unwrap_or_default();
         let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("bad node address {addr}"))?;
         let port: u16 = port.parse().map_err(|_| format!("bad node address {addr}"))?;
-        let info = client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host.to_string(), port));
-        let c = redis::Client::open(info).map_err(|e| e.to_string())?;
+        let node = match client.get_connection_info().addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => {
+                ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: *insecure, tls_params: None }
+            }
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        let c = client_of(settings, client.get_connection_info().clone().set_addr(node)).map_err(|e| e.to_string())?;
         out.push(c.get_multiplexed_async_connection().await.map_err(|e| format!("connect to {addr}: {e}"))?);
     }
     Ok(out)

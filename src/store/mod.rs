@@ -100,6 +100,33 @@ impl StoreError {
         matches!(self, StoreError::Lost { .. })
     }
 
+    /// Why connecting failed in a way no retry mends, naming the cause and
+    /// the settings to check: the server's certificate not trusted, the
+    /// TLS handshake refused (a client certificate missing or refused), or
+    /// authentication failed. `None` for anything else (an outage, which
+    /// is waited out).
+    pub fn refused_connection(&self) -> Option<String> {
+        let StoreError::Connect(e) = self else { return None };
+        let text = e.to_string();
+        let lower = text.to_ascii_lowercase();
+        if e.kind() == ErrorKind::AuthenticationFailed
+            || lower.contains("wrongpass")
+            || lower.contains("noauth")
+            || lower.contains("invalid username-password")
+        {
+            return Some(format!(
+                "Redis authentication failed (check the user and password: redis.url, redis.password or redis.password_file): {text}"
+            ));
+        }
+        let tls = ["certificate", "handshake", "tls", "alert", "peer sent no certificates"];
+        tls.iter().any(|w| lower.contains(w)).then(|| {
+            format!(
+                "Redis TLS connection refused (check redis.tls.ca_file for the servers' CA, redis.tls.cert_file and \
+                 redis.tls.key_file for the client certificate, and that redis.url is rediss://): {text}"
+            )
+        })
+    }
+
     /// A script's error reply, as a [`StoreError::Lost`] when it is `LOST`
     /// (the tag is not registered: its data is gone), else as `other`.
     pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {

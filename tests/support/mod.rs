@@ -16,6 +16,7 @@ pub mod periods;
 mod redis_server;
 pub mod stream;
 mod tansu;
+pub mod tls;
 mod worker;
 
 // Each test crate uses some of these: the others are unused there.

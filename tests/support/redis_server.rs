@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use super::keys::board_keys;
+use super::tls::{Pki, REDIS_ADMIN, REDIS_ADMIN_PASSWORD, REDIS_USER};
 use super::{end, free_port, log_tail, start_retrying, temp_dir, wait_listening};
 
 /// A `redis-server` of our own.
@@ -16,6 +19,8 @@ pub struct Redis {
     extra: Vec<String>,
     /// The port was given ([`Redis::start_on`]): never move to another.
     fixed_port: bool,
+    /// Reached only over mutual TLS, with ACL users ([`Redis::start_secured`]).
+    pki: Option<Arc<Pki>>,
 }
 
 impl Redis {
@@ -41,15 +46,26 @@ impl Redis {
 
     /// A Redis on `port`, for a test that points a worker at the port first.
     pub fn start_on(port: u16) -> Redis {
-        let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new(), fixed_port: true };
+        let mut r = Redis { child: None, port, dir: temp_dir(), extra: Vec::new(), fixed_port: true, pki: None };
         r.spawn();
         r
     }
 
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
     pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::start_secured_with(None, extra)
+    }
+
+    /// A Redis reached only over TLS with a client certificate signed by
+    /// `pki`'s CA, whose default user is off: the harness connects as its
+    /// admin user, a worker as the restricted `rankflow` user (see `tls`).
+    pub fn start_secured(pki: Arc<Pki>) -> Redis {
+        Redis::start_secured_with(Some(pki), &[])
+    }
+
+    fn start_secured_with(pki: Option<Arc<Pki>>, extra: &[&str]) -> Redis {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let mut r = Redis { child: None, port: pick_port(&extra), dir: temp_dir(), extra, fixed_port: false };
+        let mut r = Redis { child: None, port: pick_port(&extra), dir: temp_dir(), extra, fixed_port: false, pki };
         r.spawn();
         r
     }
@@ -73,8 +89,13 @@ impl Redis {
     }
 
     fn try_spawn(&mut self) -> Result<(), String> {
+        let listen = match &self.pki {
+            Some(pki) => pki.redis_server_args(self.port),
+            None => vec!["--port".into(), self.port.to_string()],
+        };
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"])
             .args(["--maxmemory-policy", "noeviction", "--dir"])
             .arg(self.dir.path())
             .arg("--logfile")
@@ -88,17 +109,45 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.pki {
+            Some(_) => format!("rediss://127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The URL a worker is given: on a secured Redis, as the restricted
+    /// user (its password given apart, see `Pki::redis_worker_section`).
+    pub fn worker_url(&self) -> String {
+        match self.pki {
+            Some(_) => format!("rediss://{REDIS_USER}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
+    }
+
+    /// `redis-cli` arguments that reach this server as the harness (TLS,
+    /// the admin user, on a secured one).
+    pub fn cli_args(&self) -> Vec<String> {
+        let mut args = self.pki.as_ref().map(|p| p.redis_cli_args()).unwrap_or_default();
+        args.extend(["-p".to_string(), self.port.to_string()]);
+        args
+    }
+
+    /// A client of this server as the harness (on a secured one: TLS with
+    /// the client certificate, as the admin user).
+    pub fn client(&self) -> redis::Client {
+        match &self.pki {
+            Some(pki) => {
+                let url = format!("rediss://{REDIS_ADMIN}:{REDIS_ADMIN_PASSWORD}@127.0.0.1:{}", self.port);
+                redis::Client::build_with_tls(url, pki.redis_certificates()).unwrap()
+            }
+            None => redis::Client::open(self.url()).unwrap(),
+        }
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
         // Checks read every key of a loaded server: no response timeout.
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .expect("connect to test redis")
+        self.client().get_multiplexed_async_connection_with_config(&config).await.expect("connect to test redis")
     }
 
     pub fn stop(&mut self) {
@@ -156,22 +205,32 @@ impl RedisCluster {
     }
 
     pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_secured(masters, replicas, None)
+    }
+
+    /// A cluster whose nodes are [`Redis::start_secured`] (TLS between
+    /// peers and replicas too) when `pki` is given.
+    pub fn start_secured(masters: usize, replicas: usize, pki: Option<Arc<Pki>>) -> RedisCluster {
         let nodes: Vec<Redis> = (0..masters * (1 + replicas))
             .map(|_| {
-                Redis::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--appendonly",
-                    "no",
-                ])
+                Redis::start_secured_with(
+                    pki.clone(),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "1000",
+                        "--appendonly",
+                        "no",
+                    ],
+                )
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let out = Command::new("redis-cli")
+            .args(pki.as_ref().map(|p| p.redis_cli_args()).unwrap_or_default())
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
@@ -192,8 +251,7 @@ impl RedisCluster {
     }
 
     fn cli(&self, node: usize, args: &[&str]) -> Option<String> {
-        let out =
-            Command::new("redis-cli").args(["-p", &self.nodes[node].port.to_string()]).args(args).output().ok()?;
+        let out = Command::new("redis-cli").args(self.nodes[node].cli_args()).args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -336,6 +394,27 @@ impl RedisCluster {
     /// A seed node's URL.
     pub fn url(&self) -> String {
         self.nodes[0].url()
+    }
+
+    /// A seed node's URL for a worker (as the restricted user, on a secured cluster).
+    pub fn worker_url(&self) -> String {
+        self.nodes[0].worker_url()
+    }
+
+    /// The live nodes that are replicas.
+    pub fn replicas(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.alive(i) && self.role(i).as_deref() == Some("slave")).collect()
+    }
+
+    /// A number in node `node`'s `INFO section` line `field:...` (its
+    /// `calls=` for a command's stats); 0 where absent.
+    pub fn info_field(&self, node: usize, section: &str, field: &str) -> i64 {
+        let text = self.cli(node, &["INFO", section]).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().split(',').next().map(str::to_string))
+            .and_then(|v| v.split('=').next_back().and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
     }
 
     /// Every node's URL (a client seeds from all, so that any may be down).

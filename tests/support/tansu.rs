@@ -14,6 +14,7 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::tls::{self, Pki, TlsEndpoint, KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD, KAFKA_PASSWORD, KAFKA_USER};
 use super::{end, free_port, log_tail, random_name, start_retrying, temp_dir, wait_listening};
 
 /// Where the tansu binary is: `$TANSU`, `tansu` on PATH, or cargo's bin dir.
@@ -47,33 +48,73 @@ pub struct Broker {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// Reached only through TLS and SASL ([`Broker::start_secured`]).
+    secured: Option<Secured>,
+}
+
+/// What makes a broker secured: the TLS endpoint clients reach it by (the
+/// port it advertises), and the harness's own SASL options.
+struct Secured {
+    endpoint: TlsEndpoint,
+    options: Vec<(String, String)>,
 }
 
 impl Broker {
     /// A broker on a free port; if it exits before it listens (the port
     /// taken between our pick and its bind), on another.
     pub fn start() -> Broker {
-        let mut b = Broker { child: None, port: free_port(), dir: temp_dir() };
-        b.spawn(3);
+        let mut b = Broker { child: None, port: free_port(), dir: temp_dir(), secured: None };
+        b.spawn(3, None);
         b
+    }
+
+    /// A broker every client reaches over TLS (an endpoint in front of it,
+    /// see `tls`) and must authenticate to with SCRAM-SHA-512: as
+    /// [`KAFKA_USER`] (rankflow) or the harness's own user. The users are
+    /// made while it runs without authentication, then it is restarted
+    /// with `--authentication`, advertising only the TLS endpoint.
+    pub fn start_secured(pki: &Pki) -> Broker {
+        let tls_port = TlsEndpoint::pick_port();
+        let mut b = Broker { child: None, port: free_port(), dir: temp_dir(), secured: None };
+        b.spawn(3, Some(tls_port));
+        for (user, password) in [(KAFKA_USER, KAFKA_PASSWORD), (KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD)] {
+            tls::tansu_user(&tansu_bin(), b.port, user, password);
+        }
+        b.stop();
+        b.spawn_with(1, Some(tls_port), true);
+        let endpoint = TlsEndpoint::start(pki, tls_port, b.port);
+        b.secured = Some(Secured { endpoint, options: pki.kafka_options(KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD) });
+        b
+    }
+
+    /// The port clients are told to use: the TLS endpoint's when secured.
+    fn advertised(&self) -> Option<u16> {
+        self.secured.as_ref().map(|s| s.endpoint.port)
     }
 
     /// Starts the broker, in up to `attempts` attempts, each after the
     /// first on a new port (a restart keeps its port: one attempt).
-    fn spawn(&mut self, attempts: u32) {
+    fn spawn(&mut self, attempts: u32, advertised: Option<u16>) {
+        self.spawn_with(attempts, advertised, false)
+    }
+
+    /// [`Broker::spawn`], advertising `advertised` (this port if none),
+    /// requiring SASL with `authentication`.
+    fn spawn_with(&mut self, attempts: u32, advertised: Option<u16>, authentication: bool) {
         let started = start_retrying("tansu", attempts, |n| {
             if n > 1 {
                 self.port = free_port();
             }
-            self.try_spawn()
+            self.try_spawn(advertised, authentication)
         });
         if let Err(why) = started {
             panic!("tansu: {why}\n{}", log_tail(&self.dir.path().join("broker.log"), 10));
         }
     }
 
-    fn try_spawn(&mut self) -> Result<(), String> {
+    fn try_spawn(&mut self, advertised: Option<u16>, authentication: bool) -> Result<(), String> {
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(self.port));
         let marker = self.dir.path().file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -82,7 +123,8 @@ impl Broker {
             .expect("broker log");
         let child = Command::new(tansu_bin())
             .arg("broker")
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--listener-url", &url, "--advertised-listener-url", &advertised])
+            .args(authentication.then_some("--authentication"))
             // tansu resolves the sqlite path against its working directory.
             .args(["--storage-engine", "sqlite://broker.db"])
             // The cluster id carries the temp dir's name, so the process can be found by it.
@@ -100,7 +142,7 @@ impl Broker {
     }
 
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised().unwrap_or(self.port))
     }
 
     pub fn stop(&mut self) {
@@ -109,12 +151,15 @@ impl Broker {
 
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn(1);
+        self.spawn_with(1, self.advertised(), self.secured.is_some());
     }
 
     fn client(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", self.brokers());
+        for (k, v) in self.secured.iter().flat_map(|s| &s.options) {
+            c.set(k, v);
+        }
         c
     }
 

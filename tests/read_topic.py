@@ -1,0 +1,42 @@
+"""Reads every record of a topic over SASL_SSL (SCRAM-SHA-512) with
+kafka-python, a Kafka client that shares no code with rankflow or
+librdkafka, and prints one JSON object per record: its key and its
+rankflow.reason header. tests/secure.rs checks what it prints.
+
+Usage: read_topic.py BOOTSTRAP CA_FILE USER PASSWORD TOPIC PARTITIONS
+"""
+import json
+import sys
+
+from kafka import KafkaConsumer, TopicPartition
+
+bootstrap, ca_file, user, password, topic, partitions = sys.argv[1:7]
+consumer = KafkaConsumer(
+    bootstrap_servers=bootstrap,
+    # tansu's ApiVersions answer is not probed: the versions are named.
+    api_version=(2, 5, 0),
+    security_protocol="SASL_SSL",
+    ssl_cafile=ca_file,
+    sasl_mechanism="SCRAM-SHA-512",
+    sasl_plain_username=user,
+    sasl_plain_password=password,
+    enable_auto_commit=False,
+    consumer_timeout_ms=10000,
+)
+parts = [TopicPartition(topic, p) for p in range(int(partitions))]
+consumer.assign(parts)
+consumer.seek_to_beginning(*parts)
+end = consumer.end_offsets(parts)
+left = sum(end.values())
+for record in consumer:
+    headers = dict(record.headers or [])
+    reason = headers.get("rankflow.reason")
+    print(json.dumps({
+        "key": record.key.decode() if record.key is not None else None,
+        "reason": reason.decode() if reason is not None else None,
+    }))
+    left -= 1
+    if left == 0:
+        break
+if left != 0:
+    sys.exit(f"read_topic: {left} records of {topic} not read")

@@ -1,0 +1,262 @@
+//! TLS and authentication for the secured tests: a throwaway PKI made with
+//! `openssl` (a CA, a certificate for 127.0.0.1 that servers and cluster
+//! peers use, a client certificate, and a second CA nobody trusts with a
+//! client certificate of its own), the ACL users of a secured Redis, and
+//! the TLS endpoint the tests put in front of tansu.
+//!
+//! Why an endpoint in front of tansu: tansu 0.6 does not terminate TLS. Its
+//! `--cert` and `--key` flags share a clap group, so giving both prints its
+//! usage, and the acceptor it builds from them is never used
+//! (`let _acceptor` in its broker.rs). `socat OPENSSL-LISTEN` terminates TLS
+//! for it; tansu advertises the TLS endpoint, so every client connection
+//! (metadata, group coordinator, fetches) goes through TLS. tansu itself
+//! enforces SASL (`--authentication`): SCRAM is checked against the users
+//! stored in its database. Its PLAIN accepts any password (its `check`
+//! never compares one), so the tests use SCRAM, and a wrong password is
+//! tested with SCRAM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{end, free_port, temp_dir, wait_listening};
+
+/// The ACL user rankflow runs under: its keys only, no admin or dangerous command.
+pub const REDIS_USER: &str = "rankflow";
+pub const REDIS_PASSWORD: &str = "rf-redis-S3cret-pw";
+/// The ACL rule of [`REDIS_USER`], as the README gives it (prefix `lb`).
+pub const REDIS_ACL: &[&str] = &["~lb:*", "&*", "+@all", "-@admin", "-@dangerous"];
+/// The harness's own user (checks, cluster setup, replication).
+pub const REDIS_ADMIN: &str = "admin";
+pub const REDIS_ADMIN_PASSWORD: &str = "adm-redis-pw";
+
+/// The SCRAM user rankflow authenticates as on the secured broker.
+pub const KAFKA_USER: &str = "rankflow";
+pub const KAFKA_PASSWORD: &str = "rf-kafka-S3cret-pw";
+/// The harness's own SCRAM user (topics, producing, reading back).
+pub const KAFKA_ADMIN: &str = "harness";
+pub const KAFKA_ADMIN_PASSWORD: &str = "harness-kafka-pw";
+
+/// Certificates in a temp dir: `ca.crt`, `node.crt`/`node.key` (servers
+/// and cluster peers, for 127.0.0.1 and localhost), `client.crt`/`client.key`
+/// (signed by the CA), and `rogue-ca.crt` with `rogue.crt`/`rogue.key` (a
+/// CA nobody trusts, and a client certificate it signed).
+pub struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        let pki = Pki { dir: temp_dir() };
+        pki.ca("ca", "rankflow test CA");
+        pki.ca("rogue-ca", "an untrusted CA");
+        pki.leaf("node", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth");
+        pki.leaf("client", "ca", "extendedKeyUsage=clientAuth");
+        pki.leaf(
+            "rogue",
+            "rogue-ca",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth",
+        );
+        pki
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(self.dir.path()).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn ca(&self, name: &str, cn: &str) {
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "3",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+    }
+
+    fn leaf(&self, name: &str, ca: &str, ext: &str) {
+        std::fs::write(self.path(&format!("{name}.ext")), format!("basicConstraints=CA:FALSE\n{ext}\n")).unwrap();
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "3",
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
+    }
+
+    /// `redis-server` arguments: TLS only (no plain port), client
+    /// certificates required, TLS between replicas and cluster peers, the
+    /// default user off, and the harness's and rankflow's users.
+    pub fn redis_server_args(&self, port: u16) -> Vec<String> {
+        let p = |n: &str| self.path(n).display().to_string();
+        let mut args: Vec<String> = vec!["--port".into(), "0".into(), "--tls-port".into(), port.to_string()];
+        for (flag, file) in
+            [("--tls-cert-file", "node.crt"), ("--tls-key-file", "node.key"), ("--tls-ca-cert-file", "ca.crt")]
+        {
+            args.extend([flag.to_string(), p(file)]);
+        }
+        for flag in ["--tls-auth-clients", "--tls-replication", "--tls-cluster"] {
+            args.extend([flag.to_string(), "yes".into()]);
+        }
+        args.extend(["--user", "default", "off"].map(String::from));
+        args.extend(
+            ["--user", REDIS_ADMIN, "on", &format!(">{REDIS_ADMIN_PASSWORD}"), "~*", "&*", "+@all"].map(String::from),
+        );
+        args.extend(["--user".to_string(), REDIS_USER.into(), "on".into(), format!(">{REDIS_PASSWORD}")]);
+        args.extend(REDIS_ACL.iter().map(|s| s.to_string()));
+        args.extend(["--masteruser", REDIS_ADMIN, "--masterauth", REDIS_ADMIN_PASSWORD].map(String::from));
+        args
+    }
+
+    /// `redis-cli` arguments that reach a secured node as the harness's user.
+    pub fn redis_cli_args(&self) -> Vec<String> {
+        let p = |n: &str| self.path(n).display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            p("ca.crt"),
+            "--cert".into(),
+            p("client.crt"),
+            "--key".into(),
+            p("client.key"),
+            "--user".into(),
+            REDIS_ADMIN.into(),
+            "--pass".into(),
+            REDIS_ADMIN_PASSWORD.into(),
+            "--no-auth-warning".into(),
+        ]
+    }
+
+    /// The client certificates as redis-rs takes them (trusting this CA).
+    pub fn redis_certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: std::fs::read(self.path("client.crt")).unwrap(),
+                client_key: std::fs::read(self.path("client.key")).unwrap(),
+            }),
+            root_cert: Some(std::fs::read(self.path("ca.crt")).unwrap()),
+        }
+    }
+
+    /// `[redis.tls]` (and the password, from a file) of a worker running
+    /// as [`REDIS_USER`].
+    pub fn redis_worker_section(&self) -> String {
+        let pw = self.path("redis-password");
+        std::fs::write(&pw, format!("{REDIS_PASSWORD}\n")).unwrap();
+        format!(
+            "password_file = \"{}\"\n[redis.tls]\nca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            pw.display(),
+            self.path("ca.crt").display(),
+            self.path("client.crt").display(),
+            self.path("client.key").display()
+        )
+    }
+
+    /// librdkafka options of a client of the secured broker: SASL_SSL with
+    /// SCRAM-SHA-512, trusting this CA.
+    pub fn kafka_options(&self, user: &str, password: &str) -> Vec<(String, String)> {
+        [
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.ca.location", &self.path("ca.crt").display().to_string()),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", user),
+            ("sasl.password", password),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into()
+    }
+}
+
+/// A TLS endpoint (`socat OPENSSL-LISTEN`) on a port of its own that
+/// forwards each connection to `target` on loopback.
+pub struct TlsEndpoint {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl TlsEndpoint {
+    pub fn start(pki: &Pki, port: u16, target: u16) -> TlsEndpoint {
+        let listen = format!(
+            "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+            pki.path("node.crt").display(),
+            pki.path("node.key").display()
+        );
+        let child = Command::new("socat")
+            .args([&listen, &format!("TCP:127.0.0.1:{target}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("socat is installed (scripts/setup.sh)");
+        let mut e = TlsEndpoint { child: Some(child), port };
+        wait_listening(&mut e.child, port, Duration::from_secs(10)).expect("socat listens");
+        e
+    }
+
+    /// A free port for an endpoint (picked before the broker that advertises it starts).
+    pub fn pick_port() -> u16 {
+        free_port()
+    }
+}
+
+impl Drop for TlsEndpoint {
+    fn drop(&mut self) {
+        end(&mut self.child);
+    }
+}
+
+/// Creates a SCRAM-SHA-512 user in a tansu broker listening on `port`
+/// without authentication (tansu stores it in its database: the broker is
+/// then restarted with `--authentication`).
+pub fn tansu_user(tansu: &Path, port: u16, user: &str, password: &str) {
+    let out = Command::new(tansu)
+        .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{port}"), user, password])
+        .args(["--mechanism", "scram512"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("tansu user create runs");
+    assert!(out.status.success(), "tansu user create {user}: {}", String::from_utf8_lossy(&out.stderr));
+}
