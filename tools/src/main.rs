@@ -107,6 +107,28 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The store path over TLS against plain TCP: one Redis's plain and
+    /// TLS ports, rounds alternated, on a stream with bad records and duplicates.
+    Tls {
+        /// The plain port's URL.
+        #[arg(long)]
+        redis: String,
+        /// The same server's TLS port (`rediss://`).
+        #[arg(long)]
+        tls_redis: String,
+        /// The CA that signs the server's certificate.
+        #[arg(long)]
+        ca_file: std::path::PathBuf,
+        /// A client certificate and its key, for mutual TLS.
+        #[arg(long, requires = "key_file")]
+        cert_file: Option<std::path::PathBuf>,
+        #[arg(long, requires = "cert_file")]
+        key_file: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// One board sharded over a Redis Cluster's primaries against the same
     /// board unsharded: write throughput, each primary's CPU share, merged reads.
     Sharded {
@@ -242,6 +264,10 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Store { redis, events, partitions, rounds } => {
             report(bench::store(&redis, events, partitions, rounds).await)
+        }
+        BenchCommand::Tls { redis, tls_redis, ca_file, cert_file, key_file, events, rounds } => {
+            let tls = bench::TlsRedis { url: tls_redis, ca_file, client: cert_file.zip(key_file) };
+            report(bench::tls(&redis, &tls, events, rounds).await)
         }
         BenchCommand::League { brokers, redis, events, players, rounds } => {
             report(bench::league(&brokers, &redis, events, players, rounds).await)

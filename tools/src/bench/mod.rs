@@ -49,6 +49,7 @@ mod probe;
 mod read;
 mod sharded;
 mod store_rows;
+mod tls;
 
 use kafka::*;
 use latency::*;
@@ -64,6 +65,7 @@ pub use pipeline::{pipeline, PipelineRun};
 pub use read::read;
 pub use sharded::sharded;
 pub use store_rows::store;
+pub use tls::{tls, TlsRedis};
 
 /// The boards every pipeline benchmark uses: a match event fans out to six
 /// period keys on two boards, a lap to two keys of a split board.
@@ -285,12 +287,17 @@ pub(super) fn median(values: &[f64]) -> f64 {
 
 /// The result table, then where Redis's time went in each store-path phase.
 pub(super) fn print_rows(rows: &[Row], notes: &[String]) {
+    print_table(rows);
+    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
+}
+
+/// The result table alone.
+pub(super) fn print_table(rows: &[Row]) {
     println!("\n| measurement | events/s | ratio |");
     println!("|---|---:|---|");
     for r in rows {
         println!("| {} | {:.0} | {} |", r.what, r.per_sec, r.note);
     }
-    println!("\nwhere Redis's time goes (INFO cpu and commandstats, per event):\n{}", notes.join("\n"));
 }
 
 pub(super) fn tempfile_dir() -> Result<std::path::PathBuf, String> {

@@ -330,8 +330,24 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32, rounds: usize) 
     let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "unused", "127.0.0.1:0", "");
     let (settings, conn, store) = open_store(&cfg_text).await?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
+    let events = generated_events(&router, count, partitions, Stream { bad_ratio: 0.0, dup_ratio: 0.0 });
+    let (rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
+    print_rows(&rows, &notes);
+    Ok(())
+}
+
+/// `count` generated records spread over `partitions`, as (partition,
+/// offset, record time, event) for the events `router` takes (the rest
+/// keep their offsets: the stream's bad records).
+pub(super) fn generated_events(
+    router: &Router,
+    count: u64,
+    partitions: i32,
+    stream: Stream,
+) -> Vec<(i32, i64, i64, Event)> {
     let now = chrono::Utc::now().timestamp_millis();
-    let mut g = Generator::new(7, 100_000, now - 1000, 0);
+    let mut g =
+        Generator::new(7, 100_000, now - 1000, 0).with_duplicates(stream.dup_ratio).with_bad_records(stream.bad_ratio);
     let mut offsets = vec![0i64; partitions.max(1) as usize];
     let mut events = Vec::with_capacity(count as usize);
     for i in 0..count {
@@ -342,7 +358,5 @@ pub async fn store(redis_url: &str, count: u64, partitions: i32, rounds: usize) 
         }
         offsets[p] += 1;
     }
-    let (rows, notes) = store_rows(&conn, &store, &settings, &events, rounds).await?;
-    print_rows(&rows, &notes);
-    Ok(())
+    events
 }
