@@ -30,6 +30,9 @@ pub enum AdminError {
     Redis(#[from] StoreError),
     #[error("cannot create the producer: {0}")]
     Producer(#[source] KafkaError),
+    /// A broker refused the TLS handshake or the credentials.
+    #[error("{0}")]
+    Kafka(String),
     #[error("producing to {topic} failed: {source}")]
     Produce { topic: String, source: KafkaError },
     #[error("unreadable outcome {0}")]
@@ -115,6 +118,7 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Admi
     let store = Store::connect(&settings.redis).await?;
     check_player(&store, &router, &event, &plan.reach).await?;
 
+    crate::kafka::connect::before_command(&settings.kafka).await.map_err(AdminError::Kafka)?;
     let producer =
         KafkaProducer::new(&crate::kafka::client::producer(&settings.kafka)).map_err(AdminError::Producer)?;
     let payload = event_json(&event).to_string();

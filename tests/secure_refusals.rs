@@ -114,6 +114,17 @@ async fn kafka_tls_and_sasl_failures_stop_the_worker_naming_the_cause_and_write_
     set_option(&mut cfg, "enable.sasl.oauthbearer.unsecure.jwt", "true");
     set_option(&mut cfg, "sasl.oauthbearer.config", "principal=rankflow");
     s.refused("a SASL mechanism the broker refuses", &cfg, &["Kafka authentication failed", "sasl.mechanism"]).await;
+
+    // An operator's command says so too, rather than timing out.
+    let mut cfg = s.config();
+    set_option(&mut cfg, "sasl.password", "not-the-password");
+    let dir = temp_dir();
+    let path = dir.path().join("rankflow.toml");
+    std::fs::write(&path, cfg.render()).unwrap();
+    let out = run_rankflow(&["create-topics"], &path).await;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("Kafka authentication failed"), "create-topics: {text}");
+    assert!(!text.contains("not-the-password"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

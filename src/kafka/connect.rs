@@ -91,6 +91,21 @@ pub async fn first_connection(kafka: &KafkaSettings, cancel: &CancellationToken)
     }
 }
 
+/// How long an operator's command waits for a first broker answer before
+/// it goes on and fails its own way (a broker that is down).
+const COMMAND_WAIT: Duration = Duration::from_secs(30);
+
+/// Before an operator's command talks to Kafka (`create-topics`, `admin`):
+/// `Err` naming the cause and the settings when a broker refuses the TLS
+/// handshake or the credentials, instead of a time-out later.
+pub async fn before_command(kafka: &KafkaSettings) -> Result<(), String> {
+    let never = CancellationToken::new();
+    match tokio::time::timeout(COMMAND_WAIT, first_connection(kafka, &never)).await {
+        Ok(Err(why)) => Err(why),
+        Ok(Ok(_)) | Err(_) => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ use crate::config::Settings;
 /// topic, the changes topic when one is set and, when a board seals its
 /// periods, the sealed topic; a topic that already exists is left as it is.
 pub async fn create_topics(settings: &Settings, partitions: i32) -> Result<(), String> {
+    super::connect::before_command(&settings.kafka).await?;
     let admin: AdminClient<DefaultClientContext> =
         super::client::admin(&settings.kafka).create().map_err(|e| format!("cannot create admin client: {e}"))?;
     let mut names: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();

@@ -37,6 +37,14 @@ pub const KAFKA_PASSWORD: &str = "rf-kafka-S3cret-pw";
 pub const KAFKA_ADMIN: &str = "harness";
 pub const KAFKA_ADMIN_PASSWORD: &str = "harness-kafka-pw";
 
+/// Arguments split at white space (a temp dir's path holds none).
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
+}
+
+/// A new P-256 key, unencrypted.
+const NEW_KEY: &str = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+
 /// Certificates in a temp dir: `ca.crt`, `node.crt`/`node.key` (servers
 /// and cluster peers, for 127.0.0.1 and localhost), `client.crt`/`client.key`
 /// (signed by the CA), and `rogue-ca.crt` with `rogue.crt`/`rogue.key` (a
@@ -48,8 +56,8 @@ pub struct Pki {
 impl Pki {
     pub fn new() -> Pki {
         let pki = Pki { dir: temp_dir() };
-        pki.ca("ca", "rankflow test CA");
-        pki.ca("rogue-ca", "an untrusted CA");
+        pki.ca("ca", "rankflow-test-CA");
+        pki.ca("rogue-ca", "an-untrusted-CA");
         pki.leaf("node", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth");
         pki.leaf("client", "ca", "extendedKeyUsage=clientAuth");
         pki.leaf(
@@ -64,111 +72,48 @@ impl Pki {
         self.dir.path().join(name)
     }
 
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl").args(args).current_dir(self.dir.path()).output().expect("openssl runs");
+    /// `openssl ARGS`, split at white space (no argument holds any).
+    fn openssl(&self, args: &str) {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let out = Command::new("openssl").args(&args).current_dir(self.dir.path()).output().expect("openssl runs");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     fn ca(&self, name: &str, cn: &str) {
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.crt"),
-            "-days",
-            "3",
-            "-subj",
-            &format!("/CN={cn}"),
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
+        self.openssl(&format!(
+            "req -x509 {NEW_KEY} -keyout {name}.key -out {name}.crt -days 3 -subj /CN={cn} \
+             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
+        ));
     }
 
     fn leaf(&self, name: &str, ca: &str, ext: &str) {
         std::fs::write(self.path(&format!("{name}.ext")), format!("basicConstraints=CA:FALSE\n{ext}\n")).unwrap();
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={name}"),
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.crt"),
-            "-days",
-            "3",
-            "-extfile",
-            &format!("{name}.ext"),
-        ]);
+        self.openssl(&format!("req {NEW_KEY} -keyout {name}.key -out {name}.csr -subj /CN={name}"));
+        self.openssl(&format!(
+            "x509 -req -in {name}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {name}.crt -days 3 -extfile {name}.ext"
+        ));
     }
 
     /// `redis-server` arguments: TLS only (no plain port), client
     /// certificates required, TLS between replicas and cluster peers, the
     /// default user off, and the harness's and rankflow's users.
     pub fn redis_server_args(&self, port: u16) -> Vec<String> {
-        let p = |n: &str| self.path(n).display().to_string();
-        let mut args: Vec<String> = vec!["--port".into(), "0".into(), "--tls-port".into(), port.to_string()];
-        for (flag, file) in
-            [("--tls-cert-file", "node.crt"), ("--tls-key-file", "node.key"), ("--tls-ca-cert-file", "ca.crt")]
-        {
-            args.extend([flag.to_string(), p(file)]);
-        }
-        for flag in ["--tls-auth-clients", "--tls-replication", "--tls-cluster"] {
-            args.extend([flag.to_string(), "yes".into()]);
-        }
-        args.extend(["--user", "default", "off"].map(String::from));
-        args.extend(
-            ["--user", REDIS_ADMIN, "on", &format!(">{REDIS_ADMIN_PASSWORD}"), "~*", "&*", "+@all"].map(String::from),
-        );
-        args.extend(["--user".to_string(), REDIS_USER.into(), "on".into(), format!(">{REDIS_PASSWORD}")]);
-        args.extend(REDIS_ACL.iter().map(|s| s.to_string()));
-        args.extend(["--masteruser", REDIS_ADMIN, "--masterauth", REDIS_ADMIN_PASSWORD].map(String::from));
-        args
+        let (d, acl) = (self.dir.path().display(), REDIS_ACL.join(" "));
+        words(&format!(
+            "--port 0 --tls-port {port} --tls-cert-file {d}/node.crt --tls-key-file {d}/node.key \
+             --tls-ca-cert-file {d}/ca.crt --tls-auth-clients yes --tls-replication yes --tls-cluster yes \
+             --user default off --user {REDIS_ADMIN} on >{REDIS_ADMIN_PASSWORD} ~* &* +@all \
+             --user {REDIS_USER} on >{REDIS_PASSWORD} {acl} --masteruser {REDIS_ADMIN} --masterauth {REDIS_ADMIN_PASSWORD}"
+        ))
     }
 
     /// `redis-cli` arguments that reach a secured node as the harness's user.
     pub fn redis_cli_args(&self) -> Vec<String> {
-        let p = |n: &str| self.path(n).display().to_string();
-        vec![
-            "--tls".into(),
-            "--cacert".into(),
-            p("ca.crt"),
-            "--cert".into(),
-            p("client.crt"),
-            "--key".into(),
-            p("client.key"),
-            "--user".into(),
-            REDIS_ADMIN.into(),
-            "--pass".into(),
-            REDIS_ADMIN_PASSWORD.into(),
-            "--no-auth-warning".into(),
-        ]
+        let d = self.dir.path().display();
+        words(&format!(
+            "--tls --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key \
+             --user {REDIS_ADMIN} --pass {REDIS_ADMIN_PASSWORD} --no-auth-warning"
+        ))
     }
 
     /// The client certificates as redis-rs takes them (trusting this CA).
