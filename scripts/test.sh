@@ -13,4 +13,5 @@ cleanup() { pkill -f 'rankflow-test-' 2>/dev/null || true; }
 trap cleanup EXIT
 
 cargo fmt --all -- --check
-cargo test --workspace --all-targets -- --test-threads "${RANKFLOW_TEST_THREADS:-2}"
+# TEST_THREADS, not RANKFLOW_...: rankflow reads RANKFLOW_ variables as config.
+cargo test --workspace --all-targets -- --test-threads "${TEST_THREADS:-2}"

@@ -185,11 +185,6 @@ pub async fn run_with(
     // Every second: consumer lag and broker health are fresh within a
     // second of start, and boards that seal periods raise watermarks from it.
     let statistics_ms = 1000;
-    match connect::first_connection(&settings.kafka, &cancel).await {
-        Ok(true) => {}
-        Ok(false) => return Ok(()),
-        Err(why) => return Err(WorkerError::Refused(why)),
-    }
     let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
         .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
         .map_err(WorkerError::Consumer)?;
@@ -201,6 +196,13 @@ pub async fn run_with(
     let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
     metrics::get().init_boards(router.boards());
     info!(topics = ?settings.kafka.topics, admin_topics = ?settings.kafka.admin_topics, group = %settings.kafka.group_id, "Worker started.");
+    // Nothing is read or written before a broker answers: one that refuses
+    // our TLS or credentials stops the worker here, naming the settings.
+    match connect::first_connection(&settings.kafka, &cancel).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
+        Err(why) => return Err(WorkerError::Refused(why)),
+    }
 
     let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());
     let changes_topic = settings.kafka.changes_topic.as_deref().map(Arc::from);

@@ -91,12 +91,22 @@ impl WorkerConfig {
     }
 }
 
+/// `command` without the `RANKFLOW_` variables of the test run's own
+/// environment: rankflow reads each as a config override, so one meant for
+/// the test runner would change (or refuse) every worker's config.
+pub fn hermetic(mut command: Command) -> Command {
+    for (name, _) in std::env::vars().filter(|(n, _)| n.starts_with("RANKFLOW_")) {
+        command.env_remove(name);
+    }
+    command
+}
+
 /// `rankflow <args> --config <config>` run to its end, off the async
 /// runtime (an operator's command: `rebuild`, `accept-loss`).
 pub async fn run_rankflow(args: &[&str], config: &std::path::Path) -> std::process::Output {
     let (args, config): (Vec<String>, PathBuf) = (args.iter().map(|a| a.to_string()).collect(), config.into());
     tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        hermetic(Command::new(env!("CARGO_BIN_EXE_rankflow")))
             .args(&args)
             .arg("--config")
             .arg(config)
@@ -131,7 +141,7 @@ impl Worker {
         std::fs::write(&config_path, cfg.render()).expect("write config");
         let log_path = dir.path().join("worker.log");
         let log = std::fs::File::create(&log_path).expect("worker log");
-        let child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        let child = hermetic(Command::new(env!("CARGO_BIN_EXE_rankflow")))
             .arg("run")
             .arg("--config")
             .arg(&config_path)
