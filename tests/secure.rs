@@ -3,7 +3,7 @@
 //! `~lb:* &* +@all -@admin -@dangerous` (its password from a file), and a
 //! broker reachable only over TLS with SCRAM-SHA-512 (see `support/tls.rs`
 //! for why a TLS endpoint stands in front of tansu). The exactly-once
-//! pipeline runs there across SIGKILLs; clients that are not rankflow
+//! pipeline runs there across SIGKILLs, on a single Redis and a cluster; clients that are not rankflow
 //! (`redis-cli`, kafka-python) read the boards and the dead letters back over TLS.
 
 mod support;
@@ -99,6 +99,19 @@ async fn over_mutual_tls_and_sasl_every_score_counts_once_across_sigkills() {
     assert!(!w.log().contains(REDIS_PASSWORD) && !w.log().contains(KAFKA_PASSWORD));
 }
 
+/// How many records of `topic` the cluster's board tags have applied (the
+/// furthest offset any tag on any primary recorded per partition, plus one).
+async fn applied_on(primaries: &[redis::aio::MultiplexedConnection], topic: &str) -> i64 {
+    let mut furthest = std::collections::HashMap::new();
+    for conn in primaries {
+        for (field, offset) in topic_offsets(&mut conn.clone(), topic).await {
+            let e = furthest.entry(field).or_insert(-1);
+            *e = offset.max(*e);
+        }
+    }
+    furthest.values().map(|o| o + 1).sum()
+}
+
 /// The first copy of each dead letter, by its source coordinates (what a
 /// consumer deduplicating by those headers keeps).
 fn first_copies(all: &[rdkafka::message::OwnedMessage]) -> Vec<rdkafka::message::OwnedMessage> {
@@ -120,17 +133,37 @@ async fn a_cluster_over_tls_applies_exactly_once_and_serves_reads_from_its_repli
     let cluster = RedisCluster::start_secured(3, 1, Some(pki.clone()));
     let broker = Broker::start_secured(&pki);
     let (topic, dlq) = broker.topics(PARTITIONS).await;
-    let s = stream::generate(8_000, 552);
+    let s = stream::generate(30_000, 552);
     broker.produce(&topic, &s.records).await;
     let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
     cfg.redis_url = cluster.worker_url();
     cfg.redis_extra = format!("cluster = true\nread_from = \"replica\"\n{}", pki.redis_worker_section());
     cfg.extra_kafka_options = pki.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
+    cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
+
+    // kill -9 mid-stream, then a restart under a fresh group from the
+    // killed one's commits (tansu may keep a SIGKILLed member).
+    let total = s.records.len() as i64;
+    let mut primaries = Vec::new();
+    for node in cluster.primaries() {
+        primaries.push(cluster.node_conn(node).await);
+    }
+    let mut w = Worker::spawn(&cfg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while applied_on(&primaries, &topic).await < total / 4 {
+        assert!(std::time::Instant::now() < deadline, "no progress\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    w.sigkill();
+    assert!(applied_on(&primaries, &topic).await < total, "the kill must land mid-stream");
+    let next = random_name("group");
+    broker.copy_offsets(&cfg.group, &next, &topic, PARTITIONS);
+    cfg.group = next;
     let w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(180));
     let (boards, _) = cluster.board_keys(stream::PREFIX).await;
     s.assert_board_contents(&boards);
-    s.assert_dead_letters(&broker.read_all(&dlq, 1), &topic);
+    s.assert_dead_letters(&first_copies(&broker.read_all(&dlq, 1)), &topic);
 
     // Reads reach the replicas (over TLS, as the restricted user) once the
     // worker has learned them (every 10 s), and answer what the primaries do.

@@ -401,6 +401,11 @@ impl RedisCluster {
         self.nodes[0].worker_url()
     }
 
+    /// The live nodes that are primaries.
+    pub fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.alive(i) && self.role(i).as_deref() == Some("master")).collect()
+    }
+
     /// The live nodes that are replicas.
     pub fn replicas(&self) -> Vec<usize> {
         (0..self.nodes.len()).filter(|&i| self.alive(i) && self.role(i).as_deref() == Some("slave")).collect()
