@@ -5,9 +5,8 @@
 //! cause and the settings to check and stops, rather than retrying
 //! forever behind a vague "all brokers down".
 
-use std::time::Duration;
-
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
