@@ -46,10 +46,16 @@ fn files(src: &Path, module: &str) -> Vec<PathBuf> {
 
 /// The top-level modules a source file names with `crate::` (comments left out).
 fn imports(source: &str) -> BTreeSet<String> {
+    names_after(source, "crate::")
+}
+
+/// The first name of every path that starts with `prefix` (`crate::`,
+/// `super::`), grouped paths (`prefix{a::b, c}`) included, comments left out.
+fn names_after(source: &str, prefix: &str) -> BTreeSet<String> {
     let code: String = source.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
     let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
     let mut out = BTreeSet::new();
-    for rest in code.split("crate::").skip(1) {
+    for rest in code.split(prefix).skip(1) {
         match rest.strip_prefix('{') {
             // `crate::{a::b, c}`: the first name of each item of the group.
             Some(group) => {
@@ -112,14 +118,23 @@ fn no_module_imports_a_layer_above_its_own_and_no_modules_import_each_other_in_a
     }
     assert!(upward.is_empty(), "imports up the layers:\n{}", upward.join("\n"));
 
-    // A cycle: a module reached again from itself.
-    for &start in &declared {
-        let mut stack: Vec<Vec<&str>> = vec![vec![start]];
+    let graph = graph.into_iter().map(|(m, deps)| (m.to_string(), deps)).collect();
+    if let Some(cycle) = first_cycle(&graph) {
+        panic!("a cycle of imports: {cycle}");
+    }
+}
+
+/// A cycle of the graph (`a -> b -> a`), if it has one.
+fn first_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+    for start in graph.keys() {
+        let mut stack: Vec<Vec<&str>> = vec![vec![start.as_str()]];
         let mut seen = BTreeSet::new();
         while let Some(path) = stack.pop() {
             let last = *path.last().unwrap();
             for d in graph.get(last).into_iter().flatten() {
-                assert!(d != start, "a cycle of imports: {} -> {start}", path.join(" -> "));
+                if d == start {
+                    return Some(format!("{} -> {start}", path.join(" -> ")));
+                }
                 if seen.insert(d.as_str()) {
                     let mut next = path.clone();
                     next.push(d.as_str());
@@ -128,6 +143,47 @@ fn no_module_imports_a_layer_above_its_own_and_no_modules_import_each_other_in_a
             }
         }
     }
+    None
+}
+
+#[test]
+fn no_two_files_of_a_folder_import_each_other_in_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders: BTreeSet<PathBuf> =
+        rust_files(&src).iter().filter_map(|f| f.parent().map(Path::to_path_buf)).collect();
+    folders.remove(&src);
+    let mut cycles = Vec::new();
+    for dir in folders {
+        let module = dir.strip_prefix(&src).unwrap().to_string_lossy().replace('/', "::");
+        // The folder's files but its `mod.rs`, which declares them (an
+        // edge to it is the folder's own, not a sibling's).
+        let files: BTreeMap<String, PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs") && !p.ends_with("mod.rs"))
+            .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+            .collect();
+        let graph: BTreeMap<String, BTreeSet<String>> = files
+            .iter()
+            .map(|(name, path)| {
+                let text = std::fs::read_to_string(path).unwrap();
+                let mut deps = names_after(&text, "super::");
+                deps.extend(names_after(&text, &format!("crate::{module}::")));
+                deps.retain(|d| files.contains_key(d) && d != name);
+                (name.clone(), deps)
+            })
+            .collect();
+        if let Some(cycle) = first_cycle(&graph) {
+            cycles.push(format!("src/{}: {cycle}", module.replace("::", "/")));
+        }
+    }
+    assert!(cycles.is_empty(), "files of a folder importing each other in a cycle:\n{}", cycles.join("\n"));
+    let pair = BTreeMap::from([
+        ("a".to_string(), BTreeSet::from(["b".to_string()])),
+        ("b".to_string(), BTreeSet::from(["a".to_string()])),
+    ]);
+    assert_eq!(first_cycle(&pair).as_deref(), Some("a -> b -> a"));
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use super::field::{Errors, FromText, Typed};
+use super::field::{At, Errors, FromText, Typed};
 use super::raw::{
     RawBoard, RawRateLimit, RawRolling, RawSchedule, RawWindow, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON,
     DEFAULT_TIE_RESOLUTION,
@@ -35,16 +35,6 @@ pub fn boards(raw: Vec<RawBoard>, e: &mut Errors) -> Vec<Board> {
         }
     }
     out
-}
-
-/// The path of board `i`'s fields.
-#[derive(Clone, Copy)]
-pub(super) struct At(usize);
-
-impl At {
-    pub(super) fn field(self, name: &str) -> String {
-        format!("board[{}].{name}", self.0)
-    }
 }
 
 fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {

@@ -184,3 +184,13 @@ impl Errors {
         }
     }
 }
+/// The path of board `i`'s fields (`board[i].name`), shared by the
+/// board and league validators.
+#[derive(Clone, Copy)]
+pub(super) struct At(pub(super) usize);
+
+impl At {
+    pub(super) fn field(self, name: &str) -> String {
+        format!("board[{}].{name}", self.0)
+    }
+}

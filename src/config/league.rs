@@ -4,8 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::boards::At;
-use super::field::Errors;
+use super::field::{At, Errors};
 use super::raw::{RawLeague, RawShare};
 use crate::board::league::{Idle, League, Share, COHORT_SIZES, TIER_COUNTS};
 use crate::board::{Schedule, Window};

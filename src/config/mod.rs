@@ -443,6 +443,15 @@ retention = { daily = "30d" }
         assert_eq!(errors(&tls, none())[0].field, "redis.tls");
         let e = errors(&tls.replace("redis://", "rediss://"), none());
         assert_eq!((e[0].field.as_str(), e[0].reason.contains("cannot read /etc/ca.pem")), ("redis.tls.ca_file", true));
+        let half = tls.replace("redis://", "rediss://").replace("ca_file", "cert_file");
+        assert!(errors(&half, none()).iter().any(|e| e.field == "redis.tls.key_file"), "a cert_file needs its key");
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "junk").unwrap();
+        let both = format!("cert_file = \"{0}\"\nkey_file = \"{0}\"", junk.display());
+        let fields: Vec<String> =
+            errors(&half.replace("cert_file = \"/etc/ca.pem\"", &both), none()).into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["redis.tls.cert_file", "redis.tls.key_file"]);
     }
 
     #[test]

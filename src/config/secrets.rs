@@ -16,8 +16,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
-use super::raw::RawRedisTls;
-
 /// What a secret prints as.
 pub const REDACTED: &str = "***";
 
@@ -129,41 +127,15 @@ impl std::fmt::Debug for RedisTls {
     }
 }
 
-/// Reads and checks `[redis.tls]`; `Ok(None)` when nothing is set. Errors
-/// are (field, reason).
-pub fn redis_tls(raw: &RawRedisTls) -> Result<Option<RedisTls>, Vec<(&'static str, String)>> {
-    if raw.is_empty() {
-        return Ok(None);
-    }
-    let mut errors = Vec::new();
-    let mut files = Vec::new();
-    let ca = raw.ca_file.as_ref().and_then(|p| {
-        files.push(("ca_file", p.clone()));
-        read_pem(p, Pem::Certificates).map_err(|e| errors.push(("redis.tls.ca_file", e))).ok()
-    });
-    let client = match (&raw.cert_file, &raw.key_file) {
-        (Some(cert), Some(key)) => {
-            files.push(("cert_file", cert.clone()));
-            files.push(("key_file", key.clone()));
-            let c = read_pem(cert, Pem::Certificates).map_err(|e| errors.push(("redis.tls.cert_file", e))).ok();
-            let k = read_pem(key, Pem::PrivateKey).map_err(|e| errors.push(("redis.tls.key_file", e))).ok();
-            c.zip(k)
-        }
-        (Some(_), None) => {
-            errors.push(("redis.tls.key_file", "must be set with cert_file (the client certificate's key)".into()));
-            None
-        }
-        (None, Some(_)) => {
-            errors.push(("redis.tls.cert_file", "must be set with key_file (the client certificate)".into()));
-            None
-        }
-        (None, None) => None,
-    };
-    if errors.is_empty() {
-        Ok(Some(RedisTls { ca, client, files }))
-    } else {
-        Err(errors)
-    }
+/// A PEM file of certificates (a CA's, a client's chain), once it is known
+/// to hold at least one. Messages name the file, never its contents.
+pub fn read_certificates(path: &Path) -> Result<Vec<u8>, String> {
+    read_pem(path, Pem::Certificates)
+}
+
+/// A PEM file holding a private key.
+pub fn read_private_key(path: &Path) -> Result<Vec<u8>, String> {
+    read_pem(path, Pem::PrivateKey)
 }
 
 enum Pem {
@@ -171,8 +143,6 @@ enum Pem {
     PrivateKey,
 }
 
-/// A PEM file's bytes, once it is known to hold what it should. Messages
-/// name the file, never its contents.
 fn read_pem(path: &Path, what: Pem) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     match what {
@@ -220,22 +190,14 @@ mod tests {
     }
 
     #[test]
-    fn tls_files_are_checked_at_load_and_named() {
+    fn pem_files_are_checked_for_what_they_hold_and_named() {
         let dir = tempfile::tempdir().unwrap();
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a certificate").unwrap();
-        let raw = RawRedisTls {
-            ca_file: Some(junk.clone()),
-            cert_file: Some(dir.path().join("missing.pem")),
-            key_file: Some(junk),
-        };
-        let errors = redis_tls(&raw).unwrap_err();
-        let fields: Vec<&str> = errors.iter().map(|(f, _)| *f).collect();
-        assert_eq!(fields, ["redis.tls.ca_file", "redis.tls.cert_file", "redis.tls.key_file"]);
-        assert!(errors[0].1.contains("no PEM certificate") && errors[1].1.contains("cannot read"), "{errors:?}");
-        let half = RawRedisTls { cert_file: Some("c.pem".into()), ..Default::default() };
-        assert_eq!(redis_tls(&half).unwrap_err()[0].0, "redis.tls.key_file");
-        assert!(redis_tls(&RawRedisTls::default()).unwrap().is_none());
+        let e = read_certificates(&junk).unwrap_err();
+        assert!(e.contains("junk.pem holds no PEM certificate") && !e.contains("not a certificate"), "{e}");
+        assert!(read_private_key(&junk).unwrap_err().contains("no PEM private key"));
+        assert!(read_certificates(&dir.path().join("missing.pem")).unwrap_err().contains("cannot read"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! validated section (or `None` when something in it is invalid).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::field::Errors;
@@ -159,22 +160,38 @@ fn redis_password(r: &RawRedis, e: &mut Errors) -> Option<Option<Secret>> {
     Some(password)
 }
 
-/// `[redis.tls]`, its files read; only with a `rediss://` URL.
+/// `[redis.tls]`, its files read and checked (a missing or malformed file
+/// is an error naming its field); only with a `rediss://` URL.
 fn redis_tls(r: &RawRedis, e: &mut Errors) -> Option<Option<RedisTls>> {
-    let tls_urls = std::iter::once(&r.url).chain(&r.replica_urls).any(|u| u.starts_with("rediss://"));
-    if !r.tls.is_empty() && !tls_urls {
+    let t = &r.tls;
+    if t.is_empty() {
+        return Some(None);
+    }
+    if !std::iter::once(&r.url).chain(&r.replica_urls).any(|u| u.starts_with("rediss://")) {
         e.push("redis.tls", "is set, but redis.url is not a rediss:// (TLS) URL");
         return None;
     }
-    match secrets::redis_tls(&r.tls) {
-        Ok(tls) => Some(tls),
-        Err(errors) => {
-            for (field, reason) in errors {
-                e.push(field, reason);
-            }
-            None
-        }
+    let mut files = Vec::new();
+    let mut read = |name: &'static str, path: &Option<PathBuf>, reader: fn(&Path) -> Result<Vec<u8>, String>| {
+        let path = path.as_ref()?;
+        files.push((name, path.clone()));
+        reader(path).map_err(|reason| e.push(format!("redis.tls.{name}"), reason)).ok()
+    };
+    let ca = read("ca_file", &t.ca_file, secrets::read_certificates);
+    let cert = read("cert_file", &t.cert_file, secrets::read_certificates);
+    let key = read("key_file", &t.key_file, secrets::read_private_key);
+    let both = match (&t.cert_file, &t.key_file) {
+        (Some(_), None) => Err(("redis.tls.key_file", "must be set with cert_file (the client certificate's key)")),
+        (None, Some(_)) => Err(("redis.tls.cert_file", "must be set with key_file (the client certificate)")),
+        _ => Ok(()),
+    };
+    if let Err((field, reason)) = both {
+        e.push(field, reason);
+        return None;
     }
+    let client = cert.zip(key);
+    let complete = (ca.is_some() || t.ca_file.is_none()) && (client.is_some() || t.cert_file.is_none());
+    complete.then_some(Some(RedisTls { ca, client, files }))
 }
 
 pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {

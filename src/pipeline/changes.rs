@@ -75,7 +75,8 @@ pub fn outgoing(
             let board = &boards[*b];
             let r = &records[i];
             let source = (&r.topic, r.partition, r.offset);
-            out.push(Outgoing::change(source, board.id(), to.clone(), change(board, &w.base, event, mv)));
+            let Change { key, value, headers } = change(board, &w.base, event, mv);
+            out.push(Outgoing::change(source, board.id(), to.clone(), (key, value, headers)));
         }
     }
     out

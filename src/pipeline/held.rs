@@ -77,12 +77,12 @@ impl Outgoing {
     }
 
     /// A rank change made by the source record at `source` on `board`, for
-    /// `to`, the changes topic.
+    /// `to`, the changes topic: its record's key, value and headers.
     pub fn change(
         source: (&Arc<str>, i32, i64),
         board: &str,
         to: Arc<str>,
-        change: super::changes::Change,
+        (key, value, headers): (String, Vec<u8>, OwnedHeaders),
     ) -> Outgoing {
         let (topic, partition, offset) = source;
         Outgoing {
@@ -90,10 +90,10 @@ impl Outgoing {
             partition,
             offset,
             to,
-            key: Some(change.key.into_bytes()),
-            payload: Some(change.value),
+            key: Some(key.into_bytes()),
+            payload: Some(value),
             timestamp: None,
-            headers: change.headers,
+            headers,
             kind: Kind::Change(Arc::from(board)),
             inflight: None,
         }
