@@ -6,10 +6,11 @@
 //! 1. [`next_batch`](Pipeline::next_batch): up to `batch_size` records
 //!    (waiting at most `batch_linger` once the first is in), each copied out
 //!    of the consumer and parsed (`record::take`, `Router::plan`);
-//! 2. [`send`](Pipeline::send): every board write of the batch to Redis, one
-//!    script call per board tag, on a task of its own that retries with
-//!    capped backoff (safe: the script recognises records it already applied
-//!    by their offset) (`apply`);
+//! 2. [`send`](Pipeline::send): every board write of the batch handed to
+//!    the store's writer (`apply`), which sends its script calls in order
+//!    behind the batch before and retries what did not land with capped
+//!    backoff (safe: the script recognises records it already applied by
+//!    their offset; `store::Writer` states the contract);
 //! 3. [`settle`](Pipeline::settle), once it has landed: each record's
 //!    outcome (`outcome::fold`); the records no board applied (and that were
 //!    no duplicate) handed to the producer as dead letters, and the rank

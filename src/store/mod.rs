@@ -1,14 +1,18 @@
-//! The Redis side of the write path: the apply and admin scripts, and
-//! sending a batch of board writes in one round trip.
+//! The only door to Redis: connections (`conn`), every script and command
+//! as a typed call, and the write path's sending of batches.
 //!
-//! A batch becomes one `EVALSHA` of `scripts/apply.lua` per board tag, all
-//! sent at once over redis-rs's multiplexed connection (so they share the
-//! wire like a pipeline), and on a cluster each goes to the node owning its
-//! tag's slot. The script cache is lost when Redis restarts: a `NOSCRIPT`
-//! reply loads the script (on every primary) and retries that call. Retrying
-//! is always safe, because the script itself refuses a record at or below
-//! the tag's recorded offset. This module never decides what a record's
-//! outcome means for Kafka; it only reports what Redis did.
+//! A batch is prepared into `EVALSHA` calls of `scripts/apply.lua`, each for
+//! one board tag and at most as many events as that tag's measured call
+//! size allows (`prepared`, `sizer`); a tag with more events gets calls
+//! chained on each other. The [`Writer`] owns the order in which batches
+//! reach Redis (its module doc is the contract); `send` sends a batch's
+//! calls in order, at most two in each node at a time (`gate`), on a
+//! cluster each to the node owning its tag's slot. The script cache is lost
+//! when Redis restarts: a `NOSCRIPT` reply loads the script (on every
+//! primary) and sends that call again. Sending again is always safe,
+//! because the script itself refuses a record at or below the tag's
+//! recorded offset. This module never decides what a record's outcome
+//! means for Kafka; it only reports what Redis did.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,9 +189,10 @@ impl Store {
     }
 
     /// Registers the batches' tags where they are new (see `registry`), then
-    /// applies every tag batch, concurrently. The result lists, per tag
-    /// batch, one [`ApplyResult`] per item in order. Any failure fails the
-    /// whole call: the caller retries the batch, which the script makes safe.
+    /// applies every tag batch (its calls sent in order, as the writer sends
+    /// them, without the writer's retries). The result lists, per tag batch,
+    /// one [`ApplyResult`] per item in order. Any failure fails the whole
+    /// call: the caller retries the batch, which the script makes safe.
     pub async fn apply(&self, batches: &[TagBatch<'_>]) -> Result<Vec<Vec<ApplyResult>>, StoreError> {
         for b in batches {
             let registry = crate::keys::tags_key(crate::keys::prefix_of_base(b.base));
@@ -196,7 +201,8 @@ impl Store {
         Ok(self.apply_prepared(&self.prepare(batches)).await?.results)
     }
 
-    /// Encodes a batch's script calls, one per board tag. The result owns
+    /// Encodes a batch's script calls: per board tag, one or more (each at
+    /// most the tag's call size, chained on each other). The result owns
     /// everything, so a batch can be sent while the caller gets on with the
     /// next one.
     pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {

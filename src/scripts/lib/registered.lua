@@ -1,5 +1,5 @@
 -- registered.lua: the lost-data check of every script that writes to a
--- board tag (apply, admin, seal, roll).
+-- board tag (apply, admin, seal, roll, settle, history, history_put).
 --
 -- Every tag is registered before its first write: the field
 -- Const.REGISTERED_FIELD ("registered", keys::REGISTERED_FIELD) of its
