@@ -277,14 +277,24 @@ pub fn published_field(period_key: &str) -> String {
     format!("{period_key}:published")
 }
 
+/// What ends a sealed snapshot's period id ([`final_id`]); the scripts get
+/// it in their prelude.
+pub const FINAL_SUFFIX: &str = ":final";
+
+/// What starts a rolling board's view id ([`rolling_id`]).
+pub const ROLLING_PREFIX: &str = "r:";
+
+/// What starts the id of a rolling board's build ([`rolling_build_id`]).
+pub const ROLL_BUILD_PREFIX: &str = "_roll:";
+
 /// The sealed snapshot of a period board: `lb:{points}:d:2026-08-14:final`.
 pub fn final_id(period_id: &str) -> String {
-    format!("{period_id}:final")
+    format!("{period_id}{FINAL_SUFFIX}")
 }
 
 /// The view id of a rolling board, `r:last7d`; its key is `period_key(base, id)`.
 pub fn rolling_id(name: &str) -> String {
-    format!("r:{name}")
+    format!("{ROLLING_PREFIX}{name}")
 }
 
 /// A key rankflow never writes, on the same hash tag as `key`: what a read
@@ -295,19 +305,19 @@ pub fn absent_key(key: &str) -> String {
 
 /// Whether a period id names a sealed snapshot ([`final_id`]).
 pub fn is_final_id(id: &str) -> bool {
-    id.ends_with(":final")
+    id.ends_with(FINAL_SUFFIX)
 }
 
 /// Whether a period id names a rolling board ([`rolling_id`]).
 pub fn is_rolling_id(id: &str) -> bool {
-    id.starts_with("r:")
+    id.starts_with(ROLLING_PREFIX)
 }
 
 /// The id of a rolling board's build in progress, `_roll:r:last7d`: its
 /// staged union is `period_key(base, id)`, the staged dense index
 /// `dense_key(base, id)`, and day `d`'s staged copy `period_key(base, "{id}:{d}")`.
 pub fn rolling_build_id(name: &str) -> String {
-    format!("_roll:{}", rolling_id(name))
+    format!("{ROLL_BUILD_PREFIX}{}", rolling_id(name))
 }
 
 /// The hash that records where a rolling board's build is (`roll.lua`).

@@ -67,11 +67,18 @@ end
 -- counts beside their dense index; sealed snapshots (":final") and rolling
 -- boards ("r:") have a dense index only; a rolling build's staging keys
 -- ("_roll:") neither.
+local function starts(id, prefix)
+  return string.sub(id, 1, #prefix) == prefix
+end
+local function is_build(id)
+  return starts(id, Const.ROLL_BUILD_PREFIX)
+end
 local function is_live(id)
-  return string.sub(id, -6) ~= ':final' and string.sub(id, 1, 2) ~= 'r:' and string.sub(id, 1, 6) ~= '_roll:'
+  local final = Const.FINAL_SUFFIX
+  return string.sub(id, -#final) ~= final and not starts(id, Const.ROLLING_PREFIX) and not is_build(id)
 end
 local function has_shadow(id)
-  return string.sub(id, 1, 2) ~= 'r:' and string.sub(id, 1, 6) ~= '_roll:'
+  return not starts(id, Const.ROLLING_PREFIX) and not is_build(id)
 end
 
 -- Members of period key k (id) moved: delta maps stored scores to +1 (a
@@ -188,7 +195,7 @@ if op ~= 'set' and op ~= 'adjust' and op ~= 'tier' then
   tag_keys = period_keys()
   for _, p in ipairs(tag_keys) do
     local id, versions = p[2], KEYS[h.versions]
-    if not is_live(id) and string.sub(id, 1, 6) ~= '_roll:' then
+    if not is_live(id) and not is_build(id) then
       call('HINCRBY', versions .. id, 'admin', 1)
       Expiry.copy(p[1], versions .. id)
     end

@@ -135,7 +135,7 @@ impl StoreError {
     /// (the tag is not registered: its data is gone), else as `other`.
     pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {
         match source.code() {
-            Some("LOST") => StoreError::Lost {
+            Some(protocol::LOST) => StoreError::Lost {
                 base: base.to_string(),
                 detail: source.detail().unwrap_or("the tag is not registered").to_string(),
             },

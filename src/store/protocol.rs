@@ -26,6 +26,13 @@ pub enum ApplyResult {
     Refused(i64),
 }
 
+/// The error code a script answers when its tag is not registered: the
+/// tag's data is gone (`lib/registered.lua`, [`super::StoreError::Lost`]).
+pub(super) const LOST: &str = "LOST";
+/// The error code an apply call answers when a precondition on the offsets
+/// the call before records does not hold; it did nothing (`lib/offsets.lua`).
+pub(super) const STALE: &str = "STALE";
+
 /// The scripts' codes for an event applied, a duplicate event id and a
 /// redelivered offset (the scripts' `Codes`, made from these by
 /// `scripts.rs`); a refusal's code is its `event::Reason::script_code`.

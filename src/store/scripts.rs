@@ -21,7 +21,8 @@ fn prelude() -> String {
          local Codes = {{ APPLIED = {}, DUPLICATE = {}, REDELIVERED = {}, OUT_OF_RANGE = {}, \
          RATE_LIMITED = {}, PERIOD_CLOSED = {}, ATTEMPTS_EXHAUSTED = {} }}\n\
          local Const = {{ MAX_EXACT = {}, MARKER_BYTES = {}, MARKER_LOAD = {}, REGISTERED_FIELD = '{}', \
-         COHORT_SPAN = {} }}\n",
+         COHORT_SPAN = {}, LOST = '{}', STALE = '{}', FINAL_SUFFIX = '{}', ROLLING_PREFIX = '{}', \
+         ROLL_BUILD_PREFIX = '{}' }}\n",
         super::protocol::APPLIED,
         super::protocol::DUPLICATE,
         super::protocol::REDELIVERED,
@@ -34,6 +35,11 @@ fn prelude() -> String {
         crate::markers::LOAD,
         crate::keys::REGISTERED_FIELD,
         crate::board::league::COHORT_SPAN,
+        super::protocol::LOST,
+        super::protocol::STALE,
+        crate::keys::FINAL_SUFFIX,
+        crate::keys::ROLLING_PREFIX,
+        crate::keys::ROLL_BUILD_PREFIX,
     )
 }
 
@@ -215,11 +221,22 @@ mod tests {
         assert!(p.contains(&format!("MAX_EXACT = {}", crate::score::MAX_EXACT)));
         assert!(p.contains(&format!("MARKER_BYTES = {}", crate::markers::BYTES)));
         assert!(p.contains(&format!("REGISTERED_FIELD = '{}'", crate::keys::REGISTERED_FIELD)));
-        // No literal stands in for a shared constant in the scripts.
+        assert!(p.contains(&format!("STALE = '{}'", super::super::protocol::STALE)));
+        assert!(p.contains(&format!("FINAL_SUFFIX = '{}'", crate::keys::FINAL_SUFFIX)));
+        // No literal stands in for a shared constant in the scripts (their
+        // comments aside), and Lua's own chunk size is written once.
+        let literals =
+            ["9007199254740991", "'registered'", "= 48, 12", "'LOST", "'STALE", "':final'", "'r:'", "'_roll:'"];
         for (path, text) in lua_files() {
-            for literal in ["9007199254740991", "'registered'", "= 48, 12"] {
-                assert!(!text.contains(literal), "{path} has {literal} instead of its constant");
+            let code: String =
+                text.lines().map(|l| l.split("--").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+            for literal in literals {
+                assert!(!code.contains(literal), "{path} has {literal} instead of its constant");
             }
+            assert!(
+                path.ends_with("calls.lua") || !code.contains("CHUNK = 1000"),
+                "{path} writes CHUNK again: use Calls.CHUNK"
+            );
         }
     }
 }

@@ -36,7 +36,7 @@ do
   local LOAD, BYTES = Const.MARKER_LOAD, Const.MARKER_BYTES
   local call, floor, format, byte, find, sub, concat = redis.call, math.floor, string.format, string.byte, string.find, string.sub, table.concat
   local unpack, min, tonumber = unpack, math.min, tonumber
-  local CHUNK = 1000
+  local CHUNK = Calls.CHUNK
 
   local function num(n)
     return format('%d', n)

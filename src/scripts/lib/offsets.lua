@@ -37,7 +37,7 @@ do
     function o.stale(needs)
       for f = 1, nf do
         if needs[f] >= 0 and recorded[f] < needs[f] then
-          return redis.error_reply('STALE the call before this one on ' .. key .. ' has not been applied')
+          return redis.error_reply(Const.STALE .. ' the call before this one on ' .. key .. ' has not been applied')
         end
       end
       return nil

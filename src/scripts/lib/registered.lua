@@ -19,7 +19,7 @@ local Registered = {}
 -- registered; nil when it is.
 function Registered.check(offsets_key)
   if redis.call('HEXISTS', offsets_key, Const.REGISTERED_FIELD) == 0 then
-    return redis.error_reply('LOST board tag ' .. offsets_key .. ' is not registered: its data is gone')
+    return redis.error_reply(Const.LOST .. ' board tag ' .. offsets_key .. ' is not registered: its data is gone')
   end
   return nil
 end
