@@ -504,7 +504,7 @@ mod tests {
     fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {
         let guard = include_str!("scripts/lib/registered.lua");
         assert!(guard.contains("'HEXISTS', offsets_key, Const.REGISTERED_FIELD"));
-        assert!(guard.contains("error_reply('LOST "));
+        assert!(guard.contains("error_reply(Const.LOST .. "));
         for (name, script) in [
             ("apply.lua", include_str!("scripts/apply.lua")),
             ("admin.lua", include_str!("scripts/admin.lua")),
