@@ -158,12 +158,40 @@ mod tests {
         out
     }
 
+    /// Each Lua function (`function ...` or `local function ...`): its name
+    /// and its lines, from that line to the `end` at its indentation.
+    fn lua_function_lengths(source: &str) -> Vec<(String, usize)> {
+        let lines: Vec<&str> = source.lines().collect();
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let head = line.trim_start();
+            let indent = line.len() - head.len();
+            let Some(rest) = head.strip_prefix("local function ").or_else(|| head.strip_prefix("function ")) else {
+                continue;
+            };
+            if head.ends_with(" end") {
+                continue; // a one-line function
+            }
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.').collect();
+            let end = (i + 1..lines.len())
+                .find(|&j| lines[j].len() - lines[j].trim_start().len() == indent && lines[j].trim() == "end")
+                .unwrap_or(i);
+            out.push((name, end - i + 1));
+        }
+        out
+    }
+
     #[test]
-    fn no_lua_file_is_over_400_lines_and_every_one_is_used() {
+    fn no_lua_file_is_over_400_lines_no_function_over_120_and_every_one_is_used() {
         let all =
             [&*APPLY, &*ADMIN, &*SEAL, &*HISTORY, &*HISTORY_PUT, &*SETTLE, &*ROLL, &*READ, &*SCHED, &*SWAP, &*DEPLOY];
+        let sample = "local function a()\n  x()\nend\n  function T.b(y)\n    if y then z() end\n  end\n";
+        assert_eq!(lua_function_lengths(sample), [("a".to_string(), 3), ("T.b".to_string(), 3)]);
         for (path, text) in lua_files() {
             assert!(text.lines().count() <= 400, "{path} has {} lines", text.lines().count());
+            for (name, n) in lua_function_lengths(&text) {
+                assert!(n <= 120, "{path}: function {name} is {n} lines");
+            }
             assert!(all.iter().any(|s| s.source.contains(&text)), "{path} is in no script");
         }
     }

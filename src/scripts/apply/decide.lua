@@ -37,172 +37,203 @@ do
     end
   end
 
-  -- Phase 2. Returns the reply (E, then (i, code) for each event not
-  -- applied) and last_off (field -> the newest offset seen); sets A.moved
-  -- ("latest": j -> m -> true when m's event time moved) and A.metas (boards
-  -- with metadata: j -> m -> the meta of the event that last decided m's
-  -- value, "" for none).
-  function ApplyDecide.run(A, offsets, markers)
+  -- What every event's decision reads, gathered once per call from the
+  -- header (h), phase 1's tables (A) and what this phase fills for phase 3.
+  local function context(A)
     local h, at = A.h, A.at
-    local op, shift, unit, maxv = h.op, h.shift, A.unit, h.max_value
-    local is_sum, latest, seal_on, meta_on = A.is_sum, A.latest, A.seal_on, A.meta_on
-    local attempts_on, att_limit, att = A.attempts_on, h.attempts, A.att
-    local rate_on, admit = h.rate_events > 0, admitter(h)
-    local members, shapes, shape_len, ids, ne = A.members, A.shapes, A.shape_len, A.ids, A.ne
-    local closes, times, att_moved = A.closes, A.times, A.att_moved
-    local fields, recorded = h.fields, offsets.recorded
-    local stride, tie_at, ts_at, meta_at, rts_at = at.stride, at.tie, at.ts, at.meta, at.rts
-    local take = A.reader.take
-    -- League boards: rounds[j] collects the members with an event applied to round j.
-    local rounds = A.rounds
-    -- Boards with notify_top (see changes.lua): trans[j] the moves of period
-    -- j in event order, flat (i, m, value before, value after), and
-    -- trans[-j] their length; pos and
-    -- redone the field (at i) and offset (at -i) of event i, applied with a
-    -- move or redelivered.
-    local trans, pos, redone, hidden = A.trans, A.pos, A.redone, A.hidden
-
+    local cx = {
+      op = h.op, shift = h.shift, unit = A.unit, maxv = h.max_value,
+      is_sum = A.is_sum, latest = A.latest, seal_on = A.seal_on, meta_on = A.meta_on,
+      attempts_on = A.attempts_on, att_limit = h.attempts, att = A.att, att_moved = A.att_moved,
+      rate_on = h.rate_events > 0, admit = admitter(h),
+      members = A.members, shapes = A.shapes, shape_len = A.shape_len,
+      closes = A.closes, times = A.times, fields = h.fields,
+      tie_at = at.tie, ts_at = at.ts, meta_at = at.meta, rts_at = at.rts,
+      -- League boards: rounds[j] collects the members with an event applied to round j.
+      rounds = A.rounds,
+      -- Boards with notify_top (see changes.lua): trans[j] the moves of period
+      -- j in event order, flat (i, m, value before, value after), and
+      -- trans[-j] their length; pos and redone the field (at i) and offset
+      -- (at -i) of event i, applied with a move or redelivered.
+      trans = A.trans, pos = A.pos, redone = A.redone, hidden = A.hidden,
+    }
     -- shape_cur[sh][w]: cur of shape sh's period w, false for a sealed period
-    -- (the only kind phase 1 does not read), so that the loop below finds each
-    -- of its periods' values in one lookup.
+    -- (the only kind phase 1 does not read), so that each event finds its
+    -- periods' values in one lookup.
     local shape_cur = {}
-    for sh = 1, #shapes do
+    for sh = 1, #A.shapes do
       local sc = {}
-      for w = 1, shape_len[sh] do sc[w] = A.cur[shapes[sh][w]] or false end
+      for w = 1, A.shape_len[sh] do sc[w] = A.cur[A.shapes[sh][w]] or false end
       shape_cur[sh] = sc
     end
+    cx.shape_cur = shape_cur
+    -- moved ("latest": j -> m -> true when m's event time moved) and metas
+    -- (boards with metadata: j -> m -> the meta of the event that last
+    -- decided m's value, "" for none), for phase 3.
     local moved, metas = {}, {}
     for j = 1, A.np do
-      if latest then moved[j] = {} end
-      if meta_on then metas[j] = {} end
+      if cx.latest then moved[j] = {} end
+      if cx.meta_on then metas[j] = {} end
     end
-    A.moved, A.metas = moved, metas
+    cx.moved, cx.metas = moved, metas
+    return cx
+  end
 
+  -- The periods of shape sh that take member m's event of record time rts:
+  -- tk[w] is period w's values, or false where it is sealed (closed at rts)
+  -- or m has used its attempts there. Also whether any period is open
+  -- (only sealing can close every one) and whether any takes the event
+  -- (only max_attempts can exhaust them).
+  local function takers(cx, sh, m, rts)
+    local sc = cx.shape_cur[sh]
+    if not (cx.seal_on or cx.attempts_on) then return sc, true, true end
+    local shape, closes, att, limit = cx.shapes[sh], cx.closes, cx.att, cx.att_limit
+    local tk, any_open, any_take = {}, false, false
+    for w = 1, cx.shape_len[sh] do
+      local c = sc[w]
+      local close = cx.seal_on and closes[shape[w]]
+      if c and close and rts >= close then c = false end
+      if c then
+        any_open = true
+        if cx.attempts_on and att[shape[w]][m] >= limit then c = false end
+        if c then any_take = true end
+      end
+      tk[w] = c
+    end
+    return tk, any_open, any_take
+  end
+
+  -- Sum boards: totals[w] set to each taking period's new total for m once
+  -- num is added; false when one would leave the allowed range.
+  local function sum_fits(cx, tk, nw, m, num, totals)
+    local fits, unit, shift, maxv = true, cx.unit, cx.shift, cx.maxv
+    for w = 1, nw do
+      local c = tk[w]
+      if c then
+        local old = c[m]
+        local total = num
+        if old then total = (unit and old or floor(old / shift)) + num end
+        if total > maxv or total < -maxv then fits = false end
+        totals[w] = total
+      end
+    end
+    return fits
+  end
+
+  -- The code of a new event (neither redelivered nor a duplicate) at ev[a],
+  -- field f, offset off, member m, value num, shape sh: APPLIED or why not;
+  -- and its taking periods (tk), with their totals on sum boards.
+  local function judge(cx, ev, a, f, off, m, num, sh, totals)
+    local rts = cx.seal_on and ev[a + cx.rts_at]
+    local tk, any_open, any_take = takers(cx, sh, m, rts)
+    local code = APPLIED
+    if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then code = OUT_OF_RANGE end
+    if code == APPLIED and not any_open then
+      code = PERIOD_CLOSED
+    elseif code == APPLIED and not any_take then
+      code = ATTEMPTS_EXHAUSTED
+    end
+    if code == APPLIED and cx.rate_on
+      and not cx.admit(cx.members[m], ev[a + cx.ts_at], cx.fields[f] .. ':' .. format('%d', off)) then
+      code = RATE_LIMITED
+    end
+    return code, tk
+  end
+
+  -- m's value c[m] in period j after the event (value num, time ts, tie,
+  -- meta; total on sum boards), as the board's mode combines them: a sum's
+  -- total with its tie, a newer latest value, a better best.
+  local function combine(cx, c, j, m, num, total, tie, ts, meta)
+    if cx.is_sum then
+      c[m] = total * cx.shift + tie
+      if meta then cx.metas[j][m] = meta end
+    elseif cx.latest then
+      local seen = cx.times[j][m]
+      if not seen or ts > seen then
+        cx.times[j][m] = ts
+        c[m] = num
+        cx.moved[j][m] = true
+        if meta then cx.metas[j][m] = meta end
+      end
+    else
+      local old, op = c[m], cx.op
+      if not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
+        c[m] = num
+        if meta then cx.metas[j][m] = meta end
+      end
+    end
+  end
+
+  -- Applies event i (at ev[a]: field f, offset off, member m, value num,
+  -- shape sh) to each period that takes it (tk; a sealed period or one
+  -- whose attempts are used is skipped, the others still count it): its
+  -- value, its league round, its attempts and its rank move.
+  local function apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
+    local tie = cx.tie_at and ev[a + cx.tie_at] or 0
+    local meta = cx.meta_on and ev[a + cx.meta_at]
+    local ts = cx.latest and ev[a + cx.ts_at]
+    local shape, rounds, trans = cx.shapes[sh], cx.rounds, cx.trans
+    for w = 1, cx.shape_len[sh] do
+      local c = tk[w]
+      if c then
+        local j = shape[w]
+        local was = c[m]
+        if rounds then
+          local joined = rounds[j]
+          if joined and not joined.seen[m] then
+            joined.seen[m] = true
+            joined.list[#joined.list + 1] = m
+          end
+        end
+        if cx.attempts_on then
+          cx.att[j][m] = cx.att[j][m] + 1
+          cx.att_moved[j][m] = true
+        end
+        combine(cx, c, j, m, num, totals[w], tie, ts, meta)
+        if trans and c[m] ~= was and not cx.hidden[m] then
+          local list, n = trans[j], trans[-j]
+          list[n + 1], list[n + 2], list[n + 3], list[n + 4] = i, m, was, c[m]
+          trans[-j], cx.pos[i], cx.pos[-i] = n + 4, f, off
+        end
+      end
+    end
+  end
+
+  -- Phase 2. Returns the reply (E, then (i, code) for each event not
+  -- applied) and last_off (field -> the newest offset seen); sets A.moved
+  -- and A.metas (see context).
+  function ApplyDecide.run(A, offsets, markers)
+    local cx = context(A)
+    A.moved, A.metas = cx.moved, cx.metas
+    local stride, take, ids, ne, recorded = A.at.stride, A.reader.take, A.ids, A.ne, offsets.recorded
     local last_off, totals = {}, {}
     local out, nout = { ne }, 1
     local marked = markers.seen(ids)
     -- marks_in[id]: the event was applied earlier in this call.
     local marks_in = {}
     local per_take = floor(Batch.TAKE / stride)
-    -- tk: the periods of the current event's shape that take it.
-    local tk
     local i = 0
     while i < ne do
       local ev = take(math.min(per_take, ne - i) * stride)
       for a = 0, #ev - stride, stride do
         i = i + 1
         local f, off, m, num, sh = ev[a + 1], ev[a + 2], ev[a + 3], ev[a + 4], ev[a + 5]
-        local sc, nw = shape_cur[sh], shape_len[sh]
-        local last = last_off[f] or recorded[f]
-        local code = APPLIED
-        if off <= last then
+        local code
+        if off <= (last_off[f] or recorded[f]) then
           code = offsets.redelivered(f, off)
-          if trans then redone[i], redone[-i] = f, off end
+          if cx.trans then cx.redone[i], cx.redone[-i] = f, off end
         else
           last_off[f] = off
-          local id = ids[i]
+          local id, tk = ids[i], nil
           if marked[i] or marks_in[id] then
             code = DUPLICATE
           else
-            -- The shape's periods that take the event: sc[w] is false for a
-            -- sealed one, and with max_attempts (tk) so is one where the
-            -- member has used its attempts. Only sealing can close every
-            -- period, and only max_attempts can exhaust them.
-            local any_open, any_take = not seal_on, true
-            if seal_on or attempts_on then
-              any_open, any_take = false, false
-              tk = {}
-              local shape = shapes[sh]
-              for w = 1, nw do
-                local c = sc[w]
-                local close = seal_on and closes[shape[w]]
-                if c and close and ev[a + rts_at] >= close then c = false end
-                if c then
-                  any_open = true
-                  if attempts_on and att[shape[w]][m] >= att_limit then c = false end
-                  if c then any_take = true end
-                end
-                tk[w] = c
-              end
-            else
-              tk = sc
-            end
-            -- Only a sum can leave the allowed range. totals[w]: the sum's
-            -- new total in the shape's period w, which the write below uses.
-            if is_sum then
-              for w = 1, nw do
-                local c = tk[w]
-                if c then
-                  local old = c[m]
-                  local total = num
-                  if old then total = (unit and old or floor(old / shift)) + num end
-                  if total > maxv or total < -maxv then code = OUT_OF_RANGE end
-                  totals[w] = total
-                end
-              end
-            end
-            if code == APPLIED and not any_open then
-              code = PERIOD_CLOSED
-            elseif code == APPLIED and not any_take then
-              code = ATTEMPTS_EXHAUSTED
-            end
-            if code == APPLIED and rate_on
-              and not admit(members[m], ev[a + ts_at], fields[f] .. ':' .. format('%d', off)) then
-              code = RATE_LIMITED
-            end
+            code, tk = judge(cx, ev, a, f, off, m, num, sh, totals)
           end
           if code == APPLIED then
             marks_in[id] = true
             markers.add(i)
-            local tie = 0
-            if tie_at then tie = ev[a + tie_at] end
-            local meta = meta_on and ev[a + meta_at]
-            for w = 1, nw do
-              local c = tk[w]
-              -- A sealed period (or one whose attempts are used) is skipped:
-              -- the event still counts on the board's other periods.
-              if c then
-                local was = c[m]
-                if rounds then
-                  local joined = rounds[shapes[sh][w]]
-                  if joined and not joined.seen[m] then
-                    joined.seen[m] = true
-                    joined.list[#joined.list + 1] = m
-                  end
-                end
-                if attempts_on then
-                  local j = shapes[sh][w]
-                  att[j][m] = att[j][m] + 1
-                  att_moved[j][m] = true
-                end
-                if is_sum then
-                  c[m] = totals[w] * shift + tie
-                  if meta then metas[shapes[sh][w]][m] = meta end
-                elseif latest then
-                  local j = shapes[sh][w]
-                  local ts = ev[a + ts_at]
-                  local seen = times[j][m]
-                  if not seen or ts > seen then
-                    times[j][m] = ts
-                    c[m] = num
-                    moved[j][m] = true
-                    if meta then metas[j][m] = meta end
-                  end
-                else
-                  local old = c[m]
-                  if not old or (op == 'gt' and num > old) or (op == 'lt' and num < old) then
-                    c[m] = num
-                    if meta then metas[shapes[sh][w]][m] = meta end
-                  end
-                end
-                if trans and c[m] ~= was and not hidden[m] then
-                  local j = shapes[sh][w]
-                  local list, n = trans[j], trans[-j]
-                  list[n + 1], list[n + 2], list[n + 3], list[n + 4] = i, m, was, c[m]
-                  trans[-j], pos[i], pos[-i] = n + 4, f, off
-                end
-              end
-            end
+            apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
           elseif code >= OUT_OF_RANGE then
             offsets.refuse(f, off, code)
           end

@@ -128,6 +128,144 @@ do
     return out
   end
 
+  -- The hash of each marker's first four bytes (big endian).
+  local function hashes(ms)
+    local hs = {}
+    for i = 1, #ms do
+      local a, b, c, d = byte(ms[i], 1, 4)
+      hs[i] = ((a * 256 + b) * 256 + c) * 256 + d
+    end
+    return hs
+  end
+
+  -- seen[i]: marker ms[i] (whose hash is hs[i]) is in hash now or hash
+  -- before; and bs, each marker's bucket in now (reading the buckets' values
+  -- into each hash's blobs).
+  local function lookup(now, before, ms, hs)
+    local seen, now_bs = {}, nil
+    for _, st in ipairs({ now, before }) do
+      if st.exists or st == now then
+        local bs = buckets_of(st, hs)
+        if st == now then now_bs = bs end
+        local blobs = st.blobs
+        for i = 1, #ms do
+          if not seen[i] then
+            local blob = blobs[bs[i]]
+            if blob == '' then
+              seen[i] = false
+            else
+              seen[i] = holds(blob, ms[i])
+            end
+          end
+        end
+      end
+    end
+    return seen, now_bs
+  end
+
+  -- Appends the markers added (ms[i] for i in pending[1..added], in bucket
+  -- bs[i]) to their buckets' values in st.blobs. Returns the buckets
+  -- changed in order (dirty, ndirty) and touched (b -> a value for each).
+  local function append(st, ms, bs, pending, added)
+    local blobs = st.blobs
+    -- The markers added per bucket: one string, or a list of them (a
+    -- bucket rarely takes two in a call once there are many).
+    local parts, dirty, ndirty = {}, {}, 0
+    for x = 1, added do
+      local i = pending[x]
+      local b, m = bs[i], ms[i]
+      local p = parts[b]
+      if p == nil then
+        parts[b] = m
+        ndirty = ndirty + 1
+        dirty[ndirty] = b
+      elseif type(p) == 'string' then
+        parts[b] = { p, m }
+      else
+        p[#p + 1] = m
+      end
+    end
+    for _, b in ipairs(dirty) do
+      local p = parts[b]
+      if type(p) == 'table' then p = concat(p) end
+      blobs[b] = blobs[b] .. p
+    end
+    return dirty, ndirty, parts
+  end
+
+  -- The growth st needs to hold count markers: a split per LOAD markers
+  -- past LOAD per bucket, bucket split first. Returns the new level, size
+  -- and split, and the buckets that existed and are split now (sources),
+  -- each once.
+  local function grow(st, count)
+    local size, split, level = st.size, st.split, st.level
+    local existing = size + split
+    local sources, is_source = {}, {}
+    while count > LOAD * (size + split) do
+      if split < existing and not is_source[split] then
+        is_source[split] = true
+        sources[#sources + 1] = split
+      end
+      split = split + 1
+      if split == size then
+        split, size, level = 0, size * 2, level + 1
+      end
+    end
+    return level, size, split, sources
+  end
+
+  -- Moves each source's markers straight to their bucket under the growth
+  -- (size, split): the source itself or buckets split off it, which are new
+  -- (so a marker moves once, however many splits). The buckets that change
+  -- join dirty (unless touched already); returns the new ndirty.
+  local function redistribute(st, sources, size, split, touched, dirty, ndirty)
+    local blobs = st.blobs
+    local unread = {}
+    for _, b in ipairs(sources) do
+      if blobs[b] == nil then unread[#unread + 1] = b end
+    end
+    fetch(st, unread)
+    local out, outs = {}, {}
+    for _, b in ipairs(sources) do
+      local blob = blobs[b]
+      out[b] = {}
+      outs[#outs + 1] = b
+      for p = 1, #blob, BYTES do
+        local to = bucket(hash_of(blob, p), size, split)
+        local list = out[to]
+        if not list then
+          list = {}
+          out[to] = list
+          outs[#outs + 1] = to
+        end
+        list[#list + 1] = sub(blob, p, p + BYTES - 1)
+      end
+    end
+    for _, b in ipairs(outs) do
+      blobs[b] = concat(out[b])
+      if not touched[b] then
+        touched[b] = true
+        ndirty = ndirty + 1
+        dirty[ndirty] = b
+      end
+    end
+    return ndirty
+  end
+
+  -- Writes st's growth (level, split), its count and its dirty buckets, in
+  -- commands of at most CHUNK fields.
+  local function write(st, level, split, count, dirty, ndirty)
+    local args, na = { 'level', num(level), 'split', num(split), 'count', num(count) }, 6
+    for x = 1, ndirty do
+      local b = dirty[x]
+      args[na + 1], args[na + 2] = name(b), st.blobs[b]
+      na = na + 2
+    end
+    for s = 1, na, 2 * CHUNK do
+      call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, na)))
+    end
+  end
+
   function Markers.open(prefix, ttl)
     local n = floor(tonumber(call('TIME')[1]) / ttl)
     if call('EXISTS', prefix .. num(n + 1)) == 1 then n = n + 1 end
@@ -141,41 +279,20 @@ do
         now.level, now.size = now.level + 1, now.size * 2
       end
     end
-    -- The markers looked up (ms), their hashes (hs) and their buckets in
-    -- hash n (now_bs); pending: the indexes of those to set.
-    local ms, hs, now_bs, pending = {}, {}, {}, {}
+    -- The markers looked up (ms) and their buckets in hash n (now_bs);
+    -- pending: the indexes of those to set.
+    local ms, now_bs, pending, npending = {}, {}, {}, 0
     local mk = {}
 
     -- seen(list)[i]: marker list[i] is in hash n or hash n - 1. Called once.
     function mk.seen(list)
       ms = list
-      for i = 1, #ms do
-        local a, b, c, d = byte(ms[i], 1, 4)
-        hs[i] = ((a * 256 + b) * 256 + c) * 256 + d
-      end
-      local out = {}
-      for _, st in ipairs({ now, before }) do
-        if st.exists or st == now then
-          local bs = buckets_of(st, hs)
-          if st == now then now_bs = bs end
-          local blobs = st.blobs
-          for i = 1, #ms do
-            if not out[i] then
-              local blob = blobs[bs[i]]
-              if blob == '' then
-                out[i] = false
-              else
-                out[i] = holds(blob, ms[i])
-              end
-            end
-          end
-        end
-      end
-      return out
+      local seen
+      seen, now_bs = lookup(now, before, ms, hashes(ms))
+      return seen
     end
 
     -- Sets the ith marker seen() looked up (written by flush).
-    local npending = 0
     function mk.add(i)
       npending = npending + 1
       pending[npending] = i
@@ -184,92 +301,15 @@ do
     -- Writes the markers added, splitting buckets as the count requires,
     -- gives hash n its expiry and unlinks hash n - 2.
     function mk.flush()
-      local added = npending
-      if added > 0 then
-        local st = now
-        local blobs = st.blobs
-        -- The markers added per bucket: one string, or a list of them (a
-        -- bucket rarely takes two in a call once there are many).
-        local parts, dirty, ndirty = {}, {}, 0
-        for x = 1, added do
-          local i = pending[x]
-          local b, m = now_bs[i], ms[i]
-          local p = parts[b]
-          if p == nil then
-            parts[b] = m
-            ndirty = ndirty + 1
-            dirty[ndirty] = b
-          elseif type(p) == 'string' then
-            parts[b] = { p, m }
-          else
-            p[#p + 1] = m
-          end
-        end
-        for _, b in ipairs(dirty) do
-          local p = parts[b]
-          if type(p) == 'table' then p = concat(p) end
-          blobs[b] = blobs[b] .. p
-        end
-        -- The growth the new count calls for: a split per LOAD markers
-        -- past LOAD per bucket, bucket split first.
-        local count, size, split, level = st.count + added, st.size, st.split, st.level
-        local existing = size + split
-        -- sources: the buckets that existed and are split now, each once.
-        local sources, is_source = {}, {}
-        while count > LOAD * (size + split) do
-          if split < existing and not is_source[split] then
-            is_source[split] = true
-            sources[#sources + 1] = split
-          end
-          split = split + 1
-          if split == size then
-            split, size, level = 0, size * 2, level + 1
-          end
-        end
+      if npending > 0 then
+        local dirty, ndirty, touched = append(now, ms, now_bs, pending, npending)
+        local count = now.count + npending
+        local level, size, split, sources = grow(now, count)
         if #sources > 0 then
-          local unread = {}
-          for _, b in ipairs(sources) do
-            if blobs[b] == nil then unread[#unread + 1] = b end
-          end
-          fetch(st, unread)
-          -- Each source's markers go straight to their bucket under the
-          -- new growth: the source itself or buckets split off it, which
-          -- are new (so a marker moves once, however many splits).
-          local out, outs = {}, {}
-          for _, b in ipairs(sources) do
-            local blob = blobs[b]
-            out[b] = {}
-            outs[#outs + 1] = b
-            for p = 1, #blob, BYTES do
-              local to = bucket(hash_of(blob, p), size, split)
-              local list = out[to]
-              if not list then
-                list = {}
-                out[to] = list
-                outs[#outs + 1] = to
-              end
-              list[#list + 1] = sub(blob, p, p + BYTES - 1)
-            end
-          end
-          for _, b in ipairs(outs) do
-            blobs[b] = concat(out[b])
-            if not parts[b] then
-              parts[b] = true
-              ndirty = ndirty + 1
-              dirty[ndirty] = b
-            end
-          end
+          ndirty = redistribute(now, sources, size, split, touched, dirty, ndirty)
         end
-        local args, na = { 'level', num(level), 'split', num(split), 'count', num(count) }, 6
-        for x = 1, ndirty do
-          local b = dirty[x]
-          args[na + 1], args[na + 2] = name(b), blobs[b]
-          na = na + 2
-        end
-        for s = 1, na, 2 * CHUNK do
-          call('HSET', st.key, unpack(args, s, min(s + 2 * CHUNK - 1, na)))
-        end
-        if not st.exists then call('EXPIREAT', st.key, num((n + 2) * ttl + floor(ttl / 2))) end
+        write(now, level, split, count, dirty, ndirty)
+        if not now.exists then call('EXPIREAT', now.key, num((n + 2) * ttl + floor(ttl / 2))) end
       end
       -- The call that makes hash n gives it its expiry and unlinks hash n - 2;
       -- later calls in hash n find both done.
