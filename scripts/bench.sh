@@ -26,22 +26,9 @@ scratch bench
 
 rport=$(free_port); kport=$(free_port); tport=$(free_port)
 # Certificates for Redis's TLS port (the same server: `bench tls` compares its two ports).
-tls_cert() {  # name, CA name (empty: self-signed CA), extensions
-  local name=$1 ca=$2 ext=$3
-  if [ -z "$ca" ]; then
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name.key" -out "$dir/$name.crt" \
-      -days 2 -subj "/CN=$name" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  else
-    printf 'basicConstraints=CA:FALSE\n%b\n' "$ext" >"$dir/$name.ext"
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" -subj "/CN=$name" 2>/dev/null
-    openssl x509 -req -in "$dir/$name.csr" -CA "$dir/$ca.crt" -CAkey "$dir/$ca.key" -CAcreateserial -out "$dir/$name.crt" -days 2 -extfile "$dir/$name.ext" 2>/dev/null
-  fi
-}
-tls_cert ca "" ""
-tls_cert server ca 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth'
-tls_cert client ca 'extendedKeyUsage=clientAuth'
+deploy/tls/make-certs.sh "$dir/tls" >/dev/null
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction --dir "$dir" \
-  --tls-port "$tport" --tls-cert-file "$dir/server.crt" --tls-key-file "$dir/server.key" --tls-ca-cert-file "$dir/ca.crt" --tls-auth-clients yes \
+  --tls-port "$tport" --tls-cert-file "$dir/tls/redis.crt" --tls-key-file "$dir/tls/redis.key" --tls-ca-cert-file "$dir/tls/ca.crt" --tls-auth-clients yes \
   >"$dir/redis.log" 2>&1 &
 pids+=($!)
 (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
@@ -60,8 +47,8 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 # TLS: the store path through the same Redis's TLS port (mutual TLS) against
 # its plain port, BENCH_TLS_EVENTS (default 200000) events a round, alternated.
-"$bin" bench --wipe-redis tls --redis "redis://127.0.0.1:$rport" --tls-redis "rediss://127.0.0.1:$tport" --ca-file "$dir/ca.crt" \
-  --cert-file "$dir/client.crt" --key-file "$dir/client.key" --events "${BENCH_TLS_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
+"$bin" bench --wipe-redis tls --redis "redis://127.0.0.1:$rport" --tls-redis "rediss://127.0.0.1:$tport" --ca-file "$dir/tls/ca.crt" \
+  --cert-file "$dir/tls/client.crt" --key-file "$dir/tls/client.key" --events "${BENCH_TLS_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench --wipe-redis read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
 # Leagues: Redis time per event on a league board against the same board
 # without one over BENCH_LEAGUE_EVENTS (default 500000: about 3.5 league

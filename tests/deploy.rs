@@ -3,6 +3,8 @@
 //! installed by `scripts/setup.sh --test`), their ConfigMap holds a config
 //! rankflow accepts, and the Deployment's probes and grace period fit it.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -12,17 +14,12 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
 }
 
-/// The Kubernetes resources of the manifests (YAML read by Python's yaml, which kubernetes-validate brings).
+/// The Kubernetes resources of the manifests.
 fn resources() -> Vec<Value> {
-    let mut out = Vec::new();
-    for f in ["configmap.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"] {
-        let py = "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))";
-        let o = Command::new("python3").args(["-c", py]).arg(dir().join(f)).output().expect("python3");
-        assert!(o.status.success(), "{f}: {}", String::from_utf8_lossy(&o.stderr));
-        let docs: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-        out.extend(docs);
-    }
-    out
+    ["configmap.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"]
+        .iter()
+        .flat_map(|f| support::yaml_documents(&dir().join(f)))
+        .collect()
 }
 
 #[test]

@@ -18,14 +18,6 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every YAML document of a file, as JSON (Python's yaml, which kubernetes-validate brings).
-fn yaml(path: &Path) -> Vec<Value> {
-    let py = "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))";
-    let o = Command::new("python3").args(["-c", py]).arg(path).output().expect("python3");
-    assert!(o.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 /// `deploy/tls/make-certs.sh` run into a temp dir.
 fn make_certs() -> tempfile::TempDir {
     let dir = temp_dir();
@@ -67,7 +59,7 @@ fn the_compose_overlay_validates_and_its_redis_admits_rankflow_only_over_tls_to_
 
     let certs = make_certs();
     let certs = certs.path();
-    let overlay = &yaml(&root().join("deploy/compose.tls.yml"))[0]["services"];
+    let overlay = &yaml_documents(&root().join("deploy/compose.tls.yml"))[0]["services"];
     // The overlay's Redis command, its files where make-certs.sh put them, on a free port.
     let port = free_port();
     let command: Vec<String> = overlay["redis"]["command"].as_array().unwrap()[1..]
@@ -131,10 +123,11 @@ fn merged_deployment(base: &Value, patch: &Value) -> Value {
 #[test]
 fn the_kubernetes_overlay_merges_into_a_valid_deployment_whose_settings_rankflow_accepts() {
     let base_dir = root().join("deploy/kubernetes");
-    let docs: Vec<Value> = ["deployment.yaml", "configmap.yaml"].iter().flat_map(|f| yaml(&base_dir.join(f))).collect();
+    let docs: Vec<Value> =
+        ["deployment.yaml", "configmap.yaml"].iter().flat_map(|f| yaml_documents(&base_dir.join(f))).collect();
     let of = |kind: &str| docs.iter().find(|d| d["kind"] == kind).unwrap().clone();
-    let patch = &yaml(&base_dir.join("tls/deployment-tls.yaml"))[0];
-    let secret = &yaml(&base_dir.join("tls/secret.yaml"))[0];
+    let patch = &yaml_documents(&base_dir.join("tls/deployment-tls.yaml"))[0];
+    let secret = &yaml_documents(&base_dir.join("tls/secret.yaml"))[0];
     let merged = merged_deployment(&of("Deployment"), patch);
     let tmp = temp_dir();
     let files = [tmp.path().join("deployment.json"), base_dir.join("tls/secret.yaml")];

@@ -85,12 +85,7 @@ async fn cursor_pages(port: u16, board: &str, fresh_reads: bool) -> Vec<Value> {
 
 fn info_field(url: &str, section: &str, field: &str) -> i64 {
     let out = std::process::Command::new("redis-cli").args(["-u", url, "INFO", section]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().split(',').next().map(str::to_string))
-        .and_then(|v| v.split('=').next_back().and_then(|n| n.parse().ok()))
-        .unwrap_or(0)
+    info_number(&String::from_utf8_lossy(&out.stdout), field)
 }
 
 /// The script reads a node has run (`EVALSHA_RO` and `EVAL_RO` calls).

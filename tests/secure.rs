@@ -13,19 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};
-use support::tls::{Pki, KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD, KAFKA_PASSWORD, KAFKA_USER, REDIS_PASSWORD};
+use support::tls::{self, Pki, KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD, KAFKA_PASSWORD, REDIS_PASSWORD};
 use support::*;
 
 const PARTITIONS: i32 = 4;
-
-/// A worker of the secured `redis` and `broker`, as the restricted users.
-fn secured_config(pki: &Pki, broker: &Broker, redis: &Redis, topic: &str, dlq: &str) -> WorkerConfig {
-    let mut cfg = WorkerConfig::new(broker, redis, topic, dlq, BOARDS);
-    cfg.redis_url = redis.worker_url();
-    cfg.redis_extra = pki.redis_worker_section();
-    cfg.extra_kafka_options = pki.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
-    cfg
-}
 
 /// Every record of `topic` read over SASL_SSL by kafka-python
 /// (`tests/read_topic.py`), a client sharing no code with rankflow or
@@ -61,8 +52,6 @@ fn redis_cli_top(pki: &Pki, redis: &Redis) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
 
-use support::tls;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn over_mutual_tls_and_sasl_every_score_counts_once_across_sigkills() {
     let pki = Arc::new(Pki::new());
@@ -72,7 +61,8 @@ async fn over_mutual_tls_and_sasl_every_score_counts_once_across_sigkills() {
     let s = stream::generate(30_000, 551);
     broker.produce(&topic, &s.records).await;
 
-    let mut cfg = secured_config(&pki, &broker, &redis, &topic, &dlq);
+    let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
+    pki.secure(&mut cfg, redis.worker_url());
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut conn = redis.conn().await;
     let total = s.records.len() as i64;
@@ -99,19 +89,6 @@ async fn over_mutual_tls_and_sasl_every_score_counts_once_across_sigkills() {
     assert!(!w.log().contains(REDIS_PASSWORD) && !w.log().contains(KAFKA_PASSWORD));
 }
 
-/// How many records of `topic` the cluster's board tags have applied (the
-/// furthest offset any tag on any primary recorded per partition, plus one).
-async fn applied_on(primaries: &[redis::aio::MultiplexedConnection], topic: &str) -> i64 {
-    let mut furthest = std::collections::HashMap::new();
-    for conn in primaries {
-        for (field, offset) in topic_offsets(&mut conn.clone(), topic).await {
-            let e = furthest.entry(field).or_insert(-1);
-            *e = offset.max(*e);
-        }
-    }
-    furthest.values().map(|o| o + 1).sum()
-}
-
 /// The first copy of each dead letter, by its source coordinates (what a
 /// consumer deduplicating by those headers keeps).
 fn first_copies(all: &[rdkafka::message::OwnedMessage]) -> Vec<rdkafka::message::OwnedMessage> {
@@ -136,9 +113,8 @@ async fn a_cluster_over_tls_applies_exactly_once_and_serves_reads_from_its_repli
     let s = stream::generate(30_000, 552);
     broker.produce(&topic, &s.records).await;
     let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
-    cfg.redis_url = cluster.worker_url();
-    cfg.redis_extra = format!("cluster = true\nread_from = \"replica\"\n{}", pki.redis_worker_section());
-    cfg.extra_kafka_options = pki.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
+    cfg.redis_extra = "cluster = true\nread_from = \"replica\"".into();
+    pki.secure(&mut cfg, cluster.worker_url());
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
 
     // kill -9 mid-stream, then a restart under a fresh group from the

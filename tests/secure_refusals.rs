@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};
-use support::tls::{Pki, KAFKA_PASSWORD, KAFKA_USER, REDIS_PASSWORD};
+use support::tls::{Pki, KAFKA_PASSWORD, REDIS_PASSWORD};
 use support::*;
 
 const PARTITIONS: i32 = 2;
@@ -38,9 +38,7 @@ impl Secured {
     /// A worker as the restricted users, every secure setting right.
     fn config(&self) -> WorkerConfig {
         let mut cfg = WorkerConfig::new(&self.broker, &self.redis, &self.topic, &self.dlq, BOARDS);
-        cfg.redis_url = self.redis.worker_url();
-        cfg.redis_extra = self.pki.redis_worker_section();
-        cfg.extra_kafka_options = self.pki.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
+        self.pki.secure(&mut cfg, self.redis.worker_url());
         cfg
     }
 
@@ -73,7 +71,7 @@ async fn redis_tls_and_password_failures_stop_the_worker_naming_the_cause_and_wr
     let path = |n: &str| s.pki.path(n).display().to_string();
 
     let mut cfg = s.config();
-    cfg.redis_extra = cfg.redis_extra.replace(&path("ca.crt"), &path("rogue-ca.crt"));
+    cfg.redis_extra = cfg.redis_extra.replace(&path("ca.crt"), &path("rogue/ca.crt"));
     s.refused("untrusted server certificate", &cfg, &["TLS", "redis.tls.ca_file"]).await;
 
     let mut cfg = s.config();
@@ -86,8 +84,9 @@ async fn redis_tls_and_password_failures_stop_the_worker_naming_the_cause_and_wr
     s.refused("no client certificate", &cfg, &["TLS", "redis.tls.cert_file"]).await;
 
     let mut cfg = s.config();
-    cfg.redis_extra =
-        section.replace(&path("client.crt"), &path("rogue.crt")).replace(&path("client.key"), &path("rogue.key"));
+    cfg.redis_extra = section
+        .replace(&path("client.crt"), &path("rogue/client.crt"))
+        .replace(&path("client.key"), &path("rogue/client.key"));
     s.refused("a client certificate of another CA", &cfg, &["TLS", "redis.tls.cert_file"]).await;
 
     let mut cfg = s.config();
@@ -102,7 +101,7 @@ async fn kafka_tls_and_sasl_failures_stop_the_worker_naming_the_cause_and_write_
     let s = secured().await;
 
     let mut cfg = s.config();
-    set_option(&mut cfg, "ssl.ca.location", &s.pki.path("rogue-ca.crt").display().to_string());
+    set_option(&mut cfg, "ssl.ca.location", &s.pki.path("rogue/ca.crt").display().to_string());
     s.refused("untrusted broker certificate", &cfg, &["Kafka TLS handshake failed", "ssl.ca.location"]).await;
 
     let mut cfg = s.config();

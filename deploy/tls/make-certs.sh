@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes what deploy/compose.tls.yml mounts, in DIR (default deploy/tls/certs):
-# a CA, Redis's certificate (for the host names redis and localhost),
+# a CA, Redis's certificate (for the host names redis and localhost; also a
+# client's, as replicas and cluster peers present it),
 # rankflow's client certificate, a random password for the ACL user
 # rankflow, and Redis's ACL file (the default user off; rankflow limited to
 # its keys, no admin or dangerous command; the password stored hashed).
@@ -11,7 +12,7 @@ dir=${1:-"$(dirname "$0")/certs"}
 mkdir -p "$dir"
 cd "$dir"
 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.crt -days 365 -subj "/CN=rankflow compose CA" \
+openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.crt -days 365 -subj "/CN=rankflow CA $(openssl rand -hex 4)" \
   -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
 leaf() {  # name, extensions
   printf 'basicConstraints=CA:FALSE\n%b\n' "$2" >"$1.ext"
@@ -19,7 +20,7 @@ leaf() {  # name, extensions
   openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 365 -extfile "$1.ext" 2>/dev/null
   rm -f "$1.csr" "$1.ext"
 }
-leaf redis 'subjectAltName=DNS:redis,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth'
+leaf redis 'subjectAltName=DNS:redis,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth'
 leaf client 'extendedKeyUsage=clientAuth'
 password=$(openssl rand -hex 24)
 printf '%s\n' "$password" >redis-password

@@ -91,11 +91,14 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
 }
 
 pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
-    if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
-        e.push("redis.url", "must start with redis:// or rediss://");
-    } else if let Err(err) = redis::IntoConnectionInfo::into_connection_info(r.url.as_str()) {
-        e.push("redis.url", format!("is not a valid Redis URL ({err})"));
+    let scheme_ok = r.url.starts_with("redis://") || r.url.starts_with("rediss://");
+    let url = redis::IntoConnectionInfo::into_connection_info(r.url.as_str());
+    match &url {
+        _ if !scheme_ok => e.push("redis.url", "must start with redis:// or rediss://"),
+        Err(err) => e.push("redis.url", format!("is not a valid Redis URL ({err})")),
+        Ok(_) => {}
     }
+    let url_password = url.is_ok_and(|i| i.redis_settings().password().is_some());
     if r.key_prefix.is_empty() || r.key_prefix.len() > 64 || r.key_prefix.contains(['{', '}', ' ']) {
         e.push("redis.key_prefix", "must be 1 to 64 characters without braces or spaces");
     }
@@ -115,7 +118,7 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
     if read_from == Some(ReadFrom::Replica) && !r.cluster && r.replica_urls.is_empty() {
         e.push("redis.replica_urls", "read_from = \"replica\" on a single Redis needs its replicas' URLs");
     }
-    let password = redis_password(&r, e);
+    let password = redis_password(&r, url_password, e);
     let tls = redis_tls(&r, e);
     let dedupe_ttl = e.duration_at_least("redis.dedupe_ttl", &r.dedupe_ttl, Duration::from_secs(1), "1s")?;
     Some(RedisSettings {
@@ -133,10 +136,8 @@ pub fn redis(r: RawRedis, e: &mut Errors) -> Option<RedisSettings> {
 }
 
 /// `redis.password` or `redis.password_file`, at most one, and not with a
-/// password in the URL (one password, said in one place).
-fn redis_password(r: &RawRedis, e: &mut Errors) -> Option<Option<Secret>> {
-    let in_url = redis::IntoConnectionInfo::into_connection_info(r.url.as_str())
-        .is_ok_and(|i| i.redis_settings().password().is_some());
+/// password in the URL (`in_url`: one password, said in one place).
+fn redis_password(r: &RawRedis, in_url: bool, e: &mut Errors) -> Option<Option<Secret>> {
     let password = match (&r.password, &r.password_file) {
         (Some(_), Some(_)) => {
             e.push("redis.password_file", "set redis.password or redis.password_file, not both");

@@ -98,10 +98,18 @@ pub async fn offsets_fields(conn: &mut redis::aio::MultiplexedConnection, topic:
 /// How many records of `topic` the boards have applied: per partition, the
 /// furthest offset any board tag has recorded, plus one, summed.
 pub async fn applied(conn: &mut redis::aio::MultiplexedConnection, topic: &str) -> i64 {
+    applied_on(std::slice::from_ref(conn), topic).await
+}
+
+/// [`applied`] over several nodes (a cluster's primaries): the furthest
+/// offset any tag on any of them recorded per partition, plus one, summed.
+pub async fn applied_on(conns: &[redis::aio::MultiplexedConnection], topic: &str) -> i64 {
     let mut furthest: HashMap<String, i64> = HashMap::new();
-    for (f, o) in topic_offsets(conn, topic).await {
-        let e = furthest.entry(f).or_insert(-1);
-        *e = (*e).max(o);
+    for conn in conns {
+        for (f, o) in topic_offsets(&mut conn.clone(), topic).await {
+            let e = furthest.entry(f).or_insert(-1);
+            *e = (*e).max(o);
+        }
     }
     furthest.values().map(|o| o + 1).sum()
 }

@@ -298,3 +298,22 @@ pub async fn five_sigkills(
     }
     kills
 }
+
+/// Every YAML document of a file, as JSON (read by Python's yaml, which
+/// kubernetes-validate brings).
+pub fn yaml_documents(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let py = "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))";
+    let o = std::process::Command::new("python3").args(["-c", py]).arg(path).output().expect("python3");
+    assert!(o.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A number of an `INFO` text's line `field:...` (for a command's stats,
+/// its `calls=`); 0 where absent.
+pub fn info_number(info: &str, field: &str) -> i64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().split(',').next().map(str::to_string))
+        .and_then(|v| v.split('=').next_back().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}

@@ -414,12 +414,7 @@ impl RedisCluster {
     /// A number in node `node`'s `INFO section` line `field:...` (its
     /// `calls=` for a command's stats); 0 where absent.
     pub fn info_field(&self, node: usize, section: &str, field: &str) -> i64 {
-        let text = self.cli(node, &["INFO", section]).unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .and_then(|v| v.trim().split(',').next().map(str::to_string))
-            .and_then(|v| v.split('=').next_back().and_then(|n| n.parse().ok()))
-            .unwrap_or(0)
+        super::info_number(&self.cli(node, &["INFO", section]).unwrap_or_default(), field)
     }
 
     /// Every node's URL (a client seeds from all, so that any may be down).

@@ -1,7 +1,7 @@
-//! TLS and authentication for the secured tests: a throwaway PKI made with
-//! `openssl` (a CA, a certificate for 127.0.0.1 that servers and cluster
-//! peers use, a client certificate, and a second CA nobody trusts with a
-//! client certificate of its own), the ACL users of a secured Redis, and
+//! TLS and authentication for the secured tests: a throwaway PKI made by
+//! `deploy/tls/make-certs.sh` (a CA, a certificate for 127.0.0.1 that
+//! servers and cluster peers use, a client certificate, and a second CA
+//! nobody trusts with a client certificate of its own), the ACL users of a secured Redis, and
 //! the TLS endpoint the tests put in front of tansu.
 //!
 //! Why an endpoint in front of tansu: tansu 0.6 does not terminate TLS. Its
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{end, free_port, temp_dir, wait_listening};
+use super::{end, free_port, temp_dir, wait_listening, WorkerConfig};
 
 /// The ACL user rankflow runs under: its keys only, no admin or dangerous command.
 pub const REDIS_USER: &str = "rankflow";
@@ -42,13 +42,11 @@ fn words(text: &str) -> Vec<String> {
     text.split_whitespace().map(str::to_string).collect()
 }
 
-/// A new P-256 key, unencrypted.
-const NEW_KEY: &str = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-
-/// Certificates in a temp dir: `ca.crt`, `node.crt`/`node.key` (servers
-/// and cluster peers, for 127.0.0.1 and localhost), `client.crt`/`client.key`
-/// (signed by the CA), and `rogue-ca.crt` with `rogue.crt`/`rogue.key` (a
-/// CA nobody trusts, and a client certificate it signed).
+/// Certificates in a temp dir, made by `deploy/tls/make-certs.sh` (so the
+/// tests use the script the compose overlay does): `ca.crt`,
+/// `redis.crt`/`redis.key` (servers and cluster peers, for 127.0.0.1 and
+/// localhost), `client.crt`/`client.key` (signed by the CA); and the same
+/// again under `rogue/`, a CA nobody trusts and a client certificate it signed.
 pub struct Pki {
     dir: tempfile::TempDir,
 }
@@ -56,42 +54,16 @@ pub struct Pki {
 impl Pki {
     pub fn new() -> Pki {
         let pki = Pki { dir: temp_dir() };
-        pki.ca("ca", "rankflow-test-CA");
-        pki.ca("rogue-ca", "an-untrusted-CA");
-        pki.leaf("node", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth");
-        pki.leaf("client", "ca", "extendedKeyUsage=clientAuth");
-        pki.leaf(
-            "rogue",
-            "rogue-ca",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth",
-        );
+        for dir in [pki.path(""), pki.path("rogue")] {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/tls/make-certs.sh");
+            let out = Command::new(script).arg(&dir).output().expect("make-certs.sh runs");
+            assert!(out.status.success(), "make-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+        }
         pki
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
-    }
-
-    /// `openssl ARGS`, split at white space (no argument holds any).
-    fn openssl(&self, args: &str) {
-        let args: Vec<&str> = args.split_whitespace().collect();
-        let out = Command::new("openssl").args(&args).current_dir(self.dir.path()).output().expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn ca(&self, name: &str, cn: &str) {
-        self.openssl(&format!(
-            "req -x509 {NEW_KEY} -keyout {name}.key -out {name}.crt -days 3 -subj /CN={cn} \
-             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
-        ));
-    }
-
-    fn leaf(&self, name: &str, ca: &str, ext: &str) {
-        std::fs::write(self.path(&format!("{name}.ext")), format!("basicConstraints=CA:FALSE\n{ext}\n")).unwrap();
-        self.openssl(&format!("req {NEW_KEY} -keyout {name}.key -out {name}.csr -subj /CN={name}"));
-        self.openssl(&format!(
-            "x509 -req -in {name}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {name}.crt -days 3 -extfile {name}.ext"
-        ));
     }
 
     /// `redis-server` arguments: TLS only (no plain port), client
@@ -100,7 +72,7 @@ impl Pki {
     pub fn redis_server_args(&self, port: u16) -> Vec<String> {
         let (d, acl) = (self.dir.path().display(), REDIS_ACL.join(" "));
         words(&format!(
-            "--port 0 --tls-port {port} --tls-cert-file {d}/node.crt --tls-key-file {d}/node.key \
+            "--port 0 --tls-port {port} --tls-cert-file {d}/redis.crt --tls-key-file {d}/redis.key \
              --tls-ca-cert-file {d}/ca.crt --tls-auth-clients yes --tls-replication yes --tls-cluster yes \
              --user default off --user {REDIS_ADMIN} on >{REDIS_ADMIN_PASSWORD} ~* &* +@all \
              --user {REDIS_USER} on >{REDIS_PASSWORD} {acl} --masteruser {REDIS_ADMIN} --masterauth {REDIS_ADMIN_PASSWORD}"
@@ -141,6 +113,15 @@ impl Pki {
         )
     }
 
+    /// Makes `cfg` a worker of a secured Redis (at `worker_url`, as the
+    /// restricted user, its `[redis]` section's other lines kept) and a
+    /// secured broker, as rankflow's users.
+    pub fn secure(&self, cfg: &mut WorkerConfig, worker_url: String) {
+        cfg.redis_url = worker_url;
+        cfg.redis_extra = format!("{}\n{}", cfg.redis_extra, self.redis_worker_section());
+        cfg.extra_kafka_options = self.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
+    }
+
     /// librdkafka options of a client of the secured broker: SASL_SSL with
     /// SCRAM-SHA-512, trusting this CA.
     pub fn kafka_options(&self, user: &str, password: &str) -> Vec<(String, String)> {
@@ -167,8 +148,8 @@ impl TlsEndpoint {
     pub fn start(pki: &Pki, port: u16, target: u16) -> TlsEndpoint {
         let listen = format!(
             "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
-            pki.path("node.crt").display(),
-            pki.path("node.key").display()
+            pki.path("redis.crt").display(),
+            pki.path("redis.key").display()
         );
         let child = Command::new("socat")
             .args([&listen, &format!("TCP:127.0.0.1:{target}")])
