@@ -78,7 +78,6 @@ pub async fn run(settings: Settings) -> i32 {
             Retried::Fatal(e) => {
                 let why = e.refused_connection().unwrap_or_else(|| e.to_string());
                 error!(error = %why, "Cannot connect to Redis; exiting.");
-                eprintln!("rankflow: {why}");
                 return 2;
             }
         };
