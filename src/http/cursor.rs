@@ -23,7 +23,7 @@ pub enum Direction {
 }
 
 impl Direction {
-    /// Its name, in the token and for `read.lua`.
+    /// Its name in the token.
     pub fn name(self) -> &'static str {
         match self {
             Direction::Next => "next",

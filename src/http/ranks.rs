@@ -1,6 +1,6 @@
-//! Ranks from `read.lua`'s replies: the three rank policies of a run of
+//! Ranks from the store's read replies: the three rank policies of a run of
 //! entries, and the entries of a listing (a page, around-me, a friends set).
-//! Pure: no Redis here, only its reply values.
+//! Pure: no Redis here.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::target::RankPolicy;
 use crate::board::Board;
+use crate::store::Listing;
 
 /// The three ranks of one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,27 +60,11 @@ pub(super) fn percentile(total: i64, better: i64) -> f64 {
     (p * 100.0).round() / 100.0
 }
 
-pub(super) fn int(v: Option<&redis::Value>) -> i64 {
-    match v {
-        Some(redis::Value::Int(i)) => *i,
-        Some(other) => redis::from_redis_value::<i64>(other.clone()).unwrap_or(0),
-        None => 0,
-    }
-}
-
-/// A stored score as Redis replies it (a string), exact: stored scores are
-/// integers within 2^53.
-pub(super) fn stored_of(raw: &redis::Value) -> i64 {
-    let stored: f64 = redis::from_redis_value(raw.clone()).unwrap_or(0.0);
-    stored as i64
-}
-
-/// An entry's metadata as `read.lua` answers it (nil: none): the JSON
-/// object it was stored as, passed on as it is (it was written compact by
-/// rankflow itself), not parsed and written again.
-pub(super) fn meta_of(raw: Option<&redis::Value>) -> Option<Box<RawValue>> {
-    let text: String = redis::from_redis_value(raw?.clone()).ok()?;
-    RawValue::from_string(text).ok()
+/// An entry's metadata as the store answers it: the JSON object it was
+/// stored as, passed on as it is (it was written compact by rankflow
+/// itself), not parsed and written again.
+pub(super) fn meta_of(raw: Option<String>) -> Option<Box<RawValue>> {
+    RawValue::from_string(raw?).ok()
 }
 
 /// One entry of a listing.
@@ -129,31 +114,19 @@ pub(super) struct ListingJson<'a> {
     pub entries: Vec<EntryJson<'a>>,
 }
 
-/// A listing reply `{ total, start, better, dense_better, m1, s1, ... }`
-/// (`m1, s1, meta1, ...` on boards that keep metadata): the board's total
-/// and the entries, ranked.
-pub(super) fn listing(board: &Board, with_meta: bool, reply: &[redis::Value]) -> (i64, Vec<Entry>) {
-    let total = int(reply.first());
-    let stride = if with_meta { 3 } else { 2 };
-    let rows: Vec<(String, i64, Option<Box<RawValue>>)> = reply
-        .get(4..)
-        .unwrap_or_default()
-        .chunks(stride)
-        .filter(|p| p.len() == stride)
-        .map(|p| {
-            let meta = if stride == 3 { meta_of(p.get(2)) } else { None };
-            (redis::from_redis_value(p[0].clone()).unwrap_or_default(), stored_of(&p[1]), meta)
-        })
-        .collect();
-    let values: Vec<i64> = rows.iter().map(|(_, s, _)| board.packing().decode(*s)).collect();
-    let ranks = ranks_of_run(int(reply.get(1)), int(reply.get(2)), int(reply.get(3)), &values);
-    let entries = rows
+/// A listing's entries, ranked from its first entry's position and the
+/// members and distinct values strictly better than it.
+pub(super) fn listing(board: &Board, listing: Listing) -> (i64, Vec<Entry>) {
+    let values: Vec<i64> = listing.rows.iter().map(|r| board.packing().decode(r.stored)).collect();
+    let ranks = ranks_of_run(listing.start, listing.better, listing.dense_better, &values);
+    let entries = listing
+        .rows
         .into_iter()
         .zip(values)
         .zip(ranks)
-        .map(|(((member, stored, meta), value), ranks)| Entry { member, stored, value, ranks, meta })
+        .map(|((r, value), ranks)| Entry { member: r.member, stored: r.stored, value, ranks, meta: meta_of(r.meta) })
         .collect();
-    (total, entries)
+    (listing.total, entries)
 }
 
 #[cfg(test)]

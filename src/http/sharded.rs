@@ -21,27 +21,19 @@
 use std::cmp::Ordering;
 
 use futures::future::try_join_all;
-use serde_json::value::RawValue;
 
 use super::cursor::{Cursor, Direction};
-use super::ranks::{int, meta_of, ranks_at, ranks_of_run, stored_of, Entry};
+use super::ranks::{meta_of, ranks_at, ranks_of_run, Entry};
+use super::single::read_at;
 use super::standing::{Friend, Friends, Page, RankOf, Standing};
 use super::target::{Layout, RankPolicy, ShardKeys, Target};
 use super::{ApiError, AppState};
 use crate::board::{shard_of, Order};
+use crate::store::{self, Query, Row, ShardCounted, ShardRows, Sought};
 
 /// One shard's query of `read.lua`.
-async fn call(
-    s: &AppState,
-    t: &Target<'_>,
-    k: &ShardKeys,
-    op: &str,
-    args: &[String],
-) -> Result<Option<Vec<redis::Value>>, ApiError> {
-    s.reader_for(t)?
-        .query(k.keys.read_keys(), op, t.board.order().as_str(), t.board.packing().shift(), args)
-        .await
-        .map_err(ApiError::unavailable)
+async fn call<Q: Query>(s: &AppState, t: &Target<'_>, k: &ShardKeys, q: Q) -> Result<Q::Reply, ApiError> {
+    s.reader_for(t)?.read(&read_at(t, &k.keys), &q).await.map_err(ApiError::unavailable)
 }
 
 /// The target's shards (none on a single key).
@@ -52,18 +44,13 @@ fn shards<'t>(t: &'t Target<'_>) -> &'t [ShardKeys] {
     }
 }
 
-/// The same query on every shard at once (`args` per shard).
-async fn fan(
+/// The same query on every shard at once (made per shard by `query`).
+async fn fan<'k, Q: Query>(
     s: &AppState,
-    t: &Target<'_>,
-    op: &str,
-    args: impl Fn(&ShardKeys) -> Vec<String>,
-) -> Result<Vec<Vec<redis::Value>>, ApiError> {
-    let calls = shards(t).iter().map(|k| {
-        let a = args(k);
-        async move { call(s, t, k, op, &a).await.map(Option::unwrap_or_default) }
-    });
-    try_join_all(calls).await
+    t: &'k Target<'_>,
+    query: impl Fn(&'k ShardKeys) -> Q,
+) -> Result<Vec<Q::Reply>, ApiError> {
+    try_join_all(shards(t).iter().map(|k| call(s, t, k, query(k)))).await
 }
 
 /// A sealed period of a sharded board reads as the unsharded board's does
@@ -93,29 +80,6 @@ async fn versions(s: &AppState, t: &Target<'_>) -> Result<Vec<i64>, ApiError> {
     try_join_all(calls).await
 }
 
-/// An entry read from a shard.
-struct Row {
-    member: String,
-    stored: i64,
-    meta: Option<Box<RawValue>>,
-}
-
-/// `n` rows (all if `None`) of (member, stored, [meta]) from `at` in a reply.
-fn rows(reply: &[redis::Value], at: usize, n: Option<usize>, with_meta: bool) -> (Vec<Row>, usize) {
-    let stride = if with_meta { 3 } else { 2 };
-    let chunks = reply.get(at..).unwrap_or_default().chunks(stride).filter(|c| c.len() == stride);
-    let out: Vec<Row> = chunks
-        .take(n.unwrap_or(usize::MAX))
-        .map(|c| Row {
-            member: redis::from_redis_value(c[0].clone()).unwrap_or_default(),
-            stored: stored_of(&c[1]),
-            meta: if with_meta { meta_of(c.get(2)) } else { None },
-        })
-        .collect();
-    let used = out.len() * stride;
-    (out, at + used)
-}
-
 /// Board order of two rows (see [`Order::entries`]).
 fn board_order(order: Order, a: &Row, b: &Row) -> Ordering {
     order.entries((a.stored, &a.member), (b.stored, &b.member))
@@ -134,28 +98,35 @@ async fn counts(
     t: &Target<'_>,
     asked: &[(i64, i64, &str)],
 ) -> Result<(Vec<(i64, i64, i64)>, Vec<i64>), ApiError> {
-    let replies = fan(s, t, "shard_counts", |k| {
-        let mut a = vec![k.version_key.clone()];
-        for (v, stored, member) in asked {
-            a.extend([v.to_string(), stored.to_string(), member.to_string()]);
-        }
-        a
-    })
-    .await?;
+    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked }).await?;
     let mut out = vec![(0, 0, 0); asked.len()];
     for r in &replies {
-        for (i, o) in out.iter_mut().enumerate() {
-            o.0 += int(r.get(2 + 3 * i));
-            o.1 += int(r.get(3 + 3 * i));
-            o.2 += int(r.get(4 + 3 * i));
+        for (o, c) in out.iter_mut().zip(&r.counts) {
+            (o.0, o.1, o.2) = (o.0 + c.0, o.1 + c.1, o.2 + c.2);
         }
     }
-    Ok((out, vers(&replies)))
+    Ok((out, r_versions(&replies)))
 }
 
-/// The versions at the head of the shards' replies.
-fn vers(replies: &[Vec<redis::Value>]) -> Vec<i64> {
-    replies.iter().map(|r| int(r.first())).collect()
+/// A shard's reply: its version and its total.
+trait ShardReply {
+    fn version(&self) -> i64;
+    fn total(&self) -> i64;
+}
+
+macro_rules! shard_reply {
+    ($($t:ty),*) => {$(
+        impl ShardReply for $t {
+            fn version(&self) -> i64 { self.version }
+            fn total(&self) -> i64 { self.total }
+        }
+    )*};
+}
+shard_reply!(ShardRows, Sought, ShardCounted);
+
+/// The shards' versions their replies carry.
+fn r_versions<R: ShardReply>(replies: &[R]) -> Vec<i64> {
+    replies.iter().map(ShardReply::version).collect()
 }
 
 /// A top-K board (`max_members = K`, `best` only) holds its best K: each
@@ -166,8 +137,8 @@ fn cap(t: &Target<'_>) -> i64 {
     t.board.max_members().map_or(i64::MAX, |k| i64::try_from(k).unwrap_or(i64::MAX))
 }
 
-fn total(replies: &[Vec<redis::Value>]) -> i64 {
-    replies.iter().map(|r| int(r.get(1))).sum()
+fn total<R: ShardReply>(replies: &[R]) -> i64 {
+    replies.iter().map(ShardReply::total).sum()
 }
 
 /// How many members have a better value than the first of `rows`, and the
@@ -187,7 +158,7 @@ fn entries(t: &Target<'_>, start: i64, better: i64, rows: Vec<Row>) -> Vec<Entry
     rows.into_iter()
         .zip(values)
         .zip(ranks)
-        .map(|((r, value), ranks)| Entry { member: r.member, stored: r.stored, value, ranks, meta: r.meta })
+        .map(|((r, value), ranks)| Entry { member: r.member, stored: r.stored, value, ranks, meta: meta_of(r.meta) })
         .collect()
 }
 
@@ -217,103 +188,116 @@ pub(super) async fn top(
             ),
         ));
     }
-    let with_meta = t.board.meta();
-    let (total, start, better, rows, consistent) = match cursor {
-        None => {
-            // A shard's share of the first offset + limit is about share =
-            // (offset + limit) / shards, with a standard deviation under
-            // sqrt(share) when members spread evenly: share + 4 sqrt(share)
-            // + 4 is read first (a shard holds more about once in 10,000
-            // reads), and a shard whose last entry read still falls inside
-            // the merged first offset + limit is read again, to offset + limit.
-            let want = offset + limit;
-            let share = want.div_ceil(shards(t).len());
-            let first = want.min(share + 4 * share.isqrt() + 8);
-            let n = first.to_string();
-            let mut replies = fan(s, t, "shard_top", |k| vec![k.version_key.clone(), n.clone()]).await?;
-            let mut lists: Vec<Vec<Row>> = replies.iter().map(|r| rows(r, 2, None, with_meta).0).collect();
-            if first < want {
-                let mut all: Vec<&Row> = lists.iter().flatten().collect();
-                all.sort_by(|a, b| board_order(t.board.order(), a, b));
-                let again: Vec<usize> = match all.get(want - 1) {
-                    // Fewer than offset + limit in all: every shard was read to its end.
-                    None => Vec::new(),
-                    Some(cut) => (0..lists.len())
-                        .filter(|&i| {
-                            lists[i].len() == first
-                                && lists[i].last().is_some_and(|l| board_order(t.board.order(), l, cut).is_le())
-                        })
-                        .collect(),
-                };
-                let n = want.to_string();
-                let more = try_join_all(again.iter().map(|&i| {
-                    let args = vec![shards(t)[i].version_key.clone(), n.clone()];
-                    async move { call(s, t, &shards(t)[i], "shard_top", &args).await.map(Option::unwrap_or_default) }
-                }))
-                .await?;
-                for (i, r) in again.into_iter().zip(more) {
-                    lists[i] = rows(&r, 2, None, with_meta).0;
-                    // The versions compared are the first read's: a shard that moved in between shows.
-                    replies[i][1] = r.get(1).cloned().unwrap_or(redis::Value::Int(0));
-                }
-            }
-            // Each shard read its first offset + limit entries: every one of
-            // its members with a better value than the page's first entry
-            // (fewer than offset + 1 of them) is among those.
-            let all = merged(t, lists);
-            let packing = t.board.packing();
-            let better = all.get(offset).map_or(0, |first| {
-                let v = packing.decode(first.stored);
-                all.iter().filter(|r| better_value(t, packing.decode(r.stored), v)).count() as i64
-            });
-            let page: Vec<Row> = all.into_iter().skip(offset).take(limit).collect();
-            let consistent = versions(s, t).await? == vers(&replies);
-            (total(&replies), offset as i64, better, page, consistent)
+    let run = match cursor {
+        None => top_at(s, t, offset, limit).await?,
+        Some(c) => top_from(s, t, c, limit).await?,
+    };
+    let total = run.total.min(cap(t));
+    let rows: Vec<Row> = run.rows.into_iter().take((cap(t) - run.start).max(0) as usize).collect();
+    Ok(Page { total, entries: entries(t, run.start, run.better, rows), consistent: Some(run.consistent) })
+}
+
+/// A merged run of entries: the board's total, the first's position, the
+/// members with a better value than it, and whether the shards stood still.
+struct Run {
+    total: i64,
+    start: i64,
+    better: i64,
+    rows: Vec<Row>,
+    consistent: bool,
+}
+
+/// The shards whose first `first` entries read may not hold all of theirs
+/// among the merged first `want`: they read all of theirs and their last
+/// still falls inside those.
+fn short(t: &Target<'_>, lists: &[Vec<Row>], first: usize, want: usize) -> Vec<usize> {
+    let mut all: Vec<&Row> = lists.iter().flatten().collect();
+    all.sort_by(|a, b| board_order(t.board.order(), a, b));
+    // Fewer than `want` in all: every shard was read to its end.
+    let Some(cut) = all.get(want - 1) else { return Vec::new() };
+    (0..lists.len())
+        .filter(|&i| {
+            lists[i].len() == first && lists[i].last().is_some_and(|l| board_order(t.board.order(), l, cut).is_le())
+        })
+        .collect()
+}
+
+/// A page by offset: each shard's first entries, merged.
+async fn top_at(s: &AppState, t: &Target<'_>, offset: usize, limit: usize) -> Result<Run, ApiError> {
+    // A shard's share of the first offset + limit is about share =
+    // (offset + limit) / shards, with a standard deviation under
+    // sqrt(share) when members spread evenly: share + 4 sqrt(share) + 8 is
+    // read first (a shard holds more about once in 10,000 reads), and a
+    // shard whose last entry read still falls inside the merged first
+    // offset + limit is read again, to offset + limit.
+    let want = offset + limit;
+    let share = want.div_ceil(shards(t).len());
+    let first = want.min(share + 4 * share.isqrt() + 8);
+    let mut replies = fan(s, t, |k| store::ShardTop { versions: &k.version_key, n: first }).await?;
+    let mut lists: Vec<Vec<Row>> = replies.iter_mut().map(|r| std::mem::take(&mut r.rows)).collect();
+    if first < want {
+        let again = short(t, &lists, first, want);
+        let more = try_join_all(again.iter().map(|&i| {
+            let k = &shards(t)[i];
+            call(s, t, k, store::ShardTop { versions: &k.version_key, n: want })
+        }))
+        .await?;
+        for (i, r) in again.into_iter().zip(more) {
+            // The versions compared are the first read's: a shard that moved in between shows.
+            (lists[i], replies[i].total) = (r.rows, r.total);
         }
-        Some(c) => {
-            let (after, before_n) = match c.direction {
-                Direction::Next => (limit, 0),
-                Direction::Prev => (0, limit),
-            };
-            let replies = fan(s, t, "shard_seek", |k| {
-                vec![
-                    k.version_key.clone(),
-                    c.stored.to_string(),
-                    c.member.clone(),
-                    after.to_string(),
-                    before_n.to_string(),
-                ]
-            })
-            .await?;
-            let at: i64 = replies.iter().map(|r| int(r.get(2)) + int(r.get(3))).sum();
-            let mut afters = Vec::new();
-            let mut befores = Vec::new();
-            for r in &replies {
-                let n_after = int(r.get(4)).max(0) as usize;
-                let (a, next) = rows(r, 5, Some(n_after), with_meta);
-                afters.push(a);
-                befores.push(rows(r, next, None, with_meta).0);
-            }
-            let (start, page): (i64, Vec<Row>) = match c.direction {
-                Direction::Next => (at, merged(t, afters).into_iter().take(limit).collect()),
-                Direction::Prev => {
-                    let all = merged(t, befores);
-                    let skip = all.len().saturating_sub(limit);
-                    // Entries before the key: the cursor's own entry, if present, is not among them.
-                    let present: i64 = replies.iter().map(|r| int(r.get(3))).sum();
-                    (at - present - (all.len() - skip) as i64, all.into_iter().skip(skip).collect())
-                }
-            };
-            let (better, consistent) = match better_than_first(s, t, &page).await? {
-                Some((better, later)) => (better, later == vers(&replies)),
-                None => (0, versions(s, t).await? == vers(&replies)),
-            };
-            (total(&replies), start, better, page, consistent)
+    }
+    // Each shard read its first offset + limit entries: every one of its
+    // members with a better value than the page's first entry (fewer than
+    // offset + 1 of them) is among those.
+    let all = merged(t, lists);
+    let packing = t.board.packing();
+    let better = all.get(offset).map_or(0, |first| {
+        let v = packing.decode(first.stored);
+        all.iter().filter(|r| better_value(t, packing.decode(r.stored), v)).count() as i64
+    });
+    let rows: Vec<Row> = all.into_iter().skip(offset).take(limit).collect();
+    let consistent = versions(s, t).await? == r_versions(&replies);
+    Ok(Run { total: total(&replies), start: offset as i64, better, rows, consistent })
+}
+
+/// The shards' entries after a seek, and those before it, each merged.
+fn split(t: &Target<'_>, replies: &mut [Sought]) -> (Vec<Row>, Vec<Row>) {
+    let afters = replies.iter_mut().map(|r| std::mem::take(&mut r.after_rows)).collect();
+    let befores = replies.iter_mut().map(|r| std::mem::take(&mut r.before_rows)).collect();
+    (merged(t, afters), merged(t, befores))
+}
+
+/// A page from a cursor: each shard's entries next to its key, merged.
+async fn top_from(s: &AppState, t: &Target<'_>, c: &Cursor, limit: usize) -> Result<Run, ApiError> {
+    let (after, before) = match c.direction {
+        Direction::Next => (limit, 0),
+        Direction::Prev => (0, limit),
+    };
+    let mut replies = fan(s, t, |k| store::ShardSeek {
+        versions: &k.version_key,
+        stored: c.stored,
+        member: &c.member,
+        after,
+        before,
+    })
+    .await?;
+    let at: i64 = replies.iter().map(|r| r.before + i64::from(r.present)).sum();
+    let (afters, befores) = split(t, &mut replies);
+    let (start, rows): (i64, Vec<Row>) = match c.direction {
+        Direction::Next => (at, afters.into_iter().take(limit).collect()),
+        Direction::Prev => {
+            let skip = befores.len().saturating_sub(limit);
+            // Entries before the key: the cursor's own entry, if present, is not among them.
+            let present: i64 = replies.iter().map(|r| i64::from(r.present)).sum();
+            (at - present - (befores.len() - skip) as i64, befores.into_iter().skip(skip).collect())
         }
     };
-    let total = total.min(cap(t));
-    let rows: Vec<Row> = rows.into_iter().take((cap(t) - start).max(0) as usize).collect();
-    Ok(Page { total, entries: entries(t, start, better, rows), consistent: Some(consistent) })
+    let (better, consistent) = match better_than_first(s, t, &rows).await? {
+        Some((better, later)) => (better, later == r_versions(&replies)),
+        None => (0, versions(s, t).await? == r_versions(&replies)),
+    };
+    Ok(Run { total: total(&replies), start, better, rows, consistent })
 }
 
 /// The shard holding `player`.
@@ -322,41 +306,32 @@ fn owner<'t>(t: &'t Target<'_>, player: &str) -> &'t ShardKeys {
     &shards[shard_of(player, shards.len() as u32) as usize]
 }
 
-/// A player's entry as their shard holds it: (stored, meta, hidden).
-async fn find(
-    s: &AppState,
-    t: &Target<'_>,
-    player: &str,
-) -> Result<Option<(i64, Option<Box<RawValue>>, bool)>, ApiError> {
-    let Some(reply) = call(s, t, owner(t, player), "player", &[player.to_string()]).await? else {
-        return Ok(None);
-    };
-    Ok(Some((reply.get(4).map(stored_of).unwrap_or(0), meta_of(reply.get(5)), int(reply.get(6)) == 1)))
+/// A player's entry as their shard holds it.
+async fn find(s: &AppState, t: &Target<'_>, player: &str) -> Result<Option<store::Found>, ApiError> {
+    call(s, t, owner(t, player), store::Player { member: player }).await
 }
 
 /// A player's standing; `None` if they are not on the board (or past a top-K board's K).
 pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Option<Standing>, ApiError> {
     let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
-    let Some((stored, meta, hidden)) = found else {
+    let Some(found) = found else {
         return Ok(None);
     };
-    let value = t.board.packing().decode(stored);
-    let replies = fan(s, t, "shard_counts", |k| {
-        vec![k.version_key.clone(), value.to_string(), stored.to_string(), player_id.to_string()]
-    })
-    .await?;
-    let position: i64 = replies.iter().map(|r| int(r.get(4))).sum();
+    let value = t.board.packing().decode(found.stored);
+    let asked = [(value, found.stored, player_id)];
+    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked: &asked }).await?;
+    let position: i64 = replies.iter().map(|r| r.counts[0].2).sum();
     if position >= cap(t) {
         return Ok(None);
     }
-    let better: i64 = replies.iter().map(|r| int(r.get(2))).sum();
+    let better: i64 = replies.iter().map(|r| r.counts[0].0).sum();
     Ok(Some(Standing {
-        total: (total(&replies) + i64::from(hidden)).min(cap(t)),
+        total: (total(&replies) + i64::from(found.hidden)).min(cap(t)),
         ranks: ranks_at(position, better, 0),
         score: value,
-        meta,
-        hidden,
-        consistent: Some(vers(&replies) == before),
+        meta: meta_of(found.meta),
+        hidden: found.hidden,
+        consistent: Some(r_versions(&replies) == before),
     }))
 }
 
@@ -369,33 +344,29 @@ pub(super) async fn around(
 ) -> Result<Option<Page>, ApiError> {
     let (before, found) = tokio::try_join!(versions(s, t), find(s, t, player_id))?;
     // A hidden player is not on the board others read: no window around them.
-    let Some((stored, meta, false)) = found else {
+    let Some(found) = found.filter(|f| !f.hidden) else {
         return Ok(None);
     };
-    let with_meta = t.board.meta();
-    let reach = (2 * radius).to_string();
-    let replies = fan(s, t, "shard_seek", |k| {
-        vec![k.version_key.clone(), stored.to_string(), player_id.to_string(), reach.clone(), reach.clone()]
+    let reach = 2 * radius;
+    let mut replies = fan(s, t, |k| store::ShardSeek {
+        versions: &k.version_key,
+        stored: found.stored,
+        member: player_id,
+        after: reach,
+        before: reach,
     })
     .await?;
     let total = total(&replies).min(cap(t));
-    let position: i64 = replies.iter().map(|r| int(r.get(2))).sum();
+    let position: i64 = replies.iter().map(|r| r.before).sum();
     if position >= cap(t) {
         return Ok(None);
     }
-    let (mut afters, mut befores) = (Vec::new(), Vec::new());
-    for r in &replies {
-        let n_after = int(r.get(4)).max(0) as usize;
-        let (a, next) = rows(r, 5, Some(n_after), with_meta);
-        afters.push(a);
-        befores.push(rows(r, next, None, with_meta).0);
-    }
-    let befores = merged(t, befores);
-    let keep = befores.len().min(2 * radius);
+    let (afters, befores) = split(t, &mut replies);
+    let keep = befores.len().min(reach);
     let first_at = position - keep as i64;
     let mut window: Vec<Row> = befores.into_iter().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
-    window.push(Row { member: player_id.to_string(), stored, meta });
-    window.extend(merged(t, afters).into_iter().take(2 * radius));
+    window.push(Row { member: player_id.to_string(), stored: found.stored, meta: found.meta });
+    window.extend(afters.into_iter().take(reach));
     // As the unsharded read: [p - r, p + r], moved off an edge when filling.
     let r = radius as i64;
     let (mut start, mut stop) = (position - r, position + r);
@@ -415,8 +386,8 @@ pub(super) async fn around(
         .map(|(_, row)| row)
         .collect();
     let (better, consistent) = match better_than_first(s, t, &rows).await? {
-        Some((better, later)) => (better, later == before && vers(&replies) == before),
-        None => (0, vers(&replies) == before),
+        Some((better, later)) => (better, later == before && r_versions(&replies) == before),
+        None => (0, r_versions(&replies) == before),
     };
     Ok(Some(Page { total, entries: entries(t, start, better, rows), consistent: Some(consistent) }))
 }
@@ -429,28 +400,25 @@ pub(super) async fn players(
     policy: RankPolicy,
 ) -> Result<Friends, ApiError> {
     let before = versions(s, t).await?;
-    let with_meta = t.board.meta();
-    let stride = if with_meta { 3 } else { 2 };
     // Each shard is asked for the players it holds.
-    let replies = fan(s, t, "players", |k| {
-        let mut a = vec!["competition".to_string()];
-        a.extend(ids.iter().filter(|p| std::ptr::eq(owner(t, p), k)).cloned());
-        a
-    })
+    let mine: Vec<Vec<String>> =
+        shards(t).iter().map(|k| ids.iter().filter(|p| std::ptr::eq(owner(t, p), k)).cloned().collect()).collect();
+    let replies = try_join_all(
+        shards(t).iter().zip(&mine).map(|(k, m)| call(s, t, k, store::Players { policy: "competition", members: m })),
+    )
     .await?;
     let mut found = Vec::new();
-    for (k, reply) in shards(t).iter().zip(&replies) {
-        let mine = ids.iter().filter(|p| std::ptr::eq(owner(t, p), k));
-        for (id, row) in mine.zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
-            if !matches!(row[0], redis::Value::Nil) {
-                found.push((id.clone(), stored_of(&row[0]), meta_of(row.get(2))));
+    for (m, reply) in mine.iter().zip(&replies) {
+        for (id, row) in m.iter().zip(&reply.rows) {
+            if let Some(row) = row {
+                found.push((id.clone(), row.stored, row.meta.clone()));
             }
         }
     }
     let packing = t.board.packing();
     let asked: Vec<(i64, i64, &str)> = found.iter().map(|f| (packing.decode(f.1), f.1, f.0.as_str())).collect();
     let (sums, later) = counts(s, t, &asked).await?;
-    let total: i64 = replies.iter().map(|r| int(r.first())).sum::<i64>().min(cap(t));
+    let total: i64 = replies.iter().map(|r| r.total).sum::<i64>().min(cap(t));
     let rows: Vec<_> = found
         .into_iter()
         .zip(sums)
@@ -460,7 +428,7 @@ pub(super) async fn players(
                 RankPolicy::Competition => better + 1,
                 _ => before + 1,
             };
-            Friend { member: id, stored, rank, meta }
+            Friend { member: id, stored, rank, meta: meta_of(meta) }
         })
         .collect();
     let not_found: Vec<String> =
@@ -470,12 +438,11 @@ pub(super) async fn players(
 
 /// The counts a value would rank by (no dense ranks on a sharded board).
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<RankOf, ApiError> {
-    let replies =
-        fan(s, t, "shard_counts", |k| vec![k.version_key.clone(), value.to_string(), "0".into(), String::new()])
-            .await?;
-    let better = replies.iter().map(|r| int(r.get(2))).sum::<i64>().min(cap(t));
-    let better_or_equal = replies.iter().map(|r| int(r.get(3))).sum::<i64>().min(cap(t));
-    let consistent = versions(s, t).await? == vers(&replies);
+    let asked = [(value, 0, "")];
+    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked: &asked }).await?;
+    let better = replies.iter().map(|r| r.counts[0].0).sum::<i64>().min(cap(t));
+    let better_or_equal = replies.iter().map(|r| r.counts[0].1).sum::<i64>().min(cap(t));
+    let consistent = versions(s, t).await? == r_versions(&replies);
     Ok(RankOf {
         total: total(&replies).min(cap(t)),
         better,

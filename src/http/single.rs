@@ -1,28 +1,26 @@
 //! Reads of a board whose period is one sorted set: each read is one call
 //! of `read.lua`, so it describes one instant.
 
-use super::cursor::Cursor;
-use super::ranks::{int, listing, meta_of, ranks_at, stored_of};
+use super::cursor::{Cursor, Direction};
+use super::ranks::{listing, meta_of, ranks_at};
 use super::standing::{Friend, Friends, Page, RankOf, Standing};
 use super::target::{PeriodKeys, RankPolicy, Target};
 use super::{ApiError, AppState};
+use crate::board::Order;
+use crate::store::{self, Query, ReadAt};
 
-/// Runs one query of `read.lua` on the period's keys.
-async fn query<T: redis::FromRedisValue>(
-    s: &AppState,
-    t: &Target<'_>,
-    keys: &PeriodKeys,
-    op: &str,
-    args: &[String],
-) -> Result<T, ApiError> {
-    s.reader_for(t)?
-        .query(keys.read_keys(), op, t.board.order().as_str(), t.board.packing().shift(), args)
-        .await
-        .map_err(ApiError::unavailable)
+/// Where a read of the target's period reads: its keys, order and packing.
+pub(super) fn read_at<'k>(t: &Target<'_>, keys: &'k PeriodKeys) -> ReadAt<'k> {
+    ReadAt { keys: keys.read_keys(), desc: t.board.order() == Order::Desc, shift: t.board.packing().shift() }
 }
 
-fn page(t: &Target<'_>, keys: &PeriodKeys, reply: &[redis::Value]) -> Page {
-    let (total, entries) = listing(t.board, keys.meta_key.is_some(), reply);
+/// Runs one query of `read.lua` on the period's keys.
+async fn query<Q: Query>(s: &AppState, t: &Target<'_>, keys: &PeriodKeys, q: Q) -> Result<Q::Reply, ApiError> {
+    s.reader_for(t)?.read(&read_at(t, keys), &q).await.map_err(ApiError::unavailable)
+}
+
+fn page(t: &Target<'_>, l: store::Listing) -> Page {
+    let (total, entries) = listing(t.board, l);
     Page { total, entries, consistent: None }
 }
 
@@ -35,14 +33,14 @@ pub(super) async fn top(
     offset: usize,
     limit: usize,
 ) -> Result<Page, ApiError> {
-    let reply: Vec<redis::Value> = match cursor {
-        None => query(s, t, keys, "top", &[offset.to_string(), limit.to_string()]).await?,
+    let l = match cursor {
+        None => query(s, t, keys, store::Top { offset, limit }).await?,
         Some(c) => {
-            let args = [c.stored.to_string(), c.member.clone(), limit.to_string(), c.direction.name().to_string()];
-            query(s, t, keys, "page", &args).await?
+            let next = c.direction == Direction::Next;
+            query(s, t, keys, store::Page { stored: c.stored, member: &c.member, limit, next }).await?
         }
     };
-    Ok(page(t, keys, &reply))
+    Ok(page(t, l))
 }
 
 /// A player's standing; `None` if they are not on the board.
@@ -52,15 +50,13 @@ pub(super) async fn player(
     keys: &PeriodKeys,
     player_id: &str,
 ) -> Result<Option<Standing>, ApiError> {
-    let reply: Option<Vec<redis::Value>> = query(s, t, keys, "player", &[player_id.to_string()]).await?;
-    let Some(reply) = reply else { return Ok(None) };
-    let hidden = int(reply.get(6)) == 1;
+    let Some(f) = query(s, t, keys, store::Player { member: player_id }).await? else { return Ok(None) };
     Ok(Some(Standing {
-        total: int(reply.first()) + i64::from(hidden),
-        ranks: ranks_at(int(reply.get(1)), int(reply.get(2)), int(reply.get(3))),
-        score: reply.get(4).map(|v| t.board.packing().decode(stored_of(v))).unwrap_or(0),
-        meta: meta_of(reply.get(5)),
-        hidden,
+        total: f.total + i64::from(f.hidden),
+        ranks: ranks_at(f.position, f.better, f.dense_better),
+        score: t.board.packing().decode(f.stored),
+        meta: meta_of(f.meta),
+        hidden: f.hidden,
         consistent: None,
     }))
 }
@@ -74,9 +70,8 @@ pub(super) async fn around(
     radius: usize,
     fill: bool,
 ) -> Result<Option<Page>, ApiError> {
-    let args = [player_id.to_string(), radius.to_string(), if fill { "1" } else { "0" }.to_string()];
-    let reply: Option<Vec<redis::Value>> = query(s, t, keys, "around", &args).await?;
-    Ok(reply.map(|reply| page(t, keys, &reply)))
+    let reply = query(s, t, keys, store::Around { member: player_id, radius, fill }).await?;
+    Ok(reply.map(|l| page(t, l)))
 }
 
 /// A friends read: the named players' ranks under `policy`.
@@ -87,35 +82,26 @@ pub(super) async fn players(
     ids: Vec<String>,
     policy: RankPolicy,
 ) -> Result<Friends, ApiError> {
-    let mut args = vec![policy.name().to_string()];
-    args.extend(ids.iter().cloned());
-    let reply: Vec<redis::Value> = query(s, t, keys, "players", &args).await?;
-    let stride = if keys.meta_key.is_some() { 3 } else { 2 };
+    let reply = query(s, t, keys, store::Players { policy: policy.name(), members: &ids }).await?;
     let mut found = Vec::new();
     let mut not_found = Vec::new();
-    for (id, row) in ids.into_iter().zip(reply.get(1..).unwrap_or_default().chunks(stride)) {
-        if matches!(row[0], redis::Value::Nil) {
-            not_found.push(id);
-        } else {
-            found.push(Friend {
-                member: id,
-                stored: stored_of(&row[0]),
-                rank: int(row.get(1)) + 1,
-                meta: meta_of(row.get(2)),
-            });
+    for (id, row) in ids.into_iter().zip(reply.rows) {
+        match row {
+            None => not_found.push(id),
+            Some(r) => found.push(Friend { member: id, stored: r.stored, rank: r.count + 1, meta: meta_of(r.meta) }),
         }
     }
-    Ok(Friends { total: int(reply.first()), found, not_found, consistent: None })
+    Ok(Friends { total: reply.total, found, not_found, consistent: None })
 }
 
 /// The counts a value would rank by.
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, keys: &PeriodKeys, value: i64) -> Result<RankOf, ApiError> {
-    let reply: Vec<redis::Value> = query(s, t, keys, "rank_of", &[value.to_string()]).await?;
+    let c = query(s, t, keys, store::RankOf { value }).await?;
     Ok(RankOf {
-        total: int(reply.first()),
-        better: int(reply.get(1)),
-        better_or_equal: int(reply.get(2)),
-        dense_better: int(reply.get(3)),
+        total: c.total,
+        better: c.better,
+        better_or_equal: c.better_or_equal,
+        dense_better: c.dense_better,
         consistent: None,
     })
 }

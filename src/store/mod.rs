@@ -31,6 +31,7 @@ mod msgpack;
 mod operator;
 mod prepared;
 mod protocol;
+mod queries;
 mod reads;
 mod registry;
 mod scripts;
@@ -49,6 +50,10 @@ pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
 pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
+pub use queries::{
+    Around, Counted, Found, Listing, Page, Player, Players, PlayersFound, Query, RankOf, ReadAt, Row, ShardCounted,
+    ShardCounts, ShardRows, ShardSeek, ShardTop, Sought, Top, ValueCounts,
+};
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};

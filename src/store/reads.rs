@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use super::queries::{Query, ReadAt};
 use super::{RedisConn, StoreError};
 use crate::keys;
 
@@ -132,37 +133,34 @@ impl Reader {
         read(self.conn.clone()).await.map_err(read_failed)
     }
 
-    /// One query of `read.lua` (see its header): `op`, the board's order
-    /// (`desc` or `asc`) and score packing `shift`, then the op's arguments.
-    /// Sent as `EVALSHA_RO`, which a replica runs and a cluster routes to a
-    /// replica; a node without the script gets it with `EVAL_RO` once.
-    pub async fn query<T: redis::FromRedisValue>(
-        &self,
-        keys: ReadKeys<'_>,
-        op: &str,
-        order: &str,
-        shift: i64,
-        args: &[String],
-    ) -> Result<T, StoreError> {
+    /// One query of `read.lua` (see its header and [`super::queries`]) on
+    /// one period: sent as `EVALSHA_RO`, which a replica runs and a cluster
+    /// routes to a replica; a node without the script gets it with
+    /// `EVAL_RO` once. A reply of another shape is a [`StoreError::Reply`].
+    pub async fn read<Q: Query>(&self, at: &ReadAt<'_>, query: &Q) -> Result<Q::Reply, StoreError> {
         let lua = &*super::scripts::READ;
+        let keys = at.keys;
         let mut key_list = vec![keys.key, keys.dense_key, keys.shadow_key];
         key_list.extend(keys.meta_key);
+        let (order, args) = (if at.desc { "desc" } else { "asc" }, query.args());
         let call = |cmd: &str, body: &str| {
             let mut c = redis::cmd(cmd);
-            c.arg(body).arg(key_list.len()).arg(&key_list).arg(op).arg(order).arg(shift).arg(args);
+            c.arg(body).arg(key_list.len()).arg(&key_list).arg(Q::OP).arg(order).arg(at.shift).arg(&args);
             c
         };
         let call = &call;
-        self.run(|mut conn| async move {
-            match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
-                // The script's source goes only to a node that lacks it.
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    call("EVAL_RO", &lua.source).query_async(&mut conn).await
+        let reply: redis::Value = self
+            .run(|mut conn| async move {
+                match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
+                    // The script's source goes only to a node that lacks it.
+                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        call("EVAL_RO", &lua.source).query_async(&mut conn).await
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        })
-        .await
+            })
+            .await?;
+        query.parse(reply, keys.meta_key.is_some()).map_err(super::queries::bad_reply)
     }
 
     /// `PING`, for readiness (the primary's).
