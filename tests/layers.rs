@@ -216,6 +216,23 @@ fn only_store_sends_redis_commands() {
     assert!(offenders.is_empty(), "Redis called outside store (add a typed call to store instead): {offenders:?}");
 }
 
+#[test]
+fn only_store_reads_redis_replies() {
+    // A script's reply is taken apart in `store`, by a parser per op; the
+    // rest of the crate sees typed values only.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let reads = ["redis::Value", "from_redis_value", "FromRedisValue"];
+    let mut offenders = BTreeSet::new();
+    for f in rust_files(&root.join("src")) {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if !rel.starts_with("src/store/") && reads.iter().any(|r| text.contains(r)) {
+            offenders.insert(rel);
+        }
+    }
+    assert!(offenders.is_empty(), "Redis replies read outside store (parse them in store): {offenders:?}");
+}
+
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

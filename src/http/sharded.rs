@@ -114,15 +114,32 @@ trait ShardReply {
     fn total(&self) -> i64;
 }
 
-macro_rules! shard_reply {
-    ($($t:ty),*) => {$(
-        impl ShardReply for $t {
-            fn version(&self) -> i64 { self.version }
-            fn total(&self) -> i64 { self.total }
-        }
-    )*};
+impl ShardReply for ShardRows {
+    fn version(&self) -> i64 {
+        self.version
+    }
+    fn total(&self) -> i64 {
+        self.total
+    }
 }
-shard_reply!(ShardRows, Sought, ShardCounted);
+
+impl ShardReply for Sought {
+    fn version(&self) -> i64 {
+        self.version
+    }
+    fn total(&self) -> i64 {
+        self.total
+    }
+}
+
+impl ShardReply for ShardCounted {
+    fn version(&self) -> i64 {
+        self.version
+    }
+    fn total(&self) -> i64 {
+        self.total
+    }
+}
 
 /// The shards' versions their replies carry.
 fn r_versions<R: ShardReply>(replies: &[R]) -> Vec<i64> {

@@ -43,7 +43,7 @@ use crate::kafka::producer::KafkaProducer;
 use crate::keys;
 use crate::metrics;
 use crate::period::PeriodError;
-use crate::store::{Store, StoreError};
+use crate::store::{Claim, Store, StoreError};
 pub use crate::watermarks::Watermarks;
 use rdkafka::error::KafkaError;
 
@@ -125,27 +125,12 @@ impl Job {
     }
 }
 
-/// One call of `sched.lua`: `op`, then its arguments (see the script's header).
-async fn sched_call(store: &Store, prefix: &str, args: Vec<String>) -> Result<redis::Value, JobError> {
-    Ok(store.sched(prefix, &args).await?)
-}
-
-/// `op` followed by `name, number` pairs.
-fn pairs_args<'a>(op: &str, pairs: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Vec<String> {
-    let mut args = vec![op.to_string()];
-    for (name, n) in pairs {
-        args.push(name.clone());
-        args.push(n.to_string());
-    }
-    args
-}
-
 /// Writes watermarks (raising only) in one call.
 pub async fn write_watermarks(store: &Store, prefix: &str, marks: &HashMap<String, i64>) -> Result<(), JobError> {
     if marks.is_empty() {
         return Ok(());
     }
-    sched_call(store, prefix, pairs_args("watermark", marks)).await.map(|_| ())
+    Ok(store.sched_watermarks(prefix, marks).await?)
 }
 
 /// Adds jobs that are neither due nor claimed already.
@@ -153,12 +138,14 @@ pub async fn enqueue(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Res
     if jobs.is_empty() {
         return Ok(());
     }
-    sched_call(store, prefix, pairs_args("enqueue", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
+    store.sched_enqueue(prefix, jobs).await?;
+    Ok(())
 }
 
 /// Makes jobs due by the times given at the latest (`rankflow close`).
 pub async fn advance(store: &Store, prefix: &str, jobs: &[(String, i64)]) -> Result<(), JobError> {
-    sched_call(store, prefix, pairs_args("advance", jobs.iter().map(|(j, at)| (j, at)))).await.map(|_| ())
+    store.sched_advance(prefix, jobs).await?;
+    Ok(())
 }
 
 /// The jobs a batch's writes need, remembered so that each is sent once a
@@ -286,12 +273,13 @@ impl Scheduler<'_> {
                     continue;
                 }
             };
-            for (text, token) in claimed {
+            for claim in claimed {
+                let text = &claim.job;
                 if cancel.is_cancelled() {
                     // The claim lapses and another worker (or this one, restarted) takes it.
                     break;
                 }
-                let job = Job::decode(&text);
+                let job = Job::decode(text);
                 let next = match &job {
                     None => {
                         warn!(job = %text, "Dropping a job this version cannot read.");
@@ -320,7 +308,7 @@ impl Scheduler<'_> {
                 if let Some(job) = &job {
                     metrics::get().jobs.with_label_values(&[job.kind(), outcome]).inc();
                 }
-                match self.finish(&text, &token, next_due).await {
+                match self.store.sched_finish(self.router.prefix(), &claim, next_due).await {
                     Ok(true) => {}
                     Ok(false) => info!(job = %text, "The job's claim lapsed and another worker took it over."),
                     Err(e) => {
@@ -332,24 +320,9 @@ impl Scheduler<'_> {
         info!("Scheduler stopped.");
     }
 
-    async fn claim(&self) -> Result<Vec<(String, String)>, JobError> {
-        let lease = self.settings.sealing.lease.as_millis().to_string();
-        let v = sched_call(self.store, self.router.prefix(), vec!["claim".into(), lease, "16".into()]).await?;
-        let flat: Vec<String> = redis::from_redis_value(v)
-            .map_err(|e| JobError::BadReply { script: "sched.lua claim", got: e.to_string() })?;
-        Ok(flat.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect())
-    }
-
-    async fn finish(&self, job: &str, token: &str, next_due: i64) -> Result<bool, JobError> {
-        let v = sched_call(
-            self.store,
-            self.router.prefix(),
-            vec!["finish".into(), job.into(), token.into(), next_due.to_string()],
-        )
-        .await?;
-        let n: i64 = redis::from_redis_value(v)
-            .map_err(|e| JobError::BadReply { script: "sched.lua finish", got: e.to_string() })?;
-        Ok(n == 1)
+    async fn claim(&self) -> Result<Vec<Claim>, JobError> {
+        let lease = self.settings.sealing.lease.as_millis();
+        Ok(self.store.sched_claim(self.router.prefix(), lease, 16).await?)
     }
 
     fn board_of(&self, base: &str) -> Result<&Board, JobError> {

@@ -1,11 +1,10 @@
-//! The scheduler's scripts, run for it: `sched.lua` (due jobs, claims and
-//! watermarks, under `{.sched}`), `seal.lua` (a period's seal on one tag)
+//! The scheduler's scripts on a board's tag, run for it: `seal.lua` (a period's seal on one tag)
 //! and `roll.lua` (one step of a rolling board's build). The scheduler
 //! builds their keys and arguments and reads their replies; each script's
 //! header says what they are.
 
 use super::msgpack::{self, MapWriter};
-use super::scripts::{Lua, ROLL, SCHED, SEAL};
+use super::scripts::{Lua, ROLL, SEAL};
 use super::{Store, StoreError};
 use crate::keys;
 /// What one step of a refresh did.
@@ -183,12 +182,6 @@ impl Store {
         self.eval(lua, keys, args).await?.map_err(|source| {
             StoreError::from_script(about, source, |source| StoreError::Script { base: about.into(), source })
         })
-    }
-
-    /// One call of `sched.lua` under `prefix`: `args` is its op and the op's arguments.
-    pub async fn sched(&self, prefix: &str, args: &[String]) -> Result<redis::Value, StoreError> {
-        let (due, lease, wm) = keys::sched_keys(prefix);
-        self.script(&SCHED, &[due, lease, wm], args).await
     }
 
     /// `seal.lua` on one tag (a board's, or one shard's): seals the period

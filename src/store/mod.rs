@@ -34,6 +34,7 @@ mod protocol;
 mod queries;
 mod reads;
 mod registry;
+mod sched;
 mod scripts;
 mod send;
 mod sizer;
@@ -55,6 +56,7 @@ pub use queries::{
     ShardCounts, ShardRows, ShardSeek, ShardTop, Sought, Top, ValueCounts,
 };
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
+pub use sched::Claim;
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};
 pub use writer::{Observer, Writer, WriterSettings, Written};
