@@ -26,31 +26,27 @@ use super::cursor::{Cursor, Direction};
 use super::ranks::{meta_of, ranks_at, ranks_of_run, Entry};
 use super::single::read_at;
 use super::standing::{Friend, Friends, Page, RankOf, Standing};
-use super::target::{Layout, RankPolicy, ShardKeys, Target};
+use super::target::{Layout, PeriodKeys, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::{shard_of, Order};
 use crate::store::{self, Query, Row, ShardCounted, ShardRows, Sought};
 
 /// One shard's query of `read.lua`.
-async fn call<Q: Query>(s: &AppState, t: &Target<'_>, k: &ShardKeys, q: Q) -> Result<Q::Reply, ApiError> {
-    s.reader_for(t)?.read(&read_at(t, &k.keys), &q).await.map_err(ApiError::unavailable)
+async fn call<Q: Query>(s: &AppState, t: &Target<'_>, k: &PeriodKeys, q: &Q) -> Result<Q::Reply, ApiError> {
+    s.reader_for(t)?.read(&read_at(t, k), q).await.map_err(ApiError::unavailable)
 }
 
 /// The target's shards (none on a single key).
-fn shards<'t>(t: &'t Target<'_>) -> &'t [ShardKeys] {
+fn shards<'t>(t: &'t Target<'_>) -> &'t [PeriodKeys] {
     match &t.layout {
         Layout::Sharded { shards, .. } => shards,
         Layout::Single(_) => &[],
     }
 }
 
-/// The same query on every shard at once (made per shard by `query`).
-async fn fan<'k, Q: Query>(
-    s: &AppState,
-    t: &'k Target<'_>,
-    query: impl Fn(&'k ShardKeys) -> Q,
-) -> Result<Vec<Q::Reply>, ApiError> {
-    try_join_all(shards(t).iter().map(|k| call(s, t, k, query(k)))).await
+/// The same query on every shard at once.
+async fn fan<Q: Query>(s: &AppState, t: &Target<'_>, q: Q) -> Result<Vec<Q::Reply>, ApiError> {
+    try_join_all(shards(t).iter().map(|k| call(s, t, k, &q))).await
 }
 
 /// A sealed period of a sharded board reads as the unsharded board's does
@@ -64,7 +60,7 @@ pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Targe
     let sealed = reader.has_field(hash, field).await.map_err(ApiError::unavailable)?;
     if !sealed {
         for k in shards {
-            k.keys.make_absent();
+            k.make_absent();
         }
     }
     Ok(t)
@@ -98,7 +94,7 @@ async fn counts(
     t: &Target<'_>,
     asked: &[(i64, i64, &str)],
 ) -> Result<(Vec<(i64, i64, i64)>, Vec<i64>), ApiError> {
-    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked }).await?;
+    let replies = fan(s, t, store::ShardCounts { asked }).await?;
     let mut out = vec![(0, 0, 0); asked.len()];
     for r in &replies {
         for (o, c) in out.iter_mut().zip(&r.counts) {
@@ -250,13 +246,13 @@ async fn top_at(s: &AppState, t: &Target<'_>, offset: usize, limit: usize) -> Re
     let want = offset + limit;
     let share = want.div_ceil(shards(t).len());
     let first = want.min(share + 4 * share.isqrt() + 8);
-    let mut replies = fan(s, t, |k| store::ShardTop { versions: &k.version_key, n: first }).await?;
+    let mut replies = fan(s, t, store::ShardTop { n: first }).await?;
     let mut lists: Vec<Vec<Row>> = replies.iter_mut().map(|r| std::mem::take(&mut r.rows)).collect();
     if first < want {
         let again = short(t, &lists, first, want);
         let more = try_join_all(again.iter().map(|&i| {
             let k = &shards(t)[i];
-            call(s, t, k, store::ShardTop { versions: &k.version_key, n: want })
+            async move { call(s, t, k, &store::ShardTop { n: want }).await }
         }))
         .await?;
         for (i, r) in again.into_iter().zip(more) {
@@ -291,14 +287,7 @@ async fn top_from(s: &AppState, t: &Target<'_>, c: &Cursor, limit: usize) -> Res
         Direction::Next => (limit, 0),
         Direction::Prev => (0, limit),
     };
-    let mut replies = fan(s, t, |k| store::ShardSeek {
-        versions: &k.version_key,
-        stored: c.stored,
-        member: &c.member,
-        after,
-        before,
-    })
-    .await?;
+    let mut replies = fan(s, t, store::ShardSeek { stored: c.stored, member: &c.member, after, before }).await?;
     let at: i64 = replies.iter().map(|r| r.before + i64::from(r.present)).sum();
     let (afters, befores) = split(t, &mut replies);
     let (start, rows): (i64, Vec<Row>) = match c.direction {
@@ -318,14 +307,14 @@ async fn top_from(s: &AppState, t: &Target<'_>, c: &Cursor, limit: usize) -> Res
 }
 
 /// The shard holding `player`.
-fn owner<'t>(t: &'t Target<'_>, player: &str) -> &'t ShardKeys {
+fn owner<'t>(t: &'t Target<'_>, player: &str) -> &'t PeriodKeys {
     let shards = shards(t);
     &shards[shard_of(player, shards.len() as u32) as usize]
 }
 
 /// A player's entry as their shard holds it.
 async fn find(s: &AppState, t: &Target<'_>, player: &str) -> Result<Option<store::Found>, ApiError> {
-    call(s, t, owner(t, player), store::Player { member: player }).await
+    call(s, t, owner(t, player), &store::Player { member: player }).await
 }
 
 /// A player's standing; `None` if they are not on the board (or past a top-K board's K).
@@ -336,7 +325,7 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     };
     let value = t.board.packing().decode(found.stored);
     let asked = [(value, found.stored, player_id)];
-    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked: &asked }).await?;
+    let replies = fan(s, t, store::ShardCounts { asked: &asked }).await?;
     let position: i64 = replies.iter().map(|r| r.counts[0].2).sum();
     if position >= cap(t) {
         return Ok(None);
@@ -365,14 +354,8 @@ pub(super) async fn around(
         return Ok(None);
     };
     let reach = 2 * radius;
-    let mut replies = fan(s, t, |k| store::ShardSeek {
-        versions: &k.version_key,
-        stored: found.stored,
-        member: player_id,
-        after: reach,
-        before: reach,
-    })
-    .await?;
+    let mut replies =
+        fan(s, t, store::ShardSeek { stored: found.stored, member: player_id, after: reach, before: reach }).await?;
     let total = total(&replies).min(cap(t));
     let position: i64 = replies.iter().map(|r| r.before).sum();
     if position >= cap(t) {
@@ -421,7 +404,10 @@ pub(super) async fn players(
     let mine: Vec<Vec<String>> =
         shards(t).iter().map(|k| ids.iter().filter(|p| std::ptr::eq(owner(t, p), k)).cloned().collect()).collect();
     let replies = try_join_all(
-        shards(t).iter().zip(&mine).map(|(k, m)| call(s, t, k, store::Players { policy: "competition", members: m })),
+        shards(t)
+            .iter()
+            .zip(&mine)
+            .map(|(k, m)| async move { call(s, t, k, &store::Players { policy: "competition", members: m }).await }),
     )
     .await?;
     let mut found = Vec::new();
@@ -456,7 +442,7 @@ pub(super) async fn players(
 /// The counts a value would rank by (no dense ranks on a sharded board).
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, value: i64) -> Result<RankOf, ApiError> {
     let asked = [(value, 0, "")];
-    let replies = fan(s, t, |k| store::ShardCounts { versions: &k.version_key, asked: &asked }).await?;
+    let replies = fan(s, t, store::ShardCounts { asked: &asked }).await?;
     let better = replies.iter().map(|r| r.counts[0].0).sum::<i64>().min(cap(t));
     let better_or_equal = replies.iter().map(|r| r.counts[0].1).sum::<i64>().min(cap(t));
     let consistent = versions(s, t).await? == r_versions(&replies);

@@ -38,7 +38,7 @@ pub(super) enum Layout {
     Single(PeriodKeys),
     /// One sorted set per shard, merged (`sharded.rs`).
     Sharded {
-        shards: Vec<ShardKeys>,
+        shards: Vec<PeriodKeys>,
         /// A sealed period: the last shard's sealed hash and live period
         /// key. The shards are sealed in order, so the period is sealed on
         /// every shard once it is on the last.
@@ -54,6 +54,11 @@ pub(super) struct PeriodKeys {
     pub shadow_key: String,
     /// The period's meta hash, on boards that keep metadata.
     pub meta_key: Option<String>,
+    /// The hash whose values sum to the period's version (see `read.lua`):
+    /// the tag's recorded offsets, which every write raises; for a sealed
+    /// snapshot or a rolling board, its own version hash, which rises with
+    /// its seal, each swap and each admin event that can change it.
+    pub version_key: String,
 }
 
 impl PeriodKeys {
@@ -63,6 +68,11 @@ impl PeriodKeys {
             dense_key: keys::dense_key(base, id),
             shadow_key: keys::shadow_key(base, id),
             meta_key: board.meta().then(|| keys::meta_key(base, id)),
+            version_key: if keys::is_final_id(id) || keys::is_rolling_id(id) {
+                keys::version_key(base, id)
+            } else {
+                keys::offsets_key(base)
+            },
         }
     }
 
@@ -71,6 +81,7 @@ impl PeriodKeys {
             key: &self.key,
             dense_key: &self.dense_key,
             shadow_key: &self.shadow_key,
+            version_key: &self.version_key,
             meta_key: self.meta_key.as_deref(),
         }
     }
@@ -84,26 +95,6 @@ impl PeriodKeys {
     }
 }
 
-/// One shard's keys of the period a read names.
-pub(super) struct ShardKeys {
-    pub keys: PeriodKeys,
-    /// The hash whose values sum to the shard's version (see `read.lua`):
-    /// the tag's recorded offsets, which every write raises; for a sealed
-    /// snapshot or a rolling board, its own version hash, which rises with
-    /// its seal, each swap and each admin event that can change it.
-    pub version_key: String,
-}
-
-impl ShardKeys {
-    fn of(board: &Board, base: &str, id: &str) -> ShardKeys {
-        let snapshot = keys::is_final_id(id) || keys::is_rolling_id(id);
-        ShardKeys {
-            keys: PeriodKeys::of(board, base, id),
-            version_key: if snapshot { keys::version_key(base, id) } else { keys::offsets_key(base) },
-        }
-    }
-}
-
 /// The layout of period `id` of the board whose (unsharded) key base is
 /// `base`; `live_id` is the period's live id, for a sealed period.
 fn layout(s: &AppState, board: &Board, split: Option<&str>, base: &str, id: &str, live_id: Option<&str>) -> Layout {
@@ -112,7 +103,7 @@ fn layout(s: &AppState, board: &Board, split: Option<&str>, base: &str, id: &str
     }
     let bases = s.router.read_bases(board, split);
     let last_seal = live_id.and_then(|live| bases.last().map(|b| (keys::sealed_key(b), keys::period_key(b, live))));
-    Layout::Sharded { shards: bases.iter().map(|b| ShardKeys::of(board, b, id)).collect(), last_seal }
+    Layout::Sharded { shards: bases.iter().map(|b| PeriodKeys::of(board, b, id)).collect(), last_seal }
 }
 
 /// The board a read names; 404 when there is none.

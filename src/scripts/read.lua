@@ -7,10 +7,13 @@
 -- is Redis's: by stored score, best first, and among equal stored scores by
 -- member bytes (descending on desc boards, ascending on asc boards).
 --
+-- keys: period dense shadow versions meta?
+-- derives: (none)
 -- KEYS[1]   the period key
 -- KEYS[2]   its dense index (one member per distinct value)
 -- KEYS[3]   its shadow: the values of the tag's hidden players
--- KEYS[4]   boards that keep metadata only: its meta hash (member -> compact JSON)
+-- KEYS[4]   its version hash (see the shard ops below; only they read it)
+-- KEYS[5]   boards that keep metadata only: its meta hash (member -> compact JSON)
 -- ARGV[1]   "top" | "player" | "around" | "players" | "rank_of" | "page"
 -- ARGV[2]   "desc" | "asc"
 -- ARGV[3]   SHIFT
@@ -27,14 +30,13 @@
 --
 -- One shard of a sharded board (the reads merge the shards; each reply
 -- starts with the shard's version: the sum of the values of a hash of
--- counters that rise with every change the key can see, so equal versions
+-- counters (KEYS[4]) that rise with every change the key can see, so equal versions
 -- mean the shard stood still: its tag's recorded offsets, which every
 -- write raises; for sealed snapshots and rolling boards, its versions hash):
--- shard_top:    ARGV[4] the version hash, ARGV[5] n: its first n entries
--- shard_seek:   ARGV[4] the version hash, ARGV[5] stored, ARGV[6] member,
---               ARGV[7] how many entries after, ARGV[8] how many before
--- shard_counts: ARGV[4] the version hash, then triples value, stored,
---               member ("" for none): per triple the members with a better
+-- shard_top:    ARGV[4] n: its first n entries
+-- shard_seek:   ARGV[4] stored, ARGV[5] member,
+--               ARGV[6] how many entries after, ARGV[7] how many before
+-- shard_counts: ARGV[4..] triples value, stored, member ("" for none): per triple the members with a better
 --               value and better_or_equal, and the entries before
 --               (stored, member) in board order
 -- (The reads' last step asks each shard's version alone with HVALS of its
@@ -51,7 +53,7 @@
 --           its rank is one more than: position for "ordinal", better for
 --           "competition", dense_better for "dense" }
 -- rank_of:  { total, better, better_or_equal, dense_better } for the value
--- With KEYS[4], every entry carries its meta (false: none) after its stored
+-- With KEYS[5], every entry carries its meta (false: none) after its stored
 -- score: listings are (member, stored, meta) triples and players rows are
 -- (stored, count, meta).
 -- Hidden players are not in the period key, so only "player" sees them.
@@ -63,7 +65,7 @@
 --               nearest last; each member, stored, [meta] }
 -- shard_counts: { ver, total, then per triple better, better_or_equal, before }
 
-local key, dense, shadow, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local key, dense, shadow, versions, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, order, shift = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local desc = order == 'desc'
 local call, floor, format, min, max = redis.call, math.floor, string.format, math.min, math.max
@@ -153,9 +155,9 @@ local function before(stored_text, member)
 end
 
 -- The shard's version (see the header).
-local function version(offsets)
+local function version()
   local v = 0
-  for _, o in ipairs(call('HVALS', offsets)) do v = v + tonumber(o) end
+  for _, o in ipairs(call('HVALS', versions)) do v = v + tonumber(o) end
   return num(v)
 end
 
@@ -178,24 +180,24 @@ end
 
 local total = call('ZCARD', key)
 if op == 'shard_top' then
-  local out = { version(ARGV[4]), total }
-  local n = tonumber(ARGV[5])
+  local out = { version(), total }
+  local n = tonumber(ARGV[4])
   if n > 0 then push_entries(out, page(0, n - 1)) end
   return out
 elseif op == 'shard_seek' then
-  local at, present = before(ARGV[5], ARGV[6])
-  local after_n, before_n = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local at, present = before(ARGV[4], ARGV[5])
+  local after_n, before_n = tonumber(ARGV[6]), tonumber(ARGV[7])
   local from = at
   if present then from = at + 1 end
   local after = {}
   if after_n > 0 then after = page(from, from + after_n - 1) end
-  local out = { version(ARGV[4]), total, at, present and 1 or 0, #after / 2 }
+  local out = { version(), total, at, present and 1 or 0, #after / 2 }
   push_entries(out, after)
   if before_n > 0 and at > 0 then push_entries(out, page(max(at - before_n, 0), at - 1)) end
   return out
 elseif op == 'shard_counts' then
-  local out = { version(ARGV[4]), total }
-  for i = 5, #ARGV, 3 do
+  local out = { version(), total }
+  for i = 4, #ARGV, 3 do
     local v = tonumber(ARGV[i])
     out[#out + 1] = members_better(v)
     out[#out + 1] = members_better_or_equal(v)

@@ -127,8 +127,7 @@ pub struct ValueCounts {
 }
 
 /// A shard's first `n` entries.
-pub struct ShardTop<'a> {
-    pub versions: &'a str,
+pub struct ShardTop {
     pub n: usize,
 }
 
@@ -142,7 +141,6 @@ pub struct ShardRows {
 
 /// A shard's entries each side of the key (`stored`, `member`).
 pub struct ShardSeek<'a> {
-    pub versions: &'a str,
     pub stored: i64,
     pub member: &'a str,
     pub after: usize,
@@ -167,7 +165,6 @@ pub struct Sought {
 /// with a better or equal one, and its entries before (stored, member)
 /// (`member` empty: none asked).
 pub struct ShardCounts<'a> {
-    pub versions: &'a str,
     pub asked: &'a [(i64, i64, &'a str)],
 }
 
@@ -339,11 +336,11 @@ impl Query for RankOf {
     }
 }
 
-impl Query for ShardTop<'_> {
+impl Query for ShardTop {
     type Reply = ShardRows;
     const OP: &'static str = "shard_top";
     fn args(&self) -> Vec<String> {
-        vec![self.versions.to_string(), self.n.to_string()]
+        vec![self.n.to_string()]
     }
     fn parse(&self, reply: Value, meta: bool) -> Result<ShardRows, String> {
         let mut f = Fields::of_array(reply)?;
@@ -357,7 +354,7 @@ impl Query for ShardSeek<'_> {
     const OP: &'static str = "shard_seek";
     fn args(&self) -> Vec<String> {
         let (stored, member) = (self.stored.to_string(), self.member.to_string());
-        vec![self.versions.to_string(), stored, member, self.after.to_string(), self.before.to_string()]
+        vec![stored, member, self.after.to_string(), self.before.to_string()]
     }
     fn parse(&self, reply: Value, meta: bool) -> Result<Sought, String> {
         let mut f = Fields::of_array(reply)?;
@@ -373,7 +370,7 @@ impl Query for ShardCounts<'_> {
     type Reply = ShardCounted;
     const OP: &'static str = "shard_counts";
     fn args(&self) -> Vec<String> {
-        let mut a = vec![self.versions.to_string()];
+        let mut a = Vec::with_capacity(3 * self.asked.len());
         for (v, stored, member) in self.asked {
             a.extend([v.to_string(), stored.to_string(), member.to_string()]);
         }
@@ -406,7 +403,7 @@ mod tests {
     const TOP: Top = Top { offset: 0, limit: 10 };
 
     fn seek() -> ShardSeek<'static> {
-        ShardSeek { versions: "v", stored: 7, member: "a", after: 3, before: 3 }
+        ShardSeek { stored: 7, member: "a", after: 3, before: 3 }
     }
 
     fn s(t: &str) -> Value {
@@ -458,7 +455,7 @@ mod tests {
         assert_eq!((names(&r.after_rows), names(&r.before_rows)), (vec!["b".into()], vec!["x".into(), "y".into()]));
         let counts = Array(vec![s("3"), Int(5), Int(1), Int(2), Int(0), Int(4), Int(4), Int(3)]);
         assert_eq!(
-            ShardCounts { versions: "v", asked: &[(1, 0, ""), (2, 0, "")] }.parse(counts, false).unwrap().counts,
+            ShardCounts { asked: &[(1, 0, ""), (2, 0, "")] }.parse(counts, false).unwrap().counts,
             [(1, 2, 0), (4, 4, 3)]
         );
     }

@@ -25,6 +25,8 @@ pub struct ReadKeys<'a> {
     pub key: &'a str,
     pub dense_key: &'a str,
     pub shadow_key: &'a str,
+    /// The hash whose values sum to the period's version (see `read.lua`).
+    pub version_key: &'a str,
     /// Boards that keep metadata only.
     pub meta_key: Option<&'a str>,
 }
@@ -140,7 +142,7 @@ impl Reader {
     pub async fn read<Q: Query>(&self, at: &ReadAt<'_>, query: &Q) -> Result<Q::Reply, StoreError> {
         let lua = &*super::scripts::READ;
         let keys = at.keys;
-        let mut key_list = vec![keys.key, keys.dense_key, keys.shadow_key];
+        let mut key_list = vec![keys.key, keys.dense_key, keys.shadow_key, keys.version_key];
         key_list.extend(keys.meta_key);
         let (order, args) = (if at.desc { "desc" } else { "asc" }, query.args());
         let call = |cmd: &str, body: &str| {
