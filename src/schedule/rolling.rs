@@ -34,8 +34,6 @@ pub struct Refresh {
     top_k: u64,
     desc: bool,
     meta: bool,
-    /// The rolling key's version hash (`keys::version_key`), raised by each swap.
-    versions: String,
 }
 
 impl Refresh {
@@ -60,7 +58,6 @@ impl Refresh {
             top_k: board.max_members().unwrap_or(0),
             desc: board.order() == Order::Desc,
             meta: board.meta(),
-            versions: keys::version_key(base, &keys::rolling_id(name)),
         })
     }
 
@@ -77,7 +74,6 @@ impl Refresh {
             desc: self.desc,
             meta: self.meta,
             budget,
-            versions: &self.versions,
         }
     }
 
@@ -92,8 +88,9 @@ impl Refresh {
 /// of the `days` days ending with the day containing `now_ms`, followed by
 /// its staged copy; on boards that keep metadata, then the meta hashes of
 /// the rolling key and the staged union, and of each day and its copy;
-/// last, the tag's offsets hash (whose `registered` field says the tag
-/// still has its data).
+/// then the tag's offsets hash (whose `registered` field says the tag
+/// still has its data), and last the rolling key's version hash, which
+/// each swap raises.
 pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Vec<String>, PeriodError> {
     let id = keys::rolling_id(name);
     let build = keys::rolling_build_id(name);
@@ -126,6 +123,7 @@ pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i6
         }
     }
     out.push(keys::offsets_key(base));
+    out.push(keys::version_key(base, &id));
     Ok(out)
 }
 
@@ -157,15 +155,16 @@ mod tests {
                 "lb:{p}:d:2026-10-30",
                 "lb:{p}:_roll:r:last3d:3",
                 "lb:{p}:_offsets",
+                "lb:{p}:_ver:r:last3d",
             ]
         );
-        // A board that keeps metadata: each of those zsets' meta hash follows, in the same order, before the offsets.
+        // A board that keeps metadata: each of those zsets' meta hash follows, in the same order, before the offsets and version hash.
         let mut spec = crate::board::BoardSpec::for_tests("p", Mode::Best, &[PeriodKind::Daily]);
         spec.meta = true;
         let with_meta = rolling_keys(&Board::new(spec), "lb:{p}", "last3d", 3, now).unwrap();
         assert_eq!(with_meta.len(), k.len() + 8);
         assert_eq!(
-            with_meta[k.len() - 1..with_meta.len() - 1],
+            with_meta[k.len() - 2..with_meta.len() - 2],
             [
                 "lb:{p}:_meta:r:last3d",
                 "lb:{p}:_meta:_roll:r:last3d",

@@ -10,6 +10,11 @@
 -- keys, their dense indexes, totals and ranks hold only the visible
 -- players; apply.lua writes a hidden player's later events to the shadows.
 --
+-- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key
+-- derives: period dense counts times meta shadow attempts versions seen refused
+--   (per period id: the period key and its per-period keys, each from its
+--   header prefix, and its version hash from KEYS[h.versions]; marker
+--   buckets and refusals as apply.lua's)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/moderation.rs):
 --   offsets, registry, hidden, versions   KEYS indexes: the tag's offsets
 --            hash, its registry of period keys, its hidden set, and what the
@@ -21,7 +26,7 @@
 --   seen, ttl, refused       as in apply.lua
 --   prefixes: period ("<prefix>:{tag}:", the rest is a period id), dense,
 --            counts, times, meta, shadow, attempts ("..._dense:" and so on)
---   rate_key the member's rate-limit window key (an erasure deletes it)
+--   rate_key KEYS index of the member's rate-limit window (an erasure deletes it)
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
@@ -244,7 +249,7 @@ elseif op == 'unhide' then
 elseif op == 'erase' then
   for _, p in ipairs(tag_keys) do remove_from(p[1], p[2]) end
   call('SREM', hidden_set, member)
-  call('DEL', h.rate_key)
+  call('DEL', KEYS[h.rate_key])
   -- Leagues: out of every round's cohorts, waiting players and results (a
   -- cohort keeps its places: the others move up), and out of the tiers.
   -- History: out of every sealed period's standings and every best rank.

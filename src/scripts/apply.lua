@@ -31,6 +31,10 @@
 -- top-K; everything else (offsets, markers, refusals, event times,
 -- metadata) is as for any player.
 --
+-- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending
+-- derives: rate refused seen changes
+--   (rate-limit windows per member, refusals per record, marker buckets,
+--   remembered rank changes per record: each prefix is a header field)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs):
 --   op          "sum" (add to the total), "gt" / "lt" (keep the best),
 --               "latest" (newest event wins)
@@ -43,8 +47,8 @@
 --   ttl         dedupe ttl, seconds
 --   refused     refusal key prefix ("<prefix>:{tag}:_refused:")
 --   seen        dedupe marker hash prefix ("<prefix>:{tag}:_seen:", see markers.lua)
---   registry    the tag's registry of period keys ("<prefix>:{tag}:_keys")
---   offsets, hidden      KEYS index of the tag's offsets hash and hidden set
+--   offsets, hidden, registry   KEYS indexes of the tag's offsets hash,
+--               hidden set and registry of period keys
 --   sealed      boards that seal only: KEYS index of the tag's sealed hash
 --   fields      the call's partition fields, "<topic>:<partition>"
 --   league      league boards: see apply/league.lua (and round, per period)

@@ -1,6 +1,8 @@
 -- Records offsets in a consumer group's deployment marker (keys::deploy_key),
 -- checking first that Redis still holds what this worker recorded before.
 --
+-- keys: marker
+-- derives: (none)
 -- KEYS[1]   the marker: "<topic>:<partition>" -> offset
 -- ARGV      triples: field, the offset this worker last recorded for it
 --           ("-1": none), the offset about to be stored

@@ -9,6 +9,8 @@
 -- written again writes the same values. The first step drops the expired
 -- history hashes from the tag's history registry.
 --
+-- keys: final history best sealed history_registry offsets
+-- derives: (none)
 -- KEYS[1] the final key     KEYS[2] the period's history hash
 -- KEYS[3] the kind's best hash      KEYS[4] the tag's sealed hash
 -- KEYS[5] the tag's history registry    KEYS[6] the tag's offsets hash

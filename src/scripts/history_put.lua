@@ -5,6 +5,8 @@
 -- players' standings (what the history and best hashes hold:
 -- lib/history.lua).
 --
+-- keys: history best history_registry offsets
+-- derives: (none)
 -- KEYS[1] the period's history hash   KEYS[2] the kind's best hash
 -- KEYS[3] the tag's history registry  KEYS[4] the tag's offsets hash
 -- ARGV[1] EXPIREAT seconds of the history hash ("0": none)

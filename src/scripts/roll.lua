@@ -4,6 +4,8 @@
 -- built in staging keys and swapped in by the last step with RENAME, so
 -- readers see the old union or the new one, never a mix.
 --
+-- keys by name: dest dest_dense registry state staged staged_dense key copy meta copy_meta dest_meta staged_meta offsets versions
+-- derives: (none)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/jobs.rs):
 --   dest, dest_dense, registry, state   KEYS indexes: the rolling key, its
 --            dense index, the tag's registry, the build's state
@@ -17,7 +19,7 @@
 --   agg      SUM | MAX | MIN      shift  SHIFT (packing)    dense  keep the dense index
 --   expire_at EXPIREAT seconds    top_k  0: none            desc   "desc" board
 --   meta     the board keeps metadata   budget  the most members one call reads or writes
---   versions the rolling key's version hash (its `swaps` counter rises with every swap)
+--   versions KEYS index of the rolling key's version hash (its `swaps` counter rises with every swap)
 --
 -- Metadata follows the value it explains: a day's copy takes each member's
 -- meta in the same step as its score; merging, a SUM keeps the meta of the
@@ -262,6 +264,6 @@ if card > 0 then
 end
 drop_staged()
 redis.call('DEL', state)
-redis.call('HINCRBY', h.versions, 'swaps', 1)
-redis.call('EXPIREAT', h.versions, expire_at)
+redis.call('HINCRBY', KEYS[h.versions], 'swaps', 1)
+redis.call('EXPIREAT', KEYS[h.versions], expire_at)
 return {'done', card}

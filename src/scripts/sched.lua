@@ -1,6 +1,8 @@
 -- sched.lua: the scheduler's due work and the partitions' watermarks, all
 -- under one hash tag ("<prefix>:{.sched}"), so each call is atomic.
 --
+-- keys: due lease watermarks
+-- derives: (none)
 -- KEYS[1] due zset (job -> due, ms), KEYS[2] lease zset (job -> claim lapses, ms),
 -- KEYS[3] watermark hash ("<topic>:<partition>" -> record time, ms).
 -- Times are Redis's own clock (TIME), so workers with skewed clocks agree.

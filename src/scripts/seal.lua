@@ -7,25 +7,27 @@
 -- with the period. The final key joins the tag's registry, so an erasure
 -- reaches it. A second call changes nothing and answers the same top.
 --
+-- keys: live final live_dense final_dense sealed registry live_shadow final_shadow offsets final_versions live_meta? final_meta?
+-- derives: (none)
 -- KEYS[1] live period key     KEYS[2] its final key
 -- KEYS[3] live dense index    KEYS[4] final dense index
 -- KEYS[5] the tag's sealed hash    KEYS[6] the tag's registry
 -- KEYS[7] live shadow (hidden players' values)    KEYS[8] final shadow
 -- KEYS[9] the tag's offsets hash (its "registered" field: see registered.lua)
--- KEYS[10] live meta hash     KEYS[11] final meta hash (boards that keep metadata only)
+-- KEYS[10] the final key's version hash (its `seals` counter rises with the seal)
+-- KEYS[11] live meta hash     KEYS[12] final meta hash (boards that keep metadata only)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
--- ARGV[6] the final key's version hash (its `seals` counter rises with the seal)
 --
 -- Returns the error LOST, having done nothing, when the tag is not
 -- registered (its data is gone); otherwise {sealed now (1/0), already
 -- published (1/0), total, member, score, ...}, with (member, score, meta)
--- triples where KEYS[10] is given (meta false: none).
+-- triples where KEYS[11] is given (meta false: none).
 -- Hidden players are sealed in the final shadow, out of the snapshot and its top.
 
 local live, final = KEYS[1], KEYS[2]
-local meta, final_meta = KEYS[10], KEYS[11]
+local versions, meta, final_meta = KEYS[10], KEYS[11], KEYS[12]
 -- A period of a tag that lost its data is not sealed: its final key would
 -- freeze a board that misses every score before the loss.
 local lost = Registered.check(KEYS[9])
@@ -34,8 +36,8 @@ local newly = 0
 if redis.call('HEXISTS', KEYS[5], live) == 0 then
   newly = 1
   redis.call('HSET', KEYS[5], live, ARGV[1])
-  redis.call('HINCRBY', ARGV[6], 'seals', 1)
-  Expiry.at(ARGV[2], { ARGV[6] })
+  redis.call('HINCRBY', versions, 'seals', 1)
+  Expiry.at(ARGV[2], { versions })
   redis.call('DEL', final, KEYS[4], KEYS[8])
   if meta then redis.call('DEL', final_meta) end
   if redis.call('EXISTS', KEYS[7]) == 1 then

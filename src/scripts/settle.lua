@@ -10,6 +10,8 @@
 -- "i:<k>" the previous round's players from the k-th on, "p" placing,
 -- "done"; absent: "c:0:1").
 --
+-- keys by name: offsets state tiers overrides results registry cohorts open pending
+-- derives: (none)
 -- ARGV[1] the header, a MessagePack map:
 --   op       "write": players' next tiers (and their results); "place": the
 --            next round's waiting players join its cohorts, in arrival

@@ -4,6 +4,10 @@
 -- tag (the rebuild's key prefix differs only before it), so they are on
 -- one node and this script sees them all.
 --
+-- keys: live_offsets built_offsets live_registry built_registry live_sealed built_sealed live_hidden built_hidden
+-- derives: live_pp built_pp live_seen built_seen aux
+--   (the period keys under the live and rebuilt prefixes, their dedupe
+--   hashes, and the per-period keys of each aux pair of prefixes)
 -- KEYS[1]  live offsets hash          KEYS[2]  rebuilt offsets hash
 -- KEYS[3]  live registry of period keys   KEYS[4]  rebuilt registry
 -- KEYS[5]  live sealed hash           KEYS[6]  rebuilt sealed hash

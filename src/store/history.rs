@@ -5,6 +5,7 @@
 
 use super::operator::failed;
 use super::scripts::{HISTORY, HISTORY_PUT};
+use super::touches;
 use super::{Reader, Store, StoreError};
 use crate::keys;
 
@@ -28,14 +29,17 @@ impl HistoryStep<'_> {
     /// KEYS and ARGV, as `history.lua` documents them.
     fn invocation(&self) -> (Vec<String>, Vec<String>) {
         let (base, id) = (self.base, self.period_id);
-        let k = vec![
-            keys::period_key(base, &keys::final_id(id)),
-            keys::history_key(base, id),
-            keys::best_key(base, self.kind),
-            keys::sealed_key(base),
-            keys::history_registry_key(base),
-            keys::offsets_key(base),
-        ];
+        let k = touches::named(&touches::HISTORY, |name| {
+            Some(match name {
+                "final" => keys::period_key(base, &keys::final_id(id)),
+                "history" => keys::history_key(base, id),
+                "best" => keys::best_key(base, self.kind),
+                "sealed" => keys::sealed_key(base),
+                "history_registry" => keys::history_registry_key(base),
+                "offsets" => keys::offsets_key(base),
+                _ => return None,
+            })
+        });
         let args = vec![
             keys::history_field(&keys::period_key(base, id)),
             if self.desc { "desc" } else { "asc" }.to_string(),
@@ -115,12 +119,15 @@ impl Store {
     /// Records standings decided by the worker on one shard (`history_put.lua`).
     pub async fn history_put(&self, put: &HistoryPut<'_>) -> Result<u64, StoreError> {
         let (base, id) = (put.base, put.period_id);
-        let keys = [
-            keys::history_key(base, id),
-            keys::best_key(base, put.kind),
-            keys::history_registry_key(base),
-            keys::offsets_key(base),
-        ];
+        let keys = touches::named(&touches::HISTORY_PUT, |name| {
+            Some(match name {
+                "history" => keys::history_key(base, id),
+                "best" => keys::best_key(base, put.kind),
+                "history_registry" => keys::history_registry_key(base),
+                "offsets" => keys::offsets_key(base),
+                _ => return None,
+            })
+        });
         let mut args = vec![put.expire_at.to_string(), id.to_string(), if put.first { "1" } else { "0" }.to_string()];
         for (member, standing) in put.standings {
             args.push(member.clone());

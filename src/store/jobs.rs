@@ -5,6 +5,7 @@
 
 use super::msgpack::{self, MapWriter};
 use super::scripts::{Lua, ROLL, SEAL};
+use super::touches;
 use super::{Store, StoreError};
 use crate::keys;
 /// What one step of a refresh did.
@@ -25,7 +26,9 @@ pub struct RollCall<'a> {
     /// dense index, the tag's registry, the build's state, the staged union
     /// and its dense index; each day (newest first) and its staged copy; on
     /// boards that keep metadata, the meta hashes of the rolling key, the
-    /// staged union, and each day and its copy; last, the tag's offsets hash.
+    /// staged union, and each day and its copy; then the tag's offsets hash,
+    /// and last the rolling key's version hash (its `swaps` counter rises
+    /// with every swap).
     pub keys: &'a [String],
     pub days: usize,
     /// `SUM`, `MAX` or `MIN`.
@@ -40,8 +43,6 @@ pub struct RollCall<'a> {
     pub meta: bool,
     /// The most members this step reads or writes.
     pub budget: usize,
-    /// The rolling key's version hash (its `swaps` counter rises with every swap).
-    pub versions: &'a str,
 }
 
 impl RollCall<'_> {
@@ -69,7 +70,8 @@ impl RollCall<'_> {
             h.int("dest_meta", meta_at as i64 + 1);
             h.int("staged_meta", meta_at as i64 + 2);
         }
-        h.int("offsets", self.keys.len() as i64);
+        h.int("offsets", self.keys.len() as i64 - 1);
+        h.int("versions", self.keys.len() as i64);
         h.str("agg", self.agg);
         h.int("shift", self.shift);
         h.bool("dense", self.dense);
@@ -78,7 +80,6 @@ impl RollCall<'_> {
         h.bool("desc", self.desc);
         h.bool("meta", self.meta);
         h.int("budget", self.budget.max(1) as i64);
-        h.str("versions", self.versions);
         h.finish()
     }
 }
@@ -106,28 +107,29 @@ impl SealCall<'_> {
         let (base, period_id) = (self.base, self.period_id);
         let final_id = keys::final_id(period_id);
         let live = keys::period_key(base, period_id);
-        let mut k = vec![
-            live.clone(),
-            keys::period_key(base, &final_id),
-            keys::dense_key(base, period_id),
-            keys::dense_key(base, &final_id),
-            keys::sealed_key(base),
-            keys::registry_key(base),
-            keys::shadow_key(base, period_id),
-            keys::shadow_key(base, &final_id),
-            keys::offsets_key(base),
-        ];
-        if self.meta {
-            k.push(keys::meta_key(base, period_id));
-            k.push(keys::meta_key(base, &final_id));
-        }
+        let k = touches::named(&touches::SEAL, |name| {
+            Some(match name {
+                "live" => live.clone(),
+                "final" => keys::period_key(base, &final_id),
+                "live_dense" => keys::dense_key(base, period_id),
+                "final_dense" => keys::dense_key(base, &final_id),
+                "sealed" => keys::sealed_key(base),
+                "registry" => keys::registry_key(base),
+                "live_shadow" => keys::shadow_key(base, period_id),
+                "final_shadow" => keys::shadow_key(base, &final_id),
+                "offsets" => keys::offsets_key(base),
+                "final_versions" => keys::version_key(base, &final_id),
+                "live_meta" if self.meta => keys::meta_key(base, period_id),
+                "final_meta" if self.meta => keys::meta_key(base, &final_id),
+                _ => return None,
+            })
+        });
         let args = vec![
             self.close_at.to_string(),
             self.expire_at.to_string(),
             self.top.to_string(),
             if self.desc { "desc" } else { "asc" }.to_string(),
             keys::published_field(&live),
-            keys::version_key(base, &final_id),
         ];
         (k, args)
     }
@@ -231,6 +233,26 @@ mod tests {
 }
 
 #[cfg(test)]
+mod seal_tests {
+    use super::*;
+
+    #[test]
+    fn a_seal_names_every_key_it_writes_in_keys_all_in_the_tag_slot() {
+        for meta in [false, true] {
+            let (base, period_id) = ("lb:{p}", "d:2026-08-14");
+            let call = SealCall { base, period_id, close_at: 1, expire_at: 0, top: 10, desc: true, meta };
+            let (k, args) = call.invocation();
+            assert_eq!(k.len(), if meta { 12 } else { 10 });
+            assert!(k.iter().all(|k| keys::key_slot(k) == keys::key_slot(base)), "{k:?}");
+            assert_eq!(k[9], "lb:{p}:_ver:d:2026-08-14:final");
+            assert_eq!(k.get(11).map(String::as_str), meta.then_some("lb:{p}:_meta:d:2026-08-14:final"));
+            // The version hash it raises is no longer an argument.
+            assert!(args.iter().all(|a| !a.contains(":_ver:")), "{args:?}");
+        }
+    }
+}
+
+#[cfg(test)]
 mod roll_tests {
     use super::*;
 
@@ -255,6 +277,7 @@ mod roll_tests {
             "day2_meta",
             "copy2_meta",
             "offsets",
+            "versions",
         ]
         .map(String::from)
         .to_vec();
@@ -269,7 +292,6 @@ mod roll_tests {
             desc: true,
             meta: true,
             budget: 10,
-            versions: "v",
         };
         let header = msgpack::render(&mut call.header().as_slice());
         // Each name's index, 1-based as in Lua, read back to the key it names.
@@ -289,6 +311,7 @@ mod roll_tests {
             ("dest_meta", "r_meta"),
             ("staged_meta", "staged_meta"),
             ("offsets", "offsets"),
+            ("versions", "versions"),
         ] {
             assert_eq!(at(name), key, "{header}");
         }

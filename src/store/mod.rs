@@ -39,6 +39,7 @@ mod scripts;
 mod send;
 mod sizer;
 mod swap;
+pub mod touches;
 mod writer;
 
 pub use changes::RankMove;

@@ -82,7 +82,8 @@ pub fn admin_invocation(
     for (name, prefix) in prefixes {
         h.str(name, &prefix(base));
     }
-    h.str("rate_key", &keys::rate_key(base, call.member));
+    keys.push(keys::rate_key(base, call.member));
+    h.int("rate_key", keys.len() as i64);
     h.str("mode", mode);
     h.int("shift", shift);
     h.bool("desc", desc);
@@ -171,7 +172,10 @@ mod tests {
         let call = AdminCall { field: "admin:0", offset: 9, event_id: &id, member: "alice", ts_ms: 42, op: &op };
         let (keys, args) = admin_invocation("lb:{p}", None, &call, 60);
         let tag = ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"];
-        assert_eq!(keys, [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk", "lb:{p}:_hk"]].concat());
+        assert_eq!(
+            keys,
+            [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk", "lb:{p}:_hk", "lb:{p}:_rl:alice"]].concat()
+        );
         assert_eq!(args.len(), 2);
         assert_eq!(args[1], crate::markers::marker(&id).to_vec());
         let header = msgpack::render(&mut args[0].as_slice());
@@ -183,7 +187,7 @@ mod tests {
                  league_registry: 7, history_registry: 8, field: admin:0, offset: 9, member: alice, \
                  seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
                  dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
-                 shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: lb:{{p}}:_rl:alice, mode: sum, \
+                 shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: 9, mode: sum, \
                  shift: 1, desc: true, top_k: 0, dense_on: true, op: adjust, delta: -5, ts: 42, tie: 3, \
                  max_value: {max}, periods: [{{id: d:2026-08-14, expire_at: 100}}, {{id: all, expire_at: 0}}]}}"
             )

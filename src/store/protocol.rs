@@ -207,9 +207,9 @@ fn call_header(
     h.int("ttl", dedupe_ttl_secs as i64);
     h.str("refused", &keys::refused_prefix(batch.base));
     h.str("seen", &keys::dedupe_prefix(batch.base));
-    h.str("registry", &keys::registry_key(batch.base));
     h.int("offsets", push(&mut keys, keys::offsets_key(batch.base)));
     h.int("hidden", push(&mut keys, keys::hidden_key(batch.base)));
+    h.int("registry", push(&mut keys, keys::registry_key(batch.base)));
     if p.sealed {
         h.int("sealed", push(&mut keys, keys::sealed_key(batch.base)));
     }
@@ -484,6 +484,7 @@ pub(super) mod tests {
             [
                 "lb:{p}:_offsets",
                 "lb:{p}:_hidden",
+                "lb:{p}:_keys",
                 "lb:{p}:d:2026-08-14",
                 "lb:{p}:_dense:d:2026-08-14",
                 "lb:{p}:_dcount:d:2026-08-14",
@@ -499,9 +500,9 @@ pub(super) mod tests {
             msgpack::render(&mut inv.header.as_slice()),
             "{op: sum, shift: 1, max_value: 1000, desc: true, top_k: 0, dense: true, meta: false, attempts: 0, \
              rate_events: 0, rate_window: 0, rate: lb:{p}:_rl:, ttl: 60, refused: lb:{p}:_refused:, \
-             seen: lb:{p}:_seen:, registry: lb:{p}:_keys, offsets: 1, hidden: 2, fields: [t:0, t:1], \
-             periods: [{key: 3, dense: 4, counts: 5, shadow: 6, expire_at: 100}, \
-             {key: 7, dense: 8, counts: 9, shadow: 10, expire_at: 0}]}"
+             seen: lb:{p}:_seen:, offsets: 1, hidden: 2, registry: 3, fields: [t:0, t:1], \
+             periods: [{key: 4, dense: 5, counts: 6, shadow: 7, expire_at: 100}, \
+             {key: 8, dense: 9, counts: 10, shadow: 11, expire_at: 0}]}"
         );
         assert_eq!(inv.needs, [-1, -1]);
         let events = &inv.events;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::queries::{Query, ReadAt};
-use super::{RedisConn, StoreError};
+use super::{touches, RedisConn, StoreError};
 use crate::keys;
 
 /// The keys of one period of one board tag that `read.lua` reads.
@@ -142,8 +142,14 @@ impl Reader {
     pub async fn read<Q: Query>(&self, at: &ReadAt<'_>, query: &Q) -> Result<Q::Reply, StoreError> {
         let lua = &*super::scripts::READ;
         let keys = at.keys;
-        let mut key_list = vec![keys.key, keys.dense_key, keys.shadow_key, keys.version_key];
-        key_list.extend(keys.meta_key);
+        let key_list = touches::named(&touches::READ, |name| match name {
+            "period" => Some(keys.key.to_string()),
+            "dense" => Some(keys.dense_key.to_string()),
+            "shadow" => Some(keys.shadow_key.to_string()),
+            "versions" => Some(keys.version_key.to_string()),
+            "meta" => keys.meta_key.map(str::to_string),
+            _ => None,
+        });
         let (order, args) = (if at.desc { "desc" } else { "asc" }, query.args());
         let call = |cmd: &str, body: &str| {
             let mut c = redis::cmd(cmd);

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::scripts::SCHED;
-use super::{Store, StoreError};
+use super::{touches, Store, StoreError};
 use crate::keys;
 
 /// A claimed job, and the token that finishes it (the claim's lapse time).
@@ -41,8 +41,14 @@ fn claims(flat: Vec<String>) -> Result<Vec<Claim>, StoreError> {
 impl Store {
     async fn sched<T: redis::FromRedisValue>(&self, prefix: &str, args: &[String]) -> Result<T, StoreError> {
         let (due, lease, wm) = keys::sched_keys(prefix);
+        let keys = touches::named(&touches::SCHED, |name| match name {
+            "due" => Some(due.clone()),
+            "lease" => Some(lease.clone()),
+            "watermarks" => Some(wm.clone()),
+            _ => None,
+        });
         let op = args.first().cloned().unwrap_or_default();
-        let reply: redis::Value = self.script(&SCHED, &[due, lease, wm], args).await?;
+        let reply: redis::Value = self.script(&SCHED, &keys, args).await?;
         redis::from_redis_value(reply).map_err(|e| bad(&op, e.to_string()))
     }
 

@@ -135,6 +135,6 @@ do
       local c = A.cur[j]
       if c and write_period(A, j, c) then registered[#registered + 1] = A.pk[j] end
     end
-    if #registered > 0 then variadic('SADD', A.h.registry, registered, 1) end
+    if #registered > 0 then variadic('SADD', KEYS[A.h.registry], registered, 1) end
   end
 end
