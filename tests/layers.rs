@@ -301,3 +301,28 @@ fn no_rust_file_is_over_650_lines_and_no_function_over_120() {
     let sample = "fn a() {\n    x();\n}\n\n    pub async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n";
     assert_eq!(function_lengths(sample), [("a".to_string(), 3), ("b".to_string(), 5)]);
 }
+
+#[test]
+fn every_test_the_write_order_names_exists() {
+    // store/writer.rs names the test that holds each assumption the write
+    // order rests on; a renamed or deleted test must not leave it pointing nowhere.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("src/store/writer.rs")).unwrap();
+    let contract = doc.split("What the order rests on").nth(1).expect("writer.rs states what the order rests on");
+    let named: Vec<&str> = contract
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.len() > 30 && w.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect();
+    assert!(named.len() >= 6, "{named:?}");
+    let mut code = String::new();
+    for dir in ["src", "tests"] {
+        for f in rust_files(&root.join(dir)) {
+            code.push_str(&std::fs::read_to_string(f).unwrap());
+        }
+    }
+    for name in named {
+        assert!(code.contains(&format!("fn {name}(")), "writer.rs names a test '{name}' that does not exist");
+    }
+}

@@ -44,9 +44,9 @@ async fn setup(board: &str) -> (Redis, Store, Board, redis::aio::MultiplexedConn
 
 /// The daily keys of the window ending on the day of `now`, today first.
 fn day_keys(board: &Board, days: u32, now: i64) -> Vec<String> {
-    // After the six keys of the build, day and copy pairs; the tag's offsets hash last.
+    // After the six keys of the build, day and copy pairs; the tag's offsets hash and the version hash last.
     let k = rolling_keys(board, BASE, "roll", days, now).unwrap();
-    k[6..k.len() - 1].iter().step_by(2).cloned().collect()
+    k[6..k.len() - 2].iter().step_by(2).cloned().collect()
 }
 
 /// Writes `members` into `key` (as the apply script would, registry included).

@@ -21,6 +21,31 @@
 //!
 //! Each batch's own work runs on a task of its own, so a batch waiting for
 //! a retry never holds up the next batch's start.
+//!
+//! What the order rests on, each with the test that fails when it breaks:
+//!
+//! 1. redis-rs queues a command on its connection the first time its
+//!    future is polled, and a connection delivers what it queued in order:
+//!    `gate::start_in_order` polls each call once (`now_or_never`) as it
+//!    starts it, and counts it sent from then on (tests/ordering.rs,
+//!    `redis_rs_queues_a_command_on_its_first_poll` and
+//!    `redis_rs_queues_a_command_on_its_first_poll_on_a_cluster`, on the
+//!    connection types the store uses).
+//! 2. Each node's lane lets calls in in the order given, at most two at a
+//!    time, and no node waits for another (`gate.rs`'s
+//!    `each_node_takes_two_calls_at_once_in_order_and_no_node_waits_for_another`).
+//! 3. One batch's calls all start before the next batch's: this task
+//!    starts a batch before it takes the next, and `send.rs` holds the
+//!    gate's order lock while a batch's calls start, so a retry's calls do
+//!    not interleave with a new batch's (tests/writer.rs,
+//!    `batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order`).
+//! 4. A tag's calls all reach the node owning its slot, by the cluster's
+//!    slot map (tests/store.rs,
+//!    `batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order`).
+//! 5. Where the order breaks anyway (a reconnect, a failover, a retry),
+//!    the preconditions make a call that overtook the one before it change
+//!    nothing (tests/store.rs,
+//!    `a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_lands`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
