@@ -326,3 +326,19 @@ fn every_test_the_write_order_names_exists() {
         assert!(code.contains(&format!("fn {name}(")), "writer.rs names a test '{name}' that does not exist");
     }
 }
+
+#[test]
+fn only_the_layout_module_sends_a_read_by_its_layout() {
+    // http/layout.rs maps each read to the reader of its layout (http/target.rs
+    // builds the layout and gives its keys); no handler matches on it.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut offenders = BTreeSet::new();
+    for f in rust_files(&root.join("src")) {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if !["src/http/layout.rs", "src/http/target.rs"].contains(&rel.as_str()) && text.contains("Layout::") {
+            offenders.insert(rel);
+        }
+    }
+    assert!(offenders.is_empty(), "a read matched on its layout outside http/layout.rs: {offenders:?}");
+}

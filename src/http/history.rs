@@ -12,7 +12,6 @@ use serde_json::{json, Map, Value};
 use super::ranks::percentile;
 use super::{ApiError, AppState};
 use crate::board::Board;
-use crate::keys;
 use crate::store::{PlayerHistory, SealedStanding};
 
 pub(super) async fn history(
@@ -24,10 +23,7 @@ pub(super) async fn history(
     let split = super::target::split_of(board, &q)?;
     let reader = s.reader()?.fresh(super::target::fresh_of(&q)?);
     // A sharded board keeps a player's history on the player's shard.
-    let base = match board.shards() {
-        Some(n) => s.router.read_bases(board, split)[crate::board::shard_of(&player_id, n) as usize].clone(),
-        None => keys::base(s.router.prefix(), board.id(), split),
-    };
+    let base = super::target::player_base(&s, board, split, &player_id);
     let found = reader.history(&base, &player_id).await.map_err(ApiError::unavailable)?;
     Ok(Json(history_json(board, split, &player_id, found)))
 }

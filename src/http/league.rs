@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::target::{parse_num, resolve, Layout, Target};
+use super::target::{parse_num, resolve, Target};
 use super::{ApiError, AppState};
 use crate::board::league::{self, League, Zone};
 use crate::board::Board;
@@ -42,7 +42,7 @@ struct RoundRead<'a> {
 /// sealed scores.
 fn round_of<'a>(t: &Target<'a>, s: &AppState) -> Result<Option<RoundRead<'a>>, ApiError> {
     let Some(league) = t.board.league() else { return Ok(None) };
-    let Layout::Single(keys) = &t.layout else { return Ok(None) };
+    let Some(keys) = t.layout.single() else { return Ok(None) };
     let live = t.period.strip_suffix(":final").unwrap_or(&t.period);
     let Ok(round) = t.board.period_by_id(live) else { return Ok(None) };
     if !t.board.is_round(&round) {

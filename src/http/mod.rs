@@ -29,6 +29,7 @@ use crate::store::{Reader, StoreError};
 mod cursor;
 mod deadline;
 mod history;
+mod layout;
 mod league;
 pub mod live;
 mod periods;

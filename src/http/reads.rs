@@ -1,8 +1,8 @@
 //! The read API's handlers: a page of the top (by offset or cursor), a
 //! player, around a player, a set of players (friends) and the rank a score
-//! would have. Each resolves its target, asks the reader of the target's
-//! layout (`single.rs` or `sharded.rs`) and renders the typed answer, the
-//! same way for both.
+//! would have. Each resolves its target and asks for its read through
+//! `layout.rs` (which sends it to `single.rs` or `sharded.rs`), and renders
+//! the typed answer, the same way for both.
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 use super::cursor::{Cursor, Direction};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
-use super::target::{parse_num, rank_policy, resolve, unranked, Layout, RankPolicy, Target};
-use super::{league, sharded, single, ApiError, AppState};
+use super::target::{parse_num, rank_policy, unranked, RankPolicy, Target};
+use super::{layout, league, ApiError, AppState};
 
 /// A listing's answer, serialised here: the entries' metadata is passed
 /// through as stored, never parsed.
@@ -82,17 +82,14 @@ pub(super) async fn top(
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let cursor = take_cursor(&mut q)?;
-    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = layout::target(&s, &board_id, &q).await?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
     if let Some(c) = &cursor {
         check_cursor(c, &t)?;
     }
-    let page = match &t.layout {
-        Layout::Single(keys) => single::top(&s, &t, keys, cursor.as_ref(), offset, limit).await?,
-        Layout::Sharded { .. } => sharded::top(&s, &t, cursor.as_ref(), offset, limit).await?,
-    };
+    let page = layout::top(&s, &t, cursor.as_ref(), offset, limit).await?;
     let mut head = page_head(&t, &page, None);
     add_cursors(&mut head, &t, &page.entries, page.total);
     Ok(listing_response(head, &page.entries, policy))
@@ -129,11 +126,8 @@ pub(super) async fn player(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
-    let standing = match &t.layout {
-        Layout::Single(keys) => single::player(&s, &t, keys, &player_id).await?,
-        Layout::Sharded { .. } => sharded::player(&s, &t, &player_id).await?,
-    };
+    let t = layout::target(&s, &board_id, &q).await?;
+    let standing = layout::player(&s, &t, &player_id).await?;
     let standing = standing.ok_or_else(|| unranked(&player_id, &t))?;
     let mut body = standing_json(&t, &player_id, &standing);
     if let Some(league) = league::player_field(&s, &t, &player_id).await? {
@@ -170,7 +164,7 @@ pub(super) async fn around(
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = layout::target(&s, &board_id, &q).await?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let fill = match q.get("fill").map(String::as_str) {
         None | Some("false") => false,
@@ -178,10 +172,7 @@ pub(super) async fn around(
         Some(_) => return Err(ApiError::bad("fill", "fill must be true or false")),
     };
     let policy = rank_policy(&q, t.board)?;
-    let page = match &t.layout {
-        Layout::Single(keys) => single::around(&s, &t, keys, &player_id, radius, fill).await?,
-        Layout::Sharded { .. } => sharded::around(&s, &t, &player_id, radius, fill).await?,
-    };
+    let page = layout::around(&s, &t, &player_id, radius, fill).await?;
     let page = page.ok_or_else(|| unranked(&player_id, &t))?;
     Ok(listing_response(page_head(&t, &page, Some(&player_id)), &page.entries, policy))
 }
@@ -214,13 +205,10 @@ pub(super) async fn players(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = layout::target(&s, &board_id, &q).await?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
-    let Friends { total, mut found, not_found, consistent } = match &t.layout {
-        Layout::Single(keys) => single::players(&s, &t, keys, ids, policy).await?,
-        Layout::Sharded { .. } => sharded::players(&s, &t, &ids, policy).await?,
-    };
+    let Friends { total, mut found, not_found, consistent } = layout::players(&s, &t, ids, policy).await?;
     found.sort_by(|a, b| t.board.order().entries((a.stored, &a.member), (b.stored, &b.member)));
     let entries: Vec<FriendJson> = found
         .iter()
@@ -264,7 +252,7 @@ pub(super) async fn rank_of(
     Path(board_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = sharded::settled(&s, resolve(&s, &board_id, &q)?).await?;
+    let t = layout::target(&s, &board_id, &q).await?;
     let max = t.board.packing().max_value();
     let score = match q.get("score").map(|v| v.parse::<i64>()) {
         Some(Ok(v)) if v.abs() <= max => v,
@@ -272,10 +260,7 @@ pub(super) async fn rank_of(
         Some(Err(_)) => return Err(ApiError::bad("score", "score must be an integer")),
         None => return Err(ApiError::bad("score", "score is required")),
     };
-    let RankOf { total, better, better_or_equal, dense_better, consistent } = match &t.layout {
-        Layout::Single(keys) => single::rank_of(&s, &t, keys, score).await?,
-        Layout::Sharded { .. } => sharded::rank_of(&s, &t, score).await?,
-    };
+    let RankOf { total, better, better_or_equal, dense_better, consistent } = layout::rank_of(&s, &t, score).await?;
     // A newcomer ranks after the players already at the score.
     let ordinal = better_or_equal + 1;
     let mut body = json!({

@@ -26,7 +26,7 @@ use super::cursor::{Cursor, Direction};
 use super::ranks::{meta_of, ranks_at, ranks_of_run, Entry};
 use super::single::read_at;
 use super::standing::{Friend, Friends, Page, RankOf, Standing};
-use super::target::{Layout, PeriodKeys, RankPolicy, Target};
+use super::target::{PeriodKeys, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::{shard_of, Order};
 use crate::store::{self, Query, Row, ShardCounted, ShardRows, Sought};
@@ -38,32 +38,12 @@ async fn call<Q: Query>(s: &AppState, t: &Target<'_>, k: &PeriodKeys, q: &Q) -> 
 
 /// The target's shards (none on a single key).
 fn shards<'t>(t: &'t Target<'_>) -> &'t [PeriodKeys] {
-    match &t.layout {
-        Layout::Sharded { shards, .. } => shards,
-        Layout::Single(_) => &[],
-    }
+    t.layout.shards()
 }
 
 /// The same query on every shard at once.
 async fn fan<Q: Query>(s: &AppState, t: &Target<'_>, q: Q) -> Result<Vec<Q::Reply>, ApiError> {
     try_join_all(shards(t).iter().map(|k| call(s, t, k, &q))).await
-}
-
-/// A sealed period of a sharded board reads as the unsharded board's does
-/// before its seal (empty) until its last shard is sealed: a job seals the
-/// shards in order, so from then on every shard's snapshot is whole.
-pub(super) async fn settled<'a>(s: &AppState, mut t: Target<'a>) -> Result<Target<'a>, ApiError> {
-    let Layout::Sharded { shards, last_seal: Some((hash, field)) } = &mut t.layout else {
-        return Ok(t);
-    };
-    let reader = s.reader()?.fresh(t.fresh);
-    let sealed = reader.has_field(hash, field).await.map_err(ApiError::unavailable)?;
-    if !sealed {
-        for k in shards {
-            k.make_absent();
-        }
-    }
-    Ok(t)
 }
 
 /// Every shard's version, as `read.lua` works it out (see `Reader::version`).

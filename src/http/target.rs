@@ -46,6 +46,32 @@ pub(super) enum Layout {
     },
 }
 
+impl Layout {
+    /// The period's keys on a board of one key per period (`None` when sharded).
+    pub fn single(&self) -> Option<&PeriodKeys> {
+        match self {
+            Layout::Single(keys) => Some(keys),
+            Layout::Sharded { .. } => None,
+        }
+    }
+
+    /// The shards' keys of the period (none on a board of one key).
+    pub fn shards(&self) -> &[PeriodKeys] {
+        match self {
+            Layout::Sharded { shards, .. } => shards,
+            Layout::Single(_) => &[],
+        }
+    }
+}
+
+/// The tag that holds `player`'s data on `board` (a sharded board's: the player's shard).
+pub(super) fn player_base(s: &AppState, board: &Board, split: Option<&str>, player: &str) -> String {
+    match board.shards() {
+        Some(n) => s.router.read_bases(board, split)[crate::board::shard_of(player, n) as usize].clone(),
+        None => keys::base(s.router.prefix(), board.id(), split),
+    }
+}
+
 /// The keys of one period of one board tag that `read.lua` reads.
 pub(super) struct PeriodKeys {
     pub key: String,
