@@ -259,6 +259,29 @@ lease = "5s"
     a_round_without_schedule_is_refused(&cfg, &boards);
 }
 
+/// A cohort's standings read two entries at a time following `next_cursor`
+/// from the first page, and following `prev_cursor` back from the last.
+async fn paged(port: u16, cohort: &str, round: &str) -> (Vec<Value>, Vec<Value>) {
+    let page = |query: String| async move {
+        let (status, body) = http_get(port, &format!("/v1/boards/league/cohorts/{cohort}?limit=2&{query}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    let entries = |v: &Value| v["entries"].as_array().unwrap().clone();
+    let mut v = page(format!("period={round}")).await;
+    let mut forward = entries(&v);
+    while let Some(next) = v["next_cursor"].as_str().map(String::from) {
+        v = page(format!("cursor={next}")).await;
+        forward.extend(entries(&v));
+    }
+    let mut back = entries(&v);
+    while let Some(prev) = v["prev_cursor"].as_str().map(String::from) {
+        v = page(format!("cursor={prev}")).await;
+        back.splice(0..0, entries(&v));
+    }
+    (forward, back)
+}
+
 /// The reads of a league: a player's `league`, a cohort's standings with
 /// zones (settled: as published), the tiers, `not_placed`, and a player
 /// waiting for the previous round's settlement.
@@ -283,6 +306,21 @@ async fn reads(
             .collect();
         assert_eq!(v["entries"], Value::Array(want.clone()), "{cohort}");
         assert_eq!(v["total"], json!(want.len()));
+        assert_eq!((v.get("next_cursor"), v.get("prev_cursor")), (None, None), "one page holds it all");
+        // Paged two at a time with the cursors, forward then back, the same standings.
+        let (forward, back) = paged(port, cohort, &round).await;
+        assert_eq!((forward, back), (want.clone(), want.clone()), "{cohort}");
+        if want.len() > 1 {
+            // A cohort's cursor pages only that cohort; a top read's, no cohort.
+            let (_, body) = http_get(port, &format!("/v1/boards/league/cohorts/{cohort}?period={round}&limit=1")).await;
+            let next = serde_json::from_str::<Value>(&body).unwrap()["next_cursor"].as_str().unwrap().to_string();
+            let other = format!("{}-99", cohort.rsplit_once('-').unwrap().0);
+            for wrong in [format!("cohorts/{other}?cursor={next}"), format!("top?cursor={next}")] {
+                let (status, body) = http_get(port, &format!("/v1/boards/league/{wrong}")).await;
+                let v: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!((status, v["parameter"].clone()), (400, json!("cursor")), "{wrong}: {body}");
+            }
+        }
         // Each player's read carries the same place.
         for (i, (p, _, zone, _)) in standings.iter().enumerate() {
             let (status, body) = http_get(port, &format!("/v1/boards/league/players/{p}?period={round}")).await;

@@ -43,6 +43,8 @@ pub struct Cursor {
     /// The entry it was made at.
     pub stored: i64,
     pub member: String,
+    /// A league cohort's read: the cohort it pages (`None`: the board's top).
+    pub cohort: Option<String>,
 }
 
 /// Format version, first in every token.
@@ -50,7 +52,11 @@ const VERSION: i64 = 1;
 
 impl Cursor {
     pub fn encode(&self) -> String {
-        let v = json!([VERSION, self.direction.name(), self.board, self.split, self.period, self.stored, self.member]);
+        let mut v =
+            json!([VERSION, self.direction.name(), self.board, self.split, self.period, self.stored, self.member]);
+        if let (Some(cohort), Some(a)) = (&self.cohort, v.as_array_mut()) {
+            a.push(json!(cohort));
+        }
         URL_SAFE_NO_PAD.encode(v.to_string())
     }
 
@@ -59,7 +65,7 @@ impl Cursor {
         let bytes = URL_SAFE_NO_PAD.decode(token).ok()?;
         let v: Value = serde_json::from_slice(&bytes).ok()?;
         let a = v.as_array()?;
-        if a.len() != 7 || a[0].as_i64()? != VERSION {
+        if !(7..=8).contains(&a.len()) || a[0].as_i64()? != VERSION {
             return None;
         }
         let direction = match a[1].as_str()? {
@@ -75,6 +81,10 @@ impl Cursor {
             period: text(4)?,
             stored: a[5].as_i64()?,
             member: text(6)?,
+            cohort: match a.get(7) {
+                Some(c) => Some(c.as_str()?.to_string()),
+                None => None,
+            },
         })
     }
 }
@@ -92,6 +102,7 @@ mod tests {
             period: "d:2026-12-01".into(),
             stored,
             member: member.into(),
+            cohort: None,
         }
     }
 
@@ -100,7 +111,10 @@ mod tests {
         let c = cursor(Direction::Prev, "ünïcode/+?&=", -9_007_199_254_740_991);
         let token = c.encode();
         assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{token}");
-        assert_eq!(Cursor::decode(&token), Some(c));
+        assert_eq!(Cursor::decode(&token), Some(c.clone()));
+        // A cohort's cursor carries its cohort.
+        let in_cohort = Cursor { cohort: Some("2-7".into()), ..c };
+        assert_eq!(Cursor::decode(&in_cohort.encode()), Some(in_cohort));
     }
 
     #[test]

@@ -11,10 +11,12 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::cursor::{Cursor, Direction};
+use super::reads::{check_cursor, take_cursor};
 use super::target::{parse_num, resolve, Target};
 use super::{ApiError, AppState};
 use crate::board::league::{self, League, Zone};
-use crate::board::Board;
+use crate::board::{Board, Order};
 use crate::keys;
 use crate::period::Period;
 use crate::store::Placement;
@@ -124,28 +126,68 @@ pub(super) async fn player_field(s: &AppState, t: &Target<'_>, player_id: &str) 
     })))
 }
 
-/// `GET /v1/boards/{board}/cohorts/{cohort}?period=&offset=&limit=`.
+/// `GET /v1/boards/{board}/cohorts/{cohort}?period=&offset=&limit=&cursor=`:
+/// pages as a top read does, by offset or from a cursor, with
+/// `next_cursor` and `prev_cursor`.
 pub(super) async fn cohort(
     State(s): State<AppState>,
     Path((board_id, cohort)): Path<(String, String)>,
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
+    let cursor = take_cursor(&mut q)?;
     let (t, r) = league_target(&s, &board_id, &mut q)?;
     let code = r.league.cohort_code(&cohort).ok_or_else(|| {
         ApiError::not_found(format!("'{cohort}' is not a cohort of board '{board_id}' (cohorts are <tier>-<n>)"))
     })?;
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
+    if let Some(c) = &cursor {
+        check_cursor(c, &t, Some(&cohort))?;
+    }
     let (tier, ranked) = standings(&s, &t, &r, code).await?;
     if ranked.is_empty() {
         return Err(ApiError::not_found(format!("cohort '{cohort}' holds no ranked player in {}", t.period)));
     }
-    let entries: Vec<Value> =
-        ranked.iter().skip(offset).take(limit).map(|e| entry_json(t.board, r.league, e)).collect();
-    Ok(Json(json!({
+    let range = match &cursor {
+        None => offset.min(ranked.len())..(offset + limit).min(ranked.len()),
+        Some(c) => page_range(t.board.order(), &ranked, c, limit),
+    };
+    let start = range.start;
+    let page = &ranked[range];
+    let entries: Vec<Value> = page.iter().map(|e| entry_json(t.board, r.league, e)).collect();
+    let mut body = json!({
         "board": t.board.id(), "period": t.period, "cohort": cohort, "tier": r.league.tiers[tier],
         "total": ranked.len(), "entries": entries,
-    })))
+    });
+    let at = |e: &Ranked, direction| {
+        let (board, split, period) = (t.board.id().to_string(), t.split.clone(), t.period.clone());
+        let (stored, member, cohort) = (e.stored, e.member.clone(), Some(cohort.clone()));
+        Cursor { direction, board, split, period, stored, member, cohort }.encode()
+    };
+    if let (Some(first), Some(last)) = (page.first(), page.last()) {
+        if start + page.len() < ranked.len() {
+            body["next_cursor"] = json!(at(last, Direction::Next));
+        }
+        if start > 0 {
+            body["prev_cursor"] = json!(at(first, Direction::Prev));
+        }
+    }
+    Ok(Json(body))
+}
+
+/// The page from cursor `c` in `ranked` (in board order): the `limit`
+/// entries after the cursor's entry, or the `limit` before it. The entry
+/// need not be there any more: its place in board order is.
+fn page_range(order: Order, ranked: &[Ranked], c: &Cursor, limit: usize) -> std::ops::Range<usize> {
+    let before = ranked.partition_point(|e| order.entries((e.stored, &e.member), (c.stored, &c.member)).is_lt());
+    match c.direction {
+        Direction::Next => {
+            let here = ranked.get(before).is_some_and(|e| e.stored == c.stored && e.member == c.member);
+            let from = before + usize::from(here);
+            from..(from + limit).min(ranked.len())
+        }
+        Direction::Prev => before.saturating_sub(limit)..before,
+    }
 }
 
 /// `GET /v1/boards/{board}/players/{player}/cohort?period=`: the player's
@@ -198,4 +240,40 @@ pub(super) async fn overview(
         "board": t.board.id(), "period": t.period, "round": r.round.id,
         "cohort_size": r.league.cohort_size, "tiers": rows,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranked(scores: &[(i64, &str)]) -> Vec<Ranked> {
+        let ranked = scores.iter().enumerate().map(|(i, (stored, member))| Ranked {
+            rank: i + 1,
+            member: member.to_string(),
+            stored: *stored,
+            zone: Zone::Stay,
+            next_tier: 0,
+        });
+        ranked.collect()
+    }
+
+    fn cursor(direction: Direction, stored: i64, member: &str) -> Cursor {
+        let (board, split, period) = ("b".into(), String::new(), "c:x".into());
+        Cursor { direction, board, split, period, stored, member: member.into(), cohort: Some("0-1".into()) }
+    }
+
+    #[test]
+    fn a_cohort_pages_from_a_cursor_both_ways_whether_its_entry_stayed_or_moved() {
+        // Board order on a desc board: higher first, ties by member descending.
+        let r = ranked(&[(50, "e"), (40, "d"), (40, "c"), (20, "b"), (10, "a")]);
+        let order = Order::Desc;
+        assert_eq!(page_range(order, &r, &cursor(Direction::Next, 40, "d"), 2), 2..4);
+        assert_eq!(page_range(order, &r, &cursor(Direction::Next, 20, "b"), 5), 4..5);
+        assert_eq!(page_range(order, &r, &cursor(Direction::Prev, 40, "c"), 5), 0..2);
+        assert_eq!(page_range(order, &r, &cursor(Direction::Prev, 20, "b"), 2), 1..3);
+        // The cursor's entry left (or moved): the page starts where it stood.
+        assert_eq!(page_range(order, &r, &cursor(Direction::Next, 30, "x"), 2), 3..5);
+        assert_eq!(page_range(order, &r, &cursor(Direction::Prev, 30, "x"), 2), 1..3);
+        assert_eq!(page_range(order, &r, &cursor(Direction::Prev, 60, "z"), 2), 0..0);
+    }
 }

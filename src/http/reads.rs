@@ -35,6 +35,7 @@ fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
         period: t.period.clone(),
         stored: e.stored,
         member: e.member.clone(),
+        cohort: None,
     }
     .encode()
 }
@@ -42,7 +43,7 @@ fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
 /// The `cursor` parameter, decoded; the query then names the cursor's split
 /// and period unless it names them itself (a mismatch is checked once the
 /// target is resolved).
-fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiError> {
+pub(super) fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiError> {
     let Some(token) = q.get("cursor") else {
         return Ok(None);
     };
@@ -60,8 +61,12 @@ fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiErr
     Ok(Some(c))
 }
 
-/// A cursor is read only by the board, split and period it was made for.
-fn check_cursor(c: &Cursor, t: &Target<'_>) -> Result<(), ApiError> {
+/// A cursor is read only by the board, split and period (and cohort) it was made for.
+pub(super) fn check_cursor(c: &Cursor, t: &Target<'_>, cohort: Option<&str>) -> Result<(), ApiError> {
+    if c.cohort.as_deref() != cohort {
+        let made = c.cohort.as_deref().map_or("the board's top".to_string(), |c| format!("cohort '{c}'"));
+        return Err(ApiError::bad("cursor", format!("the cursor was made for {made}, not this read")));
+    }
     if c.board != t.board.id() || c.split != t.split || c.period != t.period {
         return Err(ApiError::bad(
             "cursor",
@@ -87,7 +92,7 @@ pub(super) async fn top(
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
     if let Some(c) = &cursor {
-        check_cursor(c, &t)?;
+        check_cursor(c, &t, None)?;
     }
     let page = layout::top(&s, &t, cursor.as_ref(), offset, limit).await?;
     let mut head = page_head(&t, &page, None);
