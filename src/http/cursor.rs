@@ -1,17 +1,23 @@
-//! Read cursors: where a `top` page ended, as an opaque, URL-safe token.
+//! Read cursors: where a `top` (or a league cohort's) page ended, as an
+//! opaque, URL-safe token, and the `cursor` parameter's checks.
 //!
 //! A cursor names the entry it was made at (its stored score and member),
 //! which way it pages (the entries after it, or those before it) and the
-//! board, split and period it belongs to, so that it cannot be used on
-//! another. Paging by that entry rather than by a position keeps a scan
+//! board, split and period (and cohort) it belongs to, so that it cannot
+//! be used on another. Paging by that entry rather than by a position keeps a scan
 //! stable while the board is written: a member whose score does not change
 //! is either before or after each cursor's entry, so it appears on exactly
 //! one page, in board order. The token is URL-safe base64 of a JSON array;
 //! clients treat it as opaque.
 
+use std::collections::HashMap;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
+
+use super::target::Target;
+use super::ApiError;
 
 /// Which entries a cursor's page holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +93,47 @@ impl Cursor {
             },
         })
     }
+}
+
+/// The `cursor` parameter, decoded; the query then names the cursor's split
+/// and period unless it names them itself (a mismatch is checked once the
+/// target is resolved).
+pub(super) fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiError> {
+    let Some(token) = q.get("cursor") else {
+        return Ok(None);
+    };
+    if q.contains_key("offset") {
+        return Err(ApiError::bad(
+            "cursor",
+            "cursor and offset cannot be combined: a cursor says where the page starts",
+        ));
+    }
+    let c = Cursor::decode(token).ok_or_else(|| ApiError::bad("cursor", "cursor is not a cursor this API made"))?;
+    q.entry("period".into()).or_insert_with(|| c.period.clone());
+    if !c.split.is_empty() {
+        q.entry("split".into()).or_insert_with(|| c.split.clone());
+    }
+    Ok(Some(c))
+}
+
+/// A cursor is read only by the board, split and period (and cohort) it was made for.
+pub(super) fn check_cursor(c: &Cursor, t: &Target<'_>, cohort: Option<&str>) -> Result<(), ApiError> {
+    if c.cohort.as_deref() != cohort {
+        let made = c.cohort.as_deref().map_or("the board's top".to_string(), |c| format!("cohort '{c}'"));
+        return Err(ApiError::bad("cursor", format!("the cursor was made for {made}, not this read")));
+    }
+    if c.board != t.board.id() || c.split != t.split || c.period != t.period {
+        return Err(ApiError::bad(
+            "cursor",
+            format!(
+                "the cursor was made for board '{}' period '{}'{}, not this read",
+                c.board,
+                c.period,
+                if c.split.is_empty() { String::new() } else { format!(" split '{}'", c.split) }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

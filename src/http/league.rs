@@ -11,8 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::cursor::{Cursor, Direction};
-use super::reads::{check_cursor, take_cursor};
+use super::cursor::{check_cursor, take_cursor, Cursor, Direction};
 use super::target::{parse_num, resolve, Target};
 use super::{ApiError, AppState};
 use crate::board::league::{self, League, Zone};

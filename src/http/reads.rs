@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::cursor::{Cursor, Direction};
+use super::cursor::{check_cursor, take_cursor, Cursor, Direction};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
 use super::target::{parse_num, rank_policy, unranked, RankPolicy, Target};
@@ -38,47 +38,6 @@ fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
         cohort: None,
     }
     .encode()
-}
-
-/// The `cursor` parameter, decoded; the query then names the cursor's split
-/// and period unless it names them itself (a mismatch is checked once the
-/// target is resolved).
-pub(super) fn take_cursor(q: &mut HashMap<String, String>) -> Result<Option<Cursor>, ApiError> {
-    let Some(token) = q.get("cursor") else {
-        return Ok(None);
-    };
-    if q.contains_key("offset") {
-        return Err(ApiError::bad(
-            "cursor",
-            "cursor and offset cannot be combined: a cursor says where the page starts",
-        ));
-    }
-    let c = Cursor::decode(token).ok_or_else(|| ApiError::bad("cursor", "cursor is not a cursor this API made"))?;
-    q.entry("period".into()).or_insert_with(|| c.period.clone());
-    if !c.split.is_empty() {
-        q.entry("split".into()).or_insert_with(|| c.split.clone());
-    }
-    Ok(Some(c))
-}
-
-/// A cursor is read only by the board, split and period (and cohort) it was made for.
-pub(super) fn check_cursor(c: &Cursor, t: &Target<'_>, cohort: Option<&str>) -> Result<(), ApiError> {
-    if c.cohort.as_deref() != cohort {
-        let made = c.cohort.as_deref().map_or("the board's top".to_string(), |c| format!("cohort '{c}'"));
-        return Err(ApiError::bad("cursor", format!("the cursor was made for {made}, not this read")));
-    }
-    if c.board != t.board.id() || c.split != t.split || c.period != t.period {
-        return Err(ApiError::bad(
-            "cursor",
-            format!(
-                "the cursor was made for board '{}' period '{}'{}, not this read",
-                c.board,
-                c.period,
-                if c.split.is_empty() { String::new() } else { format!(" split '{}'", c.split) }
-            ),
-        ));
-    }
-    Ok(())
 }
 
 pub(super) async fn top(
