@@ -405,6 +405,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_call_is_polled_as_it_starts_so_it_is_queued_before_the_next_starts() {
+        // redis-rs queues a command on its first poll (tests/ordering.rs): a
+        // call polled as it starts is on the connection before the next starts,
+        // whoever polls the calls afterwards.
+        let gates: Vec<Arc<Lane>> = (0..2).map(|_| Arc::new(Lane::new())).collect();
+        let polled = Arc::new(Mutex::new(Vec::new()));
+        let order = [(0, 0), (1, 0), (2, 1)].map(|(c, l)| (c, l, Duration::ZERO));
+        let p = polled.clone();
+        let (done, running) = start_in_order(&order, &gates, move |c| {
+            let p = p.clone();
+            async move {
+                p.lock().unwrap().push(c);
+                futures::future::pending::<usize>().await
+            }
+        })
+        .await;
+        assert!(done.is_empty());
+        assert_eq!(running.len(), 3, "the calls are left running, unanswered");
+        assert_eq!(*polled.lock().unwrap(), [0, 1, 2], "each call polled as it started, in order");
+    }
+
+    #[tokio::test]
     async fn each_node_takes_two_calls_at_once_in_order_and_no_node_waits_for_another() {
         let gates: Vec<Arc<Lane>> = (0..3).map(|_| Arc::new(Lane::new())).collect();
         let held = Arc::new(Held::new());

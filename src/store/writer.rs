@@ -30,15 +30,20 @@
 //!    starts it, and counts it sent from then on (tests/ordering.rs,
 //!    `redis_rs_queues_a_command_on_its_first_poll` and
 //!    `redis_rs_queues_a_command_on_its_first_poll_on_a_cluster`, on the
-//!    connection types the store uses).
+//!    connection types the store uses; `gate.rs`'s
+//!    `every_call_is_polled_as_it_starts_so_it_is_queued_before_the_next_starts`).
 //! 2. Each node's lane lets calls in in the order given, at most two at a
 //!    time, and no node waits for another (`gate.rs`'s
 //!    `each_node_takes_two_calls_at_once_in_order_and_no_node_waits_for_another`).
 //! 3. One batch's calls all start before the next batch's: this task
-//!    starts a batch before it takes the next, and `send.rs` holds the
-//!    gate's order lock while a batch's calls start, so a retry's calls do
-//!    not interleave with a new batch's (tests/writer.rs,
-//!    `batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order`).
+//!    awaits a batch's start before it takes the next (tests/writer.rs,
+//!    `batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order`:
+//!    ten batches handed over at once each land at their first attempt, so
+//!    none reached Redis ahead of the one before). A retry's calls start
+//!    under the gate's order lock (`send.rs`) as a new batch's do, so the
+//!    two do not interleave in a lane; correctness does not rest on that
+//!    lock (5. does), only that the batches behind a retry do not overtake
+//!    it and answer `STALE` once more.
 //! 4. A tag's calls all reach the node owning its slot, by the cluster's
 //!    slot map (tests/store.rs,
 //!    `batches_sent_two_at_a_time_on_a_cluster_reach_every_tag_in_order`).
