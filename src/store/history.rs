@@ -257,6 +257,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_history_step_names_its_keys_in_the_declared_order_all_in_the_tag_slot() {
+        let step = HistoryStep {
+            base: "lb:{p}",
+            period_id: "d:2026-08-14",
+            kind: "daily",
+            desc: true,
+            shift: 1,
+            expire_at: 0,
+            budget: 10,
+        };
+        let (k, args) = step.invocation();
+        assert_eq!(k.len(), touches::HISTORY.keys.len());
+        assert_eq!((k[0].as_str(), k[5].as_str()), ("lb:{p}:d:2026-08-14:final", "lb:{p}:_offsets"));
+        assert!(k.iter().all(|k| keys::key_slot(k) == keys::key_slot("lb:{p}")), "{k:?}");
+        assert_eq!(args.len(), 6);
+    }
+
+    #[test]
     fn recorded_standings_and_bests_read_back_and_odd_ones_are_skipped() {
         assert_eq!(
             parse_standing("d:2026-08-14", "3:2:40:1200"),
