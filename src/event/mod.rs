@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use crate::score::MAX_EXACT;
 
+pub mod cloudevents;
 mod moderation;
+pub mod wire;
 
 use moderation::parse_admin;
 pub use moderation::{AdminEvent, AdminKind};
