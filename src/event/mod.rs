@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::score::MAX_EXACT;
 
 pub mod cloudevents;
+pub mod fields;
 mod moderation;
 pub mod wire;
 
@@ -185,7 +186,9 @@ pub enum Parsed {
     Rejected(Rejection),
 }
 
-#[derive(Deserialize)]
+/// A record's fields before validation, as decoded (JSON), or as mapped
+/// from a decoded record ([`fields::FieldMap`]).
+#[derive(Default, Deserialize)]
 struct RawEvent {
     event_id: Option<Value>,
     #[serde(rename = "type")]
@@ -219,8 +222,36 @@ fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> 
     if value.len() > max_bytes {
         return Err(Rejection::new(TooLarge, format!("value is {} bytes, the limit is {max_bytes}", value.len())));
     }
-    let mut raw: RawEvent = serde_json::from_slice(value)
+    let raw: RawEvent = serde_json::from_slice(value)
         .map_err(|e| Rejection::new(InvalidJson, format!("value is not a JSON object: {e}")))?;
+    validate(raw, limits, listens)
+}
+
+/// Validates a record decoded from another format (Avro, Protobuf, a
+/// CloudEvent's data) as a JSON value, its fields found by `fields`. Only
+/// scoring events: admin events come in JSON on admin topics.
+pub fn parse_record(
+    record: Value,
+    fields: &fields::FieldMap,
+    limits: Limits,
+    listens: impl Fn(&str) -> bool,
+) -> Parsed {
+    let raw = fields.raw(record);
+    if let Some(Value::String(kind)) = &raw.kind {
+        if AdminKind::parse(kind).is_some() {
+            let detail = format!("admin events ('{kind}') come in JSON on an admin topic");
+            return Parsed::Rejected(Rejection::new(Reason::NotAllowed, detail));
+        }
+    }
+    match validate(raw, limits, listens) {
+        Ok(p) => p,
+        Err(r) => Parsed::Rejected(r),
+    }
+}
+
+/// The event rules, on a record's fields.
+fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -> Result<Parsed, Rejection> {
+    use Reason::*;
     let kind = match raw.kind.take() {
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'type' is missing")),
         Some(Value::String(s)) if !s.is_empty() => s,

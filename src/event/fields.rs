@@ -1,0 +1,116 @@
+//! `[kafka.fields]`: where each event field is in a decoded record whose
+//! schema names things otherwise (`player_id = "player.id"`). A path is
+//! object keys joined by dots; a field not mapped is read by its own name.
+//! Pure: paths are checked once, at load, and applied per record.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::RawEvent;
+
+/// The event fields a path can be given for.
+pub const FIELDS: [&str; 7] = ["event_id", "type", "player_id", "score", "ts", "attrs", "meta"];
+
+/// Each event field's path in a decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldMap {
+    /// In the order of [`FIELDS`].
+    paths: Vec<Vec<String>>,
+}
+
+impl Default for FieldMap {
+    /// Every field by its own name.
+    fn default() -> Self {
+        FieldMap { paths: FIELDS.iter().map(|f| vec![f.to_string()]).collect() }
+    }
+}
+
+impl FieldMap {
+    /// The map `[kafka.fields]` gives (event field -> dotted path); an error
+    /// names the first bad entry: `(field, message)`.
+    pub fn new(given: &BTreeMap<String, String>) -> Result<FieldMap, (String, String)> {
+        let mut map = FieldMap::default();
+        for (field, path) in given {
+            let Some(i) = FIELDS.iter().position(|f| f == field) else {
+                return Err((field.clone(), format!("is not an event field (one of {})", FIELDS.join(", "))));
+            };
+            let parts: Vec<String> = path.split('.').map(str::to_string).collect();
+            if parts.iter().any(String::is_empty) {
+                return Err((field.clone(), format!("'{path}' is not a path: object keys joined by dots")));
+            }
+            map.paths[i] = parts;
+        }
+        Ok(map)
+    }
+
+    /// The value at `field`'s path in `record`, if there is one.
+    fn at<'a>(&self, record: &'a Value, field: usize) -> Option<&'a Value> {
+        self.paths[field].iter().try_fold(record, |v, key| v.get(key))
+    }
+
+    /// The record's event fields, each taken from its path.
+    pub(super) fn raw(&self, record: Value) -> RawEvent {
+        let take = |i: usize| self.at(&record, i).filter(|v| !v.is_null()).cloned();
+        RawEvent {
+            event_id: take(0),
+            kind: take(1),
+            player_id: take(2),
+            score: take(3),
+            ts: take(4),
+            attrs: take(5),
+            meta: take(6),
+            ..RawEvent::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::{parse_record, Limits, Parsed, Reason};
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> Result<FieldMap, (String, String)> {
+        FieldMap::new(&pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
+    }
+
+    #[test]
+    fn mapped_fields_are_read_from_their_paths_and_the_rest_by_name() {
+        let fields = map(&[("player_id", "player.id"), ("score", "result.points")]).unwrap();
+        let record = json!({
+            "event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished",
+            "player": {"id": "alice"}, "result": {"points": 90}, "ts": 1786100400000i64,
+            "player_id": "not-this-one"
+        });
+        let Parsed::Event(e) = parse_record(record, &fields, Limits::default(), |t| t == "match_finished") else {
+            panic!()
+        };
+        assert_eq!((e.player_id.as_str(), e.score, e.ts_ms), ("alice", 90, 1_786_100_400_000));
+    }
+
+    #[test]
+    fn a_missing_path_is_a_missing_field_and_admin_events_are_refused() {
+        let fields = map(&[("score", "result.points")]).unwrap();
+        let record = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "m", "player_id": "a",
+                            "result": {}, "ts": 1});
+        match parse_record(record, &fields, Limits::default(), |_| true) {
+            Parsed::Rejected(r) => {
+                assert_eq!((r.reason, r.detail.as_str()), (Reason::MissingField, "field 'score' is missing"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let admin = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "player_removed",
+                           "player_id": "a", "board": "b"});
+        assert!(matches!(parse_record(admin, &FieldMap::default(), Limits::default(), |_| true),
+            Parsed::Rejected(r) if r.reason == Reason::NotAllowed));
+    }
+
+    #[test]
+    fn a_bad_map_names_its_field() {
+        assert_eq!(map(&[("points", "score")]).unwrap_err().0, "points");
+        assert_eq!(map(&[("score", "result..points")]).unwrap_err().0, "score");
+        assert_eq!(map(&[]).unwrap(), FieldMap::default());
+    }
+}
