@@ -69,7 +69,7 @@ impl FieldMap {
 mod tests {
     use serde_json::json;
 
-    use super::super::{parse_record, Limits, Parsed, Reason};
+    use super::super::{parse_record, Envelope, Limits, Parsed, Reason};
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> Result<FieldMap, (String, String)> {
@@ -84,7 +84,9 @@ mod tests {
             "player": {"id": "alice"}, "result": {"points": 90}, "ts": 1786100400000i64,
             "player_id": "not-this-one"
         });
-        let Parsed::Event(e) = parse_record(record, &fields, Limits::default(), |t| t == "match_finished") else {
+        let Parsed::Event(e) =
+            parse_record(record, &fields, Envelope::default(), Limits::default(), |t| t == "match_finished")
+        else {
             panic!()
         };
         assert_eq!((e.player_id.as_str(), e.score, e.ts_ms), ("alice", 90, 1_786_100_400_000));
@@ -95,7 +97,7 @@ mod tests {
         let fields = map(&[("score", "result.points")]).unwrap();
         let record = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "m", "player_id": "a",
                             "result": {}, "ts": 1});
-        match parse_record(record, &fields, Limits::default(), |_| true) {
+        match parse_record(record, &fields, Envelope::default(), Limits::default(), |_| true) {
             Parsed::Rejected(r) => {
                 assert_eq!((r.reason, r.detail.as_str()), (Reason::MissingField, "field 'score' is missing"))
             }
@@ -103,7 +105,7 @@ mod tests {
         }
         let admin = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "player_removed",
                            "player_id": "a", "board": "b"});
-        assert!(matches!(parse_record(admin, &FieldMap::default(), Limits::default(), |_| true),
+        assert!(matches!(parse_record(admin, &FieldMap::default(), Envelope::default(), Limits::default(), |_| true),
             Parsed::Rejected(r) if r.reason == Reason::NotAllowed));
     }
 

@@ -186,6 +186,15 @@ pub enum Parsed {
     Rejected(Rejection),
 }
 
+/// What a record's envelope (a CloudEvent's attributes) gives the fields
+/// its data leaves out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Envelope {
+    pub event_id: Option<Value>,
+    pub kind: Option<Value>,
+    pub ts: Option<Value>,
+}
+
 /// A record's fields before validation, as decoded (JSON), or as mapped
 /// from a decoded record ([`fields::FieldMap`]).
 #[derive(Default, Deserialize)]
@@ -233,10 +242,14 @@ fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> 
 pub fn parse_record(
     record: Value,
     fields: &fields::FieldMap,
+    envelope: Envelope,
     limits: Limits,
     listens: impl Fn(&str) -> bool,
 ) -> Parsed {
-    let raw = fields.raw(record);
+    let mut raw = fields.raw(record);
+    raw.event_id = raw.event_id.or(envelope.event_id);
+    raw.kind = raw.kind.or(envelope.kind);
+    raw.ts = raw.ts.or(envelope.ts);
     if let Some(Value::String(kind)) = &raw.kind {
         if AdminKind::parse(kind).is_some() {
             let detail = format!("admin events ('{kind}') come in JSON on an admin topic");
