@@ -4,7 +4,8 @@
 # and libraries librdkafka's build uses (apt: OpenSSL for TLS and SASL,
 # libcurl for OAUTHBEARER's OIDC); with --test, also what only the tests
 # use: the tansu Kafka broker (crates.io), Chromium for the page test,
-# openssl and socat (and kafka-python) for the secure-connection tests, and the offline
+# openssl and socat (and kafka-python) for the secure-connection tests,
+# confluent-kafka's serializers for the event-format tests, and the offline
 # validators of the compose file, alert rules and Kubernetes manifests.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -65,6 +66,11 @@ if [ "$tests" = 1 ] && ! python3 -c 'import kafka' 2>/dev/null; then
   # A Kafka client that is not rankflow (nor librdkafka), reading topics back over TLS (tests/read_topic.py).
   echo "setup: installing kafka-python from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check kafka-python
+fi
+if [ "$tests" = 1 ] && ! python3 -c 'import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf' 2>/dev/null; then
+  # Confluent's own Avro and Protobuf serializers frame the records the format tests read (tests/serialize.py).
+  echo "setup: installing confluent-kafka (with its Avro, Protobuf and Schema Registry parts) from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check "confluent-kafka[avro,protobuf,schemaregistry]"
 fi
 if [ "$tests" = 0 ]; then
   echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"

@@ -7,14 +7,17 @@
 //! creates the topics and produces the samples there. Also the sample
 //! producer of `rankflow-tools produce`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::config::Settings;
+use crate::event::schema::{Schema, EVENT_AVSC, EVENT_PROTO};
+use crate::event::Format;
 use crate::kafka::client;
-use crate::samples::Generator;
+use crate::samples::{Encoding, Generator};
 
 /// The `kafka.brokers` value that asks `rankflow demo` for the embedded broker.
 pub const EMBEDDED: &str = "embedded";
@@ -27,10 +30,34 @@ const PARTITIONS: i32 = 4;
 pub struct DemoStream {
     pub events: u64,
     pub seed: u64,
+    /// The first source topic's format: JSON, or Avro or Protobuf framed
+    /// with rankflow's own schemas (ids 1 and 2), which the worker then reads.
+    pub format: Format,
+}
+
+/// The schema ids the demo gives rankflow's Avro and Protobuf events.
+const DEMO_AVRO_ID: u32 = 1;
+const DEMO_PROTOBUF_ID: u32 = 2;
+
+/// The demo's first topic written in `format`, with rankflow's own schema.
+fn use_format(settings: &mut Settings, format: Format) -> Result<(), String> {
+    let schema = match format {
+        Format::Json => return Ok(()),
+        Format::Avro => (DEMO_AVRO_ID, Schema::avro(EVENT_AVSC)?),
+        Format::Protobuf => (DEMO_PROTOBUF_ID, Schema::proto(EVENT_PROTO)?),
+        Format::CloudEvents => return Err("the demo produces json, avro or protobuf".into()),
+    };
+    settings.kafka.formats.insert(settings.kafka.topics[0].clone(), format);
+    settings.kafka.schemas.insert(schema.0, Arc::new(schema.1));
+    Ok(())
 }
 
 /// Runs the demo until Ctrl-C or SIGTERM; returns the exit status.
 pub async fn run(mut settings: Settings, stream: DemoStream) -> i32 {
+    if let Err(e) = use_format(&mut settings, stream.format) {
+        eprintln!("rankflow: {e}");
+        return 1;
+    }
     // Kept alive for as long as the worker runs: dropping it stops the broker.
     let _cluster = if settings.kafka.brokers == EMBEDDED {
         match embedded_broker(&settings) {
@@ -53,6 +80,12 @@ pub async fn run(mut settings: Settings, stream: DemoStream) -> i32 {
     if let Err(e) = produce_samples(&settings, stream.events, 0, stream.seed, 0.01, 0.02).await {
         eprintln!("rankflow: {e}");
         return 1;
+    }
+    if stream.format != Format::Json {
+        println!(
+            "demo: the samples are {:?} records in the Schema Registry wire format, with rankflow's own schema",
+            stream.format
+        );
     }
     let page = format!("http://{}/", settings.http.listen);
     println!("demo: the worker is starting on {} (broker: {})", settings.http.listen, settings.kafka.brokers);
@@ -84,7 +117,8 @@ fn embedded_broker(
     Ok((cluster, servers))
 }
 
-/// Produces `count` generated events to the first source topic, at most
+/// Produces `count` generated events to the first source topic (in its
+/// format: [`Encoding::for_topic`]), at most
 /// `rate` per second (0: as fast as possible), with a share of bad records
 /// and of producer duplicates; a progress bar on a terminal.
 pub async fn produce_samples(
@@ -101,6 +135,7 @@ pub async fn produce_samples(
         .create()
         .map_err(|e| format!("cannot create producer: {e}"))?;
     let topic = &settings.kafka.topics[0];
+    let encoding = Encoding::for_topic(settings, topic)?;
     let now = chrono::Utc::now().timestamp_millis();
     let mut generator =
         Generator::new(seed, 2000, now - 60_000, 1).with_bad_records(bad_ratio).with_duplicates(dup_ratio).with_names();
@@ -113,7 +148,8 @@ pub async fn produce_samples(
             tokio::time::sleep_until(due.into()).await;
         }
         let s = generator.next_sample();
-        let fut = producer.send_result(FutureRecord::to(topic).key(&s.key).payload(&s.value));
+        let value = encoding.encode(&s.value);
+        let fut = producer.send_result(FutureRecord::to(topic).key(&s.key).payload(&value));
         match fut {
             Ok(f) => pending.push(f),
             Err((e, _)) => return Err(format!("produce failed: {e}")),

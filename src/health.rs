@@ -21,6 +21,8 @@ pub struct Health {
     /// The last time a broker refused the client's TLS or credentials, and
     /// why (`kafka::connect::refusal`); cleared once a broker is up.
     kafka_refused: std::sync::Mutex<Option<String>>,
+    /// Why the Schema Registry is down, while it is (`registry::Schemas::fetch`).
+    registry_down: std::sync::Mutex<Option<String>>,
 }
 
 impl Health {
@@ -54,6 +56,21 @@ impl Health {
     /// A broker is up: refusals are past.
     pub fn kafka_connected(&self) {
         *self.kafka_refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The Schema Registry did not answer; `true` if it was up until now.
+    pub fn registry_down(&self, reason: String) -> bool {
+        self.registry_down.lock().unwrap_or_else(|e| e.into_inner()).replace(reason).is_none()
+    }
+
+    /// The Schema Registry answered; `true` if it was down until now.
+    pub fn registry_up(&self) -> bool {
+        self.registry_down.lock().unwrap_or_else(|e| e.into_inner()).take().is_some()
+    }
+
+    /// Why the Schema Registry is down, if it is.
+    pub fn registry_outage(&self) -> Option<String> {
+        self.registry_down.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Whether Redis lost data (see [`Health::lost_data`]).

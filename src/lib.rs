@@ -23,6 +23,8 @@
 //!   callbacks, offset commits, the producer, topic creation. [`store`]:
 //!   the only door to Redis: connections, every script (apply, admin, the
 //!   scheduler's, reads) and every command, as typed calls. [`metrics`]: every Prometheus family. [`health`], [`retry`].
+//!   [`registry`]: the schemas of Avro and Protobuf records, from files and
+//!   the Schema Registry.
 //!   [`progress`]: the progress of long commands, drawn on a terminal.
 //! - **Domain, pure** — [`config`]: the TOML file into validated types.
 //!   [`event`]: one record value into an event or a rejection. [`board`]:
@@ -77,6 +79,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod rebuild;
 pub mod recovery;
+pub mod registry;
 pub mod retry;
 pub mod samples;
 pub mod schedule;

@@ -41,6 +41,10 @@ enum Command {
         events: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// How the samples are written: json, or avro or protobuf in the
+        /// Schema Registry wire format with rankflow's own schemas.
+        #[arg(long, default_value = "json", value_parser = ["json", "avro", "protobuf"])]
+        format: String,
     },
     /// Validate a config file without connecting; names every bad field.
     CheckConfig { file: PathBuf },
@@ -282,8 +286,12 @@ fn main() -> ExitCode {
                 Ok(s) => std::process::exit(rankflow::app::run(s).await),
                 Err(code) => code,
             },
-            Command::Demo { config, events, seed } => match load(&config) {
-                Ok(s) => std::process::exit(rankflow::demo::run(s, rankflow::demo::DemoStream { events, seed }).await),
+            Command::Demo { config, events, seed, format } => match load(&config) {
+                Ok(s) => {
+                    let format = rankflow::event::Format::parse(&format).unwrap_or_default();
+                    let stream = rankflow::demo::DemoStream { events, seed, format };
+                    std::process::exit(rankflow::demo::run(s, stream).await)
+                }
                 Err(code) => code,
             },
             Command::CreateTopics { config, partitions } => match load(&config) {

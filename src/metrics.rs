@@ -30,6 +30,7 @@ pub struct Metrics {
     pub event_latency: HistogramVec,
     pub redis_up: IntGauge,
     pub kafka_up: IntGauge,
+    pub schema_registry_up: IntGauge,
     pub assigned_partitions: IntGauge,
     pub build_info: IntGaugeVec,
     pub jobs: IntCounterVec,
@@ -102,6 +103,7 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_event_latency_seconds",
     "rankflow_redis_up",
     "rankflow_kafka_up",
+    "rankflow_schema_registry_up",
     "rankflow_assigned_partitions",
     "rankflow_build_info",
     "rankflow_jobs_total",
@@ -232,6 +234,7 @@ impl Metrics {
             event_latency,
             redis_up: gauge(&r, "rankflow_redis_up", "1 when the last Redis operation succeeded."),
             kafka_up: gauge(&r, "rankflow_kafka_up", "1 when at least one broker connection is up."),
+            schema_registry_up: gauge(&r, "rankflow_schema_registry_up", "1 while the Schema Registry answers."),
             assigned_partitions: gauge(&r, "rankflow_assigned_partitions", "Partitions this worker holds."),
             build_info,
             jobs: counter_vec(

@@ -8,6 +8,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::config::Settings;
+use crate::event::schema::{Kind, Schema};
+use crate::event::{wire, Format};
+
 pub const TRACKS: [&str; 3] = ["monza", "spa", "suzuka"];
 
 /// Display names of the demo's players (with their number).
@@ -104,6 +108,63 @@ impl Generator {
     }
 }
 
+/// How the sample producer writes a record: as its topic's format says.
+pub enum Encoding {
+    Json,
+    /// Framed with this schema id.
+    Avro(u32, apache_avro::Schema),
+    /// The schema's first message, framed with this schema id.
+    Protobuf(u32, prost_reflect::MessageDescriptor),
+}
+
+impl Encoding {
+    /// The encoding of `topic`: for Avro and Protobuf, the config's first
+    /// schema of that kind (`[kafka.schemas]`), which should be rankflow's
+    /// event (`schemas/event.avsc`, `schemas/event.proto`).
+    pub fn for_topic(settings: &Settings, topic: &str) -> Result<Encoding, String> {
+        let format = settings.kafka.format(topic);
+        let found = |kind: Kind| settings.kafka.schemas.iter().find(|(_, s)| s.kind() == kind);
+        let missing = || {
+            format!("the sample producer writes {topic}'s records with a schema of [kafka.schemas], and it has none of that kind")
+        };
+        Ok(match format {
+            Format::Json | Format::CloudEvents => Encoding::Json,
+            Format::Avro => match found(Kind::Avro).map(|(id, s)| (*id, &**s)) {
+                Some((id, Schema::Avro(schema))) => Encoding::Avro(id, schema.clone()),
+                _ => return Err(missing()),
+            },
+            Format::Protobuf => match found(Kind::Protobuf).map(|(id, s)| (*id, &**s)) {
+                Some((id, Schema::Protobuf(file))) => {
+                    Encoding::Protobuf(id, file.messages().next().ok_or_else(missing)?)
+                }
+                _ => return Err(missing()),
+            },
+        })
+    }
+
+    /// A sample's JSON value in this encoding; one that does not fit the
+    /// schema (a bad sample) is sent as it is, to be dead-lettered.
+    pub fn encode(&self, json: &[u8]) -> Vec<u8> {
+        let encoded = match self {
+            Encoding::Json => None,
+            Encoding::Avro(id, schema) => serde_json::from_slice::<serde_json::Value>(json).ok().and_then(|mut v| {
+                for field in ["attrs", "meta"] {
+                    if v.get(field).is_none() {
+                        v[field] = json!({});
+                    }
+                }
+                let value = apache_avro::to_value(v).ok()?.resolve(schema).ok()?;
+                Some(wire::frame(*id, None, &apache_avro::to_avro_datum(schema, value).ok()?))
+            }),
+            Encoding::Protobuf(id, message) => serde_json::from_slice::<serde_json::Value>(json).ok().and_then(|v| {
+                let m = prost_reflect::DynamicMessage::deserialize(message.clone(), v).ok()?;
+                Some(wire::frame(*id, Some(&[0]), &prost::Message::encode_to_vec(&m)))
+            }),
+        };
+        encoded.unwrap_or_else(|| json.to_vec())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +175,39 @@ mod tests {
         let mut b = Generator::new(7, 100, 0, 10).with_duplicates(0.1).with_bad_records(0.1);
         for _ in 0..100 {
             assert_eq!(a.next_sample().value, b.next_sample().value);
+        }
+    }
+
+    #[test]
+    fn samples_encoded_as_avro_or_protobuf_decode_to_the_same_events() {
+        use crate::event::fields::FieldMap;
+        use crate::event::{decode, Found, Parsed};
+        let avro = Schema::avro(crate::event::schema::EVENT_AVSC).unwrap();
+        let proto = Schema::proto(crate::event::schema::EVENT_PROTO).unwrap();
+        let (Schema::Avro(a), Schema::Protobuf(p)) = (avro.clone(), proto.clone()) else { panic!() };
+        let encodings = [
+            (Format::Avro, Encoding::Avro(1, a)),
+            (Format::Protobuf, Encoding::Protobuf(2, p.messages().next().unwrap())),
+        ];
+        let schemas = [std::sync::Arc::new(avro), std::sync::Arc::new(proto)];
+        let lookup = |id: u32| Found::Schema(schemas[id as usize - 1].clone());
+        let mut g = Generator::new(3, 10, 1_786_000_000_000, 10).with_names().with_bad_records(0.2);
+        for _ in 0..200 {
+            let s = g.next_sample();
+            let json = crate::event::parse(&s.value, Default::default(), |_| true);
+            for (format, encoding) in &encodings {
+                let value = encoding.encode(&s.value);
+                let got =
+                    decode(*format, &value, &[], &lookup, &FieldMap::default(), Default::default(), |_| true).unwrap();
+                match (&json, got) {
+                    (Parsed::Event(a), Parsed::Event(b)) => assert_eq!(
+                        (a.event_id, &a.player_id, a.score, a.ts_ms, &a.attrs, &a.meta),
+                        (b.event_id, &b.player_id, b.score, b.ts_ms, &b.attrs, &b.meta)
+                    ),
+                    (Parsed::Rejected(_), Parsed::Rejected(_)) => {}
+                    (a, b) => panic!("{format:?}: {a:?} vs {b:?}"),
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use std::path::Path;
 mod boards;
 mod env;
 pub mod field;
+mod formats;
 mod league;
 mod raw;
 pub mod secrets;
@@ -25,8 +26,8 @@ mod settings;
 pub use field::parse_duration;
 pub use raw::DEFAULT_MAX_EVENTS_PER_CALL;
 pub use settings::{
-    redact_url, EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, SealingSettings, Settings,
-    WorkerSettings,
+    redact_url, EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, RegistrySettings, SealingSettings,
+    Settings, WorkerSettings,
 };
 
 use env::apply_override;
@@ -131,6 +132,7 @@ mod tests {
 
     use super::*;
     use crate::board::{Mode, Order, Rolling};
+    use crate::event::Format;
     use crate::period::PeriodKind;
 
     const GOOD: &str = r#"
@@ -464,6 +466,46 @@ retention = { daily = "30d" }
         let bad = text.replace("[redis]\n", "[redis]\npassword = [\"array-pw\"]\n");
         let shown = load_str(&bad, none()).unwrap_err().to_string();
         assert!(shown.contains("redis.password") && !shown.contains("array-pw"), "{shown}");
+    }
+
+    #[test]
+    fn formats_and_field_paths_are_per_source_topic_and_name_their_field() {
+        let with = |extra: &str| GOOD.replace("[kafka.options]", &format!("{extra}\n[kafka.options]"));
+        let s =
+            load_str(&with("formats = { scores = \"cloudevents\" }\nfields = { player_id = \"player.id\" }"), none())
+                .unwrap();
+        assert_eq!((s.kafka.format("scores"), s.kafka.format("other")), (Format::CloudEvents, Format::Json));
+        let avsc = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/event.avsc");
+        let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/event.proto");
+        let given = format!(
+            "formats = {{ scores = \"avro\" }}\nschemas = {{ \"3\" = \"{avsc}\", \"4\" = \"{proto}\" }}\n\
+             fields = {{ score = \"points\", scores = {{ player_id = \"who.id\" }} }}"
+        );
+        let s = load_str(&with(&given), none()).unwrap();
+        assert_eq!(s.kafka.schemas.keys().copied().collect::<Vec<_>>(), [3, 4]);
+        assert_ne!(s.kafka.fields("scores"), s.kafka.fields("other"));
+        assert_eq!(s.kafka.fields("other"), &s.kafka.fields);
+        let mut names: Vec<String> = Vec::new();
+        for (extra, field) in [
+            ("formats = { other = \"json\" }", "kafka.formats.other"),
+            ("formats = { scores = \"xml\" }", "kafka.formats.scores"),
+            ("formats = { scores = \"avro\" }", "kafka.formats.scores"),
+            ("fields = { points = \"score\" }", "kafka.fields.points"),
+            ("fields = { score = \"a..b\" }", "kafka.fields.score"),
+            ("fields = { other = { score = \"x\" } }", "kafka.fields.other"),
+            ("fields = { scores = { points = \"x\" } }", "kafka.fields.scores.points"),
+            ("schemas = { \"x\" = \"a.avsc\" }", "kafka.schemas.x"),
+            ("schemas = { \"7\" = \"/nonexistent.avsc\" }", "kafka.schemas.7"),
+            ("schema_registry = { url = \"ftp://r\" }", "kafka.schema_registry.url"),
+            ("schema_registry = { url = \"http://r\", username = \"u\" }", "kafka.schema_registry.password"),
+            ("schema_registry = { url = \"http://r\", ca_file = \"/etc/hosts\" }", "kafka.schema_registry.ca_file"),
+        ] {
+            let e = errors(&with(extra), none());
+            assert_eq!(e.len(), 1, "{extra}: {e:?}");
+            assert_eq!(e[0].field, field, "{extra}");
+            names.push(e[0].reason.clone());
+        }
+        assert!(names[2].contains("set [kafka.schemas] or [kafka.schema_registry]"), "{}", names[2]);
     }
 
     #[test]

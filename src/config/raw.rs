@@ -56,6 +56,27 @@ pub struct RawKafka {
     /// Where rank changes go (boards with `notify_top`); required by them.
     #[serde(default)]
     pub changes_topic: Option<String>,
+    /// Per source topic, how its records are written: `"json"` (the
+    /// default for a topic not listed), `"avro"` or `"protobuf"` (the
+    /// Schema Registry wire format) or `"cloudevents"` (binary or
+    /// structured mode, JSON, Avro or Protobuf data).
+    #[serde(default)]
+    pub formats: BTreeMap<String, String>,
+    /// Where each event field (`event_id`, `type`, `player_id`, `score`,
+    /// `ts`, `attrs`, `meta`) is in a decoded record whose names differ:
+    /// a path of object keys joined by dots (`player_id = "player.id"`).
+    /// Applies to the topics of `formats` other than JSON; a topic whose
+    /// schema names things otherwise again has a table of its own
+    /// (`[kafka.fields."match-results"]`), put over the shared entries.
+    #[serde(default)]
+    pub fields: BTreeMap<String, RawFieldEntry>,
+    /// Schemas by id, from files: `"<id>" = "file"` (`.avsc`; `.proto`, or
+    /// a compiled descriptor set), read at start.
+    #[serde(default)]
+    pub schemas: BTreeMap<String, PathBuf>,
+    /// The Schema Registry the ids not in `schemas` are fetched from, once each.
+    #[serde(default)]
+    pub schema_registry: Option<RawSchemaRegistry>,
     /// Passed to librdkafka as is, for the consumer (all of them) and the
     /// producers (connection and security ones: `security.*`, `sasl.*`,
     /// `ssl.*`, ...). Values may be strings, numbers or booleans.
@@ -121,6 +142,29 @@ impl Default for RawRedis {
             tls: RawRedisTls::default(),
         }
     }
+}
+
+/// One `[kafka.fields]` entry: an event field's path, or a topic's own map.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawFieldEntry {
+    Path(String),
+    Topic(BTreeMap<String, String>),
+}
+
+/// `[kafka.schema_registry]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchemaRegistry {
+    /// `http://` or `https://` and the registry's address (and path prefix, if any).
+    pub url: String,
+    /// HTTP basic authentication's user; with `password`.
+    pub username: Option<String>,
+    /// HTTP basic authentication's password (`RANKFLOW_KAFKA__SCHEMA_REGISTRY__PASSWORD`).
+    pub password: Option<Secret>,
+    /// PEM file of the CA certificates that sign the registry's
+    /// certificate (`https://` only). Default: the system's trusted roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[redis.tls]` as written.

@@ -58,6 +58,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
             e.push("kafka.changes_topic", "must be a topic of its own (not a source, admin or dead-letter topic)");
         }
     }
+    let formats = super::formats::formats(&k, e);
     let mut options = BTreeMap::new();
     for (key, value) in k.options {
         let text = match value {
@@ -87,6 +88,11 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
         dead_letter_topic: k.dead_letter_topic,
         changes_topic: k.changes_topic,
         options,
+        formats: formats.formats,
+        fields: formats.fields,
+        topic_fields: formats.topic_fields,
+        schemas: formats.schemas,
+        schema_registry: formats.registry,
     }
 }
 

@@ -4,10 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::secrets::{redacted_options, RedisTls, Secret};
 use crate::board::Board;
+use crate::event::fields::FieldMap;
+use crate::event::schema::Schema;
+use crate::event::Format;
 
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
@@ -48,6 +52,39 @@ pub struct KafkaSettings {
     pub changes_topic: Option<String>,
     /// librdkafka options as strings, applied after rankflow's own defaults.
     pub options: BTreeMap<String, String>,
+    /// Source topics not written as JSON, and their formats.
+    pub formats: BTreeMap<String, Format>,
+    /// Where the event fields are in a decoded record (`kafka.fields`)...
+    pub fields: FieldMap,
+    /// ...and in the records of topics with maps of their own.
+    pub topic_fields: BTreeMap<String, FieldMap>,
+    /// Schemas from files, by id (`[kafka.schemas]`).
+    pub schemas: BTreeMap<u32, Arc<Schema>>,
+    /// Where the other ids' schemas are fetched (`[kafka.schema_registry]`).
+    pub schema_registry: Option<RegistrySettings>,
+}
+
+/// `[kafka.schema_registry]`, checked.
+#[derive(Clone, Debug)]
+pub struct RegistrySettings {
+    /// Without a trailing slash.
+    pub url: String,
+    /// Basic authentication's user and password.
+    pub auth: Option<(String, Secret)>,
+    /// PEM of the CAs that sign the registry's certificate; `None`: the system's roots.
+    pub ca: Option<Vec<u8>>,
+}
+
+impl KafkaSettings {
+    /// How `topic`'s records are written.
+    pub fn format(&self, topic: &str) -> Format {
+        self.formats.get(topic).copied().unwrap_or_default()
+    }
+
+    /// Where the event fields are in `topic`'s decoded records.
+    pub fn fields(&self, topic: &str) -> &FieldMap {
+        self.topic_fields.get(topic).unwrap_or(&self.fields)
+    }
 }
 
 impl std::fmt::Debug for KafkaSettings {
@@ -61,6 +98,11 @@ impl std::fmt::Debug for KafkaSettings {
             .field("dead_letter_topic", &self.dead_letter_topic)
             .field("changes_topic", &self.changes_topic)
             .field("options", &redacted_options(&self.options))
+            .field("formats", &self.formats)
+            .field("fields", &self.fields)
+            .field("topic_fields", &self.topic_fields)
+            .field("schemas", &self.schemas)
+            .field("schema_registry", &self.schema_registry)
             .finish()
     }
 }

@@ -8,9 +8,13 @@
 //! consumer can compute it too. `type` and `ts` default to the event's
 //! `type` and `time`. Pure.
 
+use std::borrow::Cow;
+
+use base64::Engine;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::schema::Kind;
 use super::{Envelope, Reason, Rejection};
 
 /// The content type of a structured-mode event.
@@ -25,9 +29,18 @@ pub fn event_id(source: &str, id: &str) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_URL, name.as_bytes())
 }
 
-/// A CloudEvent's data (as a JSON value) and what its attributes give
-/// the event, from a record's value and headers.
-pub fn decode(value: &[u8], headers: &[(&str, &[u8])]) -> Result<(Value, Envelope), Rejection> {
+/// A CloudEvent's data: JSON, or an Avro or Protobuf record in the Schema
+/// Registry wire format (by its content type), framed as on a plain Avro
+/// or Protobuf topic.
+#[derive(Debug, PartialEq)]
+pub enum Data<'a> {
+    Json(Value),
+    Framed(Kind, Cow<'a, [u8]>),
+}
+
+/// A CloudEvent's data and what its attributes give the event, from a
+/// record's value and headers.
+pub fn decode<'a>(value: &'a [u8], headers: &[(&str, &[u8])]) -> Result<(Data<'a>, Envelope), Rejection> {
     let header = |name: &str| {
         headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| String::from_utf8_lossy(v))
     };
@@ -39,42 +52,66 @@ pub fn decode(value: &[u8], headers: &[(&str, &[u8])]) -> Result<(Value, Envelop
         let text = |event: &Map<String, Value>, name: &str| event.get(name).and_then(Value::as_str).map(str::to_string);
         let (id, source) = (text(&event, "id"), text(&event, "source"));
         let (kind, time) = (text(&event, "type"), text(&event, "time"));
-        let media = text(&event, "datacontenttype").unwrap_or_default();
-        let data = match event.remove("data") {
-            Some(data) => data,
-            None if event.contains_key("data_base64") => return Err(not_json(&media)),
-            None => Value::Object(Map::new()),
+        let media = text(&event, "datacontenttype").unwrap_or_default().to_ascii_lowercase();
+        let data = match (event.remove("data"), event.remove("data_base64")) {
+            (Some(data), _) => Data::Json(data),
+            (None, Some(Value::String(b64))) => {
+                let kind = framed_kind(&media).ok_or_else(|| unreadable(&media))?;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| {
+                    Rejection::new(Reason::InvalidFrame, format!("the CloudEvent's data_base64 is not base64: {e}"))
+                })?;
+                Data::Framed(kind, Cow::Owned(bytes))
+            }
+            (None, Some(_)) => return Err(unreadable(&media)),
+            (None, None) => Data::Json(Value::Object(Map::new())),
         };
         return finish(data, id, source, kind, time);
     }
-    if !(content_type.is_empty() || content_type.starts_with("application/json") || content_type.contains("+json")) {
-        return Err(not_json(&content_type));
-    }
-    let data: Value = serde_json::from_slice(value)
-        .map_err(|e| Rejection::new(Reason::InvalidJson, format!("the CloudEvent's data is not JSON: {e}")))?;
+    let data =
+        if content_type.is_empty() || content_type.starts_with("application/json") || content_type.contains("+json") {
+            Data::Json(
+                serde_json::from_slice(value).map_err(|e| {
+                    Rejection::new(Reason::InvalidJson, format!("the CloudEvent's data is not JSON: {e}"))
+                })?,
+            )
+        } else {
+            Data::Framed(framed_kind(&content_type).ok_or_else(|| unreadable(&content_type))?, Cow::Borrowed(value))
+        };
     let attr = |name: &str| header(name).map(|v| v.into_owned());
     finish(data, attr("ce_id"), attr("ce_source"), attr("ce_type"), attr("ce_time"))
 }
 
-fn not_json(media: &str) -> Rejection {
+/// The format of framed data by its media type: `application/avro`,
+/// `avro/binary`; `application/protobuf`, `application/x-protobuf`.
+fn framed_kind(media: &str) -> Option<Kind> {
+    if media.contains("avro") {
+        Some(Kind::Avro)
+    } else if media.contains("protobuf") {
+        Some(Kind::Protobuf)
+    } else {
+        None
+    }
+}
+
+fn unreadable(media: &str) -> Rejection {
     Rejection::new(
         Reason::InvalidJson,
-        format!("the CloudEvent's data is '{media}': this version reads CloudEvents with JSON data only"),
+        format!("the CloudEvent's data is '{media}': rankflow reads JSON, Avro and Protobuf data"),
     )
 }
 
 /// The data and the envelope its attributes make; `id` and `source` are required.
-fn finish(
-    data: Value,
+fn finish<'a>(
+    data: Data<'a>,
     id: Option<String>,
     source: Option<String>,
     kind: Option<String>,
     time: Option<String>,
-) -> Result<(Value, Envelope), Rejection> {
+) -> Result<(Data<'a>, Envelope), Rejection> {
     let missing = |name: &str| Rejection::new(Reason::MissingField, format!("the CloudEvent has no '{name}'"));
     let id = id.filter(|v| !v.is_empty()).ok_or_else(|| missing("id"))?;
     let source = source.filter(|v| !v.is_empty()).ok_or_else(|| missing("source"))?;
-    if !data.is_object() {
+    if matches!(&data, Data::Json(v) if !v.is_object()) {
         return Err(Rejection::new(Reason::InvalidJson, "the CloudEvent's data is not a JSON object"));
     }
     let envelope = Envelope {
@@ -94,7 +131,8 @@ mod tests {
     fn parsed(value: &str, headers: &[(&str, &str)]) -> Parsed {
         let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
         match decode(value.as_bytes(), &headers) {
-            Ok((data, envelope)) => {
+            Ok((Data::Framed(..), _)) => panic!("framed"),
+            Ok((Data::Json(data), envelope)) => {
                 parse_record(data, &FieldMap::default(), envelope, Limits::default(), |t| t == "match_finished")
             }
             Err(r) => Parsed::Rejected(r),
@@ -146,9 +184,25 @@ mod tests {
         let structured = [("content-type", "application/cloudevents+json")];
         let (r, detail) = reason(parsed(r#"{"id": "1", "type": "match_finished", "data": {}}"#, &structured));
         assert_eq!((r, detail.as_str()), (Reason::MissingField, "the CloudEvent has no 'source'"));
-        let avro: Vec<(&str, &str)> = BINARY.iter().copied().chain([("content-type", "application/avro")]).collect();
-        assert_eq!(reason(parsed("\u{0}", &avro)).0, Reason::InvalidJson);
+        let text: Vec<(&str, &str)> = BINARY.iter().copied().chain([("content-type", "text/plain")]).collect();
+        assert_eq!(reason(parsed("hi", &text)).0, Reason::InvalidJson);
         assert_eq!(reason(parsed("[1]", &BINARY)).0, Reason::InvalidJson);
+    }
+
+    #[test]
+    fn avro_and_protobuf_data_is_handed_on_framed() {
+        let avro: Vec<(&str, &[u8])> = BINARY
+            .iter()
+            .map(|(n, v)| (*n, v.as_bytes()))
+            .chain([("content-type", &b"application/avro"[..])])
+            .collect();
+        let (data, envelope) = decode(&[0, 0, 0, 0, 1, 2], &avro).unwrap();
+        assert_eq!(data, Data::Framed(Kind::Avro, Cow::Borrowed(&[0, 0, 0, 0, 1, 2][..])));
+        assert_eq!(envelope.kind, Some(Value::String("match_finished".into())));
+        let structured =
+            r#"{"id": "1", "source": "s", "datacontenttype": "application/x-protobuf", "data_base64": "AAAAAAcA"}"#;
+        let (data, _) = decode(structured.as_bytes(), &[("content-type", b"application/cloudevents+json")]).unwrap();
+        assert_eq!(data, Data::Framed(Kind::Protobuf, Cow::Owned(vec![0, 0, 0, 0, 7, 0])));
     }
 
     #[test]

@@ -30,7 +30,13 @@ impl FieldMap {
     /// The map `[kafka.fields]` gives (event field -> dotted path); an error
     /// names the first bad entry: `(field, message)`.
     pub fn new(given: &BTreeMap<String, String>) -> Result<FieldMap, (String, String)> {
-        let mut map = FieldMap::default();
+        FieldMap::default().with(given)
+    }
+
+    /// This map with `given`'s entries put over it (a topic's own map
+    /// over the one every topic shares).
+    pub fn with(&self, given: &BTreeMap<String, String>) -> Result<FieldMap, (String, String)> {
+        let mut map = self.clone();
         for (field, path) in given {
             let Some(i) = FIELDS.iter().position(|f| f == field) else {
                 return Err((field.clone(), format!("is not an event field (one of {})", FIELDS.join(", "))));

@@ -19,10 +19,13 @@ use uuid::Uuid;
 use crate::score::MAX_EXACT;
 
 pub mod cloudevents;
+mod decode;
 pub mod fields;
 mod moderation;
+pub mod schema;
 pub mod wire;
 
+pub use decode::{decode, Format, Found, Lookup, NotFetched};
 use moderation::parse_admin;
 pub use moderation::{AdminEvent, AdminKind};
 
@@ -49,10 +52,16 @@ pub enum Reason {
     NotAllowed,
     InvalidAdmin,
     AttemptsExhausted,
+    /// Not in the Schema Registry wire format its topic's format expects.
+    InvalidFrame,
+    /// The frame's schema id is in neither `kafka.schemas` nor the registry.
+    UnknownSchema,
+    /// The body does not decode by the schema its frame names.
+    InvalidBody,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 23] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -73,6 +82,9 @@ impl Reason {
         Reason::NotAllowed,
         Reason::InvalidAdmin,
         Reason::AttemptsExhausted,
+        Reason::InvalidFrame,
+        Reason::UnknownSchema,
+        Reason::InvalidBody,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -98,6 +110,9 @@ impl Reason {
             Reason::NotAllowed => "not_allowed",
             Reason::InvalidAdmin => "invalid_admin",
             Reason::AttemptsExhausted => "attempts_exhausted",
+            Reason::InvalidFrame => "invalid_frame",
+            Reason::UnknownSchema => "unknown_schema",
+            Reason::InvalidBody => "invalid_body",
         }
     }
 

@@ -275,11 +275,19 @@ async fn readyz(State(s): State<AppState>) -> Response {
         // A broker that refused our TLS or credentials says why (the settings to check).
         reasons.push(s.health.kafka_refusal().unwrap_or_else(|| "no Kafka broker connection is up yet".into()));
     }
+    // A Schema Registry that does not answer holds consuming back.
+    let registry = s.health.registry_outage();
+    if let Some(reason) = &registry {
+        reasons.push(reason.clone());
+    }
     let lost = s.health.data_lost.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(reason) = &lost {
         reasons.push(reason.clone());
     }
     let mut body = json!({ "redis": redis_ok, "kafka": kafka_ok, "data_lost": lost.is_some() });
+    if registry.is_some() {
+        body["schema_registry"] = json!(false);
+    }
     let status = if reasons.is_empty() {
         StatusCode::OK
     } else {

@@ -113,6 +113,11 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+            formats: Default::default(),
+            fields: Default::default(),
+            topic_fields: Default::default(),
+            schemas: Default::default(),
+            schema_registry: None,
         }
     }
 

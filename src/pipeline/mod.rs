@@ -53,12 +53,14 @@ use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::board::Router;
 use crate::config::Settings;
+use crate::event::NotFetched;
 use crate::health::Health;
 use crate::kafka::callbacks::ConsumerCallbacks;
 use crate::kafka::commit::{self, WorkerConsumer};
@@ -66,6 +68,7 @@ use crate::kafka::offsets::BatchOffsets;
 use crate::kafka::{client, connect, producer::KafkaProducer};
 use crate::keys;
 use crate::metrics;
+use crate::registry::Schemas;
 use crate::schedule::{self, JobCache};
 use crate::store::{BatchResults, Store};
 use crate::watermarks::Watermarks;
@@ -89,6 +92,8 @@ pub enum WorkerError {
     /// answered: nothing was read or written.
     #[error("{0}")]
     Refused(String),
+    #[error("{0}")]
+    Schemas(String),
 }
 
 /// Once nothing is in flight and no record has come for this long, the
@@ -120,6 +125,8 @@ pub(crate) struct Context {
     /// deployment marker, per partition field: Redis must hold at least
     /// that (see `lost::record`).
     recorded: Mutex<std::collections::HashMap<String, i64>>,
+    /// The schemas of Avro and Protobuf records, fetched as records name them.
+    schemas: Schemas,
     produce: Produce,
     /// Where dead letters and rank changes go (`kafka.dead_letter_topic`, `kafka.changes_topic`).
     dead_letter_topic: Arc<str>,
@@ -195,6 +202,7 @@ pub async fn run_with(
         .subscribe(&topics)
         .map_err(|source| WorkerError::Subscribe { topics: topics.iter().map(|t| t.to_string()).collect(), source })?;
     let producer = KafkaProducer::new(&client::producer(&settings.kafka)).map_err(WorkerError::Producer)?;
+    let schemas = Schemas::new(&settings.kafka).map_err(WorkerError::Schemas)?;
     metrics::get().init_boards(router.boards());
     info!(topics = ?settings.kafka.topics, admin_topics = ?settings.kafka.admin_topics, group = %settings.kafka.group_id, "Worker started.");
     // Nothing is read or written before a broker answers: one that refuses
@@ -218,6 +226,7 @@ pub async fn run_with(
         marks,
         tags: Mutex::default(),
         recorded: Mutex::default(),
+        schemas,
         produce,
         dead_letter_topic,
         changes_topic,
@@ -278,6 +287,22 @@ fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'
     }
 }
 
+/// Copies a message out of the consumer and parses it ([`record::take`]),
+/// first fetching the schema its frame names if need be; `None` if the
+/// worker is stopping meanwhile (the record is left unread, so uncommitted).
+async fn take(cx: &Context, topics: &mut TopicNames, m: &BorrowedMessage<'_>) -> Option<(Record, Item)> {
+    loop {
+        match record::take(&cx.settings, &cx.router, &cx.schemas, topics, m) {
+            Ok(taken) => return Some(taken),
+            Err(NotFetched(id)) => {
+                if !cx.schemas.fetch(id, &cx.health, &cx.cancel).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 impl Pipeline {
     /// Step 1: the next batch of records, or whatever else needs doing first.
     async fn next_batch(&mut self) -> Next {
@@ -297,7 +322,8 @@ impl Pipeline {
         while !alone && records.len() < batch_size {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => {
-                    let (record, item) = record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m);
+                    // Shutting down while a schema is fetched: the batch closes without the record.
+                    let Some((record, item)) = take(&self.cx, &mut self.topics, &m).await else { break };
                     if item.is_alone() {
                         self.carry = Some((record, item));
                         break;
@@ -343,7 +369,7 @@ impl Pipeline {
                 Ok(m) => {
                     // A record came from a broker: Kafka is up.
                     self.cx.health.kafka_up.store(true, Ordering::Relaxed);
-                    Ok(record::take(&self.cx.settings, &self.cx.router, &mut self.topics, &m))
+                    take(&self.cx, &mut self.topics, &m).await.ok_or(Next::Stop)
                 }
                 Err(e) => {
                     warn!(error = %e, "Reading from Kafka failed; retrying.");

@@ -11,9 +11,10 @@ use rdkafka::Message;
 
 use crate::board::{Decision, Router};
 use crate::config::Settings;
-use crate::event::{self, AdminEvent, Event, Parsed, Reason, Rejection};
+use crate::event::{self, AdminEvent, Event, Format, NotFetched, Parsed, Reason, Rejection};
 use crate::metrics;
 use crate::moderation::{self, AdminPlan};
+use crate::registry::Schemas;
 use crate::store::ApplyResult;
 
 /// One consumed record, owned.
@@ -90,14 +91,16 @@ impl TopicNames {
     }
 }
 
-/// Copies a message out of the consumer and parses it.
+/// Copies a message out of the consumer and parses it; `Err` when its
+/// frame names a schema not fetched yet (fetch it and take it again).
 pub fn take(
     settings: &Settings,
     router: &Router,
+    schemas: &Schemas,
     topics: &mut TopicNames,
     msg: &BorrowedMessage<'_>,
-) -> (Record, Item) {
-    let item = parse(settings, router, msg);
+) -> Result<(Record, Item), NotFetched> {
+    let item = parse(settings, router, schemas, msg)?;
     let source = (!matches!(item, Item::Skipped)).then(|| {
         Box::new(Source {
             key: msg.key().map(<[u8]>::to_vec),
@@ -112,12 +115,41 @@ pub fn take(
         timestamp: msg.timestamp().to_millis(),
         source,
     };
-    (record, item)
+    Ok((record, item))
 }
 
-fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Item {
+/// The record's value parsed by its topic's format.
+fn decode(
+    settings: &Settings,
+    router: &Router,
+    schemas: &Schemas,
+    msg: &BorrowedMessage<'_>,
+    payload: &[u8],
+) -> Result<Parsed, NotFetched> {
+    let format = settings.kafka.format(msg.topic());
+    let limits = settings.events.limits;
+    if format == Format::Json {
+        return Ok(event::parse(payload, limits, |t| router.listens(t)));
+    }
+    let headers: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let lookup = |id| schemas.find(id);
+    event::decode(format, payload, &headers, &lookup, settings.kafka.fields(msg.topic()), limits, |t| router.listens(t))
+}
+
+fn parse(
+    settings: &Settings,
+    router: &Router,
+    schemas: &Schemas,
+    msg: &BorrowedMessage<'_>,
+) -> Result<Item, NotFetched> {
+    let parsed = decode(settings, router, schemas, msg, msg.payload().unwrap_or_default())?;
+    Ok(item(settings, router, msg, parsed))
+}
+
+/// What the pipeline does with a parsed record.
+fn item(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>, parsed: Parsed) -> Item {
     let m = metrics::get();
-    let payload = msg.payload().unwrap_or_default();
     let reject = |r: Rejection| {
         m.events_rejected.with_label_values(&["none", r.reason.as_str()]).inc();
         Item::Rejected(r)
@@ -126,7 +158,7 @@ fn parse(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>) -> Ite
     // carries nothing else: game servers that can write scores cannot
     // correct or erase anyone.
     let admin_topic = settings.kafka.admin_topics.iter().any(|t| t == msg.topic());
-    let event = match event::parse(payload, settings.events.limits, |t| router.listens(t)) {
+    let event = match parsed {
         Parsed::Skipped(kind) if admin_topic => {
             return reject(Rejection::new(
                 Reason::NotAllowed,

@@ -9,6 +9,7 @@
 
 pub mod apply;
 pub mod browser;
+pub mod encode;
 mod http;
 mod keys;
 pub mod league;

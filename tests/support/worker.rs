@@ -16,6 +16,8 @@ pub struct WorkerConfig {
     pub brokers: String,
     pub redis_url: String,
     pub topic: String,
+    /// More source topics, after `topic` (none unless set).
+    pub extra_topics: Vec<String>,
     pub dead_letter_topic: String,
     /// `kafka.admin_topics` (none unless set).
     pub admin_topics: Vec<String>,
@@ -52,6 +54,7 @@ impl WorkerConfig {
             brokers: broker.brokers(),
             redis_url,
             topic: topic.into(),
+            extra_topics: Vec::new(),
             dead_letter_topic: dlq.into(),
             admin_topics: Vec::new(),
             group: random_name("group"),
@@ -72,11 +75,13 @@ impl WorkerConfig {
             opts.push_str(&format!("\"{k}\" = \"{v}\"\n"));
         }
         let admin: Vec<String> = self.admin_topics.iter().map(|t| format!("\"{t}\"")).collect();
+        let topics: Vec<String> =
+            std::iter::once(&self.topic).chain(&self.extra_topics).map(|t| format!("\"{t}\"")).collect();
         format!(
-            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\nadmin_topics = [{}]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n{}\n[kafka.options]\n{opts}\n\
+            "[kafka]\nbrokers = \"{}\"\ntopics = [{}]\nadmin_topics = [{}]\ngroup_id = \"{}\"\ndead_letter_topic = \"{}\"\n{}\n[kafka.options]\n{opts}\n\
              [redis]\nurl = \"{}\"\n{}\n\n[http]\nlisten = \"127.0.0.1:{}\"\n{}\n\n[worker]\n{}\n{}",
             self.brokers,
-            self.topic,
+            topics.join(", "),
             admin.join(", "),
             self.group,
             self.dead_letter_topic,

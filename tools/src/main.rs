@@ -107,6 +107,20 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The worker's drain rate and CPU per record reading Avro and
+    /// Protobuf, against JSON, on the same events (rounds alternated).
+    Formats {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// The store path over TLS against plain TCP: one Redis's plain and
     /// TLS ports, rounds alternated, on a stream with bad records and duplicates.
     Tls {
@@ -271,6 +285,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::League { brokers, redis, events, players, rounds } => {
             report(bench::league(&brokers, &redis, events, players, rounds).await)
+        }
+        BenchCommand::Formats { brokers, redis, events, partitions, rounds } => {
+            report(bench::formats(&brokers, &redis, events, partitions, rounds).await)
         }
         BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
         BenchCommand::DrainReads { brokers, redis, replica, events, max_call_time } => {

@@ -17,6 +17,17 @@ pub(super) async fn produce(
     rate_per_sec: u64,
     stream: Stream,
 ) -> Result<(Duration, Vec<f64>), String> {
+    produce_as(brokers, topic, (count, seed, rate_per_sec), stream, &Encoding::Json).await
+}
+
+/// [`produce`], each record written in `encoding`: `(count, seed, rate)`.
+pub(super) async fn produce_as(
+    brokers: &str,
+    topic: &str,
+    (count, seed, rate_per_sec): (u64, u64, u64),
+    stream: Stream,
+    encoding: &Encoding,
+) -> Result<(Duration, Vec<f64>), String> {
     let producer: FutureProducer = client(brokers)
         .set("linger.ms", PRODUCER_LINGER_MS)
         .set("message.timeout.ms", "60000")
@@ -38,8 +49,9 @@ pub(super) async fn produce(
             tokio::time::sleep_until(due.into()).await;
         }
         let s = g.next_sample();
+        let value = encoding.encode(&s.value);
         let f = producer
-            .send_result(FutureRecord::to(topic).key(&s.key).payload(&s.value))
+            .send_result(FutureRecord::to(topic).key(&s.key).payload(&value))
             .map_err(|(e, _)| e.to_string())?;
         if rate_per_sec > 0 {
             let sent = Instant::now();

@@ -34,11 +34,12 @@ use rankflow::event::{self, Event, Parsed};
 use rankflow::keys;
 use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails};
 
-use rankflow::samples::Generator;
+use rankflow::samples::{Encoding, Generator};
 
 mod capacity;
 mod changes;
 mod drain_reads;
+mod formats;
 mod kafka;
 mod latency;
 mod league;
@@ -58,6 +59,7 @@ use store_rows::*;
 pub use capacity::capacity;
 pub use changes::changes;
 pub use drain_reads::drain_reads;
+pub use formats::formats;
 pub use latency::latency_only;
 pub use league::league;
 pub use live::live;

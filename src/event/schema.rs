@@ -1,0 +1,283 @@
+//! Avro and Protobuf schemas, and the decoding of a framed record's body
+//! into the JSON value the event rules read (`parse_record`). The decoding
+//! is the field's libraries' (`apache-avro`; `prost-reflect` for Protobuf
+//! without generated code, `protox` to compile a `.proto` text); only the
+//! framing is ours (`wire`). Pure: a schema's text comes from a file named
+//! in the config or from the Schema Registry (`crate::registry`).
+
+use std::fmt;
+use std::path::Path;
+
+use prost_reflect::{DescriptorPool, DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
+use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+use serde_json::Value;
+
+use super::wire::Framed;
+
+/// rankflow's event as an Avro schema and as a Protobuf file (its first
+/// message), published beside the JSON Schema.
+pub const EVENT_AVSC: &str = include_str!("../../schemas/event.avsc");
+pub const EVENT_PROTO: &str = include_str!("../../schemas/event.proto");
+
+/// The name a `.proto` text is compiled under.
+const PROTO_NAME: &str = "schema.proto";
+
+/// A schema a record's frame can name.
+#[derive(Clone)]
+pub enum Schema {
+    Avro(apache_avro::Schema),
+    /// The `.proto` file the message indexes count messages in.
+    Protobuf(FileDescriptor),
+}
+
+/// Which format a schema is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Avro,
+    Protobuf,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Avro => "Avro",
+            Kind::Protobuf => "Protobuf",
+        })
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schema::Avro(s) => write!(f, "Avro({})", s.canonical_form()),
+            Schema::Protobuf(file) => write!(f, "Protobuf({})", file.name()),
+        }
+    }
+}
+
+/// A file that serves one `.proto` text by its name (the Google
+/// well-known types come from `protox`'s own copies).
+struct Text(String);
+
+impl FileResolver for Text {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        if name == PROTO_NAME {
+            File::from_source(name, &self.0)
+        } else {
+            Err(protox::Error::file_not_found(name))
+        }
+    }
+}
+
+impl Schema {
+    /// An Avro schema from its JSON text (an `.avsc`).
+    pub fn avro(text: &str) -> Result<Schema, String> {
+        apache_avro::Schema::parse_str(text).map(Schema::Avro).map_err(|e| format!("not an Avro schema: {e}"))
+    }
+
+    /// A Protobuf schema from a `.proto` text; it may import Google's well-known types only.
+    pub fn proto(text: &str) -> Result<Schema, String> {
+        let mut files = ChainFileResolver::new();
+        files.add(Text(text.to_string()));
+        files.add(GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(files);
+        compiler.open_file(PROTO_NAME).map_err(|e| format!("not a .proto file: {e}"))?;
+        let pool = compiler.descriptor_pool();
+        let file = pool.get_file_by_name(PROTO_NAME).ok_or("the .proto file compiled to nothing")?;
+        Ok(Schema::Protobuf(file))
+    }
+
+    /// A Protobuf schema from a compiled descriptor set (`protoc
+    /// --include_imports -o`): the schema is its last file, the one the
+    /// others are imports of.
+    pub fn descriptor_set(bytes: &[u8]) -> Result<Schema, String> {
+        let pool = DescriptorPool::decode(bytes).map_err(|e| format!("not a Protobuf descriptor set: {e}"))?;
+        let file = pool.files().last().ok_or("the descriptor set holds no file")?;
+        Ok(Schema::Protobuf(file))
+    }
+
+    /// A schema from a file: `.avsc` (Avro), `.proto` (Protobuf text), or
+    /// anything else read as a compiled descriptor set.
+    pub fn from_file(path: &Path) -> Result<Schema, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = || String::from_utf8(bytes.clone()).map_err(|_| format!("{} is not UTF-8", path.display()));
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("avsc") => Schema::avro(&text()?),
+            Some("proto") => Schema::proto(&text()?),
+            _ => Schema::descriptor_set(&bytes),
+        }
+    }
+
+    /// A schema from the Schema Registry's answer to `GET /schemas/ids/{id}`:
+    /// `{"schema": "...", "schemaType": "AVRO" | "PROTOBUF"}` (no type is
+    /// Avro). A Protobuf schema is a `.proto` text, or the base64 of a
+    /// serialized file descriptor (the registry's `serialized` format).
+    pub fn from_registry(answer: &Value) -> Result<Schema, String> {
+        let text = answer.get("schema").and_then(Value::as_str).ok_or("the answer has no 'schema'")?;
+        if answer.get("references").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+            return Err("the schema has references to other schemas, which this version does not follow".into());
+        }
+        match answer.get("schemaType").and_then(Value::as_str).unwrap_or("AVRO") {
+            "AVRO" => Schema::avro(text),
+            "PROTOBUF" => Schema::proto(text).or_else(|e| serialized_file(text).ok_or(e)),
+            other => Err(format!("it is a {other} schema; rankflow reads AVRO and PROTOBUF")),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Schema::Avro(_) => Kind::Avro,
+            Schema::Protobuf(_) => Kind::Protobuf,
+        }
+    }
+
+    /// The framed record's body as a JSON value: Avro records as objects,
+    /// longs as numbers; Protobuf messages by their `.proto` field names,
+    /// 64-bit integers as numbers, fields left at their default present
+    /// with it (proto3 omits them from the encoding).
+    pub fn decode(&self, framed: &Framed<'_>) -> Result<Value, String> {
+        match self {
+            Schema::Avro(schema) => {
+                let mut body = framed.body;
+                let value = apache_avro::from_avro_datum(schema, &mut body, None)
+                    .map_err(|e| format!("the body does not match the Avro schema: {e}"))?;
+                if !body.is_empty() {
+                    return Err(format!("{} bytes follow the Avro record", body.len()));
+                }
+                Value::try_from(value).map_err(|e| format!("the Avro record has no JSON form: {e}"))
+            }
+            Schema::Protobuf(file) => {
+                let message = message_at(file, &framed.indexes)?;
+                let decoded = DynamicMessage::decode(message.clone(), framed.body)
+                    .map_err(|e| format!("the body does not match message {}: {e}", message.full_name()))?;
+                let options = SerializeOptions::new()
+                    .stringify_64_bit_integers(false)
+                    .use_proto_field_name(true)
+                    .skip_default_fields(false);
+                decoded
+                    .serialize_with_options(serde_json::value::Serializer, &options)
+                    .map_err(|e| format!("message {} has no JSON form: {e}", message.full_name()))
+            }
+        }
+    }
+}
+
+/// The message the indexes name: the file's `indexes[0]`th message, then
+/// nested messages, in declaration order.
+fn message_at(file: &FileDescriptor, indexes: &[usize]) -> Result<MessageDescriptor, String> {
+    let path = || indexes.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let (first, nested) = indexes.split_first().ok_or("no message index")?;
+    let mut message = file.messages().nth(*first).ok_or_else(|| format!("no message at index [{}]", path()))?;
+    for i in nested {
+        let child = message.child_messages().nth(*i);
+        message = child.ok_or_else(|| format!("no message at index [{}]", path()))?;
+    }
+    Ok(message)
+}
+
+/// A `.proto` file given as the base64 of its serialized descriptor.
+fn serialized_file(text: &str) -> Option<Schema> {
+    use base64::Engine;
+    use prost::Message;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text.trim()).ok()?;
+    let mut file = prost_types::FileDescriptorProto::decode(bytes.as_slice()).ok()?;
+    file.name = Some(PROTO_NAME.into());
+    let set = prost_types::FileDescriptorSet { file: vec![file] };
+    let pool = DescriptorPool::from_file_descriptor_set(set).ok()?;
+    pool.get_file_by_name(PROTO_NAME).map(Schema::Protobuf)
+}
+
+#[cfg(test)]
+mod tests {
+    use apache_avro::types::Record;
+    use prost_reflect::{MapKey, Value as PValue};
+    use serde_json::json;
+
+    use super::*;
+
+    const AVSC: &str = EVENT_AVSC;
+    const PROTO: &str = EVENT_PROTO;
+
+    fn framed(body: &[u8], indexes: Vec<usize>) -> Framed<'_> {
+        Framed { schema_id: 1, indexes, body }
+    }
+
+    #[test]
+    fn an_avro_record_decodes_to_the_event_fields() {
+        let Schema::Avro(schema) = Schema::avro(AVSC).unwrap() else { panic!() };
+        let mut r = Record::new(&schema).unwrap();
+        r.put("event_id", "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11");
+        r.put("type", "match_finished");
+        r.put("player_id", "alice");
+        r.put("score", 9_000_000_000_000i64);
+        r.put("ts", apache_avro::types::Value::TimestampMillis(1_786_100_400_000));
+        r.put("attrs", apache_avro::types::Value::Map([("region".to_string(), "eu".into())].into()));
+        r.put("meta", apache_avro::types::Value::Map(Default::default()));
+        let body = apache_avro::to_avro_datum(&schema, r).unwrap();
+        let value = Schema::Avro(schema.clone()).decode(&framed(&body, vec![])).unwrap();
+        assert_eq!(
+            value,
+            json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished", "player_id": "alice",
+                   "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}})
+        );
+        let avro = Schema::Avro(schema);
+        let short = avro.decode(&framed(&body[..body.len() - 3], vec![])).unwrap_err();
+        assert!(short.starts_with("the body does not match the Avro schema"), "{short}");
+        let mut long = body.clone();
+        long.push(7);
+        assert_eq!(avro.decode(&framed(&long, vec![])).unwrap_err(), "1 bytes follow the Avro record");
+    }
+
+    #[test]
+    fn a_protobuf_message_decodes_by_field_name_with_defaults_present() {
+        let schema = Schema::proto(PROTO).unwrap();
+        let Schema::Protobuf(file) = &schema else { panic!() };
+        let desc = file.messages().next().unwrap();
+        let mut m = DynamicMessage::new(desc.clone());
+        m.set_field_by_name("event_id", PValue::String("0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11".into()));
+        m.set_field_by_name("type", PValue::String("match_finished".into()));
+        m.set_field_by_name("player_id", PValue::String("bob".into()));
+        m.set_field_by_name("ts", PValue::I64(1_786_100_400_000));
+        let attrs = [(MapKey::String("region".into()), PValue::String("eu".into()))].into();
+        m.set_field_by_name("attrs", PValue::Map(attrs));
+        let body = prost::Message::encode_to_vec(&m);
+        let value = schema.decode(&framed(&body, vec![0])).unwrap();
+        // The score was left at 0: proto3 does not encode it, and it counts as 0.
+        assert_eq!(value["score"], json!(0));
+        assert_eq!(value["ts"], json!(1_786_100_400_000i64));
+        assert_eq!(value["player_id"], json!("bob"));
+        assert_eq!(value["attrs"], json!({"region": "eu"}));
+        assert_eq!(schema.decode(&framed(&body, vec![5])).unwrap_err(), "no message at index [5]");
+        assert!(schema.decode(&framed(&[0xff, 0xff], vec![0])).unwrap_err().starts_with("the body does not match"));
+    }
+
+    #[test]
+    fn nested_messages_are_found_by_their_indexes() {
+        let text = "syntax = \"proto3\";\nmessage A { int32 x = 1; }\nmessage B { message C { int64 points = 1; string who = 2; } C c = 1; }\n";
+        let schema = Schema::proto(text).unwrap();
+        let Schema::Protobuf(file) = &schema else { panic!() };
+        let c = file.messages().nth(1).unwrap().child_messages().next().unwrap();
+        let mut m = DynamicMessage::new(c);
+        m.set_field_by_name("points", PValue::I64(42));
+        m.set_field_by_name("who", PValue::String("carol".into()));
+        let body = prost::Message::encode_to_vec(&m);
+        assert_eq!(schema.decode(&framed(&body, vec![1, 0])).unwrap(), json!({"points": 42, "who": "carol"}));
+    }
+
+    #[test]
+    fn registry_answers_give_schemas_by_type() {
+        assert_eq!(Schema::from_registry(&json!({"schema": AVSC})).unwrap().kind(), Kind::Avro);
+        let proto = json!({"schema": PROTO, "schemaType": "PROTOBUF"});
+        assert_eq!(Schema::from_registry(&proto).unwrap().kind(), Kind::Protobuf);
+        let Schema::Protobuf(file) = Schema::proto(PROTO).unwrap() else { panic!() };
+        use base64::Engine;
+        let serialized = base64::engine::general_purpose::STANDARD
+            .encode(prost::Message::encode_to_vec(file.file_descriptor_proto()));
+        let answer = json!({"schema": serialized, "schemaType": "PROTOBUF"});
+        assert_eq!(Schema::from_registry(&answer).unwrap().kind(), Kind::Protobuf);
+        assert!(Schema::from_registry(&json!({"schema": "{}", "schemaType": "JSON"})).unwrap_err().contains("JSON"));
+        assert!(Schema::from_registry(&json!({"schema": "nope"})).unwrap_err().starts_with("not an Avro schema"));
+        let refs = json!({"schema": PROTO, "schemaType": "PROTOBUF", "references": [{"name": "x"}]});
+        assert!(Schema::from_registry(&refs).unwrap_err().contains("references"));
+    }
+}
