@@ -11,6 +11,7 @@
 #   scripts/demo.sh --once   run, show the boards, stop everything
 #
 # For a real broker instead: RANKFLOW_KAFKA__BROKERS=host:9092 scripts/demo.sh
+# The samples as Avro or Protobuf (Schema Registry wire format): DEMO_FORMAT=avro scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -43,7 +44,7 @@ if port_open 16379; then echo "demo: redis already running on 16379"; else
   pids+=($!); wait_port 16379 redis-server
 fi
 
-RUST_LOG="${RUST_LOG:-info,librdkafka=warn}" "$bin" demo --config config/demo.toml --events "$count" --seed "$RANDOM" \
+RUST_LOG="${RUST_LOG:-info,librdkafka=warn}" "$bin" demo --config config/demo.toml --events "$count" --seed "$RANDOM" --format "${DEMO_FORMAT:-json}" \
   2>"$dir/rankflow.log" &
 pids+=($!)
 wait_port 9898 rankflow

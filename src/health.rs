@@ -21,7 +21,7 @@ pub struct Health {
     /// The last time a broker refused the client's TLS or credentials, and
     /// why (`kafka::connect::refusal`); cleared once a broker is up.
     kafka_refused: std::sync::Mutex<Option<String>>,
-    /// Why the Schema Registry is down, while it is (`registry::Schemas::fetch`).
+    /// Why the Schema Registry is down, while it is (`schemas::Schemas::fetch`).
     registry_down: std::sync::Mutex<Option<String>>,
 }
 

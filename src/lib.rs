@@ -23,7 +23,7 @@
 //!   callbacks, offset commits, the producer, topic creation. [`store`]:
 //!   the only door to Redis: connections, every script (apply, admin, the
 //!   scheduler's, reads) and every command, as typed calls. [`metrics`]: every Prometheus family. [`health`], [`retry`].
-//!   [`registry`]: the schemas of Avro and Protobuf records, from files and
+//!   [`schemas`]: the schemas of Avro and Protobuf records, from files and
 //!   the Schema Registry.
 //!   [`progress`]: the progress of long commands, drawn on a terminal.
 //! - **Domain, pure** — [`config`]: the TOML file into validated types.
@@ -79,10 +79,10 @@ pub mod pipeline;
 pub mod progress;
 pub mod rebuild;
 pub mod recovery;
-pub mod registry;
 pub mod retry;
 pub mod samples;
 pub mod schedule;
+pub mod schemas;
 pub mod score;
 pub mod store;
 pub mod watermarks;

@@ -2,7 +2,8 @@
 //! mock cluster in the process) takes the sample events, the real worker
 //! consumes them (dead-lettering the bad ones, counting producer duplicates
 //! once), and the API and the page answer. `rankflow run` refuses the
-//! embedded broker. Producing shows a progress bar on a terminal (a tmux
+//! embedded broker. The samples written as Avro or Protobuf come to the same
+//! boards as in JSON. Producing shows a progress bar on a terminal (a tmux
 //! session, read with capture-pane) and nothing in a log file.
 
 mod support;
@@ -24,48 +25,73 @@ fn demo_config(dir: &std::path::Path, redis: &Redis, port: u16) -> std::path::Pa
     path
 }
 
+/// A running demo on its own Redis and port, its samples written in `format`.
+struct Demo {
+    child: std::process::Child,
+    port: u16,
+    path: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    _redis: Redis,
+}
+
+impl Demo {
+    fn start(format: &str) -> Demo {
+        let redis = Redis::start();
+        let port = free_port();
+        let dir = temp_dir();
+        let path = demo_config(dir.path(), &redis, port);
+        let log = std::fs::File::create(dir.path().join("demo.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .args(["demo", "--config", path.to_str().unwrap(), "--events", "3000", "--seed", "5", "--format", format])
+            .env("RUST_LOG", "info,librdkafka=warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Demo { child, port, path, dir, _redis: redis }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("demo.log")).unwrap_or_default()
+    }
+
+    /// The metrics once every sample is consumed and committed.
+    async fn drained(&self) -> Vec<(String, std::collections::HashMap<String, String>, f64)> {
+        wait_http(self.port, Duration::from_secs(30)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, text) = http_get(self.port, "/metrics").await;
+            let m = samples(&text);
+            // Done once every partition reports its lag, all zero: a partition
+            // holding a dead letter not yet acknowledged has committed nothing
+            // and has no lag series yet.
+            let lags: Vec<f64> = m
+                .iter()
+                .filter(|(n, l, _)| {
+                    n == "rankflow_consumer_lag" && l.get("topic").map(String::as_str) == Some("demo.scores")
+                })
+                .map(|(_, _, v)| *v)
+                .collect();
+            let lag: f64 = lags.iter().sum();
+            let consumed = sum(&m, "rankflow_records_consumed_total", &[]);
+            if consumed >= 3000.0 && lags.len() == 4 && lag == 0.0 {
+                return m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the demo did not consume its events: consumed {consumed}, lag {lags:?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
-    let redis = Redis::start();
-    let port = free_port();
-    let dir = temp_dir();
-    let path = demo_config(dir.path(), &redis, port);
-
-    let log = std::fs::File::create(dir.path().join("demo.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rankflow"))
-        .args(["demo", "--config", path.to_str().unwrap(), "--events", "3000", "--seed", "5"])
-        .env("RUST_LOG", "info,librdkafka=warn")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_http(port, Duration::from_secs(30)).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let samples = loop {
-        let (_, text) = http_get(port, "/metrics").await;
-        let m = samples(&text);
-        // Done once every partition reports its lag, all zero: a partition
-        // holding a dead letter not yet acknowledged has committed nothing
-        // and has no lag series yet.
-        let lags: Vec<f64> = m
-            .iter()
-            .filter(|(n, l, _)| {
-                n == "rankflow_consumer_lag" && l.get("topic").map(String::as_str) == Some("demo.scores")
-            })
-            .map(|(_, _, v)| *v)
-            .collect();
-        let lag: f64 = lags.iter().sum();
-        let consumed = sum(&m, "rankflow_records_consumed_total", &[]);
-        if consumed >= 3000.0 && lags.len() == 4 && lag == 0.0 {
-            break m;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo did not consume its events: consumed {consumed}, lag {lags:?}\n{}",
-            std::fs::read_to_string(dir.path().join("demo.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let mut demo = Demo::start("json");
+    let (port, path) = (demo.port, demo.path.clone());
+    let samples = demo.drained().await;
     // Every record was consumed once; bad records dead-lettered, duplicates counted once.
     assert_eq!(sum(&samples, "rankflow_records_consumed_total", &[]), 3000.0);
     assert!(sum(&samples, "rankflow_dead_letters_total", &[]) > 0.0);
@@ -77,11 +103,11 @@ async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
     assert!(top["entries"][0]["meta"]["name"].is_string(), "{top}");
     let (status, page) = http_get(port, "/").await;
     assert!(status == 200 && page.contains("rankflow leaderboards"));
-    kill(&mut child);
-    let log = std::fs::read_to_string(dir.path().join("demo.log")).unwrap();
+    kill(&mut demo.child);
+    let log = demo.log();
     assert!(!log.contains("producing sample events"), "no progress bar in a log file:\n{log}");
     let mut out = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    std::io::Read::read_to_string(demo.child.stdout.as_mut().unwrap(), &mut out).unwrap();
     assert!(out.contains(&format!("http://127.0.0.1:{port}/")), "the demo says where to look:\n{out}");
 
     // `rankflow run` does not take the demo's broker.
@@ -91,6 +117,32 @@ async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
         .unwrap();
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("rankflow demo"));
+}
+
+/// `--format avro` and `--format protobuf`: the same samples in the Schema
+/// Registry wire format, read back by the worker with rankflow's own
+/// schemas, come to the same boards as JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_in_avro_or_protobuf_comes_to_the_same_boards_as_in_json() {
+    let mut answers = Vec::new();
+    for format in ["json", "avro", "protobuf"] {
+        let mut demo = Demo::start(format);
+        let m = demo.drained().await;
+        let counts = (
+            sum(&m, "rankflow_events_applied_total", &[]),
+            sum(&m, "rankflow_events_duplicate_total", &[]),
+            sum(&m, "rankflow_dead_letters_total", &[]),
+        );
+        let (_, points) = http_get(demo.port, "/v1/boards/points/top?limit=20").await;
+        let (_, laps) = http_get(demo.port, "/v1/boards/laps/top?period=daily&split=monza&limit=20").await;
+        let top = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["entries"].clone();
+        kill(&mut demo.child);
+        assert!(counts.0 > 2000.0, "{format}: {counts:?}\n{}", demo.log());
+        answers.push((format, counts, top(&points), top(&laps)));
+    }
+    for (format, counts, points, laps) in &answers[1..] {
+        assert_eq!((counts, points, laps), (&answers[0].1, &answers[0].2, &answers[0].3), "{format} against json");
+    }
 }
 
 #[test]

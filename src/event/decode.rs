@@ -1,7 +1,7 @@
 //! A record's value decoded by its topic's format (`kafka.formats`): JSON,
 //! Avro or Protobuf in the Schema Registry wire format, or a CloudEvent
 //! whose data is any of those. Pure: the schemas a frame names come from
-//! a lookup the caller fills (`crate::registry`), ahead of the call.
+//! a lookup the caller fills (`crate::schemas`), ahead of the call.
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! is the field's libraries' (`apache-avro`; `prost-reflect` for Protobuf
 //! without generated code, `protox` to compile a `.proto` text); only the
 //! framing is ours (`wire`). Pure: a schema's text comes from a file named
-//! in the config or from the Schema Registry (`crate::registry`).
+//! in the config or from the Schema Registry (`crate::schemas`).
 
 use std::fmt;
 use std::path::Path;

@@ -68,8 +68,8 @@ use crate::kafka::offsets::BatchOffsets;
 use crate::kafka::{client, connect, producer::KafkaProducer};
 use crate::keys;
 use crate::metrics;
-use crate::registry::Schemas;
 use crate::schedule::{self, JobCache};
+use crate::schemas::Schemas;
 use crate::store::{BatchResults, Store};
 use crate::watermarks::Watermarks;
 

@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::event::{self, AdminEvent, Event, Format, NotFetched, Parsed, Reason, Rejection};
 use crate::metrics;
 use crate::moderation::{self, AdminPlan};
-use crate::registry::Schemas;
+use crate::schemas::Schemas;
 use crate::store::ApplyResult;
 
 /// One consumed record, owned.
