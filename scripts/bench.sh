@@ -5,7 +5,8 @@
 # memory), `rankflow-tools bench read` (read API on a 1,000,000-member board),
 # `rankflow-tools bench league` (a league board's cost, one round settled),
 # `bench changes` (what notify_top costs), the reads-at-scale and live
-# stream benches, what TLS costs the store path (`bench tls`), and the
+# stream benches, what TLS costs the store path (`bench tls`), what reading
+# Avro and Protobuf costs the worker against JSON (`bench formats`), and the
 # latency run against librdkafka's mock cluster, and stops everything.
 # Sizes: BENCH_EVENTS (default 1000000), BENCH_MEMBERS (default 1000000),
 # BENCH_ROUNDS (rounds of the Redis ceiling and store-path rows, and of the
@@ -49,6 +50,8 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # its plain port, BENCH_TLS_EVENTS (default 200000) events a round, alternated.
 "$bin" bench --wipe-redis tls --redis "redis://127.0.0.1:$rport" --tls-redis "rediss://127.0.0.1:$tport" --ca-file "$dir/tls/ca.crt" \
   --cert-file "$dir/tls/client.crt" --key-file "$dir/tls/client.key" --events "${BENCH_TLS_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
+# Event formats: BENCH_FORMAT_EVENTS (default 200000) records drained as JSON, Avro and Protobuf, rounds alternated.
+"$bin" bench --wipe-redis formats --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_FORMAT_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
 "$bin" bench --wipe-redis read --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-5000}"
 # Leagues: Redis time per event on a league board against the same board
 # without one over BENCH_LEAGUE_EVENTS (default 500000: about 3.5 league

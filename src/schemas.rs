@@ -134,7 +134,9 @@ impl Registry {
         };
         let response = match request.send().await {
             Ok(r) => r,
-            Err(e) => return outage(format!("the Schema Registry at {} does not answer: {e}", self.settings.url)),
+            Err(e) => {
+                return outage(format!("the Schema Registry at {} does not answer: {}", self.settings.url, causes(&e)))
+            }
         };
         let status = response.status();
         if status == StatusCode::NOT_FOUND {
@@ -156,4 +158,17 @@ impl Registry {
         m.schema_registry_up.set(1);
         Ok(Schema::from_registry(&answer).map_err(|e| format!("the Schema Registry's schema {id}: {e}")))
     }
+}
+
+/// An error and its causes, `: `-joined (a refused certificate shows
+/// only in the cause of reqwest's "error sending request").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

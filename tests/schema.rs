@@ -128,10 +128,14 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         assert!(!schema.is_valid(v), "the schema takes a {reason} case: {v}");
     }
     // The reasons a schema cannot decide: the record's size, a value that
-    // is not JSON, the topic it came on, and what each board decides.
+    // is not JSON, the topic it came on, and what each board decides; and
+    // the Avro and Protobuf framing and bodies (tests/formats.rs).
     let elsewhere = [
         Reason::TooLarge,
         Reason::InvalidJson,
+        Reason::InvalidFrame,
+        Reason::UnknownSchema,
+        Reason::InvalidBody,
         Reason::NotAllowed,
         Reason::FutureTimestamp,
         Reason::ExpiredPeriod,
