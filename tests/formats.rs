@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::encode::{explicit_indexes, produce_with_headers, serialize, WithHeaders};
-use support::{header, random_name, temp_dir, Stack, Worker, WorkerConfig};
+use support::{header, random_name, temp_dir, zset_values, Stack, Worker, WorkerConfig};
 
 const EVENT_AVSC: &str = include_str!("../schemas/event.avsc");
 const EVENT_PROTO: &str = include_str!("../schemas/event.proto");
@@ -272,16 +272,7 @@ async fn a_topic_per_format_in_one_worker_counts_every_score_once_through_a_kill
         stack.broker.wait_committed_to_end(&cfg.group, name, 2, Duration::from_secs(90));
     }
 
-    let mut conn = stack.redis.conn().await;
-    let board: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg("lb:{points}:all")
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let got: BTreeMap<String, i64> = board.into_iter().collect();
+    let got = zset_values(&mut stack.redis.conn().await, "lb:{points}:all").await;
     assert_eq!(got, expected, "{}", worker.log());
     check_dead_letters(&stack, &names, &topics, ids[0]);
 }

@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use support::encode::{produce_with_headers, serialize, WithHeaders};
-use support::{free_port, header, tls, wait_http, Stack, Worker, WorkerConfig};
+use support::{free_port, header, tls, wait_http, zset_values, Stack, Worker, WorkerConfig};
 
 const EVENT_AVSC: &str = include_str!("../schemas/event.avsc");
 /// `user:secret`, as basic authentication sends it.
@@ -78,16 +78,7 @@ fn avro_records(count: usize) -> (Vec<WithHeaders>, BTreeMap<String, i64>, u32) 
 }
 
 async fn board(stack: &Stack) -> BTreeMap<String, i64> {
-    let mut conn = stack.redis.conn().await;
-    let board: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg("lb:{points}:all")
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    board.into_iter().collect()
+    zset_values(&mut stack.redis.conn().await, "lb:{points}:all").await
 }
 
 const BOARDS: &str =

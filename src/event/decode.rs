@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::cloudevents::{self, Data};
-use super::fields::FieldMap;
-use super::schema::{Kind, Schema};
+use super::fields::{FieldMap, Record};
+use super::schema::{Decoded, Kind, Schema};
 use super::{parse, parse_record, wire, Envelope, Limits, Parsed, Reason, Rejection};
 
 /// How a source topic's records are written.
@@ -74,11 +74,13 @@ pub fn decode(
     }
     let decoded = match format {
         Format::Json => unreachable!("JSON returned above"),
-        Format::Avro => framed(Kind::Avro, value, schemas).map(|v| (v, Envelope::default())),
-        Format::Protobuf => framed(Kind::Protobuf, value, schemas).map(|v| (v, Envelope::default())),
+        Format::Avro => framed(Kind::Avro, value, schemas).map(|v| (Body::Framed(v), Envelope::default())),
+        Format::Protobuf => framed(Kind::Protobuf, value, schemas).map(|v| (Body::Framed(v), Envelope::default())),
         Format::CloudEvents => match cloudevents::decode(value, headers) {
-            Ok((Data::Json(v), envelope)) => Ok((v, envelope)),
-            Ok((Data::Framed(kind, bytes), envelope)) => framed(kind, &bytes, schemas).map(|v| (v, envelope)),
+            Ok((Data::Json(v), envelope)) => Ok((Body::Json(v), envelope)),
+            Ok((Data::Framed(kind, bytes), envelope)) => {
+                framed(kind, &bytes, schemas).map(|v| (Body::Framed(v), envelope))
+            }
             Err(r) => Err(r.into()),
         },
     };
@@ -86,6 +88,28 @@ pub fn decode(
         Ok((record, envelope)) => Ok(parse_record(record, fields, envelope, limits, listens)),
         Err(Refused::Record(r)) => Ok(Parsed::Rejected(r)),
         Err(Refused::NotFetched(id)) => Err(NotFetched(id)),
+    }
+}
+
+/// A record's decoded body: a CloudEvent's JSON data, or a framed record.
+enum Body {
+    Json(Value),
+    Framed(Decoded),
+}
+
+impl Record for Body {
+    fn take(&mut self, path: &[String]) -> Option<Value> {
+        match self {
+            Body::Json(v) => Record::take(v, path),
+            Body::Framed(d) => d.take(path),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        match self {
+            Body::Json(v) => v,
+            Body::Framed(d) => d.into_json(),
+        }
     }
 }
 
@@ -101,9 +125,9 @@ impl From<Rejection> for Refused {
     }
 }
 
-/// A framed Avro or Protobuf record as a JSON value, its schema looked up
-/// by the frame's id; every refusal names the schema id.
-fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>) -> Result<Value, Refused> {
+/// A framed Avro or Protobuf record decoded, its schema looked up by the
+/// frame's id; every refusal names the schema id.
+fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>) -> Result<Decoded, Refused> {
     let frame = match kind {
         Kind::Avro => wire::avro(value),
         Kind::Protobuf => wire::protobuf(value),
@@ -121,12 +145,8 @@ fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>) -> Result<Value, Refuse
         let detail = format!("schema id {id} is a {} schema, the record is {kind}", schema.kind());
         return Err(Rejection::new(Reason::UnknownSchema, detail).into());
     }
-    let record =
-        schema.decode(&frame).map_err(|e| Rejection::new(Reason::InvalidBody, format!("schema id {id}: {e}")))?;
-    if !record.is_object() {
-        return Err(Rejection::new(Reason::InvalidBody, format!("schema id {id}: the record is not a record")).into());
-    }
-    Ok(record)
+    let decoded = schema.decode(&frame);
+    Ok(decoded.map_err(|e| Rejection::new(Reason::InvalidBody, format!("schema id {id}: {e}")))?)
 }
 
 #[cfg(test)]
@@ -139,7 +159,7 @@ mod tests {
     const AVSC: &str = super::super::schema::EVENT_AVSC;
 
     fn avro_body(score: i64) -> Vec<u8> {
-        let Schema::Avro(schema) = Schema::avro(AVSC).unwrap() else { panic!() };
+        let Schema::Avro(schema, _) = Schema::avro(AVSC).unwrap() else { panic!() };
         let record = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished",
                             "player_id": "alice", "score": score, "ts": 1_786_100_400_000i64, "attrs": {}, "meta": {}});
         let value = apache_avro::to_value(record).unwrap().resolve(&schema).unwrap();

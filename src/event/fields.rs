@@ -12,17 +12,43 @@ use super::RawEvent;
 /// The event fields a path can be given for.
 pub const FIELDS: [&str; 7] = ["event_id", "type", "player_id", "score", "ts", "attrs", "meta"];
 
+/// A decoded record whose values can be taken out by path: a JSON value,
+/// an Avro record, a Protobuf message (`schema::Decoded`).
+pub trait Record {
+    /// The value at `path` as JSON, moved out of the record; `None` where
+    /// there is none (a JSON or Avro null, a Protobuf field with presence
+    /// left unset).
+    fn take(&mut self, path: &[String]) -> Option<Value>;
+
+    /// The whole record as JSON.
+    fn into_json(self) -> Value;
+}
+
+impl Record for Value {
+    fn take(&mut self, path: &[String]) -> Option<Value> {
+        let at = path.iter().try_fold(self, |v, key| v.get_mut(key))?;
+        Some(at.take()).filter(|v| !v.is_null())
+    }
+
+    fn into_json(self) -> Value {
+        self
+    }
+}
+
 /// Each event field's path in a decoded record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldMap {
     /// In the order of [`FIELDS`].
     paths: Vec<Vec<String>>,
+    /// Whether a path is another's or inside it (two fields read from one
+    /// place): then values are copied, not moved, out of the record.
+    overlapping: bool,
 }
 
 impl Default for FieldMap {
     /// Every field by its own name.
     fn default() -> Self {
-        FieldMap { paths: FIELDS.iter().map(|f| vec![f.to_string()]).collect() }
+        FieldMap { paths: FIELDS.iter().map(|f| vec![f.to_string()]).collect(), overlapping: false }
     }
 }
 
@@ -47,27 +73,27 @@ impl FieldMap {
             }
             map.paths[i] = parts;
         }
+        let paths = &map.paths;
+        map.overlapping =
+            paths.iter().enumerate().any(|(i, a)| paths[i + 1..].iter().any(|b| a.starts_with(b) || b.starts_with(a)));
         Ok(map)
     }
 
-    /// The value at `field`'s path in `record`, if there is one.
-    fn at<'a>(&self, record: &'a Value, field: usize) -> Option<&'a Value> {
-        self.paths[field].iter().try_fold(record, |v, key| v.get(key))
-    }
-
     /// The record's event fields, each taken from its path.
-    pub(super) fn raw(&self, record: Value) -> RawEvent {
-        let take = |i: usize| self.at(&record, i).filter(|v| !v.is_null()).cloned();
-        RawEvent {
-            event_id: take(0),
-            kind: take(1),
-            player_id: take(2),
-            score: take(3),
-            ts: take(4),
-            attrs: take(5),
-            meta: take(6),
-            ..RawEvent::default()
+    pub(super) fn raw(&self, mut record: impl Record) -> RawEvent {
+        let mut values: [Option<Value>; 7] = Default::default();
+        if self.overlapping {
+            let record = record.into_json();
+            for (value, path) in values.iter_mut().zip(&self.paths) {
+                *value = path.iter().try_fold(&record, |v, key| v.get(key)).filter(|v| !v.is_null()).cloned();
+            }
+        } else {
+            for (value, path) in values.iter_mut().zip(&self.paths) {
+                *value = record.take(path);
+            }
         }
+        let [event_id, kind, player_id, score, ts, attrs, meta] = values;
+        RawEvent { event_id, kind, player_id, score, ts, attrs, meta, ..RawEvent::default() }
     }
 }
 
@@ -113,6 +139,20 @@ mod tests {
                            "player_id": "a", "board": "b"});
         assert!(matches!(parse_record(admin, &FieldMap::default(), Envelope::default(), Limits::default(), |_| true),
             Parsed::Rejected(r) if r.reason == Reason::NotAllowed));
+    }
+
+    #[test]
+    fn two_fields_may_read_one_place() {
+        let fields = map(&[("event_id", "match.id"), ("attrs", "match"), ("meta", "match")]).unwrap();
+        let record = json!({"type": "m", "player_id": "a", "score": 3, "ts": 1,
+                            "match": {"id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11"}});
+        let Parsed::Event(e) = parse_record(record, &fields, Envelope::default(), Limits::default(), |_| true) else {
+            panic!()
+        };
+        // The id was read, and so was the object it is in, twice.
+        assert_eq!(e.event_id.to_string(), "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11");
+        assert_eq!(e.attrs.get("id").map(String::as_str), Some("0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11"));
+        assert!(e.meta.is_some_and(|m| m.contains("0b8e3f5e")));
     }
 
     #[test]

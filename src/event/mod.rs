@@ -255,7 +255,7 @@ fn parse_inner(value: &[u8], limits: Limits, listens: impl Fn(&str) -> bool) -> 
 /// CloudEvent's data) as a JSON value, its fields found by `fields`. Only
 /// scoring events: admin events come in JSON on admin topics.
 pub fn parse_record(
-    record: Value,
+    record: impl fields::Record,
     fields: &fields::FieldMap,
     envelope: Envelope,
     limits: Limits,
@@ -334,7 +334,9 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
         Some(_) => return Err(Rejection::new(InvalidAttrs, "field 'attrs' must be an object of strings")),
     };
     let meta = match raw.meta {
+        // An empty object explains nothing (an Avro or Protobuf map left empty).
         None | Some(Value::Null) => None,
+        Some(Value::Object(m)) if m.is_empty() => None,
         Some(v) => Some(parse_meta(v, limits.max_meta_bytes)?),
     };
     Ok(Parsed::Event(Event { event_id, kind, player_id, score, ts_ms, attrs, meta }))

@@ -8,10 +8,19 @@
 use std::fmt;
 use std::path::Path;
 
-use prost_reflect::{DescriptorPool, DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
+use std::sync::Arc;
+
+use apache_avro::headers::HeaderBuilder;
+use apache_avro::types::Value as AvroValue;
+use apache_avro::GenericSingleObjectReader;
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, FileDescriptor, MapKey, MessageDescriptor, ReflectMessage, SerializeOptions,
+    Value as PValue,
+};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value;
 
+use super::fields::Record;
 use super::wire::Framed;
 
 /// rankflow's event as an Avro schema and as a Protobuf file (its first
@@ -25,7 +34,8 @@ const PROTO_NAME: &str = "schema.proto";
 /// A schema a record's frame can name.
 #[derive(Clone)]
 pub enum Schema {
-    Avro(apache_avro::Schema),
+    /// The schema, and a reader of its data that resolved its names once.
+    Avro(apache_avro::Schema, Arc<GenericSingleObjectReader>),
     /// The `.proto` file the message indexes count messages in.
     Protobuf(FileDescriptor),
 }
@@ -49,7 +59,7 @@ impl fmt::Display for Kind {
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Schema::Avro(s) => write!(f, "Avro({})", s.canonical_form()),
+            Schema::Avro(s, _) => write!(f, "Avro({})", s.canonical_form()),
             Schema::Protobuf(file) => write!(f, "Protobuf({})", file.name()),
         }
     }
@@ -72,7 +82,11 @@ impl FileResolver for Text {
 impl Schema {
     /// An Avro schema from its JSON text (an `.avsc`).
     pub fn avro(text: &str) -> Result<Schema, String> {
-        apache_avro::Schema::parse_str(text).map(Schema::Avro).map_err(|e| format!("not an Avro schema: {e}"))
+        let schema = apache_avro::Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
+        // A frame's body is a bare datum: the reader expects no header of its own.
+        let reader = GenericSingleObjectReader::new_with_header_builder(schema.clone(), NoHeader)
+            .map_err(|e| format!("not an Avro schema: {e}"))?;
+        Ok(Schema::Avro(schema, Arc::new(reader)))
     }
 
     /// A Protobuf schema from a `.proto` text; it may import Google's well-known types only.
@@ -126,39 +140,156 @@ impl Schema {
 
     pub fn kind(&self) -> Kind {
         match self {
-            Schema::Avro(_) => Kind::Avro,
+            Schema::Avro(..) => Kind::Avro,
             Schema::Protobuf(_) => Kind::Protobuf,
         }
     }
 
-    /// The framed record's body as a JSON value: Avro records as objects,
-    /// longs as numbers; Protobuf messages by their `.proto` field names,
-    /// 64-bit integers as numbers, fields left at their default present
-    /// with it (proto3 omits them from the encoding).
-    pub fn decode(&self, framed: &Framed<'_>) -> Result<Value, String> {
+    /// The framed record's body, decoded: an Avro record, or a Protobuf
+    /// message (the one the frame's indexes name).
+    pub fn decode(&self, framed: &Framed<'_>) -> Result<Decoded, String> {
         match self {
-            Schema::Avro(schema) => {
+            Schema::Avro(_, reader) => {
                 let mut body = framed.body;
-                let value = apache_avro::from_avro_datum(schema, &mut body, None)
+                let value = reader
+                    .read_value(&mut body)
                     .map_err(|e| format!("the body does not match the Avro schema: {e}"))?;
                 if !body.is_empty() {
                     return Err(format!("{} bytes follow the Avro record", body.len()));
                 }
-                Value::try_from(value).map_err(|e| format!("the Avro record has no JSON form: {e}"))
+                match value {
+                    AvroValue::Record(_) => Ok(Decoded::Avro(value)),
+                    _ => Err("the Avro schema is not a record".into()),
+                }
             }
             Schema::Protobuf(file) => {
                 let message = message_at(file, &framed.indexes)?;
-                let decoded = DynamicMessage::decode(message.clone(), framed.body)
-                    .map_err(|e| format!("the body does not match message {}: {e}", message.full_name()))?;
-                let options = SerializeOptions::new()
-                    .stringify_64_bit_integers(false)
-                    .use_proto_field_name(true)
-                    .skip_default_fields(false);
-                decoded
-                    .serialize_with_options(serde_json::value::Serializer, &options)
-                    .map_err(|e| format!("message {} has no JSON form: {e}", message.full_name()))
+                DynamicMessage::decode(message.clone(), framed.body)
+                    .map(Decoded::Protobuf)
+                    .map_err(|e| format!("the body does not match message {}: {e}", message.full_name()))
             }
         }
+    }
+}
+
+/// No header: a Schema Registry frame's body is the datum alone.
+struct NoHeader;
+
+impl HeaderBuilder for NoHeader {
+    fn build_header(&self) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
+/// A decoded Avro record or Protobuf message, whose values the event's
+/// fields are taken from by path (`fields::Record`), each turned into
+/// JSON: Avro longs and Protobuf 64-bit integers as numbers, an Avro
+/// `timestamp-millis` as epoch milliseconds, Protobuf fields by their
+/// `.proto` names, enums by name, and a Protobuf field without presence
+/// left at its default as that default (proto3 leaves it out of the
+/// encoding: an absent score is 0).
+#[derive(Debug)]
+pub enum Decoded {
+    Avro(AvroValue),
+    Protobuf(DynamicMessage),
+}
+
+impl Record for Decoded {
+    fn take(&mut self, path: &[String]) -> Option<Value> {
+        match self {
+            Decoded::Avro(record) => {
+                let at = path.iter().try_fold(record, |v, key| match unwrap_union(v) {
+                    AvroValue::Record(fields) => fields.iter_mut().find(|(name, _)| name == key).map(|(_, v)| v),
+                    AvroValue::Map(entries) => entries.get_mut(key),
+                    _ => None,
+                })?;
+                let taken = std::mem::replace(at, AvroValue::Null);
+                Value::try_from(taken).ok().filter(|v| !v.is_null())
+            }
+            Decoded::Protobuf(message) => {
+                let (last, parents) = path.split_last()?;
+                let mut message = message;
+                for key in parents {
+                    let field = message.descriptor().get_field_by_name(key)?;
+                    match message.get_field_mut(&field) {
+                        PValue::Message(inner) => message = inner,
+                        _ => return None,
+                    }
+                }
+                let field = message.descriptor().get_field_by_name(last)?;
+                if field.supports_presence() && !message.has_field(&field) {
+                    return None;
+                }
+                let value = message.take_field(&field).unwrap_or_else(|| field.default_value());
+                Some(proto_json(value, &field.kind()))
+            }
+        }
+    }
+
+    fn into_json(self) -> Value {
+        match self {
+            Decoded::Avro(record) => Value::try_from(record).unwrap_or_default(),
+            Decoded::Protobuf(message) => message_json(&message),
+        }
+    }
+}
+
+/// A union's value (a record's field of type `["null", "long"]`).
+fn unwrap_union(v: &mut AvroValue) -> &mut AvroValue {
+    match v {
+        AvroValue::Union(_, inner) => unwrap_union(inner),
+        other => other,
+    }
+}
+
+/// A whole message as JSON, by the rules of [`Decoded`].
+fn message_json(message: &DynamicMessage) -> Value {
+    let options =
+        SerializeOptions::new().stringify_64_bit_integers(false).use_proto_field_name(true).skip_default_fields(false);
+    message.serialize_with_options(serde_json::value::Serializer, &options).unwrap_or_default()
+}
+
+/// One Protobuf value as JSON, by its field's kind.
+fn proto_json(value: PValue, kind: &prost_reflect::Kind) -> Value {
+    use prost_reflect::Kind as K;
+    match value {
+        PValue::Bool(b) => Value::Bool(b),
+        PValue::I32(n) => n.into(),
+        PValue::I64(n) => n.into(),
+        PValue::U32(n) => n.into(),
+        PValue::U64(n) => n.into(),
+        PValue::F32(n) => serde_json::Number::from_f64(n.into()).map_or(Value::Null, Value::Number),
+        PValue::F64(n) => serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number),
+        PValue::String(s) => Value::String(s),
+        PValue::Bytes(b) => {
+            use base64::Engine;
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
+        PValue::EnumNumber(n) => match kind {
+            K::Enum(e) => e.get_value(n).map_or(n.into(), |v| Value::String(v.name().to_string())),
+            _ => n.into(),
+        },
+        PValue::Message(m) => message_json(&m),
+        PValue::List(items) => Value::Array(items.into_iter().map(|v| proto_json(v, kind)).collect()),
+        PValue::Map(entries) => {
+            let value_kind = match kind {
+                K::Message(entry) => entry.map_entry_value_field().kind(),
+                other => other.clone(),
+            };
+            let object = entries.into_iter().map(|(k, v)| (map_key(k), proto_json(v, &value_kind))).collect();
+            Value::Object(object)
+        }
+    }
+}
+
+fn map_key(key: MapKey) -> String {
+    match key {
+        MapKey::String(s) => s,
+        MapKey::Bool(b) => b.to_string(),
+        MapKey::I32(n) => n.to_string(),
+        MapKey::I64(n) => n.to_string(),
+        MapKey::U32(n) => n.to_string(),
+        MapKey::U64(n) => n.to_string(),
     }
 }
 
@@ -189,10 +320,11 @@ fn serialized_file(text: &str) -> Option<Schema> {
 
 #[cfg(test)]
 mod tests {
-    use apache_avro::types::Record;
+    use apache_avro::types::Record as AvroRecord;
     use prost_reflect::{MapKey, Value as PValue};
     use serde_json::json;
 
+    use super::super::fields::Record as _;
     use super::*;
 
     const AVSC: &str = EVENT_AVSC;
@@ -204,8 +336,10 @@ mod tests {
 
     #[test]
     fn an_avro_record_decodes_to_the_event_fields() {
-        let Schema::Avro(schema) = Schema::avro(AVSC).unwrap() else { panic!() };
-        let mut r = Record::new(&schema).unwrap();
+        let avro = Schema::avro(AVSC).unwrap();
+        let Schema::Avro(schema, _) = &avro else { panic!() };
+        let schema = schema.clone();
+        let mut r = AvroRecord::new(&schema).unwrap();
         r.put("event_id", "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11");
         r.put("type", "match_finished");
         r.put("player_id", "alice");
@@ -214,13 +348,12 @@ mod tests {
         r.put("attrs", apache_avro::types::Value::Map([("region".to_string(), "eu".into())].into()));
         r.put("meta", apache_avro::types::Value::Map(Default::default()));
         let body = apache_avro::to_avro_datum(&schema, r).unwrap();
-        let value = Schema::Avro(schema.clone()).decode(&framed(&body, vec![])).unwrap();
+        let value = avro.decode(&framed(&body, vec![])).unwrap().into_json();
         assert_eq!(
             value,
             json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished", "player_id": "alice",
                    "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}})
         );
-        let avro = Schema::Avro(schema);
         let short = avro.decode(&framed(&body[..body.len() - 3], vec![])).unwrap_err();
         assert!(short.starts_with("the body does not match the Avro schema"), "{short}");
         let mut long = body.clone();
@@ -241,7 +374,7 @@ mod tests {
         let attrs = [(MapKey::String("region".into()), PValue::String("eu".into()))].into();
         m.set_field_by_name("attrs", PValue::Map(attrs));
         let body = prost::Message::encode_to_vec(&m);
-        let value = schema.decode(&framed(&body, vec![0])).unwrap();
+        let value = schema.decode(&framed(&body, vec![0])).unwrap().into_json();
         // The score was left at 0: proto3 does not encode it, and it counts as 0.
         assert_eq!(value["score"], json!(0));
         assert_eq!(value["ts"], json!(1_786_100_400_000i64));
@@ -261,7 +394,9 @@ mod tests {
         m.set_field_by_name("points", PValue::I64(42));
         m.set_field_by_name("who", PValue::String("carol".into()));
         let body = prost::Message::encode_to_vec(&m);
-        assert_eq!(schema.decode(&framed(&body, vec![1, 0])).unwrap(), json!({"points": 42, "who": "carol"}));
+        let mut decoded = schema.decode(&framed(&body, vec![1, 0])).unwrap();
+        assert_eq!(decoded.take(&["who".into()]), Some(json!("carol")));
+        assert_eq!(decoded.into_json(), json!({"points": 42, "who": ""}));
     }
 
     #[test]
