@@ -134,7 +134,7 @@ impl Encoding {
                 _ => return Err(missing()),
             },
             Format::Protobuf => match found(Kind::Protobuf).map(|(id, s)| (*id, &**s)) {
-                Some((id, Schema::Protobuf(file))) => {
+                Some((id, Schema::Protobuf(file, _))) => {
                     Encoding::Protobuf(id, file.messages().next().ok_or_else(missing)?)
                 }
                 _ => return Err(missing()),
@@ -184,7 +184,7 @@ mod tests {
         use crate::event::{decode, Found, Parsed};
         let avro = Schema::avro(crate::event::schema::EVENT_AVSC).unwrap();
         let proto = Schema::proto(crate::event::schema::EVENT_PROTO).unwrap();
-        let (Schema::Avro(a, _), Schema::Protobuf(p)) = (avro.clone(), proto.clone()) else { panic!() };
+        let (Schema::Avro(a, _), Schema::Protobuf(p, _)) = (avro.clone(), proto.clone()) else { panic!() };
         let encodings = [
             (Format::Avro, Encoding::Avro(1, a)),
             (Format::Protobuf, Encoding::Protobuf(2, p.messages().next().unwrap())),

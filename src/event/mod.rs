@@ -20,6 +20,7 @@ use crate::score::MAX_EXACT;
 
 pub mod cloudevents;
 mod decode;
+mod event_message;
 pub mod fields;
 mod moderation;
 pub mod schema;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value as AvroValue;
 use apache_avro::GenericSingleObjectReader;
+use prost::Message as _;
 use prost_reflect::{
     DescriptorPool, DynamicMessage, FileDescriptor, MapKey, MessageDescriptor, ReflectMessage, SerializeOptions,
     Value as PValue,
@@ -20,6 +21,7 @@ use prost_reflect::{
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value;
 
+use super::event_message::{is_event_shaped, EventMessage};
 use super::fields::Record;
 use super::wire::Framed;
 
@@ -36,8 +38,10 @@ const PROTO_NAME: &str = "schema.proto";
 pub enum Schema {
     /// The schema, and a reader of its data that resolved its names once.
     Avro(apache_avro::Schema, Arc<GenericSingleObjectReader>),
-    /// The `.proto` file the message indexes count messages in.
-    Protobuf(FileDescriptor),
+    /// The `.proto` file the message indexes count messages in, and which
+    /// of its top-level messages is shaped like rankflow's own event, if
+    /// one is (decoded the fast way, `event_message`).
+    Protobuf(FileDescriptor, Option<usize>),
 }
 
 /// Which format a schema is for.
@@ -60,7 +64,7 @@ impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Schema::Avro(s, _) => write!(f, "Avro({})", s.canonical_form()),
-            Schema::Protobuf(file) => write!(f, "Protobuf({})", file.name()),
+            Schema::Protobuf(file, _) => write!(f, "Protobuf({})", file.name()),
         }
     }
 }
@@ -98,7 +102,7 @@ impl Schema {
         compiler.open_file(PROTO_NAME).map_err(|e| format!("not a .proto file: {e}"))?;
         let pool = compiler.descriptor_pool();
         let file = pool.get_file_by_name(PROTO_NAME).ok_or("the .proto file compiled to nothing")?;
-        Ok(Schema::Protobuf(file))
+        Ok(Schema::protobuf(file))
     }
 
     /// A Protobuf schema from a compiled descriptor set (`protoc
@@ -107,7 +111,7 @@ impl Schema {
     pub fn descriptor_set(bytes: &[u8]) -> Result<Schema, String> {
         let pool = DescriptorPool::decode(bytes).map_err(|e| format!("not a Protobuf descriptor set: {e}"))?;
         let file = pool.files().last().ok_or("the descriptor set holds no file")?;
-        Ok(Schema::Protobuf(file))
+        Ok(Schema::protobuf(file))
     }
 
     /// A schema from a file: `.avsc` (Avro), `.proto` (Protobuf text), or
@@ -138,10 +142,16 @@ impl Schema {
         }
     }
 
+    /// A Protobuf schema of `file`, its event-shaped message found.
+    fn protobuf(file: FileDescriptor) -> Schema {
+        let fast = file.messages().position(|m| is_event_shaped(&m));
+        Schema::Protobuf(file, fast)
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Schema::Avro(..) => Kind::Avro,
-            Schema::Protobuf(_) => Kind::Protobuf,
+            Schema::Protobuf(..) => Kind::Protobuf,
         }
     }
 
@@ -162,7 +172,12 @@ impl Schema {
                     _ => Err("the Avro schema is not a record".into()),
                 }
             }
-            Schema::Protobuf(file) => {
+            Schema::Protobuf(_, Some(fast)) if framed.indexes == [*fast] => {
+                let message = EventMessage::decode(framed.body)
+                    .map_err(|e| format!("the body does not match message rankflow.v1.Event: {e}"))?;
+                Ok(Decoded::Event(message))
+            }
+            Schema::Protobuf(file, _) => {
                 let message = message_at(file, &framed.indexes)?;
                 DynamicMessage::decode(message.clone(), framed.body)
                     .map(Decoded::Protobuf)
@@ -192,6 +207,8 @@ impl HeaderBuilder for NoHeader {
 pub enum Decoded {
     Avro(AvroValue),
     Protobuf(DynamicMessage),
+    /// A message shaped like rankflow's own event.
+    Event(EventMessage),
 }
 
 impl Record for Decoded {
@@ -206,6 +223,10 @@ impl Record for Decoded {
                 let taken = std::mem::replace(at, AvroValue::Null);
                 Value::try_from(taken).ok().filter(|v| !v.is_null())
             }
+            Decoded::Event(message) => match path {
+                [name] => message.take(name),
+                _ => None,
+            },
             Decoded::Protobuf(message) => {
                 let (last, parents) = path.split_last()?;
                 let mut message = message;
@@ -230,6 +251,7 @@ impl Record for Decoded {
         match self {
             Decoded::Avro(record) => Value::try_from(record).unwrap_or_default(),
             Decoded::Protobuf(message) => message_json(&message),
+            Decoded::Event(message) => message.into_json(),
         }
     }
 }
@@ -315,7 +337,7 @@ fn serialized_file(text: &str) -> Option<Schema> {
     file.name = Some(PROTO_NAME.into());
     let set = prost_types::FileDescriptorSet { file: vec![file] };
     let pool = DescriptorPool::from_file_descriptor_set(set).ok()?;
-    pool.get_file_by_name(PROTO_NAME).map(Schema::Protobuf)
+    pool.get_file_by_name(PROTO_NAME).map(Schema::protobuf)
 }
 
 #[cfg(test)]
@@ -364,7 +386,7 @@ mod tests {
     #[test]
     fn a_protobuf_message_decodes_by_field_name_with_defaults_present() {
         let schema = Schema::proto(PROTO).unwrap();
-        let Schema::Protobuf(file) = &schema else { panic!() };
+        let Schema::Protobuf(file, _) = &schema else { panic!() };
         let desc = file.messages().next().unwrap();
         let mut m = DynamicMessage::new(desc.clone());
         m.set_field_by_name("event_id", PValue::String("0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11".into()));
@@ -388,7 +410,7 @@ mod tests {
     fn nested_messages_are_found_by_their_indexes() {
         let text = "syntax = \"proto3\";\nmessage A { int32 x = 1; }\nmessage B { message C { int64 points = 1; string who = 2; } C c = 1; }\n";
         let schema = Schema::proto(text).unwrap();
-        let Schema::Protobuf(file) = &schema else { panic!() };
+        let Schema::Protobuf(file, _) = &schema else { panic!() };
         let c = file.messages().nth(1).unwrap().child_messages().next().unwrap();
         let mut m = DynamicMessage::new(c);
         m.set_field_by_name("points", PValue::I64(42));
@@ -404,7 +426,7 @@ mod tests {
         assert_eq!(Schema::from_registry(&json!({"schema": AVSC})).unwrap().kind(), Kind::Avro);
         let proto = json!({"schema": PROTO, "schemaType": "PROTOBUF"});
         assert_eq!(Schema::from_registry(&proto).unwrap().kind(), Kind::Protobuf);
-        let Schema::Protobuf(file) = Schema::proto(PROTO).unwrap() else { panic!() };
+        let Schema::Protobuf(file, _) = Schema::proto(PROTO).unwrap() else { panic!() };
         use base64::Engine;
         let serialized = base64::engine::general_purpose::STANDARD
             .encode(prost::Message::encode_to_vec(file.file_descriptor_proto()));
@@ -414,5 +436,47 @@ mod tests {
         assert!(Schema::from_registry(&json!({"schema": "nope"})).unwrap_err().starts_with("not an Avro schema"));
         let refs = json!({"schema": PROTO, "schemaType": "PROTOBUF", "references": [{"name": "x"}]});
         assert!(Schema::from_registry(&refs).unwrap_err().contains("references"));
+    }
+
+    #[test]
+    fn only_a_message_of_the_events_shape_is_taken_for_it() {
+        let Schema::Protobuf(file, fast) = Schema::proto(EVENT_PROTO).unwrap() else { panic!() };
+        assert!(is_event_shaped(&file.messages().next().unwrap()));
+        assert_eq!(fast, Some(0));
+        let other = |body: &str| {
+            let text = format!("syntax = \"proto3\";\nmessage E {{ {body} }}\n");
+            let Schema::Protobuf(file, fast) = Schema::proto(&text).unwrap() else { panic!() };
+            let first = file.messages().next().unwrap();
+            (is_event_shaped(&first), fast)
+        };
+        let fields = "string event_id = 1; string type = 2; string player_id = 3; int64 score = 4; int64 ts = 5; \
+                      map<string, string> attrs = 6; map<string, string> meta = 7;";
+        assert_eq!(other(fields), (true, Some(0)));
+        assert_eq!(other(&fields.replace("int64 score", "sint64 score")), (false, None));
+        assert_eq!(other(&fields.replace("int64 score", "optional int64 score")), (false, None));
+        assert_eq!(other(&fields.replace("ts = 5", "ts = 9")), (false, None));
+        assert_eq!(other(&format!("{fields} string extra = 8;")), (false, None));
+    }
+
+    #[test]
+    fn the_derived_message_reads_what_the_dynamic_one_does() {
+        let e = EventMessage {
+            event_id: "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11".into(),
+            r#type: "match_finished".into(),
+            player_id: "alice".into(),
+            score: 0,
+            ts: 1_786_100_400_000,
+            attrs: [("track".to_string(), "monza".to_string())].into(),
+            meta: std::collections::BTreeMap::new(),
+        };
+        let body = prost::Message::encode_to_vec(&e);
+        let Schema::Protobuf(file, _) = Schema::proto(EVENT_PROTO).unwrap() else { panic!() };
+        let dynamic = prost_reflect::DynamicMessage::decode(file.messages().next().unwrap(), body.as_slice()).unwrap();
+        let options = prost_reflect::SerializeOptions::new()
+            .stringify_64_bit_integers(false)
+            .use_proto_field_name(true)
+            .skip_default_fields(false);
+        let want = dynamic.serialize_with_options(serde_json::value::Serializer, &options).unwrap();
+        assert_eq!(<EventMessage as prost::Message>::decode(body.as_slice()).unwrap().into_json(), want);
     }
 }
