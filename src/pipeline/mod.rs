@@ -3,7 +3,7 @@
 //! whose outcome is final.
 //!
 //! One batch goes through these steps, each a method of [`Pipeline`]:
-//! 1. [`next_batch`](Pipeline::next_batch): up to `batch_size` records
+//! 1. [`next_batch`](Pipeline::next_batch) (`read.rs`): up to `batch_size` records
 //!    (waiting at most `batch_linger` once the first is in), each copied out
 //!    of the consumer and parsed (`record::take`, `Router::plan`);
 //! 2. [`send`](Pipeline::send): every board write of the batch handed to
@@ -44,23 +44,21 @@ mod inflight;
 mod lost;
 mod moderation;
 mod outcome;
+mod read;
 mod record;
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::BorrowedMessage;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::board::Router;
 use crate::config::Settings;
-use crate::event::NotFetched;
 use crate::health::Health;
 use crate::kafka::callbacks::ConsumerCallbacks;
 use crate::kafka::commit::{self, WorkerConsumer};
@@ -95,17 +93,6 @@ pub enum WorkerError {
     #[error("{0}")]
     Schemas(String),
 }
-
-/// Once nothing is in flight and no record has come for this long, the
-/// offsets stored since the last commit are committed at once, rather than
-/// at the next `auto.commit.interval.ms` tick: a drained backlog or a lull
-/// shows as committed (and as zero lag) within this, not up to a second later.
-const IDLE_COMMIT: Duration = Duration::from_millis(20);
-
-/// The least time between two of those commits, so that sparse traffic
-/// (a record now and then, each followed by a lull) commits at most five
-/// times a second.
-const IDLE_COMMIT_GAP: Duration = Duration::from_millis(200);
 
 /// Everything the steps share and never change.
 pub(crate) struct Context {
@@ -287,118 +274,7 @@ fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'
     }
 }
 
-/// Copies a message out of the consumer and parses it ([`record::take`]),
-/// first fetching the schema its frame names if need be; `None` if the
-/// worker is stopping meanwhile (the record is left unread, so uncommitted).
-async fn take(cx: &Context, topics: &mut TopicNames, m: &BorrowedMessage<'_>) -> Option<(Record, Item)> {
-    loop {
-        match record::take(&cx.settings, &cx.router, &cx.schemas, topics, m) {
-            Ok(taken) => return Some(taken),
-            Err(NotFetched(id)) => {
-                if !cx.schemas.fetch(id, &cx.health, &cx.cancel).await {
-                    return None;
-                }
-            }
-        }
-    }
-}
-
 impl Pipeline {
-    /// Step 1: the next batch of records, or whatever else needs doing first.
-    async fn next_batch(&mut self) -> Next {
-        let (first, item) = match self.carry.take() {
-            Some(c) => c,
-            None => match self.wait_for_record().await {
-                Ok(first) => first,
-                Err(next) => return next,
-            },
-        };
-        let alone = item.is_alone();
-        let batch_size = self.cx.settings.worker.batch_size;
-        let (mut records, mut items) = (Vec::with_capacity(batch_size), Vec::with_capacity(batch_size));
-        records.push(first);
-        items.push(item);
-        let deadline = Instant::now() + self.cx.settings.worker.batch_linger;
-        while !alone && records.len() < batch_size {
-            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
-                Ok(Ok(m)) => {
-                    // Shutting down while a schema is fetched: the batch closes without the record.
-                    let Some((record, item)) = take(&self.cx, &mut self.topics, &m).await else { break };
-                    if item.is_alone() {
-                        self.carry = Some((record, item));
-                        break;
-                    }
-                    records.push(record);
-                    items.push(item);
-                }
-                Ok(Err(e)) => {
-                    warn!(error = %e, "Reading from Kafka failed; the batch closes early.");
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        Next::Batch(records, items)
-    }
-
-    /// Waits for the first record of a batch. Meanwhile it settles the
-    /// oldest batch in flight once it lands, commits on going idle, retries
-    /// held dead letters and flushes watermarks; each of those ends the wait
-    /// with [`Next::Again`].
-    async fn wait_for_record(&mut self) -> Result<(Record, Item), Next> {
-        let retry_at = self.held.next_try();
-        let uncommitted = self.consumer.context().uncommitted.load(Ordering::Relaxed);
-        let commit_at = (self.inflight.is_empty() && uncommitted)
-            .then(|| (Instant::now() + IDLE_COMMIT).max(self.last_idle_commit + IDLE_COMMIT_GAP));
-        let seals = self.cx.settings.seals();
-        let sleep_until = |at: Option<Instant>| tokio::time::sleep_until(at.unwrap_or_else(Instant::now));
-        tokio::select! {
-            biased;
-            _ = self.cx.cancel.cancelled() => Err(Next::Stop),
-            // Nothing new yet and the oldest batch in Redis is done: settle it now.
-            (planned, results) = self.inflight.oldest(), if !self.inflight.is_empty() => match results {
-                Some(results) => {
-                    self.settle_landed(planned, results).await;
-                    Err(Next::Again)
-                }
-                // Redis lost data: the loop stops consuming (see `run_with`).
-                None if lost::refused(&self.cx) => Err(Next::Again),
-                None => Err(Next::Stop),
-            },
-            m = self.consumer.recv() => match m {
-                Ok(m) => {
-                    // A record came from a broker: Kafka is up.
-                    self.cx.health.kafka_up.store(true, Ordering::Relaxed);
-                    take(&self.cx, &mut self.topics, &m).await.ok_or(Next::Stop)
-                }
-                Err(e) => {
-                    warn!(error = %e, "Reading from Kafka failed; retrying.");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    Err(Next::Again)
-                }
-            },
-            // Idle with offsets stored since the last commit: commit them now.
-            _ = sleep_until(commit_at), if commit_at.is_some() => {
-                self.commit_on_idle();
-                Err(Next::Again)
-            }
-            _ = sleep_until(retry_at), if retry_at.is_some() => Err(Next::Again),
-            // Idle partitions raise watermarks too (see ConsumerCallbacks::stats).
-            _ = tokio::time::sleep(self.cx.settings.sealing.check_interval), if seals => {
-                self.flush_watermarks().await;
-                Err(Next::Again)
-            }
-        }
-    }
-
-    fn commit_on_idle(&mut self) {
-        self.consumer.context().uncommitted.store(false, Ordering::Relaxed);
-        if let Err(e) = commit::commit_stored(&self.consumer) {
-            debug!(error = %e, "Committing on idle failed; the next commit carries the offsets.");
-        }
-        self.last_idle_commit = Instant::now();
-    }
-
     /// Step 2: sends a batch to Redis behind those in flight (an admin
     /// event waits for them and runs alone). `false`: shutdown abandoned it.
     async fn send(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
