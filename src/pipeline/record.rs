@@ -127,14 +127,13 @@ fn decode(
     payload: &[u8],
 ) -> Result<Parsed, NotFetched> {
     let format = settings.kafka.format(msg.topic());
-    let limits = settings.events.limits;
-    if format == Format::Json {
-        return Ok(event::parse(payload, limits, |t| router.listens(t)));
-    }
-    let headers: Vec<(&str, &[u8])> =
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    let lookup = |id| schemas.find(id);
-    event::decode(format, payload, &headers, &lookup, settings.kafka.fields(msg.topic()), limits, |t| router.listens(t))
+    // Only a CloudEvent is read from its headers.
+    let headers: Vec<(&str, &[u8])> = match (format, msg.headers()) {
+        (Format::CloudEvents, Some(h)) => h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect(),
+        _ => Vec::new(),
+    };
+    let (lookup, fields, limits) = (|id| schemas.find(id), settings.kafka.fields(msg.topic()), settings.events.limits);
+    event::decode(format, payload, &headers, &lookup, fields, limits, |t| router.listens(t))
 }
 
 fn parse(
