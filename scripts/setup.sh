@@ -5,6 +5,7 @@
 # libcurl for OAUTHBEARER's OIDC); with --test, also what only the tests
 # use: the tansu Kafka broker (crates.io), Chromium for the page test,
 # openssl and socat (and kafka-python) for the secure-connection tests,
+# nginx for the cache-in-front test,
 # confluent-kafka's serializers for the event-format tests, and the offline
 # validators of the compose file, alert rules and Kubernetes manifests.
 # Safe to run again: it installs only what is missing.
@@ -43,11 +44,13 @@ if [ "$tests" = 1 ]; then
   # TLS endpoint in front of tansu (socat).
   command -v openssl >/dev/null || missing+=(openssl)
   command -v socat >/dev/null || missing+=(socat)
+  # A reverse-proxy cache in front of the read API (tests/browsers.rs, the cache benchmark).
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt-get"
   as_root apt-get update -qq
-  # Only promtool is wanted from the prometheus package: keep apt from starting its service.
+  # Only promtool is wanted from the prometheus package, and nginx is started by the tests: keep apt from starting services.
   policy=/usr/sbin/policy-rc.d
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null && as_root chmod +x "$policy"

@@ -50,7 +50,12 @@ pub async fn run(settings: Settings) -> i32 {
     let health = Arc::new(Health::default());
     let state = http::AppState::new(router.clone(), health.clone(), settings.http.max_limit)
         .with_max_players(settings.http.max_players)
-        .with_max_streams(settings.http.max_streams);
+        .with_max_streams(settings.http.max_streams)
+        .with_web(http::Web {
+            cors_origins: settings.http.cors_origins.clone(),
+            cache_max_age: settings.http.cache_max_age,
+            cache_max_age_sealed: settings.http.cache_max_age_sealed,
+        });
     info!(listen = %settings.http.listen, "HTTP server listening.");
     let limits = http::Limits {
         request_timeout: settings.http.request_timeout,

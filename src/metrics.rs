@@ -49,6 +49,39 @@ pub struct Metrics {
     /// Rank-change records acknowledged by the changes topic, per board.
     pub rank_changes: IntCounterVec,
     pub rank_change_errors: IntCounter,
+    pub http: HttpMetrics,
+}
+
+/// The HTTP server's families.
+pub struct HttpMetrics {
+    /// Answers by route pattern and status.
+    pub requests: IntCounterVec,
+    /// Time to each answer's head, by route pattern.
+    pub seconds: HistogramVec,
+}
+
+impl HttpMetrics {
+    fn new(r: &Registry) -> HttpMetrics {
+        let seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "rankflow_http_request_seconds",
+                "Time from an HTTP request to its answer's head, by route pattern (a live stream: until it starts).",
+            )
+            .buckets(HTTP_BUCKETS.to_vec()),
+            &["route"],
+        )
+        .expect("static metric definition");
+        r.register(Box::new(seconds.clone())).expect("metric registered once");
+        HttpMetrics {
+            requests: counter_vec(
+                r,
+                "rankflow_http_requests_total",
+                "HTTP answers by route pattern (never a player id; unmatched for no route) and status.",
+                &["route", "status"],
+            ),
+            seconds,
+        }
+    }
 }
 
 /// Leagues' families.
@@ -120,6 +153,8 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_live_streams",
     "rankflow_rank_changes_total",
     "rankflow_rank_change_errors_total",
+    "rankflow_http_requests_total",
+    "rankflow_http_request_seconds",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -158,6 +193,11 @@ const LATENCY_BUCKETS: [f64; 26] = [
     0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25,
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
+
+/// Buckets of the HTTP request histogram: reads take tens of microseconds
+/// to a few milliseconds; a request near `http.request_timeout` is in trouble.
+const HTTP_BUCKETS: [f64; 16] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 impl Metrics {
     fn new() -> Metrics {
@@ -276,6 +316,7 @@ impl Metrics {
             live_streams: gauge(&r, "rankflow_live_streams", "Live streams (GET .../live, Server-Sent Events) open, at most http.max_streams."),
             rank_changes: counter_vec(&r, "rankflow_rank_changes_total", "Rank-change records (notify_top) acknowledged by kafka.changes_topic, per board.", &["board"]),
             rank_change_errors: counter(&r, "rankflow_rank_change_errors_total", "Failed attempts to produce to the changes topic (retried; the source partition waits)."),
+            http: HttpMetrics::new(&r),
             registry: r,
         }
     }

@@ -229,6 +229,29 @@ retention = { daily = "30d" }
     }
 
     #[test]
+    fn browser_settings_default_and_bad_ones_are_named() {
+        let s = load_str(GOOD, none()).unwrap();
+        assert!(s.http.cors_origins.is_empty());
+        assert_eq!(
+            (s.http.cache_max_age, s.http.cache_max_age_sealed),
+            (Duration::from_secs(1), Duration::from_secs(3600))
+        );
+        let good = GOOD.to_string() + "[http]\ncors_origins = [\"https://play.example.com\", \"http://localhost:8080\", \"*\"]\ncache_max_age = \"0s\"\n";
+        let s = load_str(&good, none()).unwrap();
+        assert_eq!(s.http.cors_origins.len(), 3);
+        assert_eq!(s.http.cache_max_age, Duration::ZERO);
+        for (line, field) in [
+            ("cors_origins = [\"https://play.example.com/\"]", "http.cors_origins"),
+            ("cors_origins = [\"play.example.com\"]", "http.cors_origins"),
+            ("cache_max_age = \"1500ms\"", "http.cache_max_age"),
+            ("cache_max_age_sealed = \"soon\"", "http.cache_max_age_sealed"),
+        ] {
+            let errs = errors(&(GOOD.to_string() + "[http]\n" + line + "\n"), none());
+            assert_eq!(errs.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(), [field], "{line}");
+        }
+    }
+
+    #[test]
     fn bad_durations_and_numbers_in_every_section_are_all_named_at_once() {
         let text = GOOD.replace("dedupe_ttl = \"7d\"", "dedupe_ttl = \"500ms\"")
             + "[worker]\nbatch_linger = \"soon\"\nmax_backoff = \"1ms\"\nbatch_size = 0\nmax_events_per_call = 0\n\

@@ -203,6 +203,15 @@ pub struct RawHttp {
     pub max_concurrent_requests: u64,
     /// Live streams (`.../live`) open at once; more are answered 503, 1 to 1000000.
     pub max_streams: u64,
+    /// Origins whose pages may read the API from a browser (CORS), such as
+    /// `https://play.example.com`; `"*"` lets any. Default: none.
+    pub cors_origins: Vec<String>,
+    /// How long a browser, proxy or CDN may keep a read's answer, in whole
+    /// seconds (`Cache-Control: public, max-age`); `0s` sends `no-store`.
+    pub cache_max_age: Typed<Duration>,
+    /// The same for answers that do not change: sealed periods (`:final`)
+    /// and players' history.
+    pub cache_max_age_sealed: Typed<Duration>,
 }
 
 impl Default for RawHttp {
@@ -214,6 +223,9 @@ impl Default for RawHttp {
             request_timeout: Typed::default_text("10s"),
             max_concurrent_requests: 512,
             max_streams: 10_000,
+            cors_origins: Vec::new(),
+            cache_max_age: Typed::default_text("1s"),
+            cache_max_age_sealed: Typed::default_text("1h"),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::field::Errors;
+use super::field::{Errors, Typed};
 use super::raw::{RawEvents, RawHttp, RawKafka, RawRedis, RawSealing, RawWorker};
 use super::secrets::{self, RedisTls, Secret};
 use super::settings::{
@@ -209,6 +209,9 @@ pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
         e.duration_at_least("http.request_timeout", &h.request_timeout, Duration::from_millis(100), "100ms");
     let max_concurrent = e.within("http.max_concurrent_requests", h.max_concurrent_requests, 1..=100_000);
     let max_streams = e.within("http.max_streams", h.max_streams, 1..=1_000_000);
+    let cors_origins = cors_origins(&h.cors_origins, e);
+    let cache_max_age = whole_seconds("http.cache_max_age", &h.cache_max_age, e);
+    let cache_max_age_sealed = whole_seconds("http.cache_max_age_sealed", &h.cache_max_age_sealed, e);
     Some(HttpSettings {
         listen: listen?,
         max_limit: max_limit? as usize,
@@ -216,7 +219,45 @@ pub fn http(h: RawHttp, e: &mut Errors) -> Option<HttpSettings> {
         request_timeout: request_timeout?,
         max_concurrent_requests: max_concurrent? as usize,
         max_streams: max_streams? as usize,
+        cors_origins: cors_origins?,
+        cache_max_age: cache_max_age?,
+        cache_max_age_sealed: cache_max_age_sealed?,
     })
+}
+
+/// `http.cors_origins`: `*`, or origins as a browser sends them
+/// (`https://play.example.com`, `http://localhost:8080`): a scheme, a host
+/// and perhaps a port, no path and no trailing slash.
+fn cors_origins(origins: &[String], e: &mut Errors) -> Option<Vec<String>> {
+    let bad = origins.iter().find(|o| {
+        if o.as_str() == "*" {
+            return false;
+        }
+        let Some((scheme, host)) = o.split_once("://") else { return true };
+        !matches!(scheme, "http" | "https")
+            || host.is_empty()
+            || !host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+    });
+    match bad {
+        Some(o) => {
+            e.push(
+                "http.cors_origins",
+                format!("'{o}' is not an origin like https://play.example.com (scheme and host, no path) or \"*\""),
+            );
+            None
+        }
+        None => Some(origins.to_vec()),
+    }
+}
+
+/// A `max-age`: HTTP counts it in whole seconds.
+fn whole_seconds(field: &str, typed: &Typed<Duration>, e: &mut Errors) -> Option<Duration> {
+    let d = e.take(field, typed)?;
+    if d.subsec_nanos() != 0 {
+        e.push(field, "must be whole seconds (HTTP's max-age counts in seconds), like 1s or 1h");
+        return None;
+    }
+    Some(d)
 }
 
 pub fn events(v: RawEvents, e: &mut Errors) -> Option<EventSettings> {

@@ -176,6 +176,12 @@ pub struct HttpSettings {
     pub request_timeout: Duration,
     pub max_concurrent_requests: usize,
     pub max_streams: usize,
+    /// Origins allowed to read from a browser, each `scheme://host[:port]` or `*`.
+    pub cors_origins: Vec<String>,
+    /// `max-age` of reads' answers (zero: `no-store`).
+    pub cache_max_age: Duration,
+    /// `max-age` of sealed periods' and history's answers (zero: `no-store`).
+    pub cache_max_age_sealed: Duration,
 }
 
 /// `[events]`.

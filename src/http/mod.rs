@@ -26,6 +26,8 @@ use crate::metrics;
 use crate::period::Period;
 use crate::store::{Reader, StoreError};
 
+mod caching;
+mod cors;
 mod cursor;
 mod deadline;
 mod history;
@@ -35,6 +37,7 @@ pub mod live;
 mod periods;
 mod ranks;
 mod reads;
+mod requests;
 mod sharded;
 mod single;
 mod standing;
@@ -61,13 +64,42 @@ pub struct AppState {
     pub max_players: usize,
     /// The live tops watched and the streams open (`http.max_streams`).
     pub live: Arc<live::Live>,
+    /// What browsers and caches are told.
+    pub web: Arc<Web>,
+}
+
+/// What browsers and caches in front are told: which other origins' pages
+/// may read (`http.cors_origins`) and how long an answer may be kept
+/// (`http.cache_max_age`, `http.cache_max_age_sealed`; zero: `no-store`).
+#[derive(Clone, Debug)]
+pub struct Web {
+    pub cors_origins: Vec<String>,
+    pub cache_max_age: Duration,
+    pub cache_max_age_sealed: Duration,
+}
+
+impl Default for Web {
+    fn default() -> Web {
+        Web {
+            cors_origins: Vec::new(),
+            cache_max_age: Duration::from_secs(1),
+            cache_max_age_sealed: Duration::from_secs(3600),
+        }
+    }
 }
 
 impl AppState {
     /// The handlers' state before Redis is connected (see [`AppState::connected`]).
     pub fn new(router: Arc<Router>, health: Arc<Health>, max_limit: usize) -> AppState {
         let redis = Arc::new(OnceLock::new());
-        AppState { router, redis, health, max_limit, max_players: 1000, live: Arc::new(live::Live::new(10_000)) }
+        let live = Arc::new(live::Live::new(10_000));
+        AppState { router, redis, health, max_limit, max_players: 1000, live, web: Arc::new(Web::default()) }
+    }
+
+    /// Sets what browsers and caches are told.
+    pub fn with_web(mut self, web: Web) -> AppState {
+        self.web = Arc::new(web);
+        self
     }
 
     /// Caps the live streams open at once at `n` (`http.max_streams`).
@@ -97,8 +129,36 @@ impl AppState {
     }
 }
 
-/// The application's routes.
+/// The application's routes, with what browsers and caches need around them.
 pub fn app(state: AppState) -> HttpRouter {
+    let web = state.web.clone();
+    for_browsers(routes(state), &web)
+}
+
+/// Around the routes, innermost first: the `ETag`, `Cache-Control` and 304
+/// of every read; compression of answers over 1 KiB (gzip, or br when the
+/// client offers it; never the live stream); CORS, when origins are listed;
+/// and the request metrics, which count every answer the layers inside gave.
+fn for_browsers(routes: HttpRouter, web: &Web) -> HttpRouter {
+    use axum::middleware::{from_fn, from_fn_with_state};
+    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+    use tower_http::compression::{CompressionLayer, CompressionLevel};
+    let caching = Arc::new(caching::Caching { max_age: web.cache_max_age, sealed_max_age: web.cache_max_age_sealed });
+    // Level 5: within a few percent of the best size on JSON answers, at a fraction of br's default cost.
+    let compress = CompressionLayer::new()
+        .quality(CompressionLevel::Precise(5))
+        .compress_when(SizeAbove::new(COMPRESS_ABOVE as u16 + 1).and(NotForContentType::SSE));
+    let mut app = routes.layer(from_fn_with_state(caching, caching::caching)).layer(compress);
+    if let Some(c) = cors::Cors::new(&web.cors_origins) {
+        app = app.layer(from_fn_with_state(Arc::new(c), cors::cors));
+    }
+    app.layer(from_fn(requests::count))
+}
+
+/// Answers larger than this many bytes are compressed for clients that accept it.
+pub const COMPRESS_ABOVE: usize = 1024;
+
+fn routes(state: AppState) -> HttpRouter {
     HttpRouter::new()
         .route("/", get(page))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -158,10 +218,13 @@ pub fn limited_app(state: AppState, limits: Limits) -> HttpRouter {
         // Global: axum layers each route apart, and the cap is the server's.
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent));
     let body_limit = body_limit(state.max_players);
-    app(state)
+    let web = state.web.clone();
+    let limited = routes(state)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
         .layer(overload)
-        .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit));
+    // The limits' own answers (408, 413, 503) are counted and never cached.
+    for_browsers(limited, &web)
 }
 
 /// Serves until `cancel` fires, then lets the requests in progress finish.

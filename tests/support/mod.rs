@@ -9,10 +9,12 @@
 
 pub mod apply;
 pub mod browser;
+pub mod curl;
 pub mod encode;
 mod http;
 mod keys;
 pub mod league;
+pub mod nginx;
 pub mod periods;
 mod redis_server;
 pub mod stream;
@@ -23,7 +25,7 @@ mod worker;
 // Each test crate uses some of these: the others are unused there.
 #[allow(unused_imports)]
 pub use self::{
-    http::{http_get, http_post, wait_http},
+    http::{http_get, http_post, wait_http, KeepAlive},
     keys::*,
     redis_server::{Failover, Redis, RedisCluster},
     tansu::{tansu_bin, Broker},
