@@ -68,6 +68,14 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # default max_call_time, and reads on the replica.
 "$bin" bench --wipe-redis capacity --redis "redis://127.0.0.1:$rport" --members "${BENCH_MEMBERS:-1000000}"
 "$bin" bench --wipe-redis drain-reads --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --replica "redis://127.0.0.1:$rrport" --events "${BENCH_DRAIN_EVENTS:-400000}"
+# Reads through a cache: 50 clients reading one top 100 from rankflow alone
+# and through nginx with deploy/nginx/rankflow-cache.conf (skipped without
+# nginx), and the answer's bytes plain, gzip and br.
+if [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null; then
+  "$bin" bench --wipe-redis cache --redis "redis://127.0.0.1:$rport"
+else
+  echo "bench: nginx is not installed (scripts/setup.sh --test installs it): the cache benchmark is skipped"
+fi
 # Live streams: BENCH_LIVE_CLIENTS (default 1000) streams of one top, the
 # server's memory and CPU per stream and Redis's reads meanwhile.
 "$bin" bench --wipe-redis live --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --clients "${BENCH_LIVE_CLIENTS:-1000}"

@@ -210,6 +210,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 16)]
         clients: usize,
     },
+    /// One board's top 100 read by many clients from rankflow alone and
+    /// through nginx's cache (deploy/nginx), and its bytes plain and compressed.
+    Cache {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 100_000)]
+        members: u64,
+        /// Length of each loop, seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 50)]
+        clients: usize,
+    },
     /// Live streams: the server's memory and CPU per stream of one top, and
     /// Redis's reads meanwhile.
     Live {
@@ -295,6 +308,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Capacity { redis, members, seconds, clients } => {
             report(bench::capacity(&redis, members, seconds, clients).await)
+        }
+        BenchCommand::Cache { redis, members, seconds, clients } => {
+            report(bench::cache(&redis, members, seconds, clients).await)
         }
         BenchCommand::Live { brokers, redis, clients, seconds } => {
             report(bench::live(&brokers, &redis, clients, seconds).await)

@@ -16,19 +16,19 @@ use super::read::{bare_read, Page};
 use super::*;
 
 /// A keep-alive HTTP/1.1 connection, enough for the read API's answers.
-struct Http {
+pub(super) struct Http {
     stream: BufReader<TcpStream>,
 }
 
 impl Http {
-    async fn connect(addr: std::net::SocketAddr) -> Result<Http, String> {
+    pub(super) async fn connect(addr: std::net::SocketAddr) -> Result<Http, String> {
         let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         Ok(Http { stream: BufReader::new(s) })
     }
 
     /// Sends one request and reads its whole answer; returns the status.
-    async fn send(&mut self, method: &str, path: &str, body: &str) -> Result<u16, String> {
+    pub(super) async fn send(&mut self, method: &str, path: &str, body: &str) -> Result<u16, String> {
         let req = format!("{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
         self.stream.get_mut().write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
         let mut line = String::new();

@@ -36,6 +36,7 @@ use rankflow::store::{push_write, ApplyResult, RedisConn, Store, TagBatch, Tails
 
 use rankflow::samples::{Encoding, Generator};
 
+mod cache;
 mod capacity;
 mod changes;
 mod drain_reads;
@@ -56,6 +57,7 @@ use kafka::*;
 use latency::*;
 use store_rows::*;
 
+pub use cache::cache;
 pub use capacity::capacity;
 pub use changes::changes;
 pub use drain_reads::drain_reads;
