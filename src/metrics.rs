@@ -417,6 +417,8 @@ mod tests {
         m.league.moves.with_label_values(&["b", "promote"]).inc();
         m.call_events.with_label_values(&["b"]).set(1000);
         m.rank_changes.with_label_values(&["b"]).inc();
+        m.http.requests.with_label_values(&["/v1/boards", "200"]).inc();
+        m.http.seconds.with_label_values(&["/v1/boards"]).observe(0.001);
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         for f in FAMILIES {
             assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");

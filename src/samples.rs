@@ -130,7 +130,7 @@ impl Encoding {
         Ok(match format {
             Format::Json | Format::CloudEvents => Encoding::Json,
             Format::Avro => match found(Kind::Avro).map(|(id, s)| (*id, &**s)) {
-                Some((id, Schema::Avro(schema, _))) => Encoding::Avro(id, schema.clone()),
+                Some((id, Schema::Avro(schema, ..))) => Encoding::Avro(id, schema.clone()),
                 _ => return Err(missing()),
             },
             Format::Protobuf => match found(Kind::Protobuf).map(|(id, s)| (*id, &**s)) {
@@ -184,7 +184,7 @@ mod tests {
         use crate::event::{decode, Found, Parsed};
         let avro = Schema::avro(crate::event::schema::EVENT_AVSC).unwrap();
         let proto = Schema::proto(crate::event::schema::EVENT_PROTO).unwrap();
-        let (Schema::Avro(a, _), Schema::Protobuf(p, _)) = (avro.clone(), proto.clone()) else { panic!() };
+        let (Schema::Avro(a, ..), Schema::Protobuf(p, _)) = (avro.clone(), proto.clone()) else { panic!() };
         let encodings = [
             (Format::Avro, Encoding::Avro(1, a)),
             (Format::Protobuf, Encoding::Protobuf(2, p.messages().next().unwrap())),

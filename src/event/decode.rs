@@ -74,12 +74,14 @@ pub fn decode(
     }
     let decoded = match format {
         Format::Json => unreachable!("JSON returned above"),
-        Format::Avro => framed(Kind::Avro, value, schemas).map(|v| (Body::Framed(v), Envelope::default())),
-        Format::Protobuf => framed(Kind::Protobuf, value, schemas).map(|v| (Body::Framed(v), Envelope::default())),
+        Format::Avro => framed(Kind::Avro, value, schemas, fields).map(|v| (Body::Framed(v), Envelope::default())),
+        Format::Protobuf => {
+            framed(Kind::Protobuf, value, schemas, fields).map(|v| (Body::Framed(v), Envelope::default()))
+        }
         Format::CloudEvents => match cloudevents::decode(value, headers) {
             Ok((Data::Json(v), envelope)) => Ok((Body::Json(v), envelope)),
             Ok((Data::Framed(kind, bytes), envelope)) => {
-                framed(kind, &bytes, schemas).map(|v| (Body::Framed(v), envelope))
+                framed(kind, &bytes, schemas, fields).map(|v| (Body::Framed(v), envelope))
             }
             Err(r) => Err(r.into()),
         },
@@ -127,7 +129,7 @@ impl From<Rejection> for Refused {
 
 /// A framed Avro or Protobuf record decoded, its schema looked up by the
 /// frame's id; every refusal names the schema id.
-fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>) -> Result<Decoded, Refused> {
+fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>, fields: &FieldMap) -> Result<Decoded, Refused> {
     let frame = match kind {
         Kind::Avro => wire::avro(value),
         Kind::Protobuf => wire::protobuf(value),
@@ -145,7 +147,7 @@ fn framed(kind: Kind, value: &[u8], schemas: Lookup<'_>) -> Result<Decoded, Refu
         let detail = format!("schema id {id} is a {} schema, the record is {kind}", schema.kind());
         return Err(Rejection::new(Reason::UnknownSchema, detail).into());
     }
-    let decoded = schema.decode(&frame);
+    let decoded = schema.decode(&frame, fields.own_names());
     Ok(decoded.map_err(|e| Rejection::new(Reason::InvalidBody, format!("schema id {id}: {e}")))?)
 }
 
@@ -159,7 +161,7 @@ mod tests {
     const AVSC: &str = super::super::schema::EVENT_AVSC;
 
     fn avro_body(score: i64) -> Vec<u8> {
-        let Schema::Avro(schema, _) = Schema::avro(AVSC).unwrap() else { panic!() };
+        let Schema::Avro(schema, ..) = Schema::avro(AVSC).unwrap() else { panic!() };
         let record = json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished",
                             "player_id": "alice", "score": score, "ts": 1_786_100_400_000i64, "attrs": {}, "meta": {}});
         let value = apache_avro::to_value(record).unwrap().resolve(&schema).unwrap();

@@ -79,6 +79,11 @@ impl FieldMap {
         Ok(map)
     }
 
+    /// Whether every field is read by its own name (no path given).
+    pub fn own_names(&self) -> bool {
+        self.paths.iter().zip(FIELDS).all(|(path, field)| matches!(path.as_slice(), [p] if p == field))
+    }
+
     /// The record's event fields, each taken from its path.
     pub(super) fn raw(&self, mut record: impl Record) -> RawEvent {
         let mut values: [Option<Value>; 7] = Default::default();
@@ -110,7 +115,10 @@ mod tests {
 
     #[test]
     fn mapped_fields_are_read_from_their_paths_and_the_rest_by_name() {
+        assert!(FieldMap::default().own_names());
+        assert!(map(&[("score", "score")]).unwrap().own_names());
         let fields = map(&[("player_id", "player.id"), ("score", "result.points")]).unwrap();
+        assert!(!fields.own_names());
         let record = json!({
             "event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished",
             "player": {"id": "alice"}, "result": {"points": 90}, "ts": 1786100400000i64,

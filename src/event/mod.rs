@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::score::MAX_EXACT;
 
+mod avro_fields;
 pub mod cloudevents;
 mod decode;
 mod event_message;

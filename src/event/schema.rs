@@ -21,6 +21,7 @@ use prost_reflect::{
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value;
 
+use super::avro_fields::{EventFields, FastAvro};
 use super::event_message::{is_event_shaped, EventMessage};
 use super::fields::Record;
 use super::wire::Framed;
@@ -36,8 +37,9 @@ const PROTO_NAME: &str = "schema.proto";
 /// A schema a record's frame can name.
 #[derive(Clone)]
 pub enum Schema {
-    /// The schema, and a reader of its data that resolved its names once.
-    Avro(apache_avro::Schema, Arc<GenericSingleObjectReader>),
+    /// The schema, a reader of its data that resolved its names once, and
+    /// the fast reader of its event fields where it has one (`avro_fields`).
+    Avro(apache_avro::Schema, Arc<GenericSingleObjectReader>, Option<Arc<FastAvro>>),
     /// The `.proto` file the message indexes count messages in, and which
     /// of its top-level messages is shaped like rankflow's own event, if
     /// one is (decoded the fast way, `event_message`).
@@ -63,7 +65,7 @@ impl fmt::Display for Kind {
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Schema::Avro(s, _) => write!(f, "Avro({})", s.canonical_form()),
+            Schema::Avro(s, ..) => write!(f, "Avro({})", s.canonical_form()),
             Schema::Protobuf(file, _) => write!(f, "Protobuf({})", file.name()),
         }
     }
@@ -90,7 +92,8 @@ impl Schema {
         // A frame's body is a bare datum: the reader expects no header of its own.
         let reader = GenericSingleObjectReader::new_with_header_builder(schema.clone(), NoHeader)
             .map_err(|e| format!("not an Avro schema: {e}"))?;
-        Ok(Schema::Avro(schema, Arc::new(reader)))
+        let fast = FastAvro::new(&schema, text).map(Arc::new);
+        Ok(Schema::Avro(schema, Arc::new(reader), fast))
     }
 
     /// A Protobuf schema from a `.proto` text; it may import Google's well-known types only.
@@ -156,10 +159,13 @@ impl Schema {
     }
 
     /// The framed record's body, decoded: an Avro record, or a Protobuf
-    /// message (the one the frame's indexes name).
-    pub fn decode(&self, framed: &Framed<'_>) -> Result<Decoded, String> {
+    /// message (the one the frame's indexes name). `own_names`: the topic
+    /// reads every event field by its own name (no `[kafka.fields]` path),
+    /// so an Avro record may be read straight into them.
+    pub fn decode(&self, framed: &Framed<'_>, own_names: bool) -> Result<Decoded, String> {
         match self {
-            Schema::Avro(_, reader) => {
+            Schema::Avro(_, _, Some(fast)) if own_names => fast.decode(framed.body).map(Decoded::Fields),
+            Schema::Avro(_, reader, _) => {
                 let mut body = framed.body;
                 let value = reader
                     .read_value(&mut body)
@@ -209,6 +215,8 @@ pub enum Decoded {
     Protobuf(DynamicMessage),
     /// A message shaped like rankflow's own event.
     Event(EventMessage),
+    /// An Avro record's event fields, read the fast way.
+    Fields(EventFields),
 }
 
 impl Record for Decoded {
@@ -225,6 +233,10 @@ impl Record for Decoded {
             }
             Decoded::Event(message) => match path {
                 [name] => message.take(name),
+                _ => None,
+            },
+            Decoded::Fields(fields) => match path {
+                [name] => fields.take(name),
                 _ => None,
             },
             Decoded::Protobuf(message) => {
@@ -252,6 +264,7 @@ impl Record for Decoded {
             Decoded::Avro(record) => Value::try_from(record).unwrap_or_default(),
             Decoded::Protobuf(message) => message_json(&message),
             Decoded::Event(message) => message.into_json(),
+            Decoded::Fields(fields) => fields.into_json(),
         }
     }
 }
@@ -359,7 +372,8 @@ mod tests {
     #[test]
     fn an_avro_record_decodes_to_the_event_fields() {
         let avro = Schema::avro(AVSC).unwrap();
-        let Schema::Avro(schema, _) = &avro else { panic!() };
+        let Schema::Avro(schema, _, fast) = &avro else { panic!() };
+        assert!(fast.is_some(), "rankflow's own event schema is read the fast way");
         let schema = schema.clone();
         let mut r = AvroRecord::new(&schema).unwrap();
         r.put("event_id", "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11");
@@ -370,17 +384,20 @@ mod tests {
         r.put("attrs", apache_avro::types::Value::Map([("region".to_string(), "eu".into())].into()));
         r.put("meta", apache_avro::types::Value::Map(Default::default()));
         let body = apache_avro::to_avro_datum(&schema, r).unwrap();
-        let value = avro.decode(&framed(&body, vec![])).unwrap().into_json();
-        assert_eq!(
-            value,
-            json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished", "player_id": "alice",
-                   "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}})
-        );
-        let short = avro.decode(&framed(&body[..body.len() - 3], vec![])).unwrap_err();
-        assert!(short.starts_with("the body does not match the Avro schema"), "{short}");
-        let mut long = body.clone();
-        long.push(7);
-        assert_eq!(avro.decode(&framed(&long, vec![])).unwrap_err(), "1 bytes follow the Avro record");
+        // The fast way (every field by its own name) and the generic way read the same.
+        for own_names in [true, false] {
+            let value = avro.decode(&framed(&body, vec![]), own_names).unwrap().into_json();
+            assert_eq!(
+                value,
+                json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished", "player_id": "alice",
+                       "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}})
+            );
+            let short = avro.decode(&framed(&body[..body.len() - 3], vec![]), own_names).unwrap_err();
+            assert!(short.starts_with("the body does not match the Avro schema"), "{short}");
+            let mut long = body.clone();
+            long.push(7);
+            assert_eq!(avro.decode(&framed(&long, vec![]), own_names).unwrap_err(), "1 bytes follow the Avro record");
+        }
     }
 
     #[test]
@@ -396,14 +413,17 @@ mod tests {
         let attrs = [(MapKey::String("region".into()), PValue::String("eu".into()))].into();
         m.set_field_by_name("attrs", PValue::Map(attrs));
         let body = prost::Message::encode_to_vec(&m);
-        let value = schema.decode(&framed(&body, vec![0])).unwrap().into_json();
+        let value = schema.decode(&framed(&body, vec![0]), true).unwrap().into_json();
         // The score was left at 0: proto3 does not encode it, and it counts as 0.
         assert_eq!(value["score"], json!(0));
         assert_eq!(value["ts"], json!(1_786_100_400_000i64));
         assert_eq!(value["player_id"], json!("bob"));
         assert_eq!(value["attrs"], json!({"region": "eu"}));
-        assert_eq!(schema.decode(&framed(&body, vec![5])).unwrap_err(), "no message at index [5]");
-        assert!(schema.decode(&framed(&[0xff, 0xff], vec![0])).unwrap_err().starts_with("the body does not match"));
+        assert_eq!(schema.decode(&framed(&body, vec![5]), true).unwrap_err(), "no message at index [5]");
+        assert!(schema
+            .decode(&framed(&[0xff, 0xff], vec![0]), true)
+            .unwrap_err()
+            .starts_with("the body does not match"));
     }
 
     #[test]
@@ -416,7 +436,7 @@ mod tests {
         m.set_field_by_name("points", PValue::I64(42));
         m.set_field_by_name("who", PValue::String("carol".into()));
         let body = prost::Message::encode_to_vec(&m);
-        let mut decoded = schema.decode(&framed(&body, vec![1, 0])).unwrap();
+        let mut decoded = schema.decode(&framed(&body, vec![1, 0]), true).unwrap();
         assert_eq!(decoded.take(&["who".into()]), Some(json!("carol")));
         assert_eq!(decoded.into_json(), json!({"points": 42, "who": ""}));
     }

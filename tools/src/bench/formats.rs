@@ -20,7 +20,7 @@ pub async fn formats(brokers: &str, redis_url: &str, count: u64, partitions: i32
     let proto = dir.join("event.proto");
     std::fs::write(&avsc, EVENT_AVSC).map_err(|e| e.to_string())?;
     std::fs::write(&proto, EVENT_PROTO).map_err(|e| e.to_string())?;
-    let Schema::Avro(avro, _) = Schema::avro(EVENT_AVSC)? else { unreachable!("an Avro schema") };
+    let Schema::Avro(avro, ..) = Schema::avro(EVENT_AVSC)? else { unreachable!("an Avro schema") };
     let Schema::Protobuf(file, _) = Schema::proto(EVENT_PROTO)? else { unreachable!("a Protobuf schema") };
     let message = file.messages().next().ok_or("event.proto has no message")?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
