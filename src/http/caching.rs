@@ -22,11 +22,11 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-/// The `max-age` of each kind of read.
-#[derive(Clone, Copy, Debug)]
+/// The `Cache-Control` of each kind of read, made once.
+#[derive(Clone, Debug)]
 pub(super) struct Caching {
-    pub(super) max_age: Duration,
-    pub(super) sealed_max_age: Duration,
+    read: HeaderValue,
+    sealed: HeaderValue,
 }
 
 /// What kind of answer a request gets, by its route and parameters.
@@ -44,8 +44,8 @@ enum Kind {
     Stream,
 }
 
-const HISTORY_ROUTE: &str = "/v1/boards/{board}/players/{player}/history";
-const LIVE_ROUTE: &str = "/v1/boards/{board}/live";
+pub(super) const HISTORY_ROUTE: &str = "/v1/boards/{board}/players/{player}/history";
+pub(super) const LIVE_ROUTE: &str = "/v1/boards/{board}/live";
 
 fn kind(route: Option<&str>, query: Option<&str>) -> Kind {
     match route {
@@ -63,17 +63,25 @@ fn kind(route: Option<&str>, query: Option<&str>) -> Kind {
     }
 }
 
+/// `public, max-age=<age>`, or `no-store` for zero.
+fn control_of(age: Duration) -> HeaderValue {
+    if age.is_zero() {
+        HeaderValue::from_static("no-store")
+    } else {
+        HeaderValue::try_from(format!("public, max-age={}", age.as_secs())).expect("ASCII digits")
+    }
+}
+
 impl Caching {
+    pub(super) fn new(max_age: Duration, sealed_max_age: Duration) -> Caching {
+        Caching { read: control_of(max_age), sealed: control_of(sealed_max_age) }
+    }
+
     fn control(&self, kind: Kind) -> HeaderValue {
-        let age = match kind {
-            Kind::Read => self.max_age,
-            Kind::Sealed => self.sealed_max_age,
-            Kind::Fresh | Kind::Operating | Kind::Stream => Duration::ZERO,
-        };
-        if age.is_zero() {
-            HeaderValue::from_static("no-store")
-        } else {
-            HeaderValue::try_from(format!("public, max-age={}", age.as_secs())).expect("ASCII digits")
+        match kind {
+            Kind::Read => self.read.clone(),
+            Kind::Sealed => self.sealed.clone(),
+            Kind::Fresh | Kind::Operating | Kind::Stream => HeaderValue::from_static("no-store"),
         }
     }
 }
@@ -86,14 +94,16 @@ fn etag(body: &[u8]) -> HeaderValue {
 
 /// Whether `If-None-Match` names `tag` (weak comparison, as RFC 9110 asks of it), or is `*`.
 fn matches(if_none_match: &HeaderValue, tag: &HeaderValue) -> bool {
-    let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    fn opaque(t: &str) -> &str {
+        t.trim().trim_start_matches("W/")
+    }
     let (Ok(list), Ok(tag)) = (if_none_match.to_str(), tag.to_str()) else { return false };
     list.trim() == "*" || list.split(',').any(|t| opaque(t) == opaque(tag))
 }
 
 pub(super) async fn caching(State(caching): State<Arc<Caching>>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
-    let kind = kind(route.as_deref(), req.uri().query());
+    let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let kind = kind(route, req.uri().query());
     let conditional = matches!(*req.method(), Method::GET | Method::HEAD);
     let if_none_match = req.headers().get(IF_NONE_MATCH).cloned();
     let res = next.run(req).await;
@@ -135,7 +145,7 @@ mod tests {
 
     #[test]
     fn each_kind_of_request_gets_its_cache_control() {
-        let c = Caching { max_age: Duration::from_secs(1), sealed_max_age: Duration::from_secs(3600) };
+        let c = Caching::new(Duration::from_secs(1), Duration::from_secs(3600));
         let top = Some("/v1/boards/{board}/top");
         let control = |route, query| c.control(kind(route, query));
         assert_eq!(control(top, None), "public, max-age=1");
@@ -146,7 +156,7 @@ mod tests {
         assert_eq!(control(top, Some("fresh=false")), "public, max-age=1");
         assert_eq!(control(Some("/readyz"), None), "no-store");
         assert_eq!(kind(Some(LIVE_ROUTE), None), Kind::Stream);
-        let off = Caching { max_age: Duration::ZERO, sealed_max_age: Duration::ZERO };
+        let off = Caching::new(Duration::ZERO, Duration::ZERO);
         assert_eq!(off.control(kind(top, None)), "no-store");
     }
 

@@ -143,7 +143,7 @@ fn for_browsers(routes: HttpRouter, web: &Web) -> HttpRouter {
     use axum::middleware::{from_fn, from_fn_with_state};
     use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
     use tower_http::compression::{CompressionLayer, CompressionLevel};
-    let caching = Arc::new(caching::Caching { max_age: web.cache_max_age, sealed_max_age: web.cache_max_age_sealed });
+    let caching = Arc::new(caching::Caching::new(web.cache_max_age, web.cache_max_age_sealed));
     // Level 4: a top 100 to under a fifth of its bytes (gzip and br alike), at a fraction of br's default cost (11).
     let compress = CompressionLayer::new()
         .quality(CompressionLevel::Precise(4))
@@ -166,14 +166,14 @@ fn routes(state: AppState) -> HttpRouter {
         .route("/metrics", get(|| async { metrics::get().render() }))
         .route("/v1/boards", get(list_boards))
         .route("/v1/boards/{board}/top", get(reads::top))
-        .route("/v1/boards/{board}/live", get(live::live))
+        .route(caching::LIVE_ROUTE, get(live::live))
         .route("/v1/boards/{board}/players", axum::routing::post(reads::players))
         .route("/v1/boards/{board}/players/{player}", get(reads::player))
         .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
         .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
         .route("/v1/boards/{board}/cohorts/{cohort}", get(league::cohort))
         .route("/v1/boards/{board}/players/{player}/cohort", get(league::player_cohort))
-        .route("/v1/boards/{board}/players/{player}/history", get(history::history))
+        .route(caching::HISTORY_ROUTE, get(history::history))
         .route("/v1/boards/{board}/league", get(league::overview))
         .route("/v1/boards/{board}/periods", get(periods::periods))
         .with_state(state)
