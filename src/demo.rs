@@ -107,6 +107,7 @@ fn embedded_broker(
     topics.extend(settings.kafka.admin_topics.iter().map(String::as_str));
     topics.push(&settings.kafka.dead_letter_topic);
     topics.extend(settings.kafka.changes_topic.as_deref());
+    topics.extend(settings.kafka.review_topic.as_deref());
     if settings.seals() {
         topics.push(&settings.sealing.topic);
     }

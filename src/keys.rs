@@ -25,6 +25,10 @@
 //! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data); `registry` -> 1 once the registry of tags holds a tag (an empty registry then means it was lost) |
 //! | `{prefix}:{.admin}:_outcome:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
+//! | `{prefix}:{tag}:_gain:<member>` | string | `gain_over`: the member's applied (event time, delta) pairs of the last two windows (MessagePack), `PX` two windows and a day |
+//! | `{prefix}:{tag}:_held` | hash | integrity: event id -> a held event (MessagePack: state, player, score, ts, rule, value, held at, meta), pending or decided |
+//! | `{prefix}:{tag}:_heldq` | zset | integrity: the pending held events, `<held at, ms, 13 digits>:<event id>`, in lexical order (scores 0) |
+//! | `{prefix}:{tag}:_heldp:<member>` | zset | integrity: the member's pending held events, as `_heldq` |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_lgc:<round>` | zset | leagues: player -> cohort code (`tier * 2^32 + n`) in the round; same expiry |
@@ -215,6 +219,31 @@ pub fn admin_outcome_key(prefix: &str, event_id: &uuid::Uuid) -> String {
 /// Prefix the apply script completes with a member for its rate-limit window.
 pub fn rate_prefix(base: &str) -> String {
     format!("{base}:_rl:")
+}
+
+/// Prefix the apply script completes with a member for its `gain_over` window.
+pub fn gain_prefix(base: &str) -> String {
+    format!("{base}:_gain:")
+}
+
+/// The tag's held events, pending and decided, by event id.
+pub fn held_key(base: &str) -> String {
+    format!("{base}:_held")
+}
+
+/// The tag's pending held events, in the order they were held.
+pub fn held_queue_key(base: &str) -> String {
+    format!("{base}:_heldq")
+}
+
+/// Prefix completed with a member for its own pending held events.
+pub fn held_player_prefix(base: &str) -> String {
+    format!("{base}:_heldp:")
+}
+
+/// A member's pending held events (the scripts build it from [`held_player_prefix`]).
+pub fn held_player_key(base: &str, member: &str) -> String {
+    format!("{}{member}", held_player_prefix(base))
 }
 
 /// A member's rate-limit window (the apply script builds it from [`rate_prefix`]).

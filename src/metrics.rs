@@ -50,6 +50,29 @@ pub struct Metrics {
     pub rank_changes: IntCounterVec,
     pub rank_change_errors: IntCounter,
     pub http: HttpMetrics,
+    pub review: ReviewMetrics,
+}
+
+/// Score integrity's families.
+pub struct ReviewMetrics {
+    /// Events held for review, by board and rule.
+    pub held: IntCounterVec,
+    /// Held events approved or rejected, by board, rule and decision.
+    pub decided: IntCounterVec,
+    /// Review records acknowledged by `kafka.review_topic`, by board.
+    pub records: IntCounterVec,
+    pub record_errors: IntCounter,
+}
+
+impl ReviewMetrics {
+    fn new(r: &Registry) -> ReviewMetrics {
+        ReviewMetrics {
+            held: counter_vec(r, "rankflow_events_held_total", "Events an integrity rule held for review (counted on no period of the board), by board and rule.", &["board", "rule"]),
+            decided: counter_vec(r, "rankflow_reviews_total", "Held events decided by review_approved or review_rejected, by board, rule and decision (approved, rejected).", &["board", "rule", "decision"]),
+            records: counter_vec(r, "rankflow_review_records_total", "Held-event records acknowledged by kafka.review_topic, per board.", &["board"]),
+            record_errors: counter(r, "rankflow_review_record_errors_total", "Failed attempts to produce to the review topic (retried; the source partition waits)."),
+        }
+    }
 }
 
 /// The HTTP server's families.
@@ -155,6 +178,10 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_rank_change_errors_total",
     "rankflow_http_requests_total",
     "rankflow_http_request_seconds",
+    "rankflow_events_held_total",
+    "rankflow_reviews_total",
+    "rankflow_review_records_total",
+    "rankflow_review_record_errors_total",
 ];
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -317,6 +344,7 @@ impl Metrics {
             rank_changes: counter_vec(&r, "rankflow_rank_changes_total", "Rank-change records (notify_top) acknowledged by kafka.changes_topic, per board.", &["board"]),
             rank_change_errors: counter(&r, "rankflow_rank_change_errors_total", "Failed attempts to produce to the changes topic (retried; the source partition waits)."),
             http: HttpMetrics::new(&r),
+            review: ReviewMetrics::new(&r),
             registry: r,
         }
     }
@@ -366,6 +394,17 @@ impl Metrics {
             }
             if board.notify_top().is_some() {
                 self.rank_changes.with_label_values(&[b]);
+            }
+            let rules = board.integrity();
+            let on = [rules.score_over.is_some(), rules.gain_over.is_some(), rules.jump_over.is_some()];
+            for (rule, _) in crate::event::Rule::ALL.iter().zip(on).filter(|(_, on)| *on) {
+                self.review.held.with_label_values(&[b, rule.as_str()]);
+                for d in ["approved", "rejected"] {
+                    self.review.decided.with_label_values(&[b, rule.as_str(), d]);
+                }
+            }
+            if rules.holds() {
+                self.review.records.with_label_values(&[b]);
             }
             self.events_applied.with_label_values(&[b]);
             self.call_events.with_label_values(&[b]);
@@ -419,6 +458,9 @@ mod tests {
         m.rank_changes.with_label_values(&["b"]).inc();
         m.http.requests.with_label_values(&["/v1/boards", "200"]).inc();
         m.http.seconds.with_label_values(&["/v1/boards"]).observe(0.001);
+        m.review.held.with_label_values(&["b", "score_over"]).inc();
+        m.review.decided.with_label_values(&["b", "score_over", "approved"]).inc();
+        m.review.records.with_label_values(&["b"]).inc();
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         for f in FAMILIES {
             assert!(names.iter().any(|n| n == f), "{f} missing from {names:?}");

@@ -17,6 +17,7 @@ use crate::event::Reason;
 use crate::period::{Period, PeriodKind};
 use crate::score::Packing;
 
+pub mod integrity;
 pub mod league;
 mod router;
 mod schedule;
@@ -134,6 +135,8 @@ pub struct BoardSpec {
     pub league: Option<League>,
     /// Rank changes are produced for moves into or inside this top.
     pub notify_top: Option<u32>,
+    /// Score integrity: rules that refuse or hold events.
+    pub integrity: integrity::Integrity,
 }
 
 #[cfg(test)]
@@ -163,6 +166,7 @@ impl BoardSpec {
             shards: None,
             league: None,
             notify_top: None,
+            integrity: integrity::Integrity::default(),
         }
     }
 }
@@ -236,6 +240,11 @@ impl Board {
     /// `notify_top`: rank changes are produced for this top.
     pub fn notify_top(&self) -> Option<u32> {
         self.spec.notify_top
+    }
+
+    /// `[board.integrity]`: its rules (none by default).
+    pub fn integrity(&self) -> &integrity::Integrity {
+        &self.spec.integrity
     }
 
     /// Whether `period` is one of the league's rounds.
@@ -374,6 +383,7 @@ impl Board {
             cohort_size: self.spec.league.as_ref().map_or(0, |l| l.cohort_size),
             tiers: self.spec.league.as_ref().map_or(0, |l| l.tiers.len() as u32),
             notify: self.spec.notify_top.unwrap_or(0),
+            integrity: self.spec.integrity,
         }
     }
 }
@@ -437,6 +447,8 @@ pub struct WriteParams {
     pub tiers: u32,
     /// `notify_top`: the top whose changes the script reports; 0: none.
     pub notify: u32,
+    /// The integrity rules the script checks.
+    pub integrity: integrity::Integrity,
 }
 
 impl WriteParams {
@@ -461,6 +473,7 @@ impl WriteParams {
             cohort_size: 0,
             tiers: 0,
             notify: 0,
+            integrity: integrity::Integrity::default(),
         }
     }
 
@@ -564,6 +577,9 @@ pub struct BoardWrite {
 }
 
 /// One board's decision for one event, before Redis.
+// Write is the variant nearly every decision takes: boxing it would cost
+// an allocation per event and board for the rare refusal's sake.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     Write(BoardWrite),

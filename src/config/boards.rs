@@ -74,6 +74,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         let board = super::league::Around { shards, close_after: b.close_after.is_some(), max_members: b.max_members };
         super::league::league(at, l, &windows, &schedules, board, e)
     });
+    let integrity = b.integrity.as_ref().map(|r| super::integrity::integrity(at, r, mode, &periods, e));
     let packing = packing(at, &b, order?, tie_break?, e)?;
     Some(Board::new(BoardSpec {
         id: b.id,
@@ -98,6 +99,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         shards,
         league,
         notify_top,
+        integrity: integrity.unwrap_or_default(),
     }))
 }
 

@@ -17,6 +17,7 @@ mod boards;
 mod env;
 pub mod field;
 mod formats;
+mod integrity;
 mod league;
 mod raw;
 pub mod secrets;
@@ -116,6 +117,11 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if kafka.changes_topic.is_none() {
         if let Some(b) = boards.iter().find(|b| b.notify_top().is_some()) {
             e.push("kafka.changes_topic", format!("must be set: board '{}' has notify_top", b.id()));
+        }
+    }
+    if kafka.review_topic.is_none() {
+        if let Some(b) = boards.iter().find(|b| b.integrity().holds()) {
+            e.push("kafka.review_topic", format!("must be set: board '{}' has a rule with action = \"hold\"", b.id()));
         }
     }
     match (redis, http, events, worker, sealing) {

@@ -56,6 +56,10 @@ pub struct RawKafka {
     /// Where rank changes go (boards with `notify_top`); required by them.
     #[serde(default)]
     pub changes_topic: Option<String>,
+    /// Where held events go for review (boards whose integrity rules
+    /// hold); required by them.
+    #[serde(default)]
+    pub review_topic: Option<String>,
     /// Per source topic, how its records are written: `"json"` (the
     /// default for a topic not listed), `"avro"` or `"protobuf"` (the
     /// Schema Registry wire format) or `"cloudevents"` (binary or
@@ -420,6 +424,49 @@ pub struct RawBoard {
     /// record to `kafka.changes_topic`.
     #[serde(default)]
     pub notify_top: Option<u64>,
+    /// Score integrity: rules that refuse or hold suspicious scores.
+    #[serde(default)]
+    pub integrity: Option<RawIntegrity>,
+}
+
+/// `[board.integrity]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIntegrity {
+    #[serde(default)]
+    pub score_over: Option<RawRule>,
+    #[serde(default)]
+    pub gain_over: Option<RawRule>,
+    #[serde(default)]
+    pub jump_over: Option<RawRule>,
+    #[serde(default)]
+    pub hold_hides_after: Option<RawHides>,
+}
+
+/// One rule: `{ limit, action }`, with `window` for `gain_over`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub limit: RawLimit,
+    #[serde(default)]
+    pub window: Option<Typed<Duration>>,
+    pub action: String,
+}
+
+/// A rule's limit: an integer, or text (`jump_over`'s ratio, `"3x"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawLimit {
+    Int(i64),
+    Text(String),
+}
+
+/// `hold_hides_after = { count, window }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHides {
+    pub count: u64,
+    pub window: Typed<Duration>,
 }
 
 #[derive(Debug, Deserialize)]

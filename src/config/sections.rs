@@ -58,6 +58,20 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
             e.push("kafka.changes_topic", "must be a topic of its own (not a source, admin or dead-letter topic)");
         }
     }
+    if let Some(t) = &k.review_topic {
+        if !is_topic_name(t) {
+            e.push("kafka.review_topic", format!("'{t}' is not a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"));
+        } else if k.topics.contains(t)
+            || k.admin_topics.contains(t)
+            || *t == k.dead_letter_topic
+            || k.changes_topic.as_ref() == Some(t)
+        {
+            e.push(
+                "kafka.review_topic",
+                "must be a topic of its own (not a source, admin, dead-letter or changes topic)",
+            );
+        }
+    }
     let formats = super::formats::formats(&k, e);
     let mut options = BTreeMap::new();
     for (key, value) in k.options {
@@ -87,6 +101,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
         group_id: k.group_id,
         dead_letter_topic: k.dead_letter_topic,
         changes_topic: k.changes_topic,
+        review_topic: k.review_topic,
         options,
         formats: formats.formats,
         fields: formats.fields,

@@ -50,6 +50,8 @@ pub struct KafkaSettings {
     pub dead_letter_topic: String,
     /// Where rank changes go (boards with `notify_top`).
     pub changes_topic: Option<String>,
+    /// Where held events go for review (boards whose rules hold).
+    pub review_topic: Option<String>,
     /// librdkafka options as strings, applied after rankflow's own defaults.
     pub options: BTreeMap<String, String>,
     /// Source topics not written as JSON, and their formats.
@@ -97,6 +99,7 @@ impl std::fmt::Debug for KafkaSettings {
             .field("group_id", &self.group_id)
             .field("dead_letter_topic", &self.dead_letter_topic)
             .field("changes_topic", &self.changes_topic)
+            .field("review_topic", &self.review_topic)
             .field("options", &redacted_options(&self.options))
             .field("formats", &self.formats)
             .field("fields", &self.fields)

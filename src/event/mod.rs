@@ -24,12 +24,14 @@ mod decode;
 mod event_message;
 pub mod fields;
 mod moderation;
+pub mod rule;
 pub mod schema;
 pub mod wire;
 
 pub use decode::{decode, Format, Found, Lookup, NotFetched};
 use moderation::parse_admin;
 pub use moderation::{AdminEvent, AdminKind};
+pub use rule::Rule;
 
 /// Why a record, or one board's share of it, was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,10 +62,14 @@ pub enum Reason {
     UnknownSchema,
     /// The body does not decode by the schema its frame names.
     InvalidBody,
+    /// Refused by the board's integrity rule of that name (`action = "reject"`).
+    ScoreOver,
+    GainOver,
+    JumpOver,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 26] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -87,6 +93,9 @@ impl Reason {
         Reason::InvalidFrame,
         Reason::UnknownSchema,
         Reason::InvalidBody,
+        Reason::ScoreOver,
+        Reason::GainOver,
+        Reason::JumpOver,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -115,6 +124,9 @@ impl Reason {
             Reason::InvalidFrame => "invalid_frame",
             Reason::UnknownSchema => "unknown_schema",
             Reason::InvalidBody => "invalid_body",
+            Reason::ScoreOver => "score_over",
+            Reason::GainOver => "gain_over",
+            Reason::JumpOver => "jump_over",
         }
     }
 
@@ -125,6 +137,9 @@ impl Reason {
             Reason::RateLimited => Some(5),
             Reason::PeriodClosed => Some(6),
             Reason::AttemptsExhausted => Some(7),
+            Reason::ScoreOver | Reason::GainOver | Reason::JumpOver => {
+                Some(rule::REFUSED_BASE + Reason::rule(self)?.index())
+            }
             _ => None,
         }
     }
@@ -135,7 +150,29 @@ impl Reason {
             5 => Some(Reason::RateLimited),
             6 => Some(Reason::PeriodClosed),
             7 => Some(Reason::AttemptsExhausted),
+            _ => match rule::rule_of_code(code)? {
+                (rule, false) => Some(Reason::of_rule(rule)),
+                (_, true) => None,
+            },
+        }
+    }
+
+    /// The integrity rule a refusal names, if it is one.
+    pub fn rule(self) -> Option<Rule> {
+        match self {
+            Reason::ScoreOver => Some(Rule::ScoreOver),
+            Reason::GainOver => Some(Rule::GainOver),
+            Reason::JumpOver => Some(Rule::JumpOver),
             _ => None,
+        }
+    }
+
+    /// The refusal of an integrity rule with `action = "reject"`.
+    pub fn of_rule(rule: Rule) -> Reason {
+        match rule {
+            Rule::ScoreOver => Reason::ScoreOver,
+            Rule::GainOver => Reason::GainOver,
+            Rule::JumpOver => Reason::JumpOver,
         }
     }
 }

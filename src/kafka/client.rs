@@ -101,6 +101,7 @@ mod tests {
             group_id: "g".into(),
             dead_letter_topic: "d".into(),
             changes_topic: None,
+            review_topic: None,
             options: [
                 ("sasl.username", "u"),
                 ("session.timeout.ms", "30000"),

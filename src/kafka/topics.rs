@@ -19,6 +19,7 @@ pub async fn create_topics(settings: &Settings, partitions: i32) -> Result<(), S
     names.extend(settings.kafka.admin_topics.iter().map(String::as_str));
     names.push(&settings.kafka.dead_letter_topic);
     names.extend(settings.kafka.changes_topic.as_deref());
+    names.extend(settings.kafka.review_topic.as_deref());
     if settings.seals() {
         names.push(&settings.sealing.topic);
     }

@@ -48,6 +48,8 @@ enum Kind {
     DeadLetter(Reason),
     /// A rank change on this board.
     Change(Arc<str>),
+    /// A held event of this board, for review.
+    Review(Arc<str>),
 }
 
 impl Outgoing {
@@ -84,6 +86,19 @@ impl Outgoing {
         to: Arc<str>,
         (key, value, headers): (String, Vec<u8>, OwnedHeaders),
     ) -> Outgoing {
+        let mut out = Outgoing::review(source, board, to, (key, value, headers));
+        out.kind = Kind::Change(Arc::from(board));
+        out
+    }
+
+    /// A held event of the source record at `source` on `board`, for `to`,
+    /// the review topic: its record's key, value and headers.
+    pub fn review(
+        source: (&Arc<str>, i32, i64),
+        board: &str,
+        to: Arc<str>,
+        (key, value, headers): (String, Vec<u8>, OwnedHeaders),
+    ) -> Outgoing {
         let (topic, partition, offset) = source;
         Outgoing {
             topic: topic.clone(),
@@ -94,7 +109,7 @@ impl Outgoing {
             payload: Some(value),
             timestamp: None,
             headers,
-            kind: Kind::Change(Arc::from(board)),
+            kind: Kind::Review(Arc::from(board)),
             inflight: None,
         }
     }
@@ -104,6 +119,7 @@ impl Outgoing {
         match self.kind {
             Kind::DeadLetter(_) => "dead-letter topic",
             Kind::Change(_) => "changes topic",
+            Kind::Review(_) => "review topic",
         }
     }
 }
@@ -148,11 +164,13 @@ pub async fn send(producer: &KafkaProducer, mut records: Vec<Outgoing>, wait: Op
             Some(Ok(Ok(_))) => match &r.kind {
                 Kind::DeadLetter(reason) => m.dead_letters.with_label_values(&[reason.as_str()]).inc(),
                 Kind::Change(board) => m.rank_changes.with_label_values(&[board]).inc(),
+                Kind::Review(board) => m.review.records.with_label_values(&[board]).inc(),
             },
             Some(Ok(Err(e))) => {
                 match r.kind {
                     Kind::DeadLetter(_) => m.dead_letter_errors.inc(),
                     Kind::Change(_) => m.rank_change_errors.inc(),
+                    Kind::Review(_) => m.review.record_errors.inc(),
                 }
                 warn!(error = %e, topic = %r.topic, partition = r.partition, offset = r.offset,
                     "Could not produce to the {}; the record's partition waits.", r.what());

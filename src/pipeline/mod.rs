@@ -46,6 +46,7 @@ mod moderation;
 mod outcome;
 mod read;
 mod record;
+mod review;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -118,6 +119,8 @@ pub(crate) struct Context {
     /// Where dead letters and rank changes go (`kafka.dead_letter_topic`, `kafka.changes_topic`).
     dead_letter_topic: Arc<str>,
     changes_topic: Option<Arc<str>>,
+    /// Where held events go (`kafka.review_topic`).
+    review_topic: Option<Arc<str>>,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -202,6 +205,7 @@ pub async fn run_with(
 
     let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());
     let changes_topic = settings.kafka.changes_topic.as_deref().map(Arc::from);
+    let review_topic = settings.kafka.review_topic.as_deref().map(Arc::from);
     let cx = Context {
         settings,
         router,
@@ -217,6 +221,7 @@ pub async fn run_with(
         produce,
         dead_letter_topic,
         changes_topic,
+        review_topic,
     };
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
@@ -270,6 +275,7 @@ fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'
             Tally::Applied => m.events_applied.with_label_values(&[board]).inc(),
             Tally::Duplicate(by) => m.events_duplicate.with_label_values(&[board, by]).inc(),
             Tally::Refused(reason) => m.events_rejected.with_label_values(&[board, reason.as_str()]).inc(),
+            Tally::Held(rule, _) => m.review.held.with_label_values(&[board, rule.as_str()]).inc(),
         }
     }
 }
@@ -355,6 +361,9 @@ impl Pipeline {
             }
             _ => Vec::new(),
         };
+        if let Some(to) = &self.cx.review_topic {
+            out.extend(review::outgoing(&items, &records, self.cx.router.boards(), to));
+        }
         let m = metrics::get();
         let boards = self.cx.router.boards();
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -376,7 +385,7 @@ impl Pipeline {
                         from_record.observe((now_ms - ts).max(0) as f64 / 1000.0);
                     }
                 }
-                Final::Duplicate | Final::Skipped => {}
+                Final::Duplicate | Final::Held | Final::Skipped => {}
                 Final::DeadLetter(reasons) => dead.push((i, reasons)),
             }
         }

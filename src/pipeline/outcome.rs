@@ -4,11 +4,12 @@
 //! A batch's script results come back per board tag, in the order the
 //! tag's writes were sent; [`distribute`] hands each back to its record and
 //! board. [`fold`] then decides the record: applied if any board applied
-//! it; a duplicate if none applied it and any had seen it; otherwise
-//! dead-lettered with every board's reason.
+//! it; held if none applied it and any held it for review; a duplicate if
+//! none applied or held it and any had seen it; otherwise dead-lettered
+//! with every board's reason.
 
 use crate::board::Decision;
-use crate::event::{Reason, Rejection};
+use crate::event::{Reason, Rejection, Rule};
 use crate::store::ApplyResult;
 
 use super::record::Item;
@@ -20,6 +21,8 @@ pub enum Tally {
     /// Seen before: `"event_id"` (a producer retry) or `"offset"` (a redelivery).
     Duplicate(&'static str),
     Refused(Reason),
+    /// Held for review by an integrity rule: the rule and the value that broke it.
+    Held(Rule, i64),
 }
 
 /// A record's final outcome.
@@ -27,6 +30,8 @@ pub enum Tally {
 pub enum Final {
     Applied,
     Duplicate,
+    /// Held for review by a board and applied by none: not a dead letter.
+    Held,
     /// Nothing to apply (no board takes its type) or done apart (an erasure).
     Skipped,
     DeadLetter(Vec<Rejection>),
@@ -59,6 +64,8 @@ pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>])
             (Decision::Write(_), Some(ApplyResult::Refused(code))) => {
                 Tally::Refused(Reason::from_script_code(*code).unwrap_or(Reason::ScoreOutOfRange))
             }
+            (Decision::Write(_), Some(ApplyResult::RuleRefused(rule, _))) => Tally::Refused(Reason::of_rule(*rule)),
+            (Decision::Write(_), Some(ApplyResult::Held(rule, value))) => Tally::Held(*rule, *value),
             (Decision::Write(_), None) => continue, // cannot happen: every write has a result
         };
         out.push((*b, tally));
@@ -76,6 +83,9 @@ pub fn fold<'a>(item: &Item, tallies: &[(usize, Tally)], board_id: impl Fn(usize
     }
     if tallies.iter().any(|(_, t)| *t == Tally::Applied) {
         return Final::Applied;
+    }
+    if tallies.iter().any(|(_, t)| matches!(t, Tally::Held(..))) {
+        return Final::Held;
     }
     if tallies.iter().any(|(_, t)| matches!(t, Tally::Duplicate(_))) {
         return Final::Duplicate;

@@ -56,7 +56,7 @@ local call, fmt = redis.call, Value.fmt
 local lost = Registered.check(KEYS[h.offsets])
 if lost then return lost end
 local offsets = Offsets.open(KEYS[h.offsets], { h.field }, h.refused, h.ttl)
-if h.offset <= offsets.recorded[1] then return offsets.redelivered(1, h.offset) end
+if h.offset <= offsets.recorded[1] then return (offsets.redelivered(1, h.offset)) end
 offsets.record({ h.offset })
 local markers = Markers.open(h.seen, h.ttl)
 if markers.seen({ ARGV[2] })[1] then return Codes.DUPLICATE end

@@ -31,10 +31,11 @@
 -- top-K; everything else (offsets, markers, refusals, event times,
 -- metadata) is as for any player.
 --
--- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending
--- derives: rate refused seen changes
+-- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue
+-- derives: rate refused seen changes gain pqueue
 --   (rate-limit windows per member, refusals per record, marker buckets,
---   remembered rank changes per record: each prefix is a header field)
+--   remembered rank changes per record, gain windows and pending held
+--   events per member: each prefix is a header field)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs):
 --   op          "sum" (add to the total), "gt" / "lt" (keep the best),
 --               "latest" (newest event wins)
@@ -54,13 +55,17 @@
 --   league      league boards: see apply/league.lua (and round, per period)
 --   notify, changes  boards with notify_top: N, and the prefix of the
 --               remembered changes ("<prefix>:{tag}:_chg:"; see changes.lua)
+--   rules       boards with integrity rules: score, gain, jump (each with
+--               its limits and hold), held and queue (KEYS indexes), pqueue
+--               and gain.prefix (prefixes); see apply/rules.lua
 --   periods     per period j: a map of KEYS indexes, key (the period key),
 --               dense (its dense index), counts (the index's value counts),
 --               shadow (hidden players' values), times ("latest": member ->
 --               event time), meta (boards with metadata: member -> meta
 --               JSON), attempts (max_attempts: member -> events applied),
 --               and expire_at (EXPIREAT seconds, 0: none); with notify,
---               id (the period id the changes name)
+--               id (the period id the changes name); with jump_over,
+--               all_time on the all_time period
 -- ARGV[2]  the preconditions, a MessagePack array: per field, the last
 --          offset the call before this one on the tag carries (-1: none;
 --          see offsets.lua)
@@ -70,7 +75,8 @@
 -- registered (registered.lua); the error STALE, having done nothing, when a
 -- precondition does not hold; otherwise E, the microseconds the call took,
 -- then (i, code) for each event i not applied, i ascending (codes:
--- decide.lua). Every other event was applied (Codes.APPLIED). On boards
+-- decide.lua; a code of an integrity rule is followed by the value that
+-- broke it). Every other event was applied (Codes.APPLIED). On boards
 -- with notify_top, when any event moved a top (or a redelivered one had),
 -- one string follows: the changes (MessagePack, see changes.lua).
 --
@@ -119,12 +125,14 @@ A.dec, A.decimal = Value.decimals()
 A.value_name = Value.namer(h.shift, A.dec)
 
 ApplyRead.run(A)
+A.rules = ApplyRules.open(A, started[1] * 1000 + math.floor(started[2] / 1000))
 local markers = Markers.open(h.seen, h.ttl)
 local out, last_off = ApplyDecide.run(A, offsets, markers)
 offsets.record(last_off)
 markers.flush()
 local changes = A.trans and ApplyChanges.run(A)
 ApplyWrite.run(A)
+if A.rules then A.rules.flush() end
 if A.rounds then ApplyLeague.run(A) end
 -- The call's own time in Redis, µs (the worker sizes the tag's calls by it).
 local ended = redis.call('TIME')

@@ -34,6 +34,7 @@ mod protocol;
 mod queries;
 mod reads;
 mod registry;
+mod review;
 mod sched;
 mod scripts;
 mod send;
@@ -57,6 +58,7 @@ pub use queries::{
     ShardCounts, ShardRows, ShardSeek, ShardTop, Sought, Top, ValueCounts,
 };
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
+pub use review::{decode_held, HeldEvent, HeldState};
 pub use sched::Claim;
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};

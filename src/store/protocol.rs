@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::board::integrity::{Action, Integrity, Jump};
 use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
-use crate::event::Event;
+use crate::event::rule::rule_of_code;
+use crate::event::{Event, Rule};
 use crate::keys;
 
 use super::msgpack::{self, MapWriter};
@@ -22,8 +24,15 @@ pub enum ApplyResult {
     DuplicateEvent,
     /// The record's offset was already applied on this tag: a redelivery.
     DuplicateOffset,
-    /// The script refused the event; the code maps to an `event::Reason`.
+    /// The script refused the event; the code maps to an `event::Reason`
+    /// (an integrity rule's refusal carries the value that broke it).
     Refused(i64),
+    /// An integrity rule refused the event (`action = "reject"`): the rule
+    /// and the value that broke it.
+    RuleRefused(Rule, i64),
+    /// An integrity rule held the event for review: the rule and the value
+    /// that broke it.
+    Held(Rule, i64),
 }
 
 /// The error code a script answers when its tag is not registered: the
@@ -227,6 +236,11 @@ fn call_header(
         h.int("notify", i64::from(p.notify));
         h.str("changes", &keys::changes_prefix(batch.base));
     }
+    if p.integrity.any() {
+        let held = push(&mut keys, keys::held_key(batch.base));
+        let queue = push(&mut keys, keys::held_queue_key(batch.base));
+        h.raw("rules", &rules_header(&p.integrity, batch.base, held, queue));
+    }
     let mut list = Vec::new();
     msgpack::array_len(&mut list, fields.len());
     for (f, _) in fields {
@@ -251,6 +265,9 @@ fn call_header(
             m.int("attempts", push(&mut keys, period.attempts_key.clone()));
         }
         m.int("expire_at", period.expire_at.unwrap_or(0));
+        if p.integrity.jump_over.is_some() && period.id == "all" {
+            m.bool("all_time", true);
+        }
         if p.notify > 0 {
             m.str("id", &period.id);
         }
@@ -270,6 +287,40 @@ fn call_header(
     }
     h.raw("periods", &list);
     (keys, h.finish())
+}
+
+/// The header's `rules` (see `scripts/apply/rules.lua`): each rule's
+/// limit and whether it holds, and where held events go (`held`, `queue`:
+/// their KEYS indexes).
+fn rules_header(r: &Integrity, base: &str, held: i64, queue: i64) -> Vec<u8> {
+    let mut h = MapWriter::default();
+    if let Some((limit, action)) = r.score_over {
+        let mut m = MapWriter::default();
+        m.int("limit", limit);
+        m.bool("hold", action == Action::Hold);
+        h.raw("score", &m.finish());
+    }
+    if let Some((limit, window, action)) = r.gain_over {
+        let mut m = MapWriter::default();
+        m.int("limit", limit);
+        m.int("window", window);
+        m.bool("hold", action == Action::Hold);
+        m.str("prefix", &keys::gain_prefix(base));
+        h.raw("gain", &m.finish());
+    }
+    if let Some((jump, action)) = r.jump_over {
+        let mut m = MapWriter::default();
+        match jump {
+            Jump::Amount(n) => m.int("amount", n),
+            Jump::Ratio(milli) => m.int("ratio", i64::from(milli)),
+        }
+        m.bool("hold", action == Action::Hold);
+        h.raw("jump", &m.finish());
+    }
+    h.int("held", held);
+    h.int("queue", queue);
+    h.str("pqueue", &keys::held_player_prefix(base));
+    h.finish()
 }
 
 /// The batch as one MessagePack stream (its layout is in apply.lua's
@@ -293,7 +344,8 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     let mut shapes: Vec<Vec<usize>> = Vec::new();
     let mut shape: Vec<usize> = Vec::new();
     let with_tie = p.op == WriteOp::Sum && p.shift > 1;
-    let with_ts = p.op == WriteOp::Latest || p.rate_events > 0;
+    let with_rules = p.integrity.any();
+    let with_ts = p.op == WriteOp::Latest || p.rate_events > 0 || with_rules;
     let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
         let f = match fields.iter().position(|(f, _)| *f == item.field) {
@@ -331,6 +383,9 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         }
         if p.sealed {
             msgpack::int(&mut body, item.record_ts);
+        }
+        if with_rules {
+            msgpack::str(&mut body, &item.event_id.to_string());
         }
         for &j in &shape {
             if listed.insert((j, m)) {
@@ -372,19 +427,34 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
 
 /// The apply script's reply: the number of events it saw, the microseconds
 /// the call held Redis, then (event number, code) for each event not
-/// applied. `None` if it does not describe `n` events.
+/// applied, an integrity rule's code followed by the value that broke it.
+/// `None` if it does not describe `n` events.
 pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>, i64)> {
     let (&seen, rest) = reply.split_first()?;
-    let (&took_us, rest) = rest.split_first()?;
-    if seen != n as i64 || rest.len() % 2 != 0 {
+    let (&took_us, mut rest) = rest.split_first()?;
+    if seen != n as i64 {
         return None;
     }
     let mut out = vec![ApplyResult::Applied; n];
-    for pair in rest.chunks_exact(2) {
-        let i = usize::try_from(pair[0]).ok().filter(|i| (1..=n).contains(i))?;
-        out[i - 1] = ApplyResult::from_code(pair[1]);
+    while let [i, code, more @ ..] = rest {
+        let i = usize::try_from(*i).ok().filter(|i| (1..=n).contains(i))?;
+        out[i - 1] = match rule_of_code(*code) {
+            None => {
+                rest = more;
+                ApplyResult::from_code(*code)
+            }
+            Some((rule, held)) => {
+                let (&observed, more) = more.split_first()?;
+                rest = more;
+                if held {
+                    ApplyResult::Held(rule, observed)
+                } else {
+                    ApplyResult::RuleRefused(rule, observed)
+                }
+            }
+        };
     }
-    Some((out, took_us))
+    rest.is_empty().then_some((out, took_us))
 }
 
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
@@ -435,6 +505,22 @@ pub(super) mod tests {
         assert!(decode_reply(&[3, 5, 0, 2], 3).is_none());
         assert!(decode_reply(&[2], 2).is_none());
         assert!(decode_reply(&[], 0).is_none());
+    }
+
+    #[test]
+    fn an_integrity_rules_code_carries_the_value_that_broke_it() {
+        let held = crate::event::rule::held_code(Rule::GainOver);
+        let refused = crate::event::rule::REFUSED_BASE + Rule::JumpOver.index();
+        let (got, _) = decode_reply(&[3, 9, 1, held, 5200, 3, refused, 40], 3).unwrap();
+        assert_eq!(
+            got,
+            [
+                ApplyResult::Held(Rule::GainOver, 5200),
+                ApplyResult::Applied,
+                ApplyResult::RuleRefused(Rule::JumpOver, 40)
+            ]
+        );
+        assert!(decode_reply(&[1, 9, 1, held], 1).is_none(), "the value is missing");
     }
 
     /// Two events on one tag: alice's writes a day and all time, bob's all time only.

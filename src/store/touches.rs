@@ -90,8 +90,10 @@ pub const APPLY: Touches = by_name(
         "pending",
         "prev_cohorts",
         "prev_pending",
+        "held",
+        "queue",
     ],
-    &["rate", "refused", "seen", "changes"],
+    &["rate", "refused", "seen", "changes", "gain", "pqueue"],
 );
 pub const ADMIN: Touches = by_name(
     "admin.lua",

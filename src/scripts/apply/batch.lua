@@ -10,13 +10,15 @@
 --     lists of periods the events write;
 --   E, then the E events' markers (Const.MARKER_BYTES each, see markers.lua);
 --   then per event, `stride` values: f, offset, m, num, shape, [tie], [ts],
---     [meta], [rts]
+--     [meta], [rts], [eid]
 --     f: index of the event's field; m: index of its member; num: the delta
 --     for "sum", the packed stored score otherwise; tie (only for "sum"
 --     with SHIFT > 1): the tie component packed with a new total; ts (only
---     for "latest" and rate limits): the event time, epoch ms; meta (only
+--     for "latest", rate limits and integrity rules): the event time, epoch
+--     ms; meta (only
 --     for boards that keep metadata): the event's meta, "" for none; rts
---     (only for boards that seal): the record timestamp, ms.
+--     (only for boards that seal): the record timestamp, ms; eid (only for
+--     boards with integrity rules): the event id, as text.
 -- (The grouping is done by the worker, so that the script keeps its
 -- per-member state in tables indexed by number.)
 
@@ -86,7 +88,7 @@ do
   end
 
   -- Where each optional value sits in an event: the stride and the places
-  -- (1-based from the event's first value) of tie, ts, meta and rts, nil
+  -- (1-based from the event's first value) of tie, ts, meta, rts and eid, nil
   -- when absent. h: the call's header (see apply.lua).
   function Batch.layout(h)
     local at, stride = {}, 5
@@ -97,9 +99,10 @@ do
       end
     end
     opt('tie', h.op == 'sum' and h.shift > 1)
-    opt('ts', h.op == 'latest' or h.rate_events > 0)
+    opt('ts', h.op == 'latest' or h.rate_events > 0 or h.rules ~= nil)
     opt('meta', h.meta)
     opt('rts', h.sealed ~= nil)
+    opt('eid', h.rules ~= nil)
     at.stride = stride
     return at
   end

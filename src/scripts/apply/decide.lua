@@ -11,7 +11,10 @@
 -- ATTEMPTS_EXHAUSTED when the member has used max_attempts in every open
 -- period of the event (a period where it has attempts left takes the
 -- event, counted there, and the others skip it); RATE_LIMITED when the
--- member's window is full; else APPLIED, and its marker is added.
+-- member's window is full; HELD + rule or RULE_REFUSED + rule when an
+-- integrity rule (rules.lua) holds or refuses it, the value that broke it
+-- following the code in the reply; else APPLIED, and its marker is added
+-- (a held event's marker too: it is seen, and counts nowhere).
 
 local ApplyDecide = {}
 do
@@ -19,22 +22,24 @@ do
   local APPLIED, DUPLICATE = Codes.APPLIED, Codes.DUPLICATE
   local OUT_OF_RANGE, RATE_LIMITED = Codes.OUT_OF_RANGE, Codes.RATE_LIMITED
   local PERIOD_CLOSED, ATTEMPTS_EXHAUSTED = Codes.PERIOD_CLOSED, Codes.ATTEMPTS_EXHAUSTED
+  local HELD, RULE_REFUSED = Codes.HELD, Codes.RULE_REFUSED
 
-  -- The sliding window (ts - window, ts] of admitted events: true if one more fits.
-  local function admitter(h)
+  -- The sliding window (ts - window, ts] of admitted events: full(member,
+  -- ts) when no more fits, admit(member, ts, id) to take a place in it.
+  local function rate_window(h)
     local prefix, events, window = h.rate, h.rate_events, h.rate_window
-    return function(member, ts, id)
+    local function full(member, ts)
+      return call('ZCOUNT', prefix .. member, '(' .. (ts - window), ts) >= events
+    end
+    local function admit(member, ts, id)
       local rl = prefix .. member
-      if call('ZCOUNT', rl, '(' .. (ts - window), ts) >= events then
-        return false
-      end
       call('ZADD', rl, ts, id)
       -- Entries older than two windows can no longer matter, unless events
       -- arrive more than a window out of order; this bounds the set's size.
       call('ZREMRANGEBYSCORE', rl, '-inf', '(' .. (ts - 2 * window))
       call('PEXPIRE', rl, 2 * window + 86400000)
-      return true
     end
+    return full, admit
   end
 
   -- What every event's decision reads, gathered once per call from the
@@ -45,7 +50,7 @@ do
       op = h.op, shift = h.shift, unit = A.unit, maxv = h.max_value,
       is_sum = A.is_sum, latest = A.latest, seal_on = A.seal_on, meta_on = A.meta_on,
       attempts_on = A.attempts_on, att_limit = h.attempts, att = A.att, att_moved = A.att_moved,
-      rate_on = h.rate_events > 0, admit = admitter(h),
+      rate_on = h.rate_events > 0, rules = A.rules, eid_at = at.eid,
       members = A.members, shapes = A.shapes, shape_len = A.shape_len,
       closes = A.closes, times = A.times, fields = h.fields,
       tie_at = at.tie, ts_at = at.ts, meta_at = at.meta, rts_at = at.rts,
@@ -67,6 +72,7 @@ do
       shape_cur[sh] = sc
     end
     cx.shape_cur = shape_cur
+    cx.rate_full, cx.admit = rate_window(h)
     -- moved ("latest": j -> m -> true when m's event time moved) and metas
     -- (boards with metadata: j -> m -> the meta of the event that last
     -- decided m's value, "" for none), for phase 3.
@@ -121,23 +127,23 @@ do
   end
 
   -- The code of a new event (neither redelivered nor a duplicate) at ev[a],
-  -- field f, offset off, member m, value num, shape sh: APPLIED or why not;
-  -- and its taking periods (tk), with their totals on sum boards.
+  -- field f, offset off, member m, value num, shape sh: APPLIED or why not
+  -- (with the value that broke an integrity rule); and its taking periods
+  -- (tk), with their totals on sum boards.
   local function judge(cx, ev, a, f, off, m, num, sh, totals)
     local rts = cx.seal_on and ev[a + cx.rts_at]
     local tk, any_open, any_take = takers(cx, sh, m, rts)
-    local code = APPLIED
-    if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then code = OUT_OF_RANGE end
-    if code == APPLIED and not any_open then
-      code = PERIOD_CLOSED
-    elseif code == APPLIED and not any_take then
-      code = ATTEMPTS_EXHAUSTED
+    if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then return OUT_OF_RANGE, tk end
+    if not any_open then return PERIOD_CLOSED, tk end
+    if not any_take then return ATTEMPTS_EXHAUSTED, tk end
+    local ts = cx.ts_at and ev[a + cx.ts_at]
+    if cx.rate_on and cx.rate_full(cx.members[m], ts) then return RATE_LIMITED, tk end
+    if cx.rules then
+      local rule, observed, hold = cx.rules.check(m, num, ts, sh, cx.shape_cur)
+      if rule then return (hold and HELD or RULE_REFUSED) + rule, tk, observed end
     end
-    if code == APPLIED and cx.rate_on
-      and not cx.admit(cx.members[m], ev[a + cx.ts_at], cx.fields[f] .. ':' .. format('%d', off)) then
-      code = RATE_LIMITED
-    end
-    return code, tk
+    if cx.rate_on then cx.admit(cx.members[m], ts, cx.fields[f] .. ':' .. format('%d', off)) end
+    return APPLIED, tk
   end
 
   -- m's value c[m] in period j after the event (value num, time ts, tie,
@@ -218,9 +224,9 @@ do
       for a = 0, #ev - stride, stride do
         i = i + 1
         local f, off, m, num, sh = ev[a + 1], ev[a + 2], ev[a + 3], ev[a + 4], ev[a + 5]
-        local code
+        local code, observed
         if off <= (last_off[f] or recorded[f]) then
-          code = offsets.redelivered(f, off)
+          code, observed = offsets.redelivered(f, off)
           if cx.trans then cx.redone[i], cx.redone[-i] = f, off end
         else
           last_off[f] = off
@@ -228,19 +234,30 @@ do
           if marked[i] or marks_in[id] then
             code = DUPLICATE
           else
-            code, tk = judge(cx, ev, a, f, off, m, num, sh, totals)
+            code, tk, observed = judge(cx, ev, a, f, off, m, num, sh, totals)
           end
           if code == APPLIED then
             marks_in[id] = true
             markers.add(i)
             apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
+            if cx.rules then cx.rules.applied(m, ev[a + cx.ts_at], num) end
           elseif code >= OUT_OF_RANGE then
-            offsets.refuse(f, off, code)
+            if code >= HELD and code < RULE_REFUSED then
+              -- Held: seen (a producer retry is a duplicate), counted nowhere.
+              marks_in[id] = true
+              markers.add(i)
+              cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], code - HELD, observed, cx.meta_on and ev[a + cx.meta_at])
+            end
+            offsets.refuse(f, off, code, observed)
           end
         end
         if code ~= APPLIED then
           out[nout + 1], out[nout + 2] = i, code
           nout = nout + 2
+          if observed then
+            out[nout + 1] = observed
+            nout = nout + 1
+          end
         end
       end
     end

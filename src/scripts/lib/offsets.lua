@@ -48,14 +48,21 @@ do
     end
 
     -- What a redelivered record of field f at offset off answers: the
-    -- refusal remembered for it, else REDELIVERED.
+    -- refusal remembered for it (and the value that broke an integrity
+    -- rule), else REDELIVERED.
     function o.redelivered(f, off)
-      return tonumber(call('GET', refusal_key(f, off))) or Codes.REDELIVERED
+      local got = call('GET', refusal_key(f, off))
+      if not got then return Codes.REDELIVERED end
+      local code, observed = string.match(got, '^(%d+):?(-?%d*)$')
+      return tonumber(code) or Codes.REDELIVERED, tonumber(observed)
     end
 
-    -- Remembers that the record of field f at offset off was refused with code.
-    function o.refuse(f, off, code)
-      call('SET', refusal_key(f, off), code, 'EX', ttl)
+    -- Remembers that the record of field f at offset off was refused (or
+    -- held) with code, and the value that broke the rule, if one did.
+    function o.refuse(f, off, code, observed)
+      local v = format('%d', code)
+      if observed then v = v .. ':' .. format('%d', observed) end
+      call('SET', refusal_key(f, off), v, 'EX', ttl)
     end
 
     -- Records last[f], for each field f that moved from its recorded offset.

@@ -1,0 +1,147 @@
+-- apply/rules.lua: a board's integrity rules ([board.integrity]), decided
+-- in the apply call's phase 2 after the board's own refusals and before
+-- the rate limit admits the event, so that a held event spends no attempt
+-- and no rate-limit slot:
+--   score   the event's value (its delta on sum boards) above limit
+--   gain    sum boards: the member's applied deltas with event times in
+--           (ts - window, ts], plus this one, above limit
+--   jump    best boards: a new best beyond the member's all-time best (the
+--           period the header marks all_time) by more than amount, or by
+--           more than ratio (thousandths) when that best is positive
+-- Each rule has hold = true (the event is held for review) or false (it is
+-- refused, naming the rule). A broken rule that refuses wins over one that
+-- holds; among those alike, the first in that order.
+--
+-- Held events (r.hold): the held hash maps the event id to its record
+-- (MessagePack: state "pending", member, value, ts, rule, observed, held
+-- ms, meta), the queue zset (lex order, all scores 0) holds
+-- "<held ms, 13 digits>:<id>" of every pending one, and "<pqueue><member>"
+-- the member's own; the reviews (apply.lua's approve, admin.lua) move them on.
+--
+-- Gain windows: "<gain prefix><member>" holds the member's applied
+-- (ts, delta) pairs, MessagePack, read once per call (MGET) and written
+-- once per member that moved (SET PX), pairs older than two windows before
+-- the newest dropped (an event more than a window out of order may then
+-- miss some, as the rate limit's window does).
+
+local ApplyRules = {}
+do
+  local call, floor, format, min = redis.call, math.floor, string.format, math.min
+  local pack, unpack_mp = cmsgpack.pack, cmsgpack.unpack
+  local CHUNK = Calls.CHUNK
+  local SCORE, GAIN, JUMP = 0, 1, 2
+
+  -- The rules of the call (nil without any): reads the gain windows of
+  -- A's members.
+  function ApplyRules.open(A, now_ms)
+    local R = A.h.rules
+    if not R then return nil end
+    local r = { now_ms = now_ms, shift = A.h.shift, sum = A.is_sum, desc = A.h.op ~= 'lt' }
+    local held_key, queue_key = KEYS[R.held], KEYS[R.queue]
+    local members, nm = A.members, A.nm
+    local win, moved = {}, {}
+    if R.gain then
+      local prefix = R.gain.prefix
+      for s = 1, nm, CHUNK do
+        local e = min(s + CHUNK - 1, nm)
+        local names = {}
+        for x = s, e do names[x - s + 1] = prefix .. members[x] end
+        local got = call('MGET', unpack(names))
+        for x = s, e do
+          local v = got[x - s + 1]
+          win[x] = v and unpack_mp(v) or {}
+        end
+      end
+    end
+    -- all_at[sh]: the place of the all_time period in shape sh.
+    local all_at = {}
+    if R.jump then
+      for sh = 1, #A.shapes do
+        for w = 1, A.shape_len[sh] do
+          if A.h.periods[A.shapes[sh][w]].all_time then all_at[sh] = w end
+        end
+      end
+    end
+
+    -- The window's total for member m at event time ts.
+    local function gain_total(m, ts, window)
+      local list, total = win[m], 0
+      for x = 1, #list, 2 do
+        local t = list[x]
+        if t > ts - window and t <= ts then total = total + list[x + 1] end
+      end
+      return total
+    end
+
+    -- The rule broken by member m's event (value num as the batch sends it,
+    -- time ts, shape sh, whose periods' values are shape_cur[sh]): rule,
+    -- observed value, hold; nil when none is.
+    function r.check(m, num, ts, sh, shape_cur)
+      local value = r.sum and num or floor(num / r.shift)
+      local found, found_hold = nil, nil
+      local observed
+      local function broke(rule, seen, hold)
+        if found == nil or (found_hold and not hold) then found, observed, found_hold = rule, seen, hold end
+      end
+      if R.score and value > R.score.limit then broke(SCORE, value, R.score.hold) end
+      if R.gain then
+        local total = gain_total(m, ts, R.gain.window) + num
+        if total > R.gain.limit then broke(GAIN, total, R.gain.hold) end
+      end
+      local w = R.jump and all_at[sh]
+      if w then
+        local old = shape_cur[sh][w] and shape_cur[sh][w][m]
+        if old then
+          local best, j = floor(old / r.shift), R.jump
+          local jumped
+          if r.desc then
+            jumped = (j.amount and value > best + j.amount) or (j.ratio and best > 0 and value * 1000 > best * j.ratio)
+          else
+            jumped = (j.amount and value < best - j.amount) or (j.ratio and best > 0 and value * j.ratio < best * 1000)
+          end
+          if jumped then broke(JUMP, best, j.hold) end
+        end
+      end
+      return found, observed, found_hold
+    end
+
+    -- Member m's event (time ts, delta num) was applied: it joins m's window.
+    function r.applied(m, ts, num)
+      if not R.gain then return end
+      local list = win[m]
+      local n = #list
+      list[n + 1], list[n + 2] = ts, num
+      moved[m] = true
+    end
+
+    -- Holds event id of member m: its record, and its place in both queues.
+    function r.hold(id, m, num, ts, rule, observed, meta)
+      local value = r.sum and num or floor(num / r.shift)
+      call('HSET', held_key, id, pack({ 'pending', members[m], value, ts, rule, observed, now_ms, meta or '' }))
+      local place = format('%013d:%s', now_ms, id)
+      call('ZADD', queue_key, 0, place)
+      call('ZADD', R.pqueue .. members[m], 0, place)
+    end
+
+    -- Phase 3: the moved windows, pruned, each with its expiry.
+    function r.flush()
+      if not R.gain then return end
+      local window, prefix = R.gain.window, R.gain.prefix
+      for m in pairs(moved) do
+        local list, newest = win[m], nil
+        for x = 1, #list, 2 do
+          if not newest or list[x] > newest then newest = list[x] end
+        end
+        local kept, n = {}, 0
+        for x = 1, #list, 2 do
+          if list[x] > newest - 2 * window then
+            kept[n + 1], kept[n + 2], n = list[x], list[x + 1], n + 2
+          end
+        end
+        call('SET', prefix .. members[m], pack(kept), 'PX', format('%d', 2 * window + 86400000))
+      end
+    end
+
+    return r
+  end
+end

@@ -1,0 +1,209 @@
+//! Held events (score integrity) on Redis: the record `apply/rules.lua`
+//! keeps per held event, decoded (pure, so it is unit tested), and the
+//! reads of the review queue: a page of a tag's pending events from a
+//! cursor, a player's count, one event by id.
+
+use rmp::decode;
+
+use super::{Reader, StoreError};
+use crate::event::Rule;
+use crate::keys;
+
+/// Where a held event stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldState {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+impl HeldState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldState::Pending => "pending",
+            HeldState::Approved => "approved",
+            HeldState::Rejected => "rejected",
+        }
+    }
+
+    fn parse(s: &str) -> Option<HeldState> {
+        [HeldState::Pending, HeldState::Approved, HeldState::Rejected].into_iter().find(|h| h.as_str() == s)
+    }
+}
+
+/// One held event, as its tag keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldEvent {
+    pub event_id: String,
+    pub state: HeldState,
+    pub player_id: String,
+    /// The event's score (its delta on `sum` boards).
+    pub score: i64,
+    /// The event time, ms.
+    pub ts: i64,
+    pub rule: Rule,
+    /// The value that broke the rule.
+    pub value: i64,
+    /// When it was held (Redis's clock), ms.
+    pub held_ms: i64,
+    /// The event's `meta`, on boards that keep it.
+    pub meta: Option<String>,
+}
+
+impl HeldEvent {
+    /// Its place in the queues: `<held ms, 13 digits>:<event id>`, which
+    /// is also the review listing's cursor.
+    pub fn place(&self) -> String {
+        format!("{:013}:{}", self.held_ms, self.event_id)
+    }
+}
+
+/// A held record: `[state, player, score, ts, rule, value, held ms, meta]`.
+pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
+    let rd = &mut rd;
+    if decode::read_array_len(rd).ok()? != 8 {
+        return None;
+    }
+    let state = HeldState::parse(&string(rd)?)?;
+    let player_id = string(rd)?;
+    let score = decode::read_int(rd).ok()?;
+    let ts = decode::read_int(rd).ok()?;
+    let rule = Rule::ALL.get(decode::read_int::<usize, _>(rd).ok()?).copied()?;
+    let value = decode::read_int(rd).ok()?;
+    let held_ms = decode::read_int(rd).ok()?;
+    let meta = Some(string(rd)?).filter(|m| !m.is_empty());
+    rd.is_empty().then(|| HeldEvent {
+        event_id: event_id.to_string(),
+        state,
+        player_id,
+        score,
+        ts,
+        rule,
+        value,
+        held_ms,
+        meta,
+    })
+}
+
+fn string(rd: &mut &[u8]) -> Option<String> {
+    let len = decode::read_str_len(rd).ok()? as usize;
+    let bytes = rd.get(..len)?;
+    *rd = &rd[len..];
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+fn bad(event_id: &str) -> StoreError {
+    StoreError::Reply {
+        script: "the held events' hash",
+        got: format!("a record for {event_id} that is not a held event"),
+    }
+}
+
+impl Reader {
+    /// Up to `limit` pending held events of the tag `base` (of `player`
+    /// only, if given), oldest first, after the place `after`.
+    pub async fn held_page(
+        &self,
+        base: &str,
+        player: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<HeldEvent>, StoreError> {
+        let queue = match player {
+            Some(p) => keys::held_player_key(base, p),
+            None => keys::held_queue_key(base),
+        };
+        let from = after.map_or_else(|| "-".to_string(), |a| format!("({a}"));
+        let places: Vec<String> = self
+            .run(|mut c| {
+                let (queue, from) = (queue.clone(), from.clone());
+                async move {
+                    redis::cmd("ZRANGE")
+                        .arg(queue)
+                        .arg(from)
+                        .arg("+")
+                        .arg("BYLEX")
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(limit)
+                        .query_async(&mut c)
+                        .await
+                }
+            })
+            .await?;
+        let ids: Vec<&str> = places.iter().filter_map(|p| p.split_once(':').map(|(_, id)| id)).collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held = keys::held_key(base);
+        let blobs: Vec<Option<Vec<u8>>> = self
+            .run(|mut c| {
+                let (held, ids) = (held.clone(), ids.clone());
+                async move { redis::cmd("HMGET").arg(held).arg(ids).query_async(&mut c).await }
+            })
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, blob) in ids.iter().zip(blobs) {
+            // A place whose record is gone was decided (or erased) between the two reads.
+            let Some(blob) = blob else { continue };
+            out.push(decode_held(id, &blob).ok_or_else(|| bad(id))?);
+        }
+        Ok(out)
+    }
+
+    /// How many held events of `player` are pending on the tag `base`.
+    pub async fn held_count(&self, base: &str, player: &str) -> Result<u64, StoreError> {
+        let key = keys::held_player_key(base, player);
+        self.run(|mut c| {
+            let key = key.clone();
+            async move { redis::cmd("ZCARD").arg(key).query_async(&mut c).await }
+        })
+        .await
+    }
+
+    /// The held event `event_id` of the tag `base`, pending or decided.
+    pub async fn held_event(&self, base: &str, event_id: &str) -> Result<Option<HeldEvent>, StoreError> {
+        let key = keys::held_key(base);
+        let blob: Option<Vec<u8>> = self
+            .run(|mut c| {
+                let key = key.clone();
+                async move { redis::cmd("HGET").arg(key).arg(event_id).query_async(&mut c).await }
+            })
+            .await?;
+        blob.map(|b| decode_held(event_id, &b).ok_or_else(|| bad(event_id))).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(state: &str, meta: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        rmp::encode::write_array_len(&mut b, 8).unwrap();
+        rmp::encode::write_str(&mut b, state).unwrap();
+        rmp::encode::write_str(&mut b, "alice").unwrap();
+        for n in [150i64, 1_790_000_000_001, 0, 150, 1_790_000_000_500] {
+            rmp::encode::write_sint(&mut b, n).unwrap();
+        }
+        rmp::encode::write_str(&mut b, meta).unwrap();
+        b
+    }
+
+    #[test]
+    fn a_held_record_reads_back_whole_and_a_malformed_one_does_not() {
+        let h = decode_held("e1", &blob("pending", "")).unwrap();
+        assert_eq!(
+            (h.state, h.player_id.as_str(), h.score, h.rule, h.value),
+            (HeldState::Pending, "alice", 150, Rule::ScoreOver, 150)
+        );
+        assert_eq!((h.ts, h.held_ms, h.meta.as_deref()), (1_790_000_000_001, 1_790_000_000_500, None));
+        assert_eq!(h.place(), "1790000000500:e1");
+        assert_eq!(decode_held("e1", &blob("rejected", "{\"a\":1}")).unwrap().meta.as_deref(), Some("{\"a\":1}"));
+        assert!(decode_held("e1", &blob("lost", "")).is_none());
+        let mut long = blob("pending", "");
+        long.push(0);
+        assert!(decode_held("e1", &long).is_none());
+        assert!(decode_held("e1", &blob("pending", "")[..20]).is_none());
+    }
+}
