@@ -226,6 +226,13 @@ const LATENCY_BUCKETS: [f64; 26] = [
 const HTTP_BUCKETS: [f64; 16] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// `rankflow_build_info`, set.
+fn build_info(r: &Registry) -> IntGaugeVec {
+    let info = gauge_vec(r, "rankflow_build_info", "Always 1; labels name the build.", &["version"]);
+    info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    info
+}
+
 impl Metrics {
     fn new() -> Metrics {
         let r = Registry::new();
@@ -246,8 +253,7 @@ impl Metrics {
             "Records between the committed offset and the log end, per partition (librdkafka statistics).",
             &["topic", "partition"],
         );
-        let build_info = gauge_vec(&r, "rankflow_build_info", "Always 1; labels name the build.", &["version"]);
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let build_info = build_info(&r);
         let events_skipped = counter(&r, "rankflow_events_skipped_total", "Events whose type no board takes.");
         let dead_letter_errors = counter(
             &r,
