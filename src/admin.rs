@@ -58,6 +58,9 @@ pub struct AdminRequest {
     pub value: i64,
     /// `tier`: the tier's name.
     pub tier: Option<String>,
+    /// `approve`, `reject`: the held event, and why.
+    pub held_event_id: Option<uuid::Uuid>,
+    pub reason: Option<String>,
     /// Wait this long for the outcome; `None`: return once produced.
     pub wait: Option<Duration>,
 }
@@ -76,6 +79,8 @@ impl AdminRequest {
             period: self.period.clone(),
             value: self.value,
             tier: self.tier.clone(),
+            held_event_id: self.held_event_id,
+            reason: self.reason.clone(),
         }
     }
 }
@@ -89,6 +94,8 @@ pub fn event_json(e: &AdminEvent) -> Value {
         ("split", e.split.clone()),
         ("period", e.period.clone()),
         ("tier", e.tier.clone()),
+        ("held_event_id", e.held_event_id.map(|id| id.to_string())),
+        ("reason", e.reason.clone()),
     ];
     for (name, value) in fields {
         if let Some(value) = value {
@@ -112,11 +119,23 @@ pub fn event_json(e: &AdminEvent) -> Value {
 pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), AdminError> {
     let topic = settings.kafka.admin_topics.first().ok_or(AdminError::NoAdminTopic)?;
     let router = Router::new(settings.boards.clone(), &settings.redis.key_prefix);
-    let event = request.event();
-    let plan = moderation::plan(&event, &router, event.ts_ms)
-        .map_err(|r| AdminError::Invalid { reason: r.reason.to_string(), detail: r.detail })?;
+    let mut event = request.event();
+    let invalid = |r: crate::event::Rejection| AdminError::Invalid { reason: r.reason.to_string(), detail: r.detail };
+    let plan = moderation::plan(&event, &router, event.ts_ms).map_err(invalid)?;
     let store = Store::connect(&settings.redis).await?;
-    check_player(&store, &router, &event, &plan.reach).await?;
+    if let moderation::AdminOp::Review { held, .. } = plan.op {
+        // The envelope names the held event's player (and split), found where it is held.
+        let board = router.board(event.board.as_deref().unwrap_or_default()).expect("plan checked the board");
+        let (base, h) = find_held(&store, &router, board, event.split.as_deref(), &held).await?;
+        if h.state != crate::store::HeldState::Pending {
+            let detail = format!("held event {held} was already {}", h.state.as_str());
+            return Err(AdminError::Invalid { reason: "review_decided".into(), detail });
+        }
+        event.player_id = h.player_id;
+        event.split = keys::split_of_base(&base).map(|(_, s)| s.to_string());
+    } else {
+        check_player(&store, &router, &event, &plan.reach).await?;
+    }
 
     crate::kafka::connect::before_command(&settings.kafka).await.map_err(AdminError::Kafka)?;
     let producer =
@@ -154,6 +173,30 @@ pub async fn run(settings: &Settings, request: &AdminRequest) -> Result<(), Admi
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The tag of `board` (of `split`, if named) holding the held event `id`, and the event.
+pub async fn find_held(
+    store: &Store,
+    router: &Router,
+    board: &crate::board::Board,
+    split: Option<&str>,
+    id: &uuid::Uuid,
+) -> Result<(String, crate::store::HeldEvent), AdminError> {
+    let bases = match (board.split_by(), split) {
+        (Some(_), None) => {
+            let all = store.tag_bases(&keys::tags_key(router.prefix())).await?;
+            all.into_iter().filter(|b| keys::board_of_base(b) == Some(board.id())).collect()
+        }
+        _ => router.read_bases(board, split),
+    };
+    for base in bases {
+        if let Some(h) = store.held_event(&base, &id.to_string()).await? {
+            return Ok((base, h));
+        }
+    }
+    let detail = format!("no event {id} is held on board '{}'", board.id());
+    Err(AdminError::Invalid { reason: "unknown_held_event".into(), detail })
 }
 
 /// A change to an existing entry needs the player there: on a board the
@@ -214,6 +257,8 @@ mod tests {
             period: Some("w:2026-W49".into()),
             value: -5,
             tier: None,
+            held_event_id: None,
+            reason: None,
             wait: None,
         };
         let event = request.event();

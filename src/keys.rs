@@ -226,6 +226,11 @@ pub fn gain_prefix(base: &str) -> String {
     format!("{base}:_gain:")
 }
 
+/// A member's `gain_over` window (the apply script builds it from [`gain_prefix`]).
+pub fn gain_key(base: &str, member: &str) -> String {
+    format!("{}{member}", gain_prefix(base))
+}
+
 /// The tag's held events, pending and decided, by event id.
 pub fn held_key(base: &str) -> String {
     format!("{base}:_held")

@@ -144,6 +144,11 @@ enum AdminAction {
         #[command(flatten)]
         common: AdminArgs,
     },
+    /// Approve an event an integrity rule held: it is applied once, to every
+    /// period it would have reached at its event time (review_approved).
+    Approve(ReviewArgs),
+    /// Reject an event an integrity rule held: it is dropped, recorded (review_rejected).
+    Reject(ReviewArgs),
     /// The same as `rankflow close` (kept for scripts written before it).
     #[command(hide = true)]
     Close(CloseArgs),
@@ -182,6 +187,29 @@ struct AdminArgs {
 }
 
 #[derive(Args)]
+struct ReviewArgs {
+    #[arg(long)]
+    config: PathBuf,
+    #[arg(long)]
+    board: String,
+    /// The held event's event_id (GET /v1/review lists them).
+    #[arg(long)]
+    event: uuid::Uuid,
+    /// The split of a board with split_by (found by itself if not given).
+    #[arg(long)]
+    split: Option<String>,
+    /// Why, for the record.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Return once a worker has carried it out (or refused it).
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Args)]
 struct OnBoard {
     #[command(flatten)]
     common: AdminArgs,
@@ -209,8 +237,27 @@ impl AdminAction {
     fn request(self) -> Result<(PathBuf, AdminRequest), CloseArgs> {
         let req = |kind, common: AdminArgs, board, boards, split, period, value| {
             let wait = common.wait.then_some(common.timeout);
-            let (player, tier) = (common.player, None);
-            Ok((common.config, AdminRequest { kind, player, board, boards, split, period, value, tier, wait }))
+            let (player, tier, held_event_id, reason) = (common.player, None, None, None);
+            let r =
+                AdminRequest { kind, player, board, boards, split, period, value, tier, held_event_id, reason, wait };
+            Ok((common.config, r))
+        };
+        let review = |kind, a: ReviewArgs| {
+            let request = AdminRequest {
+                kind,
+                // The worker's envelope names the held event's player: `admin::run` finds it.
+                player: String::new(),
+                board: Some(a.board),
+                boards: None,
+                split: a.split,
+                period: None,
+                value: 0,
+                tier: None,
+                held_event_id: Some(a.event),
+                reason: a.reason,
+                wait: a.wait.then_some(a.timeout),
+            };
+            Ok((a.config, request))
         };
         let boards = |b: Vec<String>| (!b.is_empty()).then_some(b);
         match self {
@@ -232,6 +279,8 @@ impl AdminAction {
                 req(AdminKind::PlayerTierSet, on.common, Some(on.board), None, on.split, None, 0)
                     .map(|(path, r)| (path, AdminRequest { tier: Some(tier), ..r }))
             }
+            AdminAction::Approve(a) => review(AdminKind::ReviewApproved, a),
+            AdminAction::Reject(a) => review(AdminKind::ReviewRejected, a),
             AdminAction::Close(args) => Err(args),
         }
     }

@@ -12,6 +12,7 @@
 //! | `player_unhidden` | likewise | moves the player back, with every point earned meanwhile |
 //! | `player_erased` | every tag | removes the player from every key |
 //! | `player_tier_set` | one tag (league boards) | the tier of the player's next placement, kept by the next settlement |
+//! | `review_approved`, `review_rejected` | the tag holding the held event | applies it once as if it had passed the rules, or drops it (by the apply script) |
 
 use std::sync::Arc;
 
@@ -55,6 +56,12 @@ pub enum AdminOp {
     Erase,
     /// Sets the league tier (its index) of the player's next placement.
     Tier(usize),
+    /// Decides a held event (score integrity): carried out by the apply
+    /// script on the tag holding it, never by `admin.lua`.
+    Review {
+        held: uuid::Uuid,
+        approve: bool,
+    },
 }
 
 impl AdminOp {
@@ -68,6 +75,7 @@ impl AdminOp {
             AdminOp::Unhide => "unhide",
             AdminOp::Erase => "erase",
             AdminOp::Tier(_) => "tier",
+            AdminOp::Review { .. } => "review",
         }
     }
 }
@@ -90,6 +98,19 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
     use AdminKind::*;
     match event.kind {
         PlayerErased => Ok(AdminPlan { reach: Reach::All, op: AdminOp::Erase }),
+        ReviewApproved | ReviewRejected => {
+            let id = event.board.as_deref().unwrap_or_default();
+            let board = router.board(id).ok_or_else(|| invalid(format!("board '{id}' is not a configured board")))?;
+            if !board.integrity().holds() {
+                let detail = format!("board '{id}' has no integrity rule with action = \"hold\": it holds no events");
+                return Err(Rejection::new(Reason::NotAllowed, detail));
+            }
+            let held = event.held_event_id.ok_or_else(|| invalid("held_event_id is missing"))?;
+            // The held event is on one tag of the board (of its split, if named).
+            split_of(event, board)?;
+            let op = AdminOp::Review { held, approve: event.kind == ReviewApproved };
+            Ok(AdminPlan { reach: Reach::Boards(vec![id.to_string()]), op })
+        }
         PlayerTierSet => {
             let id = event.board.as_deref().unwrap_or_default();
             let board = router.board(id).ok_or_else(|| invalid(format!("board '{id}' is not a configured board")))?;
@@ -184,7 +205,14 @@ fn split_of<'a>(event: &'a AdminEvent, board: &Board) -> Result<Option<&'a str>,
             Err(Rejection::new(Reason::InvalidSplit, format!("split '{s}' is not 1 to 64 of [A-Za-z0-9_-]")))
         }
         // A removal without a split reaches every split of the board.
-        (Some(_), None) if event.kind == AdminKind::PlayerRemoved => Ok(None),
+        (Some(_), None)
+            if matches!(
+                event.kind,
+                AdminKind::PlayerRemoved | AdminKind::ReviewApproved | AdminKind::ReviewRejected
+            ) =>
+        {
+            Ok(None)
+        }
         (Some(attr), None) => Err(Rejection::new(
             Reason::MissingSplit,
             format!("board '{}' is split by '{attr}': a {} names its split", board.id(), event.kind),
@@ -272,6 +300,8 @@ mod tests {
             period: None,
             value,
             tier: None,
+            held_event_id: None,
+            reason: None,
         }
     }
 

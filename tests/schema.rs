@@ -55,6 +55,9 @@ fn admin_events_as_the_cli_makes_them_validate() {
             period: Some("w:2026-W49".into()),
             value: -5,
             tier: (kind == AdminKind::PlayerTierSet).then(|| "gold".to_string()),
+            held_event_id: matches!(kind, AdminKind::ReviewApproved | AdminKind::ReviewRejected)
+                .then(|| uuid::Uuid::from_u128(7)),
+            reason: None,
             wait: None,
         };
         let mut v = event_json(&request.event());
@@ -128,7 +131,8 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         assert!(!schema.is_valid(v), "the schema takes a {reason} case: {v}");
     }
     // The reasons a schema cannot decide: the record's size, a value that
-    // is not JSON, the topic it came on, and what each board decides; and
+    // is not JSON, the topic it came on, and what each board decides (its
+    // integrity rules among it); and
     // the Avro and Protobuf framing and bodies (tests/formats.rs).
     let elsewhere = [
         Reason::TooLarge,
@@ -144,6 +148,9 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         Reason::RateLimited,
         Reason::PeriodClosed,
         Reason::AttemptsExhausted,
+        Reason::ScoreOver,
+        Reason::GainOver,
+        Reason::JumpOver,
     ];
     for reason in Reason::ALL {
         let covered = cases.iter().any(|(r, _)| *r == reason);

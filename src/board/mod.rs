@@ -384,6 +384,7 @@ impl Board {
             tiers: self.spec.league.as_ref().map_or(0, |l| l.tiers.len() as u32),
             notify: self.spec.notify_top.unwrap_or(0),
             integrity: self.spec.integrity,
+            review: None,
         }
     }
 }
@@ -449,6 +450,9 @@ pub struct WriteParams {
     pub notify: u32,
     /// The integrity rules the script checks.
     pub integrity: integrity::Integrity,
+    /// A review's call (one admin event alone): the held event's id, and
+    /// whether it is approved (else rejected).
+    pub review: Option<(uuid::Uuid, bool)>,
 }
 
 impl WriteParams {
@@ -474,6 +478,7 @@ impl WriteParams {
             tiers: 0,
             notify: 0,
             integrity: integrity::Integrity::default(),
+            review: None,
         }
     }
 

@@ -193,7 +193,9 @@ impl Router {
         Some(write)
     }
 
-    fn plan_board(&self, i: usize, event: &Event, record_ts_ms: i64) -> Decision {
+    /// Board `i`'s decision for `event` (of a type it takes), as [`Router::plan`]
+    /// makes it: an approved held event is planned again this way.
+    pub fn plan_board(&self, i: usize, event: &Event, record_ts_ms: i64) -> Decision {
         let board = &self.boards[i];
         let split = match board.split_by() {
             None => None,

@@ -268,6 +268,8 @@ struct RawEvent {
     split: Option<Value>,
     period: Option<Value>,
     tier: Option<Value>,
+    held_event_id: Option<Value>,
+    reason: Option<Value>,
 }
 
 /// Parses and validates one record value. `listens` says whether any board

@@ -27,10 +27,14 @@ pub enum AdminKind {
     PlayerErased,
     /// Sets the tier of a league board a player is placed in next.
     PlayerTierSet,
+    /// Applies a held event (score integrity) to its board, once.
+    ReviewApproved,
+    /// Drops a held event, recorded.
+    ReviewRejected,
 }
 
 impl AdminKind {
-    pub const ALL: [AdminKind; 7] = [
+    pub const ALL: [AdminKind; 9] = [
         AdminKind::ScoreSet,
         AdminKind::ScoreAdjusted,
         AdminKind::PlayerRemoved,
@@ -38,6 +42,8 @@ impl AdminKind {
         AdminKind::PlayerUnhidden,
         AdminKind::PlayerErased,
         AdminKind::PlayerTierSet,
+        AdminKind::ReviewApproved,
+        AdminKind::ReviewRejected,
     ];
 
     /// The event `type`.
@@ -50,6 +56,8 @@ impl AdminKind {
             AdminKind::PlayerUnhidden => "player_unhidden",
             AdminKind::PlayerErased => "player_erased",
             AdminKind::PlayerTierSet => "player_tier_set",
+            AdminKind::ReviewApproved => "review_approved",
+            AdminKind::ReviewRejected => "review_rejected",
         }
     }
 
@@ -85,6 +93,10 @@ pub struct AdminEvent {
     pub value: i64,
     /// `player_tier_set`: the tier's name.
     pub tier: Option<String>,
+    /// `review_approved`, `review_rejected`: the held event.
+    pub held_event_id: Option<Uuid>,
+    /// `review_approved`, `review_rejected`: why, for the record.
+    pub reason: Option<String>,
 }
 
 /// An optional string field of an admin event.
@@ -105,13 +117,29 @@ pub(super) fn parse_admin(
     raw: RawEvent,
 ) -> Result<AdminEvent, Rejection> {
     use AdminKind::*;
+    use Reason::MissingField;
     let board = admin_text(raw.board, "board")?;
-    if board.is_none() && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved | PlayerTierSet) {
+    if board.is_none()
+        && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved | PlayerTierSet | ReviewApproved | ReviewRejected)
+    {
         return Err(Rejection::new(
             Reason::MissingField,
             format!("field 'board' is missing (a {kind} names its board)"),
         ));
     }
+    let held_event_id = match admin_text(raw.held_event_id, "held_event_id")? {
+        None if matches!(kind, ReviewApproved | ReviewRejected) => {
+            return Err(Rejection::new(
+                MissingField,
+                format!("field 'held_event_id' is missing (a {kind} names the held event)"),
+            ))
+        }
+        None => None,
+        Some(text) => Some(Uuid::parse_str(&text).map_err(|_| {
+            Rejection::new(Reason::InvalidAdmin, format!("field 'held_event_id' must be a UUID, not '{text}'"))
+        })?),
+    };
+    let reason = admin_text(raw.reason, "reason")?;
     let tier = admin_text(raw.tier, "tier")?;
     if tier.is_none() && kind == PlayerTierSet {
         return Err(Rejection::new(Reason::MissingField, "field 'tier' is missing (a player_tier_set names the tier)"));
@@ -152,6 +180,8 @@ pub(super) fn parse_admin(
         period: admin_text(raw.period, "period")?,
         value,
         tier,
+        held_event_id,
+        reason,
     })
 }
 
@@ -197,5 +227,24 @@ mod tests {
         assert_eq!(admin(&format!(r#"{{{id},"type":"player_removed","board":7}}"#)), Err(Reason::InvalidAdmin));
         assert_eq!(admin(&format!(r#"{{{id},"type":"player_hidden","boards":"all"}}"#)), Err(Reason::InvalidAdmin));
         assert_eq!(admin(&format!(r#"{{{id},"type":"player_hidden","boards":[]}}"#)), Err(Reason::InvalidAdmin));
+        let held = "7d1f0a2e-5b1c-4f7e-9a51-3c2b1a0f9e8d";
+        let ok = admin(&format!(
+            r#"{{{id},"type":"review_approved","board":"pts","held_event_id":"{held}","reason":"replay checked"}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            (ok.kind, ok.held_event_id.map(|u| u.to_string())),
+            (AdminKind::ReviewApproved, Some(held.to_string()))
+        );
+        assert_eq!(ok.reason.as_deref(), Some("replay checked"));
+        assert_eq!(admin(&format!(r#"{{{id},"type":"review_rejected","board":"pts"}}"#)), Err(Reason::MissingField));
+        assert_eq!(
+            admin(&format!(r#"{{{id},"type":"review_rejected","held_event_id":"{held}"}}"#)),
+            Err(Reason::MissingField)
+        );
+        assert_eq!(
+            admin(&format!(r#"{{{id},"type":"review_rejected","board":"pts","held_event_id":"x"}}"#)),
+            Err(Reason::InvalidAdmin)
+        );
     }
 }

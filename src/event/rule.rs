@@ -37,6 +37,10 @@ impl Rule {
 pub const HELD_BASE: i64 = 10;
 pub const REFUSED_BASE: i64 = 13;
 
+/// A review's codes: no held event of that id on the tag; already decided.
+pub const UNKNOWN_HELD: i64 = 16;
+pub const DECIDED: i64 = 17;
+
 pub fn held_code(rule: Rule) -> i64 {
     HELD_BASE + rule.index()
 }

@@ -46,10 +46,13 @@ enum Kind {
 
 pub(super) const HISTORY_ROUTE: &str = "/v1/boards/{board}/players/{player}/history";
 pub(super) const LIVE_ROUTE: &str = "/v1/boards/{board}/live";
+/// The review queue: a moderator's read, never from a shared cache.
+pub(super) const REVIEW_ROUTE: &str = "/v1/review";
 
 fn kind(route: Option<&str>, query: Option<&str>) -> Kind {
     match route {
         Some(LIVE_ROUTE) => return Kind::Stream,
+        Some(REVIEW_ROUTE) => return Kind::Fresh,
         Some("/metrics" | "/healthz" | "/readyz") | None => return Kind::Operating,
         _ => {}
     }

@@ -38,6 +38,7 @@ mod periods;
 mod ranks;
 mod reads;
 mod requests;
+mod review;
 mod sharded;
 mod single;
 mod standing;
@@ -176,6 +177,7 @@ fn routes(state: AppState) -> HttpRouter {
         .route(caching::HISTORY_ROUTE, get(history::history))
         .route("/v1/boards/{board}/league", get(league::overview))
         .route("/v1/boards/{board}/periods", get(periods::periods))
+        .route(caching::REVIEW_ROUTE, get(review::review))
         .with_state(state)
 }
 

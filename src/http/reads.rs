@@ -97,6 +97,11 @@ pub(super) async fn player(
     if let Some(league) = league::player_field(&s, &t, &player_id).await? {
         body["league"] = league;
     }
+    let split = Some(t.split.as_str()).filter(|s| !s.is_empty());
+    let reader = s.reader()?.fresh(t.fresh);
+    if let Some(n) = super::review::held_count(&s, &reader, t.board, split, &player_id).await? {
+        body["held"] = json!(n);
+    }
     Ok(Json(body))
 }
 

@@ -47,6 +47,7 @@ mod outcome;
 mod read;
 mod record;
 mod review;
+mod reviews;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -327,7 +328,14 @@ impl Pipeline {
         let (offsets, fields, _) = apply::note(&records);
         let mut dead = Vec::new();
         if let ([record], [Item::Admin { event, plan }]) = (records.as_mut_slice(), items.as_slice()) {
-            match moderation::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await {
+            let done = match plan.op {
+                crate::moderation::AdminOp::Review { held, approve } => {
+                    let ts = record.timestamp.unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+                    reviews::apply_review(&self.cx, (&fields[0], record.offset, ts), event, (held, approve)).await
+                }
+                _ => moderation::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await,
+            };
+            match done {
                 None => {
                     info!("Shutdown during a retry: the admin event is abandoned and its offset is not stored.");
                     return false;

@@ -125,6 +125,20 @@ pub async fn apply_admin(
         })
         .await?;
     let outcome = outcome_of(&results);
+    let redelivered = !results.is_empty() && results.iter().all(|r| *r == ApplyResult::DuplicateOffset);
+    conclude(cx, event, outcome, redelivered, tags).await
+}
+
+/// Logs, counts and records (for `rankflow admin --wait`) what an admin
+/// event on `tags` tags came to; `redelivered`: its record had been
+/// carried out before, and reports what that did. `None`: abandoned on shutdown.
+pub(super) async fn conclude(
+    cx: &Context,
+    event: &AdminEvent,
+    outcome: AdminOutcome,
+    redelivered: bool,
+    tags: usize,
+) -> Option<AdminOutcome> {
     let kind = event.kind.as_str();
     let board = event.board.as_deref().or(event.boards.as_ref().map(|_| "(several)")).unwrap_or("(all)");
     let label = match &outcome {
@@ -147,7 +161,7 @@ pub async fn apply_admin(
             serde_json::json!({ "outcome": "refused", "reason": r.reason.as_str(), "detail": r.detail })
         }
         // A redelivery of an event carried out before reports what that did.
-        _ if results.iter().all(|r| *r == ApplyResult::DuplicateOffset) => serde_json::json!({ "outcome": "applied" }),
+        _ if redelivered => serde_json::json!({ "outcome": "applied" }),
         AdminOutcome::Applied => serde_json::json!({ "outcome": "applied" }),
         AdminOutcome::Duplicate => serde_json::json!({ "outcome": "duplicate" }),
     };

@@ -10,7 +10,7 @@
 -- keys, their dense indexes, totals and ranks hold only the visible
 -- players; apply.lua writes a hidden player's later events to the shadows.
 --
--- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key
+-- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key held held_queue held_player gain_key
 -- derives: period dense counts times meta shadow attempts versions seen refused
 --   (per period id: the period key and its per-period keys, each from its
 --   header prefix, and its version hash from KEYS[h.versions]; marker
@@ -27,6 +27,9 @@
 --   prefixes: period ("<prefix>:{tag}:", the rest is a period id), dense,
 --            counts, times, meta, shadow, attempts ("..._dense:" and so on)
 --   rate_key KEYS index of the member's rate-limit window (an erasure deletes it)
+--   held, held_queue, held_player, gain_key   KEYS indexes of the tag's
+--            held events and their queue, the member's own queue and gain
+--            window (integrity rules; an erasure removes the member's)
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
@@ -250,6 +253,19 @@ elseif op == 'erase' then
   for _, p in ipairs(tag_keys) do remove_from(p[1], p[2]) end
   call('SREM', hidden_set, member)
   call('DEL', KEYS[h.rate_key])
+  -- Integrity: the player's held events, pending and decided, and their
+  -- gain window. Decided ones are found by a walk of the held events.
+  call('DEL', KEYS[h.gain_key])
+  for _, place in ipairs(call('ZRANGE', KEYS[h.held_player], 0, -1)) do call('ZREM', KEYS[h.held_queue], place) end
+  call('DEL', KEYS[h.held_player])
+  local cursor = '0'
+  repeat
+    local page = call('HSCAN', KEYS[h.held], cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for x = 1, #page[2], 2 do
+      if cmsgpack.unpack(page[2][x + 1])[2] == member then call('HDEL', KEYS[h.held], page[2][x]) end
+    end
+  until cursor == '0'
   -- Leagues: out of every round's cohorts, waiting players and results (a
   -- cohort keeps its places: the others move up), and out of the tiers.
   -- History: out of every sealed period's standings and every best rank.

@@ -58,6 +58,8 @@
 --   rules       boards with integrity rules: score, gain, jump (each with
 --               its limits and hold), held and queue (KEYS indexes), pqueue
 --               and gain.prefix (prefixes); see apply/rules.lua
+--   review      a review's call (one admin event): id (the held event's)
+--               and approve (else rejected); see apply/decide.lua
 --   periods     per period j: a map of KEYS indexes, key (the period key),
 --               dense (its dense index), counts (the index's value counts),
 --               shadow (hidden players' values), times ("latest": member ->

@@ -84,6 +84,15 @@ pub fn admin_invocation(
     }
     keys.push(keys::rate_key(base, call.member));
     h.int("rate_key", keys.len() as i64);
+    for (name, key) in [
+        ("held", keys::held_key(base)),
+        ("held_queue", keys::held_queue_key(base)),
+        ("held_player", keys::held_player_key(base, call.member)),
+        ("gain_key", keys::gain_key(base, call.member)),
+    ] {
+        keys.push(key);
+        h.int(name, keys.len() as i64);
+    }
     h.str("mode", mode);
     h.int("shift", shift);
     h.bool("desc", desc);
@@ -105,7 +114,8 @@ pub fn admin_invocation(
         }
         AdminOp::Remove { period } => h.str("period_id", period.as_deref().unwrap_or_default()),
         AdminOp::Tier(t) => h.int("tier", *t as i64),
-        AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase => {}
+        // A review is the apply script's (see `pipeline::reviews`), never this one's.
+        AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase | AdminOp::Review { .. } => {}
     }
     (keys, vec![h.finish(), crate::markers::marker(call.event_id).to_vec()])
 }
@@ -174,7 +184,21 @@ mod tests {
         let tag = ["lb:{p}:_offsets", "lb:{p}:_keys", "lb:{p}:_hidden", "lb:{p}:_ver:"];
         assert_eq!(
             keys,
-            [&tag[..], &["lb:{p}:_lgt", "lb:{p}:_lgx", "lb:{p}:_lgk", "lb:{p}:_hk", "lb:{p}:_rl:alice"]].concat()
+            [
+                &tag[..],
+                &[
+                    "lb:{p}:_lgt",
+                    "lb:{p}:_lgx",
+                    "lb:{p}:_lgk",
+                    "lb:{p}:_hk",
+                    "lb:{p}:_rl:alice",
+                    "lb:{p}:_held",
+                    "lb:{p}:_heldq",
+                    "lb:{p}:_heldp:alice",
+                    "lb:{p}:_gain:alice"
+                ]
+            ]
+            .concat()
         );
         assert_eq!(args.len(), 2);
         assert_eq!(args[1], crate::markers::marker(&id).to_vec());
@@ -187,7 +211,8 @@ mod tests {
                  league_registry: 7, history_registry: 8, field: admin:0, offset: 9, member: alice, \
                  seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
                  dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
-                 shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: 9, mode: sum, \
+                 shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: 9, held: 10, held_queue: 11, \
+                 held_player: 12, gain_key: 13, mode: sum, \
                  shift: 1, desc: true, top_k: 0, dense_on: true, op: adjust, delta: -5, ts: 42, tie: 3, \
                  max_value: {max}, periods: [{{id: d:2026-08-14, expire_at: 100}}, {{id: all, expire_at: 0}}]}}"
             )

@@ -241,6 +241,12 @@ fn call_header(
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
         h.raw("rules", &rules_header(&p.integrity, batch.base, held, queue));
     }
+    if let Some((id, approve)) = p.review {
+        let mut r = MapWriter::default();
+        r.str("id", &id.to_string());
+        r.bool("approve", approve);
+        h.raw("review", &r.finish());
+    }
     let mut list = Vec::new();
     msgpack::array_len(&mut list, fields.len());
     for (f, _) in fields {

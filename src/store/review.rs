@@ -99,6 +99,13 @@ fn bad(event_id: &str) -> StoreError {
     }
 }
 
+impl super::Store {
+    /// The held event `event_id` of the tag `base` (on the primary).
+    pub async fn held_event(&self, base: &str, event_id: &str) -> Result<Option<HeldEvent>, StoreError> {
+        Reader::new(self.conn.clone(), None).held_event(base, event_id).await
+    }
+}
+
 impl Reader {
     /// Up to `limit` pending held events of the tag `base` (of `player`
     /// only, if given), oldest first, after the place `after`.
@@ -149,6 +156,11 @@ impl Reader {
             out.push(decode_held(id, &blob).ok_or_else(|| bad(id))?);
         }
         Ok(out)
+    }
+
+    /// Every board tag's key base (the registry of tags at `tags_key`).
+    pub async fn tag_bases(&self, tags_key: &str) -> Result<Vec<String>, StoreError> {
+        self.run(|mut c| async move { redis::cmd("SMEMBERS").arg(tags_key).query_async(&mut c).await }).await
     }
 
     /// How many held events of `player` are pending on the tag `base`.

@@ -108,6 +108,10 @@ pub const ADMIN: Touches = by_name(
         "league_registry",
         "history_registry",
         "rate_key",
+        "held",
+        "held_queue",
+        "held_player",
+        "gain_key",
     ],
     &["period", "dense", "counts", "times", "meta", "shadow", "attempts", "versions", "seen", "refused"],
 );

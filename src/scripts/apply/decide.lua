@@ -50,7 +50,7 @@ do
       op = h.op, shift = h.shift, unit = A.unit, maxv = h.max_value,
       is_sum = A.is_sum, latest = A.latest, seal_on = A.seal_on, meta_on = A.meta_on,
       attempts_on = A.attempts_on, att_limit = h.attempts, att = A.att, att_moved = A.att_moved,
-      rate_on = h.rate_events > 0, rules = A.rules, eid_at = at.eid,
+      rate_on = h.rate_events > 0, rules = A.rules, eid_at = at.eid, review = h.review,
       members = A.members, shapes = A.shapes, shape_len = A.shape_len,
       closes = A.closes, times = A.times, fields = h.fields,
       tie_at = at.tie, ts_at = at.ts, meta_at = at.meta, rts_at = at.rts,
@@ -90,7 +90,7 @@ do
   -- or m has used its attempts there. Also whether any period is open
   -- (only sealing can close every one) and whether any takes the event
   -- (only max_attempts can exhaust them).
-  local function takers(cx, sh, m, rts)
+  local function takers(cx, sh, m, rts, any_attempts)
     local sc = cx.shape_cur[sh]
     if not (cx.seal_on or cx.attempts_on) then return sc, true, true end
     local shape, closes, att, limit = cx.shapes[sh], cx.closes, cx.att, cx.att_limit
@@ -101,7 +101,7 @@ do
       if c and close and rts >= close then c = false end
       if c then
         any_open = true
-        if cx.attempts_on and att[shape[w]][m] >= limit then c = false end
+        if cx.attempts_on and not any_attempts and att[shape[w]][m] >= limit then c = false end
         if c then any_take = true end
       end
       tk[w] = c
@@ -143,6 +143,29 @@ do
       if rule then return (hold and HELD or RULE_REFUSED) + rule, tk, observed end
     end
     if cx.rate_on then cx.admit(cx.members[m], ts, cx.fields[f] .. ':' .. format('%d', off)) end
+    return APPLIED, tk
+  end
+
+  -- The code of a review (cx.review: the held event's id and whether it is
+  -- approved) carried by the event at ev[a] (member m, value num, shape
+  -- sh, the held event's own): UNKNOWN_HELD or DECIDED when the held event
+  -- is not pending; a rejection is APPLIED with nothing to write; an
+  -- approval takes the periods open at the record's time, attempts or not,
+  -- and is APPLIED unless every one is closed or a total would leave the
+  -- range (the held event stays pending).
+  local function review(cx, ev, a, m, num, sh, totals)
+    local rv, rules = cx.review, cx.rules
+    local rec, refusal = rules.reviewed(rv.id)
+    if refusal then return refusal end
+    if not rv.approve then
+      rules.decide(rv.id, rec, 'rejected')
+      return APPLIED, {}
+    end
+    local tk, any_open = takers(cx, sh, m, cx.seal_on and ev[a + cx.rts_at], true)
+    if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then return OUT_OF_RANGE, tk end
+    if not any_open then return PERIOD_CLOSED, tk end
+    rules.decide(rv.id, rec, 'approved')
+    rules.applied(m, ev[a + cx.ts_at], num)
     return APPLIED, tk
   end
 
@@ -233,6 +256,8 @@ do
           local id, tk = ids[i], nil
           if marked[i] or marks_in[id] then
             code = DUPLICATE
+          elseif cx.review then
+            code, tk = review(cx, ev, a, m, num, sh, totals)
           else
             code, tk, observed = judge(cx, ev, a, f, off, m, num, sh, totals)
           end
@@ -240,7 +265,7 @@ do
             marks_in[id] = true
             markers.add(i)
             apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
-            if cx.rules then cx.rules.applied(m, ev[a + cx.ts_at], num) end
+            if cx.rules and not cx.review then cx.rules.applied(m, ev[a + cx.ts_at], num) end
           elseif code >= OUT_OF_RANGE then
             if code >= HELD and code < RULE_REFUSED then
               -- Held: seen (a producer retry is a duplicate), counted nowhere.

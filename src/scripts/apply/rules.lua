@@ -16,7 +16,10 @@
 -- (MessagePack: state "pending", member, value, ts, rule, observed, held
 -- ms, meta), the queue zset (lex order, all scores 0) holds
 -- "<held ms, 13 digits>:<id>" of every pending one, and "<pqueue><member>"
--- the member's own; the reviews (apply.lua's approve, admin.lua) move them on.
+-- the member's own. A review (the header's review, one admin event alone
+-- in its call) decides a pending one: approved (its event applied as if it
+-- had passed the rules, without attempts or the rate limit) or rejected;
+-- either leaves both queues and stays in the hash, decided.
 --
 -- Gain windows: "<gain prefix><member>" holds the member's applied
 -- (ts, delta) pairs, MessagePack, read once per call (MGET) and written
@@ -31,6 +34,41 @@ do
   local CHUNK = Calls.CHUNK
   local SCORE, GAIN, JUMP = 0, 1, 2
 
+  -- The gain windows of A's members, read with one MGET per CHUNK.
+  local function windows(A, prefix)
+    local members, nm, win = A.members, A.nm, {}
+    for s = 1, nm, CHUNK do
+      local e = min(s + CHUNK - 1, nm)
+      local names = {}
+      for x = s, e do names[x - s + 1] = prefix .. members[x] end
+      local got = call('MGET', unpack(names))
+      for x = s, e do
+        local v = got[x - s + 1]
+        win[x] = v and unpack_mp(v) or {}
+      end
+    end
+    return win
+  end
+
+  -- all_at[sh]: the place of the all_time period in shape sh.
+  local function all_time_places(A)
+    local all_at = {}
+    for sh = 1, #A.shapes do
+      for w = 1, A.shape_len[sh] do
+        if A.h.periods[A.shapes[sh][w]].all_time then all_at[sh] = w end
+      end
+    end
+    return all_at
+  end
+
+  -- Whether value is a new best beyond best by more than jump allows.
+  local function jumped(jump, desc, value, best)
+    if desc then
+      return (jump.amount and value > best + jump.amount) or (jump.ratio and best > 0 and value * 1000 > best * jump.ratio)
+    end
+    return (jump.amount and value < best - jump.amount) or (jump.ratio and best > 0 and value * jump.ratio < best * 1000)
+  end
+
   -- The rules of the call (nil without any): reads the gain windows of
   -- A's members.
   function ApplyRules.open(A, now_ms)
@@ -38,30 +76,9 @@ do
     if not R then return nil end
     local r = { now_ms = now_ms, shift = A.h.shift, sum = A.is_sum, desc = A.h.op ~= 'lt' }
     local held_key, queue_key = KEYS[R.held], KEYS[R.queue]
-    local members, nm = A.members, A.nm
-    local win, moved = {}, {}
-    if R.gain then
-      local prefix = R.gain.prefix
-      for s = 1, nm, CHUNK do
-        local e = min(s + CHUNK - 1, nm)
-        local names = {}
-        for x = s, e do names[x - s + 1] = prefix .. members[x] end
-        local got = call('MGET', unpack(names))
-        for x = s, e do
-          local v = got[x - s + 1]
-          win[x] = v and unpack_mp(v) or {}
-        end
-      end
-    end
-    -- all_at[sh]: the place of the all_time period in shape sh.
-    local all_at = {}
-    if R.jump then
-      for sh = 1, #A.shapes do
-        for w = 1, A.shape_len[sh] do
-          if A.h.periods[A.shapes[sh][w]].all_time then all_at[sh] = w end
-        end
-      end
-    end
+    local members = A.members
+    local win, moved = R.gain and windows(A, R.gain.prefix) or {}, {}
+    local all_at = R.jump and all_time_places(A) or {}
 
     -- The window's total for member m at event time ts.
     local function gain_total(m, ts, window)
@@ -91,16 +108,8 @@ do
       local w = R.jump and all_at[sh]
       if w then
         local old = shape_cur[sh][w] and shape_cur[sh][w][m]
-        if old then
-          local best, j = floor(old / r.shift), R.jump
-          local jumped
-          if r.desc then
-            jumped = (j.amount and value > best + j.amount) or (j.ratio and best > 0 and value * 1000 > best * j.ratio)
-          else
-            jumped = (j.amount and value < best - j.amount) or (j.ratio and best > 0 and value * j.ratio < best * 1000)
-          end
-          if jumped then broke(JUMP, best, j.hold) end
-        end
+        local best = old and floor(old / r.shift)
+        if best and jumped(R.jump, r.desc, value, best) then broke(JUMP, best, R.jump.hold) end
       end
       return found, observed, found_hold
     end
@@ -121,6 +130,26 @@ do
       local place = format('%013d:%s', now_ms, id)
       call('ZADD', queue_key, 0, place)
       call('ZADD', R.pqueue .. members[m], 0, place)
+    end
+
+    -- A review's held event id: its record, and nil while it is pending,
+    -- else why it cannot be decided (UNKNOWN_HELD, DECIDED).
+    function r.reviewed(id)
+      local blob = call('HGET', held_key, id)
+      if not blob then return nil, Codes.UNKNOWN_HELD end
+      local rec = unpack_mp(blob)
+      if rec[1] ~= 'pending' then return rec, Codes.DECIDED end
+      return rec, nil
+    end
+
+    -- Held event id (its record rec) is decided (state "approved" or
+    -- "rejected"): recorded so, and out of both queues.
+    function r.decide(id, rec, state)
+      rec[1] = state
+      call('HSET', held_key, id, pack(rec))
+      local place = format('%013d:%s', rec[7], id)
+      call('ZREM', queue_key, place)
+      call('ZREM', R.pqueue .. rec[2], place)
     end
 
     -- Phase 3: the moved windows, pruned, each with its expiry.
