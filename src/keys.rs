@@ -26,8 +26,8 @@
 //! | `{prefix}:{.admin}:_outcome:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
 //! | `{prefix}:{tag}:_gain:<member>` | string | `gain_over`: the member's applied (event time, delta) pairs of the last two windows (MessagePack), `PX` two windows and a day |
-//! | `{prefix}:{tag}:_held` | hash | integrity: event id -> a held event (MessagePack: state, player, score, ts, rule, value, held at, meta), pending or decided |
-//! | `{prefix}:{tag}:_heldq` | zset | integrity: the pending held events, `<held at, ms, 13 digits>:<event id>`, in lexical order (scores 0) |
+//! | `{prefix}:{tag}:_held` | hash | integrity: event id -> a held event (MessagePack: state, player, score, ts, rule, value, stamp, meta), pending or decided |
+//! | `{prefix}:{tag}:_heldq` | zset | integrity: the pending held events, `<stamp>:<event id>` (stamp: the holding call's time in µs, 16 digits, and the event's place among those it held, 4 digits), in lexical order (scores 0) |
 //! | `{prefix}:{tag}:_heldp:<member>` | zset | integrity: the member's pending held events, as `_heldq` |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |

@@ -2,7 +2,7 @@
 //! events (score integrity), oldest first by when they were held, with
 //! `next`, the cursor of the next page (null on the last). A board's
 //! events are kept per tag (split, shard); the page merges its tags, whose
-//! places (`<held ms>:<event id>`) order them all. And `held: n`, a
+//! places (`<stamp>:<event id>`) order them all. And `held: n`, a
 //! player's pending held events on a board, for the player read.
 
 use std::collections::HashMap;
@@ -15,10 +15,8 @@ use super::target::{board_of, fresh_of, parse_num, player_base, split_of};
 use super::{ApiError, AppState};
 use crate::board::Board;
 use crate::keys;
+use crate::store::review::STAMP_DIGITS;
 use crate::store::{HeldEvent, Reader};
-
-/// The longest a cursor may be: a 13-digit time, a colon, a UUID.
-const CURSOR_MAX: usize = 13 + 1 + 36;
 
 pub(super) async fn review(
     State(s): State<AppState>,
@@ -61,11 +59,11 @@ pub(super) async fn review(
     Ok(Json(json!({ "board": board.id(), "held": held, "next": next })))
 }
 
+/// A place: a held event's stamp, a colon, its id.
 fn valid_cursor(c: &str) -> bool {
-    c.len() <= CURSOR_MAX
-        && c.split_once(':').is_some_and(|(ms, id)| {
-            ms.len() == 13 && ms.bytes().all(|b| b.is_ascii_digit()) && uuid::Uuid::parse_str(id).is_ok()
-        })
+    c.split_once(':').is_some_and(|(stamp, id)| {
+        stamp.len() == STAMP_DIGITS && stamp.bytes().all(|b| b.is_ascii_digit()) && uuid::Uuid::parse_str(id).is_ok()
+    })
 }
 
 /// The tags whose queues the page reads: the player's (of `split`, if the
@@ -111,10 +109,10 @@ mod tests {
 
     #[test]
     fn a_cursor_is_a_place_and_nothing_else() {
-        assert!(valid_cursor("1790000000500:00000000-0000-0000-0000-000000000007"));
-        assert!(!valid_cursor("1790000000500"));
-        assert!(!valid_cursor("179000000050:00000000-0000-0000-0000-000000000007"));
-        assert!(!valid_cursor("1790000000500:alice"));
-        assert!(!valid_cursor("(1790000000500:00000000-0000-0000-0000-000000000007"));
+        assert!(valid_cursor("17900000005001230002:00000000-0000-0000-0000-000000000007"));
+        assert!(!valid_cursor("17900000005001230002"));
+        assert!(!valid_cursor("1790000000500123000:00000000-0000-0000-0000-000000000007"));
+        assert!(!valid_cursor("17900000005001230002:alice"));
+        assert!(!valid_cursor("(17900000005001230002:00000000-0000-0000-0000-000000000007"));
     }
 }

@@ -127,7 +127,7 @@ A.dec, A.decimal = Value.decimals()
 A.value_name = Value.namer(h.shift, A.dec)
 
 ApplyRead.run(A)
-A.rules = ApplyRules.open(A, started[1] * 1000 + math.floor(started[2] / 1000))
+A.rules = ApplyRules.open(A, started[1] * 1000000 + started[2])
 local markers = Markers.open(h.seen, h.ttl)
 local out, last_off = ApplyDecide.run(A, offsets, markers)
 offsets.record(last_off)

@@ -34,7 +34,7 @@ mod protocol;
 mod queries;
 mod reads;
 mod registry;
-mod review;
+pub mod review;
 mod sched;
 mod scripts;
 mod send;

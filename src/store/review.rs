@@ -9,6 +9,9 @@ use super::{Reader, StoreError};
 use crate::event::Rule;
 use crate::keys;
 
+/// A held event's stamp: 16 digits of µs and 4 of its place in its call.
+pub const STAMP_DIGITS: usize = 20;
+
 /// Where a held event stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeldState {
@@ -46,19 +49,22 @@ pub struct HeldEvent {
     pub value: i64,
     /// When it was held (Redis's clock), ms.
     pub held_ms: i64,
+    /// Its stamp: the holding call's time (µs, 16 digits) and its place
+    /// among the events that call held (4 digits).
+    pub stamp: String,
     /// The event's `meta`, on boards that keep it.
     pub meta: Option<String>,
 }
 
 impl HeldEvent {
-    /// Its place in the queues: `<held ms, 13 digits>:<event id>`, which
-    /// is also the review listing's cursor.
+    /// Its place in the queues: `<stamp>:<event id>`, which is also the
+    /// review listing's cursor.
     pub fn place(&self) -> String {
-        format!("{:013}:{}", self.held_ms, self.event_id)
+        format!("{}:{}", self.stamp, self.event_id)
     }
 }
 
-/// A held record: `[state, player, score, ts, rule, value, held ms, meta]`.
+/// A held record: `[state, player, score, ts, rule, value, stamp, meta]`.
 pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
     let rd = &mut rd;
     if decode::read_array_len(rd).ok()? != 8 {
@@ -70,7 +76,11 @@ pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
     let ts = decode::read_int(rd).ok()?;
     let rule = Rule::ALL.get(decode::read_int::<usize, _>(rd).ok()?).copied()?;
     let value = decode::read_int(rd).ok()?;
-    let held_ms = decode::read_int(rd).ok()?;
+    let stamp = string(rd)?;
+    if stamp.len() != STAMP_DIGITS || !stamp.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let held_ms = stamp[..13].parse().ok()?;
     let meta = Some(string(rd)?).filter(|m| !m.is_empty());
     rd.is_empty().then(|| HeldEvent {
         event_id: event_id.to_string(),
@@ -81,6 +91,7 @@ pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
         rule,
         value,
         held_ms,
+        stamp,
         meta,
     })
 }
@@ -195,9 +206,10 @@ mod tests {
         rmp::encode::write_array_len(&mut b, 8).unwrap();
         rmp::encode::write_str(&mut b, state).unwrap();
         rmp::encode::write_str(&mut b, "alice").unwrap();
-        for n in [150i64, 1_790_000_000_001, 0, 150, 1_790_000_000_500] {
+        for n in [150i64, 1_790_000_000_001, 0, 150] {
             rmp::encode::write_sint(&mut b, n).unwrap();
         }
+        rmp::encode::write_str(&mut b, "17900000005001230002").unwrap();
         rmp::encode::write_str(&mut b, meta).unwrap();
         b
     }
@@ -210,7 +222,7 @@ mod tests {
             (HeldState::Pending, "alice", 150, Rule::ScoreOver, 150)
         );
         assert_eq!((h.ts, h.held_ms, h.meta.as_deref()), (1_790_000_000_001, 1_790_000_000_500, None));
-        assert_eq!(h.place(), "1790000000500:e1");
+        assert_eq!(h.place(), "17900000005001230002:e1");
         assert_eq!(decode_held("e1", &blob("rejected", "{\"a\":1}")).unwrap().meta.as_deref(), Some("{\"a\":1}"));
         assert!(decode_held("e1", &blob("lost", "")).is_none());
         let mut long = blob("pending", "");

@@ -13,10 +13,11 @@
 -- holds; among those alike, the first in that order.
 --
 -- Held events (r.hold): the held hash maps the event id to its record
--- (MessagePack: state "pending", member, value, ts, rule, observed, held
--- ms, meta), the queue zset (lex order, all scores 0) holds
--- "<held ms, 13 digits>:<id>" of every pending one, and "<pqueue><member>"
--- the member's own. A review (the header's review, one admin event alone
+-- (MessagePack: state "pending", member, value, ts, rule, observed, stamp,
+-- meta; the stamp is the call's time in µs, 16 digits, and the event's
+-- place among those the call held, 4 digits), the queue zset (lex order,
+-- all scores 0) holds "<stamp>:<id>" of every pending one, and
+-- "<pqueue><member>" the member's own. A review (the header's review, one admin event alone
 -- in its call) decides a pending one: approved (its event applied as if it
 -- had passed the rules, without attempts or the rate limit) or rejected;
 -- either leaves both queues and stays in the hash, decided.
@@ -71,10 +72,12 @@ do
 
   -- The rules of the call (nil without any): reads the gain windows of
   -- A's members.
-  function ApplyRules.open(A, now_ms)
+  function ApplyRules.open(A, now_us)
     local R = A.h.rules
     if not R then return nil end
-    local r = { now_ms = now_ms, shift = A.h.shift, sum = A.is_sum, desc = A.h.op ~= 'lt' }
+    local r = { shift = A.h.shift, sum = A.is_sum, desc = A.h.op ~= 'lt' }
+    -- Events held in this call, so far: their stamps keep the order they were held in.
+    local held_n = 0
     local held_key, queue_key = KEYS[R.held], KEYS[R.queue]
     local members = A.members
     local win, moved = R.gain and windows(A, R.gain.prefix) or {}, {}
@@ -126,8 +129,10 @@ do
     -- Holds event id of member m: its record, and its place in both queues.
     function r.hold(id, m, num, ts, rule, observed, meta)
       local value = r.sum and num or floor(num / r.shift)
-      call('HSET', held_key, id, pack({ 'pending', members[m], value, ts, rule, observed, now_ms, meta or '' }))
-      local place = format('%013d:%s', now_ms, id)
+      held_n = held_n + 1
+      local stamp = format('%016d%04d', now_us, held_n)
+      call('HSET', held_key, id, pack({ 'pending', members[m], value, ts, rule, observed, stamp, meta or '' }))
+      local place = stamp .. ':' .. id
       call('ZADD', queue_key, 0, place)
       call('ZADD', R.pqueue .. members[m], 0, place)
     end
@@ -147,7 +152,7 @@ do
     function r.decide(id, rec, state)
       rec[1] = state
       call('HSET', held_key, id, pack(rec))
-      local place = format('%013d:%s', rec[7], id)
+      local place = rec[7] .. ':' .. id
       call('ZREM', queue_key, place)
       call('ZREM', R.pqueue .. rec[2], place)
     end
