@@ -29,6 +29,7 @@
 //! | `{prefix}:{tag}:_held` | hash | integrity: event id -> a held event (MessagePack: state, player, score, ts, rule, value, stamp, meta), pending or decided |
 //! | `{prefix}:{tag}:_heldq` | zset | integrity: the pending held events, `<stamp>:<event id>` (stamp: the holding call's time in µs, 16 digits, and the event's place among those it held, 4 digits), in lexical order (scores 0) |
 //! | `{prefix}:{tag}:_heldp:<member>` | zset | integrity: the member's pending held events, as `_heldq` |
+//! | `{prefix}:{tag}:_heldt:<member>` | zset | `hold_hides_after`: the member's held events (id -> event time) of the last two windows, `PX` two windows and a day |
 //! | `{prefix}:{tag}:_keys` | set | every period key written on the tag, for erasure |
 //! | `{prefix}:{tag}:<period>:final` | zset | sealed snapshot of a closed period (`close_after`), same expiry |
 //! | `{prefix}:{tag}:_lgc:<round>` | zset | leagues: player -> cohort code (`tier * 2^32 + n`) in the round; same expiry |
@@ -229,6 +230,17 @@ pub fn gain_prefix(base: &str) -> String {
 /// A member's `gain_over` window (the apply script builds it from [`gain_prefix`]).
 pub fn gain_key(base: &str, member: &str) -> String {
     format!("{}{member}", gain_prefix(base))
+}
+
+/// Prefix completed with a member for the event times of its held events
+/// (`hold_hides_after`).
+pub fn held_times_prefix(base: &str) -> String {
+    format!("{base}:_heldt:")
+}
+
+/// A member's held events' times (the apply script builds it from [`held_times_prefix`]).
+pub fn held_times_key(base: &str, member: &str) -> String {
+    format!("{}{member}", held_times_prefix(base))
 }
 
 /// The tag's held events, pending and decided, by event id.

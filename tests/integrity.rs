@@ -267,3 +267,68 @@ async fn rules_hold_and_refuse_the_queue_lists_and_each_review_lands_once() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_player_held_too_often_is_hidden_by_an_admin_event_of_the_worker() {
+    let stack = Stack::start(1).await;
+    let admin = stack.admin_topic().await;
+    let review_topic = random_name("review");
+    stack.broker.create_topic(&review_topic, 1).await;
+    let boards = r#"
+[[board]]
+id = "pts"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+[board.integrity]
+score_over = { limit = 100, action = "hold" }
+hold_hides_after = { count = 2, window = "1h" }
+"#;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    cfg.admin_topics = vec![admin.clone()];
+    cfg.kafka_extra = format!("review_topic = \"{review_topic}\"");
+    let w = Worker::spawn(&cfg);
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    let s = Setup { stack, admin, review_topic, cfg, w };
+    let now = chrono::Utc::now().timestamp_millis();
+    let events = [
+        scored("match", "mallory", 60, now - 5000),
+        scored("match", "trent", 40, now - 5000),
+        scored("match", "mallory", 500, now - 4000),
+        scored("match", "mallory", 700, now - 3000), // the second held within the hour
+        scored("match", "mallory", 800, now - 2000), // a third: she is hidden once
+    ];
+    s.scores(&events.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>()).await;
+    // The worker produced one player_hidden to the admin topic and applied it.
+    let wait = Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + wait;
+    let hides = loop {
+        let hides: Vec<Value> = s
+            .stack
+            .broker
+            .read_all(&s.admin, 1)
+            .iter()
+            .map(|m| serde_json::from_slice(m.payload().unwrap()).unwrap())
+            .collect();
+        if !hides.is_empty() || std::time::Instant::now() > deadline {
+            break hides;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    s.stack.broker.wait_committed_to_end(&s.cfg.group, &s.admin, 1, wait);
+    let kinds: Vec<(&str, &str)> =
+        hides.iter().map(|v| (v["type"].as_str().unwrap(), v["player_id"].as_str().unwrap())).collect();
+    assert_eq!(kinds, [("player_hidden", "mallory"), ("player_hidden", "mallory")], "one per hold past the limit");
+    assert_eq!(hides[0]["boards"], json!(["pts"]));
+    let (_, top) = s.w.get_json("/v1/boards/pts/top?fresh=true").await;
+    let players: Vec<&str> =
+        top["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
+    assert_eq!(players, ["trent"], "{top}");
+    let (_, mallory) = s.score_of("pts", "mallory").await;
+    assert_eq!(
+        (mallory["hidden"].as_bool(), mallory["score"].as_i64(), mallory["held"].as_i64()),
+        (Some(true), Some(60), Some(3)),
+        "{mallory}"
+    );
+    assert_eq!(s.dead(), [], "nothing dead-lettered");
+}

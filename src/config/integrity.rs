@@ -106,3 +106,69 @@ fn hides(field: &str, h: &RawHides, e: &mut Errors) -> Option<(u32, i64)> {
     let window = e.duration_at_least(&format!("{field}.window"), &h.window, Duration::from_millis(1), "1ms");
     Some((count? as u32, window?.as_millis().min(i64::MAX as u128 / 4) as i64))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::board::integrity::{Action, Jump};
+    use crate::config::{load_str, ConfigError};
+
+    fn text(kafka: &str, mode: &str, periods: &str, integrity: &str) -> String {
+        format!(
+            "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n{kafka}\n\
+             [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"{mode}\"\nperiods = [{periods}]\n\
+             [board.integrity]\n{integrity}\n"
+        )
+    }
+
+    fn fields(text: &str) -> Vec<String> {
+        match load_str(text, Vec::new()) {
+            Err(ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
+            other => panic!("expected field errors, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rules_parse_and_each_refusal_names_its_field() {
+        let review = "review_topic = \"r\"";
+        let sum = |rules: &str| text(review, "sum", "\"all_time\"", rules);
+        let s = load_str(
+            &sum("score_over = { limit = 100, action = \"hold\" }\n\
+                  gain_over = { limit = 5000, window = \"1h\", action = \"reject\" }\n\
+                  hold_hides_after = { count = 3, window = \"1d\" }"),
+            Vec::new(),
+        )
+        .unwrap();
+        let r = s.boards[0].integrity();
+        assert_eq!(r.score_over, Some((100, Action::Hold)));
+        assert_eq!(r.gain_over, Some((5000, 3_600_000, Action::Reject)));
+        assert_eq!(r.hides_after, Some((3, 86_400_000)));
+        let best = |periods: &str, rules: &str| text(review, "best", periods, rules);
+        let s =
+            load_str(&best("\"all_time\"", "jump_over = { limit = \"2.5x\", action = \"hold\" }"), Vec::new()).unwrap();
+        assert_eq!(s.boards[0].integrity().jump_over, Some((Jump::Ratio(2500), Action::Hold)));
+        // Each refusal names its field.
+        for (text, field) in [
+            (sum("score_over = { limit = 100, action = \"flag\" }"), "board[0].integrity.score_over.action"),
+            (sum("score_over = { limit = \"3x\", action = \"hold\" }"), "board[0].integrity.score_over.limit"),
+            (sum("score_over = { limit = 1, window = \"1h\", action = \"hold\" }"), "board[0].integrity.score_over.window"),
+            (sum("gain_over = { limit = 100, action = \"hold\" }"), "board[0].integrity.gain_over.window"),
+            (sum("jump_over = { limit = 100, action = \"hold\" }"), "board[0].integrity.jump_over"),
+            (best("\"all_time\"", "gain_over = { limit = 1, window = \"1h\", action = \"hold\" }"), "board[0].integrity.gain_over"),
+            (best("\"daily\"", "jump_over = { limit = 100, action = \"hold\" }"), "board[0].integrity.jump_over"),
+            (best("\"all_time\"", "jump_over = { limit = \"1x\", action = \"hold\" }"), "board[0].integrity.jump_over.limit"),
+            (best("\"all_time\"", "jump_over = { limit = 0, action = \"hold\" }"), "board[0].integrity.jump_over.limit"),
+            (sum("score_over = { limit = 1, action = \"reject\" }\nhold_hides_after = { count = 2, window = \"1h\" }"), "board[0].integrity.hold_hides_after"),
+            (sum("score_over = { limit = 1, action = \"hold\" }\nhold_hides_after = { count = 0, window = \"1h\" }"), "board[0].integrity.hold_hides_after.count"),
+            (text("", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"hold\" }"), "kafka.review_topic"),
+            (text("review_topic = \"d\"", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"hold\" }"), "kafka.review_topic"),
+        ] {
+            assert!(fields(&text).contains(&field.to_string()), "{field}: {:?}", fields(&text));
+        }
+        // A board whose rules only refuse needs no review topic.
+        assert!(load_str(
+            &text("", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"reject\" }"),
+            Vec::new()
+        )
+        .is_ok());
+    }
+}

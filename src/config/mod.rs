@@ -119,6 +119,15 @@ fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
             e.push("kafka.changes_topic", format!("must be set: board '{}' has notify_top", b.id()));
         }
     }
+    if kafka.admin_topics.is_empty() {
+        if let Some(b) = boards.iter().find(|b| b.integrity().hides_after.is_some()) {
+            let why = format!(
+                "must name a topic: board '{}' has hold_hides_after, which hides players by admin events",
+                b.id()
+            );
+            e.push("kafka.admin_topics", why);
+        }
+    }
     if kafka.review_topic.is_none() {
         if let Some(b) = boards.iter().find(|b| b.integrity().holds()) {
             e.push("kafka.review_topic", format!("must be set: board '{}' has a rule with action = \"hold\"", b.id()));

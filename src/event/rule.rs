@@ -37,6 +37,15 @@ impl Rule {
 pub const HELD_BASE: i64 = 10;
 pub const REFUSED_BASE: i64 = 13;
 
+/// An event held by a rule that brings its player to `hold_hides_after`:
+/// the code is this plus the rule's index (the player is to be hidden).
+pub const HIDE_BASE: i64 = 20;
+
+/// Whether a held code also hides the player.
+pub fn hides(code: i64) -> bool {
+    (HIDE_BASE..HIDE_BASE + 3).contains(&code)
+}
+
 /// A review's codes: no held event of that id on the tag; already decided.
 pub const UNKNOWN_HELD: i64 = 16;
 pub const DECIDED: i64 = 17;
@@ -51,6 +60,7 @@ pub fn rule_of_code(code: i64) -> Option<(Rule, bool)> {
     match code {
         c if (HELD_BASE..REFUSED_BASE).contains(&c) => Some((rule(c - HELD_BASE)?, true)),
         c if (REFUSED_BASE..REFUSED_BASE + 3).contains(&c) => Some((rule(c - REFUSED_BASE)?, false)),
+        c if hides(c) => Some((rule(c - HIDE_BASE)?, true)),
         _ => None,
     }
 }
@@ -66,7 +76,10 @@ mod tests {
             assert_eq!(rule_of_code(REFUSED_BASE + rule.index()), Some((rule, false)));
             assert_eq!(Rule::parse(rule.as_str()), Some(rule));
         }
+        assert_eq!(rule_of_code(HIDE_BASE + Rule::GainOver.index()), Some((Rule::GainOver, true)));
+        assert!(hides(HIDE_BASE + Rule::JumpOver.index()) && !hides(held_code(Rule::JumpOver)));
         assert_eq!(rule_of_code(7), None);
         assert_eq!(rule_of_code(16), None);
+        assert_eq!(rule_of_code(23), None);
     }
 }

@@ -50,6 +50,8 @@ enum Kind {
     Change(Arc<str>),
     /// A held event of this board, for review.
     Review(Arc<str>),
+    /// A `player_hidden` of this board's `hold_hides_after`, for the admin topic.
+    Hide,
 }
 
 impl Outgoing {
@@ -114,12 +116,21 @@ impl Outgoing {
         }
     }
 
+    /// A `player_hidden` admin event made by a hold at `source`, for `to`,
+    /// the first admin topic.
+    pub fn hide(source: (&Arc<str>, i32, i64), to: Arc<str>, record: (String, Vec<u8>, OwnedHeaders)) -> Outgoing {
+        let mut out = Outgoing::review(source, "", to, record);
+        out.kind = Kind::Hide;
+        out
+    }
+
     /// The topic it goes to.
     fn what(&self) -> &'static str {
         match self.kind {
             Kind::DeadLetter(_) => "dead-letter topic",
             Kind::Change(_) => "changes topic",
             Kind::Review(_) => "review topic",
+            Kind::Hide => "admin topic",
         }
     }
 }
@@ -165,12 +176,13 @@ pub async fn send(producer: &KafkaProducer, mut records: Vec<Outgoing>, wait: Op
                 Kind::DeadLetter(reason) => m.dead_letters.with_label_values(&[reason.as_str()]).inc(),
                 Kind::Change(board) => m.rank_changes.with_label_values(&[board]).inc(),
                 Kind::Review(board) => m.review.records.with_label_values(&[board]).inc(),
+                Kind::Hide => {}
             },
             Some(Ok(Err(e))) => {
                 match r.kind {
                     Kind::DeadLetter(_) => m.dead_letter_errors.inc(),
                     Kind::Change(_) => m.rank_change_errors.inc(),
-                    Kind::Review(_) => m.review.record_errors.inc(),
+                    Kind::Review(_) | Kind::Hide => m.review.record_errors.inc(),
                 }
                 warn!(error = %e, topic = %r.topic, partition = r.partition, offset = r.offset,
                     "Could not produce to the {}; the record's partition waits.", r.what());

@@ -122,6 +122,8 @@ pub(crate) struct Context {
     changes_topic: Option<Arc<str>>,
     /// Where held events go (`kafka.review_topic`).
     review_topic: Option<Arc<str>>,
+    /// Where `hold_hides_after` sends its `player_hidden` (the first admin topic).
+    admin_topic: Option<Arc<str>>,
 }
 
 /// The batch loop's state, with its steps as methods.
@@ -207,6 +209,7 @@ pub async fn run_with(
     let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());
     let changes_topic = settings.kafka.changes_topic.as_deref().map(Arc::from);
     let review_topic = settings.kafka.review_topic.as_deref().map(Arc::from);
+    let admin_topic = settings.kafka.admin_topics.first().map(|t| Arc::from(t.as_str()));
     let cx = Context {
         settings,
         router,
@@ -223,6 +226,7 @@ pub async fn run_with(
         dead_letter_topic,
         changes_topic,
         review_topic,
+        admin_topic,
     };
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
@@ -370,7 +374,8 @@ impl Pipeline {
             _ => Vec::new(),
         };
         if let Some(to) = &self.cx.review_topic {
-            out.extend(review::outgoing(&items, &records, self.cx.router.boards(), to));
+            let admin = self.cx.admin_topic.as_ref();
+            out.extend(review::outgoing(&items, &records, self.cx.router.boards(), to, admin));
         }
         let m = metrics::get();
         let boards = self.cx.router.boards();

@@ -65,7 +65,9 @@ pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>])
                 Tally::Refused(Reason::from_script_code(*code).unwrap_or(Reason::ScoreOutOfRange))
             }
             (Decision::Write(_), Some(ApplyResult::RuleRefused(rule, _))) => Tally::Refused(Reason::of_rule(*rule)),
-            (Decision::Write(_), Some(ApplyResult::Held(rule, value))) => Tally::Held(*rule, *value),
+            (Decision::Write(_), Some(ApplyResult::Held(rule, value) | ApplyResult::HeldPastLimit(rule, value))) => {
+                Tally::Held(*rule, *value)
+            }
             (Decision::Write(_), None) => continue, // cannot happen: every write has a result
         };
         out.push((*b, tally));

@@ -66,17 +66,48 @@ pub fn record(board: &Board, base: &str, event: &Event, rule: Rule, value: i64) 
     (event.player_id.clone(), body.to_string().into_bytes(), headers)
 }
 
-/// Every review record of a landed batch, for `to`.
-pub fn outgoing(items: &[Item], records: &[Record], boards: &[Board], to: &Arc<str>) -> Vec<Outgoing> {
+/// The `player_hidden` a hold that brought its player to `hold_hides_after`
+/// makes: its id is the held event's and the board's, so that however often
+/// the hold is redelivered, the player is hidden once.
+pub fn hide(board: &Board, event: &Event) -> (String, Vec<u8>, OwnedHeaders) {
+    let name = format!("rankflow-hold-hides/{}/{}", event.event_id, board.id());
+    let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes());
+    let body = json!({
+        "event_id": id.to_string(),
+        "type": "player_hidden",
+        "player_id": event.player_id,
+        "boards": [board.id()],
+        "ts": event.ts_ms,
+    });
+    (event.player_id.clone(), body.to_string().into_bytes(), OwnedHeaders::new())
+}
+
+/// Every review record of a landed batch, for `to`, and the hides for `admin`
+/// (the first admin topic).
+pub fn outgoing(
+    items: &[Item],
+    records: &[Record],
+    boards: &[Board],
+    to: &Arc<str>,
+    admin: Option<&Arc<str>>,
+) -> Vec<Outgoing> {
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let Item::Event { event, decisions, results } = item else { continue };
         for ((b, decision), result) in decisions.iter().zip(results) {
-            let (Decision::Write(w), Some(ApplyResult::Held(rule, value))) = (decision, result) else { continue };
+            let (rule, value, past) = match result {
+                Some(ApplyResult::Held(rule, value)) => (rule, value, false),
+                Some(ApplyResult::HeldPastLimit(rule, value)) => (rule, value, true),
+                _ => continue,
+            };
+            let Decision::Write(w) = decision else { continue };
             let board = &boards[*b];
             let r = &records[i];
             let source = (&r.topic, r.partition, r.offset);
             out.push(Outgoing::review(source, board.id(), to.clone(), record(board, &w.base, event, *rule, *value)));
+            if let (true, Some(admin)) = (past, admin) {
+                out.push(Outgoing::hide(source, admin.clone(), hide(board, event)));
+            }
         }
     }
     out

@@ -10,7 +10,7 @@
 -- keys, their dense indexes, totals and ranks hold only the visible
 -- players; apply.lua writes a hidden player's later events to the shadows.
 --
--- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key held held_queue held_player gain_key
+-- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key held held_queue held_player gain_key held_times
 -- derives: period dense counts times meta shadow attempts versions seen refused
 --   (per period id: the period key and its per-period keys, each from its
 --   header prefix, and its version hash from KEYS[h.versions]; marker
@@ -27,9 +27,10 @@
 --   prefixes: period ("<prefix>:{tag}:", the rest is a period id), dense,
 --            counts, times, meta, shadow, attempts ("..._dense:" and so on)
 --   rate_key KEYS index of the member's rate-limit window (an erasure deletes it)
---   held, held_queue, held_player, gain_key   KEYS indexes of the tag's
---            held events and their queue, the member's own queue and gain
---            window (integrity rules; an erasure removes the member's)
+--   held, held_queue, held_player, gain_key, held_times   KEYS indexes
+--            of the tag's held events and their queue, the member's own
+--            queue, gain window and held events' times (integrity rules; an
+--            erasure removes the member's)
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
@@ -255,7 +256,7 @@ elseif op == 'erase' then
   call('DEL', KEYS[h.rate_key])
   -- Integrity: the player's held events, pending and decided, and their
   -- gain window. Decided ones are found by a walk of the held events.
-  call('DEL', KEYS[h.gain_key])
+  call('DEL', KEYS[h.gain_key], KEYS[h.held_times])
   for _, place in ipairs(call('ZRANGE', KEYS[h.held_player], 0, -1)) do call('ZREM', KEYS[h.held_queue], place) end
   call('DEL', KEYS[h.held_player])
   local cursor = '0'

@@ -32,7 +32,7 @@
 -- metadata) is as for any player.
 --
 -- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue
--- derives: rate refused seen changes gain pqueue
+-- derives: rate refused seen changes gain pqueue hides
 --   (rate-limit windows per member, refusals per record, marker buckets,
 --   remembered rank changes per record, gain windows and pending held
 --   events per member: each prefix is a header field)

@@ -89,6 +89,7 @@ pub fn admin_invocation(
         ("held_queue", keys::held_queue_key(base)),
         ("held_player", keys::held_player_key(base, call.member)),
         ("gain_key", keys::gain_key(base, call.member)),
+        ("held_times", keys::held_times_key(base, call.member)),
     ] {
         keys.push(key);
         h.int(name, keys.len() as i64);
@@ -195,7 +196,8 @@ mod tests {
                     "lb:{p}:_held",
                     "lb:{p}:_heldq",
                     "lb:{p}:_heldp:alice",
-                    "lb:{p}:_gain:alice"
+                    "lb:{p}:_gain:alice",
+                    "lb:{p}:_heldt:alice"
                 ]
             ]
             .concat()
@@ -212,7 +214,7 @@ mod tests {
                  seen: lb:{{p}}:_seen:, ttl: 60, refused: lb:{{p}}:_refused:, period: lb:{{p}}:, \
                  dense: lb:{{p}}:_dense:, counts: lb:{{p}}:_dcount:, times: lb:{{p}}:_ts:, meta: lb:{{p}}:_meta:, \
                  shadow: lb:{{p}}:_hid:, attempts: lb:{{p}}:_att:, rate_key: 9, held: 10, held_queue: 11, \
-                 held_player: 12, gain_key: 13, mode: sum, \
+                 held_player: 12, gain_key: 13, held_times: 14, mode: sum, \
                  shift: 1, desc: true, top_k: 0, dense_on: true, op: adjust, delta: -5, ts: 42, tie: 3, \
                  max_value: {max}, periods: [{{id: d:2026-08-14, expire_at: 100}}, {{id: all, expire_at: 0}}]}}"
             )

@@ -33,6 +33,9 @@ pub enum ApplyResult {
     /// An integrity rule held the event for review: the rule and the value
     /// that broke it.
     Held(Rule, i64),
+    /// Held, and the player has now had `hold_hides_after` events held
+    /// within its window: they are to be hidden.
+    HeldPastLimit(Rule, i64),
 }
 
 /// The error code a script answers when its tag is not registered: the
@@ -323,6 +326,13 @@ fn rules_header(r: &Integrity, base: &str, held: i64, queue: i64) -> Vec<u8> {
         m.bool("hold", action == Action::Hold);
         h.raw("jump", &m.finish());
     }
+    if let Some((count, window)) = r.hides_after {
+        let mut m = MapWriter::default();
+        m.int("count", i64::from(count));
+        m.int("window", window);
+        m.str("prefix", &keys::held_times_prefix(base));
+        h.raw("hides", &m.finish());
+    }
     h.int("held", held);
     h.int("queue", queue);
     h.str("pqueue", &keys::held_player_prefix(base));
@@ -452,7 +462,9 @@ pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>,
             Some((rule, held)) => {
                 let (&observed, more) = more.split_first()?;
                 rest = more;
-                if held {
+                if crate::event::rule::hides(*code) {
+                    ApplyResult::HeldPastLimit(rule, observed)
+                } else if held {
                     ApplyResult::Held(rule, observed)
                 } else {
                     ApplyResult::RuleRefused(rule, observed)

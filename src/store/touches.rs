@@ -93,7 +93,7 @@ pub const APPLY: Touches = by_name(
         "held",
         "queue",
     ],
-    &["rate", "refused", "seen", "changes", "gain", "pqueue"],
+    &["rate", "refused", "seen", "changes", "gain", "pqueue", "hides"],
 );
 pub const ADMIN: Touches = by_name(
     "admin.lua",
@@ -112,6 +112,7 @@ pub const ADMIN: Touches = by_name(
         "held_queue",
         "held_player",
         "gain_key",
+        "held_times",
     ],
     &["period", "dense", "counts", "times", "meta", "shadow", "attempts", "versions", "seen", "refused"],
 );

@@ -12,7 +12,8 @@
 -- period of the event (a period where it has attempts left takes the
 -- event, counted there, and the others skip it); RATE_LIMITED when the
 -- member's window is full; HELD + rule or RULE_REFUSED + rule when an
--- integrity rule (rules.lua) holds or refuses it, the value that broke it
+-- integrity rule (rules.lua) holds or refuses it (HIDE + rule: held, and
+-- the member reached hold_hides_after), the value that broke it
 -- following the code in the reply; else APPLIED, and its marker is added
 -- (a held event's marker too: it is seen, and counts nowhere).
 
@@ -22,7 +23,7 @@ do
   local APPLIED, DUPLICATE = Codes.APPLIED, Codes.DUPLICATE
   local OUT_OF_RANGE, RATE_LIMITED = Codes.OUT_OF_RANGE, Codes.RATE_LIMITED
   local PERIOD_CLOSED, ATTEMPTS_EXHAUSTED = Codes.PERIOD_CLOSED, Codes.ATTEMPTS_EXHAUSTED
-  local HELD, RULE_REFUSED = Codes.HELD, Codes.RULE_REFUSED
+  local HELD, RULE_REFUSED, HIDE = Codes.HELD, Codes.RULE_REFUSED, Codes.HIDE
 
   -- The sliding window (ts - window, ts] of admitted events: full(member,
   -- ts) when no more fits, admit(member, ts, id) to take a place in it.
@@ -271,7 +272,10 @@ do
               -- Held: seen (a producer retry is a duplicate), counted nowhere.
               marks_in[id] = true
               markers.add(i)
-              cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], code - HELD, observed, cx.meta_on and ev[a + cx.meta_at])
+              local rule = code - HELD
+              if cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], rule, observed, cx.meta_on and ev[a + cx.meta_at]) then
+                code = HIDE + rule
+              end
             end
             offsets.refuse(f, off, code, observed)
           end

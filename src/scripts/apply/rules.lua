@@ -5,6 +5,8 @@
 --   score   the event's value (its delta on sum boards) above limit
 --   gain    sum boards: the member's applied deltas with event times in
 --           (ts - window, ts], plus this one, above limit
+--   hides   hold_hides_after: count, window, and the prefix of the
+--           members' held events' times (see r.hold)
 --   jump    best boards: a new best beyond the member's all-time best (the
 --           period the header marks all_time) by more than amount, or by
 --           more than ratio (thousandths) when that best is positive
@@ -126,7 +128,20 @@ do
       moved[m] = true
     end
 
-    -- Holds event id of member m: its record, and its place in both queues.
+    -- hold_hides_after: whether member m, with its event id held at event
+    -- time ts, has now had count held within the window ending at ts.
+    local function past_limit(m, id, ts)
+      local hides = R.hides
+      if not hides then return false end
+      local key, window = hides.prefix .. members[m], hides.window
+      call('ZADD', key, ts, id)
+      call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (ts - 2 * window))
+      call('PEXPIRE', key, 2 * window + 86400000)
+      return call('ZCOUNT', key, '(' .. (ts - window), ts) >= hides.count
+    end
+
+    -- Holds event id of member m: its record, and its place in both
+    -- queues. Returns whether m is now past hold_hides_after.
     function r.hold(id, m, num, ts, rule, observed, meta)
       local value = r.sum and num or floor(num / r.shift)
       held_n = held_n + 1
@@ -135,6 +150,7 @@ do
       local place = stamp .. ':' .. id
       call('ZADD', queue_key, 0, place)
       call('ZADD', R.pqueue .. members[m], 0, place)
+      return past_limit(m, id, ts)
     end
 
     -- A review's held event id: its record, and nil while it is pending,
