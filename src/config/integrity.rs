@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn rules_parse_and_each_refusal_names_its_field() {
-        let review = "review_topic = \"r\"";
+        let review = "review_topic = \"r\"\nadmin_topics = [\"a\"]";
         let sum = |rules: &str| text(review, "sum", "\"all_time\"", rules);
         let s = load_str(
             &sum("score_over = { limit = 100, action = \"hold\" }\n\
@@ -161,6 +161,10 @@ mod tests {
             (sum("score_over = { limit = 1, action = \"hold\" }\nhold_hides_after = { count = 0, window = \"1h\" }"), "board[0].integrity.hold_hides_after.count"),
             (text("", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"hold\" }"), "kafka.review_topic"),
             (text("review_topic = \"d\"", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"hold\" }"), "kafka.review_topic"),
+            (
+                text("review_topic = \"r\"", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"hold\" }\nhold_hides_after = { count = 2, window = \"1h\" }"),
+                "kafka.admin_topics",
+            ),
         ] {
             assert!(fields(&text).contains(&field.to_string()), "{field}: {:?}", fields(&text));
         }
