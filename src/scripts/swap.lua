@@ -4,14 +4,17 @@
 -- tag (the rebuild's key prefix differs only before it), so they are on
 -- one node and this script sees them all.
 --
--- keys: live_offsets built_offsets live_registry built_registry live_sealed built_sealed live_hidden built_hidden
--- derives: live_pp built_pp live_seen built_seen aux
+-- keys: live_offsets built_offsets live_registry built_registry live_sealed built_sealed live_hidden built_hidden live_held built_held live_queue built_queue
+-- derives: live_pp built_pp live_seen built_seen live_pqueue built_pqueue aux
 --   (the period keys under the live and rebuilt prefixes, their dedupe
---   hashes, and the per-period keys of each aux pair of prefixes)
+--   hashes, the players' queues of held events, and the per-period keys
+--   of each aux pair of prefixes)
 -- KEYS[1]  live offsets hash          KEYS[2]  rebuilt offsets hash
 -- KEYS[3]  live registry of period keys   KEYS[4]  rebuilt registry
 -- KEYS[5]  live sealed hash           KEYS[6]  rebuilt sealed hash
 -- KEYS[7]  live hidden set            KEYS[8]  rebuilt hidden set
+-- KEYS[9]  live held events           KEYS[10] rebuilt held events
+-- KEYS[11] live queue of held events  KEYS[12] rebuilt queue
 -- ARGV[1]  the live period key prefix ("lb:{points}:")
 -- ARGV[2]  the rebuilt period key prefix ("_rebuild:lb:{points}:")
 -- ARGV[3]  dedupe_ttl, seconds
@@ -19,7 +22,9 @@
 -- ARGV[6]  the suffix of a sealed snapshot's period id (":final")
 -- ARGV[7], ARGV[8]  what a rolling board's period id, and its build's,
 --          start with ("r:", "_roll:r:")
--- ARGV[9..] pairs: a live and a rebuilt per-period key prefix (the dense
+-- ARGV[9], ARGV[10]  the live and rebuilt prefixes of the players' queues
+--          of held events ("..:_heldp:")
+-- ARGV[11..] pairs: a live and a rebuilt per-period key prefix (the dense
 --          index, its counts, event times, metadata, attempts, hidden
 --          players' values, a league round's cohorts, open cohorts and
 --          waiting players), each completed with a period id
@@ -34,8 +39,10 @@
 -- that period is sealed live: a sealed period is final, and stays as the
 -- live workers sealed it), and so do the hidden set and the dedupe hashes
 -- of the current windows; the offsets (with the tag's registration) are
--- copied. Sealed snapshots, rolling boards,
--- the sealed hash and rate-limit windows are the live tag's and stay.
+-- copied; the held events (integrity rules), pending and decided, and
+-- their queues are the rebuilt ones. Sealed snapshots, rolling boards,
+-- the sealed hash, rate-limit and gain windows and the held events' times
+-- of hold_hides_after are the live tag's and stay.
 -- Reply: {1, period keys swapped in}.
 
 local call = redis.call
@@ -46,7 +53,8 @@ local ttl = tonumber(ARGV[3])
 local live_seen, built_seen = ARGV[4], ARGV[5]
 local aux = {}
 local final_suffix, rolling, building = ARGV[6], ARGV[7], ARGV[8]
-for i = 9, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
+local live_pqueue, built_pqueue = ARGV[9], ARGV[10]
+for i = 11, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
 
 -- Only the partition fields ("<topic>:<partition>") compare: the field
 -- "registered" (keys::REGISTERED_FIELD) is not an offset.
@@ -107,6 +115,16 @@ end
 call('UNLINK', live_off)
 call('COPY', built_off, live_off)
 move(built_hidden, live_hidden)
+-- Held events: the players' queues go with their held events' records.
+local function players(held)
+  local out = {}
+  for _, blob in ipairs(call('HVALS', held)) do out[cmsgpack.unpack(blob)[2]] = true end
+  return out
+end
+for p in pairs(players(KEYS[9])) do call('UNLINK', live_pqueue .. p) end
+for p in pairs(players(KEYS[10])) do move(built_pqueue .. p, live_pqueue .. p) end
+move(KEYS[10], KEYS[9])
+move(KEYS[12], KEYS[11])
 -- The dedupe hashes that may still be consulted: every rebuilt one takes
 -- the live one's place (it holds every event the live one saw in that
 -- window, or the rebuilt one of a later window does); a live one without

@@ -29,9 +29,16 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     for base in [live, built] {
         inv.key(keys::hidden_key(base));
     }
+    for base in [live, built] {
+        inv.key(keys::held_key(base));
+    }
+    for base in [live, built] {
+        inv.key(keys::held_queue_key(base));
+    }
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
     inv.arg(keys::final_id("")).arg(keys::rolling_id("")).arg(keys::rolling_build_id(""));
+    inv.arg(keys::held_player_prefix(live)).arg(keys::held_player_prefix(built));
     // A league round's cohorts, open cohorts and waiting players go with
     // its period key; its results exist only once it is sealed, and stay.
     let per_period: [fn(&str) -> String; 9] = [

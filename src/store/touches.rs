@@ -65,8 +65,12 @@ pub const SWAP: Touches = positional(
         "built_sealed",
         "live_hidden",
         "built_hidden",
+        "live_held",
+        "built_held",
+        "live_queue",
+        "built_queue",
     ],
-    &["live_pp", "built_pp", "live_seen", "built_seen", "aux"],
+    &["live_pp", "built_pp", "live_seen", "built_seen", "live_pqueue", "built_pqueue", "aux"],
 );
 pub const APPLY: Touches = by_name(
     "apply.lua",
