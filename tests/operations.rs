@@ -37,11 +37,14 @@ async fn metrics_count_what_the_model_expects_and_cover_every_dashboard_and_aler
     let Stack { redis, broker, topic, dlq } = Stack::start(2).await;
     let s = stream::generate(5_000, 11);
     broker.produce(&topic, &s.records).await;
-    // A league board too (of an event type the stream does not hold): its families are there from the start.
+    // A league board and a board with an integrity rule too (of event types the stream does not hold):
+    // their families are there from the start.
     let boards = format!(
         "{BOARDS}\n[[board]]\nid = \"league\"\non = [\"league_match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
          schedules = [{{ name = \"week\", cron = \"0 0 * * MON\", duration = \"7d\" }}]\nclose_after = \"1h\"\n\
-         [board.league]\nrounds = \"week\"\ntiers = [\"bronze\", \"silver\"]\ncohort_size = 30\npromote = 5\ndemote = 5\n"
+         [board.league]\nrounds = \"week\"\ntiers = [\"bronze\", \"silver\"]\ncohort_size = 30\npromote = 5\ndemote = 5\n\
+         [[board]]\nid = \"checked\"\non = [\"checked_match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+         [board.integrity]\nscore_over = {{ limit = 1000, action = \"reject\" }}\n"
     );
     let cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     let w = Worker::spawn(&cfg);
