@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use rankflow::board::integrity::{Action, Integrity, Jump};
-use rankflow::board::{PeriodWrite, WriteOp, WriteParams};
+use rankflow::board::{PeriodWrite, Review, WriteOp, WriteParams};
 use rankflow::event::Rule;
 use rankflow::keys;
 use rankflow::store::{decode_held, ApplyItem, ApplyResult, Store, TagBatch};
@@ -47,7 +47,7 @@ async fn held(
         let h = decode_held(&id, &blob).expect("a held record");
         out.push((id, h.state.as_str().to_string(), h.player_id, h.score, h.ts, h.rule.index(), h.value));
     }
-    out.sort_by_key(|h| h.4);
+    out.sort_by(|a, b| (a.4, &a.0).cmp(&(b.4, &b.0)));
     let queue: Vec<String> =
         redis::cmd("ZRANGE").arg(keys::held_queue_key("lb:{p}")).arg(0).arg(-1).query_async(conn).await.unwrap();
     (out, queue)
@@ -176,4 +176,39 @@ async fn a_held_event_spends_no_rate_limit_slot_and_a_rate_limited_one_is_not_he
     )
     .await;
     assert_eq!(got, [Held(Rule::ScoreOver, 500), Applied, Applied, Refused(limited)]);
+}
+
+#[tokio::test]
+async fn a_rebuilds_review_read_before_its_event_decides_the_event_as_it_is_held() {
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, 60, &[]).await;
+    let mut conn = redis.conn().await;
+    let mut params = WriteParams::plain(WriteOp::Sum, 1, MAX);
+    params.integrity = Integrity { score_over: Some((100, Action::Hold)), ..Integrity::default() };
+    let p = vec![period_write("p", "all", None)];
+    let (approved, rejected, unknown) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+    let reviews: Vec<Uuid> = (11..=14).map(Uuid::from_u128).collect();
+    let review = |held, approve, early| {
+        let mut r = params;
+        r.review = Some(Review { held, approve, early });
+        r
+    };
+    let admin = |offset, id| ApplyItem { field: "admin:0", ..ev(offset, "alice", 0, T0, id, &[]) };
+    // Reviews first (a rebuild reads the admin topic beside the scores), then the events.
+    assert_eq!(apply(&s, review(approved, true, true), vec![admin(1, &reviews[0])]).await, [ApplyResult::Applied]);
+    assert_eq!(apply(&s, review(rejected, false, true), vec![admin(2, &reviews[1])]).await, [ApplyResult::Applied]);
+    let got =
+        apply(&s, params, vec![ev(1, "alice", 500, T0, &approved, &p), ev(2, "alice", 700, T0, &rejected, &p)]).await;
+    assert_eq!(got, [ApplyResult::Applied, ApplyResult::Held(Rule::ScoreOver, 700)]);
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "alice").await, Some(500.0));
+    let (records, queue) = held(&mut conn).await;
+    let states: Vec<(String, String)> = records.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
+    assert_eq!(states, [(approved.to_string(), "approved".into()), (rejected.to_string(), "rejected".into())]);
+    assert!(queue.is_empty(), "decided events wait in no queue: {queue:?}");
+    // A live worker's review of an unknown event is refused, and records nothing.
+    let got = apply(&s, review(unknown, true, false), vec![admin(3, &reviews[2])]).await;
+    assert_eq!(got, [ApplyResult::Refused(rankflow::event::rule::UNKNOWN_HELD)]);
+    let got = apply(&s, review(approved, false, false), vec![admin(4, &reviews[3])]).await;
+    assert_eq!(got, [ApplyResult::Refused(rankflow::event::rule::DECIDED)]);
+    assert_eq!(held(&mut conn).await.0.len(), 2);
 }

@@ -450,9 +450,20 @@ pub struct WriteParams {
     pub notify: u32,
     /// The integrity rules the script checks.
     pub integrity: integrity::Integrity,
-    /// A review's call (one admin event alone): the held event's id, and
-    /// whether it is approved (else rejected).
-    pub review: Option<(uuid::Uuid, bool)>,
+    /// A review's call (one admin event alone).
+    pub review: Option<Review>,
+}
+
+/// A review of a held event, as its apply call carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Review {
+    /// The held event's id.
+    pub held: uuid::Uuid,
+    /// Approved, else rejected.
+    pub approve: bool,
+    /// A rebuild's: a review read before the event it decides is recorded,
+    /// and the event decided as it is held (else it is refused, unknown).
+    pub early: bool,
 }
 
 impl WriteParams {

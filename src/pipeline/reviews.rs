@@ -7,11 +7,14 @@
 //! step, that the held event is still pending, applies it once and records
 //! the decision (a rejection writes nothing but the decision). The admin
 //! record's offset and event id make a redelivered or retried review change
-//! nothing, as for every event.
+//! nothing, as for every event. A rebuild reads the admin topic beside the
+//! source topics, so it may read a review before the event it decides: the
+//! decision is then recorded on the player's tag, and the event decided so
+//! as it is held (a live worker refuses such a review: unknown).
 
 use std::collections::BTreeMap;
 
-use crate::board::{Board, BoardWrite, Decision};
+use crate::board::{Board, BoardWrite, Decision, Review};
 use crate::event::rule::{DECIDED, UNKNOWN_HELD};
 use crate::event::{AdminEvent, Event, Reason, Rejection};
 use crate::keys;
@@ -20,7 +23,7 @@ use crate::store::{ApplyItem, ApplyResult, HeldEvent, HeldState, StoreError, Tag
 
 use super::lost::retry_unless_lost;
 use super::moderation::{conclude, AdminOutcome};
-use super::Context;
+use super::{Context, Produce};
 
 /// What one attempt at a review found and did.
 enum Found {
@@ -30,6 +33,8 @@ enum Found {
     Unplanned(Reason),
     /// The apply script's answer, and the held event as it was before.
     Done(ApplyResult, Box<HeldEvent>),
+    /// A rebuild's review read before its event: the script's answer.
+    Early(ApplyResult),
 }
 
 /// The tags of `board` that may hold the held event (its split's, if named).
@@ -75,7 +80,31 @@ async fn attempt(
             break;
         }
     }
-    let Some((base, h)) = found else { return Ok(Found::Unknown) };
+    let early = cx.produce == Produce::Drop;
+    let Some((base, h)) = found else {
+        if !early || (board.split_by().is_some() && event.split.is_none()) {
+            return Ok(Found::Unknown);
+        }
+        // A rebuild reads the admin topic beside the source topics: the
+        // decision waits on the player's tag for the event to be held.
+        let base = cx.router.base(board, event.split.as_deref(), &event.player_id);
+        let mut params = board.write_params();
+        params.review = Some(Review { held, approve, early });
+        let item = ApplyItem {
+            field,
+            offset,
+            member: &event.player_id,
+            num: 0,
+            tie: 0,
+            ts: event.ts_ms,
+            event_id: &event.event_id,
+            periods: &[],
+            meta: None,
+            record_ts,
+        };
+        let mut results = cx.store.apply(&[TagBatch { base: &base, params, items: vec![item] }]).await?;
+        return Ok(Found::Early(results.pop().and_then(|mut r| r.pop()).unwrap_or(ApplyResult::DuplicateOffset)));
+    };
     let nothing = || BoardWrite {
         base: base.clone(),
         params: board.write_params(),
@@ -94,7 +123,7 @@ async fn attempt(
     } else {
         nothing()
     };
-    write.params.review = Some((held, approve));
+    write.params.review = Some(Review { held, approve, early });
     let item = ApplyItem {
         field,
         offset,
@@ -138,6 +167,9 @@ pub async fn apply_review(
             refused(reason, format!("held event {held} takes no period of board '{board_id}' now: it stays pending")),
             false,
         ),
+        Found::Early(ApplyResult::DuplicateOffset) => (AdminOutcome::Duplicate, true),
+        Found::Early(ApplyResult::DuplicateEvent) => (AdminOutcome::Duplicate, false),
+        Found::Early(_) => (AdminOutcome::Applied, false),
         Found::Done(result, h) => match result {
             ApplyResult::Applied => {
                 let decision = if approve { "approved" } else { "rejected" };

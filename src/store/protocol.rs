@@ -244,10 +244,11 @@ fn call_header(
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
         h.raw("rules", &rules_header(&p.integrity, batch.base, held, queue));
     }
-    if let Some((id, approve)) = p.review {
+    if let Some(review) = p.review {
         let mut r = MapWriter::default();
-        r.str("id", &id.to_string());
-        r.bool("approve", approve);
+        r.str("id", &review.held.to_string());
+        r.bool("approve", review.approve);
+        r.bool("early", review.early);
         h.raw("review", &r.finish());
     }
     let mut list = Vec::new();

@@ -158,6 +158,11 @@ do
     local rv, rules = cx.review, cx.rules
     local rec, refusal = rules.reviewed(rv.id)
     if refusal then return refusal end
+    if not rec then
+      -- A rebuild read the review before the event it decides.
+      rules.decide_early(rv.id, m, rv.approve and 'approved' or 'rejected')
+      return APPLIED, {}
+    end
     if not rv.approve then
       rules.decide(rv.id, rec, 'rejected')
       return APPLIED, {}
@@ -273,11 +278,15 @@ do
               marks_in[id] = true
               markers.add(i)
               local rule = code - HELD
-              if cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], rule, observed, cx.meta_on and ev[a + cx.meta_at]) then
-                code = HIDE + rule
+              local past, early = cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], rule, observed, cx.meta_on and ev[a + cx.meta_at])
+              if past then code = HIDE + rule end
+              if early == 'approved' then
+                code, observed = APPLIED, nil
+                apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
+                cx.rules.applied(m, ev[a + cx.ts_at], num)
               end
             end
-            offsets.refuse(f, off, code, observed)
+            if code ~= APPLIED then offsets.refuse(f, off, code, observed) end
           end
         end
         if code ~= APPLIED then

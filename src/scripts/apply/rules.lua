@@ -81,6 +81,7 @@ do
     -- Events held in this call, so far: their stamps keep the order they were held in.
     local held_n = 0
     local held_key, queue_key = KEYS[R.held], KEYS[R.queue]
+    local rv_early = A.h.review and A.h.review.early
     local members = A.members
     local win, moved = R.gain and windows(A, R.gain.prefix) or {}, {}
     local all_at = R.jump and all_time_places(A) or {}
@@ -141,22 +142,35 @@ do
     end
 
     -- Holds event id of member m: its record, and its place in both
-    -- queues. Returns whether m is now past hold_hides_after.
+    -- queues. Returns whether m is now past hold_hides_after. A rebuild
+    -- may have read the review of the event first (r.decide_early): then
+    -- it is recorded as decided at once, out of the queues, and the answer
+    -- is that decision ("approved": the caller applies the event).
     function r.hold(id, m, num, ts, rule, observed, meta)
       local value = r.sum and num or floor(num / r.shift)
       held_n = held_n + 1
       local stamp = format('%016d%04d', now_us, held_n)
-      call('HSET', held_key, id, pack({ 'pending', members[m], value, ts, rule, observed, stamp, meta or '' }))
+      local early = call('HGET', held_key, id)
+      local state = early and unpack_mp(early)[1] or 'pending'
+      call('HSET', held_key, id, pack({ state, members[m], value, ts, rule, observed, stamp, meta or '' }))
+      if state ~= 'pending' then return false, state end
       local place = stamp .. ':' .. id
       call('ZADD', queue_key, 0, place)
       call('ZADD', R.pqueue .. members[m], 0, place)
       return past_limit(m, id, ts)
     end
 
+    -- A rebuild's review of held event id (member m) read before the event:
+    -- the decision, recorded for r.hold to find.
+    function r.decide_early(id, m, state)
+      call('HSET', held_key, id, pack({ state, members[m], 0, 0, 0, 0, format('%016d%04d', now_us, 0), '' }))
+    end
+
     -- A review's held event id: its record, and nil while it is pending,
     -- else why it cannot be decided (UNKNOWN_HELD, DECIDED).
     function r.reviewed(id)
       local blob = call('HGET', held_key, id)
+      if not blob and rv_early then return nil, nil end
       if not blob then return nil, Codes.UNKNOWN_HELD end
       local rec = unpack_mp(blob)
       if rec[1] ~= 'pending' then return rec, Codes.DECIDED end
