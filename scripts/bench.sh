@@ -62,6 +62,10 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # boards without it, BENCH_CHANGES_EVENTS (default 200000) events for
 # 100,000 and for 1,000 players.
 "$bin" bench --wipe-redis changes --redis "redis://127.0.0.1:$rport" --events "${BENCH_CHANGES_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
+# Score integrity: Redis time per event with the rules on against off on
+# the same BENCH_INTEGRITY_EVENTS (default 200000), and the review listing's
+# latency with BENCH_HELD (default 100000) held events.
+"$bin" bench --wipe-redis integrity --redis "redis://127.0.0.1:$rport" --events "${BENCH_INTEGRITY_EVENTS:-200000}" --held "${BENCH_HELD:-100000}" --rounds "${BENCH_ROUNDS:-3}"
 # Reads at scale: read capacity (HTTP against the same commands through
 # redis-rs, then an open loop at half capacity), and reads while
 # BENCH_DRAIN_EVENTS (default 400000) drain: calls unbounded in time, the

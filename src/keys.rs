@@ -25,7 +25,7 @@
 //! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data); `registry` -> 1 once the registry of tags holds a tag (an empty registry then means it was lost) |
 //! | `{prefix}:{.admin}:_outcome:<event_id>` | string | an admin event's outcome (JSON), for `rankflow admin --wait`, `EX dedupe_ttl` |
 //! | `{prefix}:{tag}:_rl:<member>` | zset | rate limit: the member's admitted event times |
-//! | `{prefix}:{tag}:_gain:<member>` | string | `gain_over`: the member's applied (event time, delta) pairs of the last two windows (MessagePack), `PX` two windows and a day |
+//! | `{prefix}:{tag}:_gain` | hash | `gain_over`: member -> its applied (event time, delta) pairs of the last two windows (MessagePack); windows two windows stale are swept out a few per call (`\x01sweep`: the sweep's cursor); `PX` two windows and a day |
 //! | `{prefix}:{tag}:_held` | hash | integrity: event id -> a held event (MessagePack: state, player, score, ts, rule, value, stamp, meta), pending or decided |
 //! | `{prefix}:{tag}:_heldq` | zset | integrity: the pending held events, `<stamp>:<event id>` (stamp: the holding call's time in µs, 16 digits, and the event's place among those it held, 4 digits), in lexical order (scores 0) |
 //! | `{prefix}:{tag}:_heldp:<member>` | zset | integrity: the member's pending held events, as `_heldq` |
@@ -222,14 +222,9 @@ pub fn rate_prefix(base: &str) -> String {
     format!("{base}:_rl:")
 }
 
-/// Prefix the apply script completes with a member for its `gain_over` window.
-pub fn gain_prefix(base: &str) -> String {
-    format!("{base}:_gain:")
-}
-
-/// A member's `gain_over` window (the apply script builds it from [`gain_prefix`]).
-pub fn gain_key(base: &str, member: &str) -> String {
-    format!("{}{member}", gain_prefix(base))
+/// The tag's `gain_over` windows, member -> its applied (ts, delta) pairs.
+pub fn gain_key(base: &str) -> String {
+    format!("{base}:_gain")
 }
 
 /// Prefix completed with a member for the event times of its held events

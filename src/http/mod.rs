@@ -419,6 +419,7 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 })).collect::<Vec<_>>(),
                 "meta": b.meta(),
                 "dense_rank": b.dense_rank(),
+                "review": b.integrity().holds(),
                 "league": b.league().map(|l| json!({
                     "rounds": l.rounds,
                     "tiers": l.tiers,

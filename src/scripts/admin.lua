@@ -29,8 +29,8 @@
 --   rate_key KEYS index of the member's rate-limit window (an erasure deletes it)
 --   held, held_queue, held_player, gain_key, held_times   KEYS indexes
 --            of the tag's held events and their queue, the member's own
---            queue, gain window and held events' times (integrity rules; an
---            erasure removes the member's)
+--            queue, the tag's gain windows and the member's held events'
+--            times (integrity rules; an erasure removes the member's)
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
@@ -256,7 +256,8 @@ elseif op == 'erase' then
   call('DEL', KEYS[h.rate_key])
   -- Integrity: the player's held events, pending and decided, and their
   -- gain window. Decided ones are found by a walk of the held events.
-  call('DEL', KEYS[h.gain_key], KEYS[h.held_times])
+  call('HDEL', KEYS[h.gain_key], member)
+  call('DEL', KEYS[h.held_times])
   for _, place in ipairs(call('ZRANGE', KEYS[h.held_player], 0, -1)) do call('ZREM', KEYS[h.held_queue], place) end
   call('DEL', KEYS[h.held_player])
   local cursor = '0'

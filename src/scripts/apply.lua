@@ -31,11 +31,11 @@
 -- top-K; everything else (offsets, markers, refusals, event times,
 -- metadata) is as for any player.
 --
--- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue
--- derives: rate refused seen changes gain pqueue hides
+-- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue gain_key
+-- derives: rate refused seen changes pqueue hides
 --   (rate-limit windows per member, refusals per record, marker buckets,
---   remembered rank changes per record, gain windows and pending held
---   events per member: each prefix is a header field)
+--   remembered rank changes per record, pending held events and held
+--   events' times per member: each prefix is a header field)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs):
 --   op          "sum" (add to the total), "gt" / "lt" (keep the best),
 --               "latest" (newest event wins)
@@ -56,8 +56,9 @@
 --   notify, changes  boards with notify_top: N, and the prefix of the
 --               remembered changes ("<prefix>:{tag}:_chg:"; see changes.lua)
 --   rules       boards with integrity rules: score, gain, jump (each with
---               its limits and hold), held and queue (KEYS indexes), pqueue
---               and gain.prefix (prefixes); see apply/rules.lua
+--               its limits and hold), held, queue and gain_key (KEYS
+--               indexes), pqueue and hides.prefix (prefixes); see
+--               apply/rules.lua and apply/gain.lua
 --   review      a review's call (one admin event): id (the held event's)
 --               and approve (else rejected); see apply/decide.lua
 --   periods     per period j: a map of KEYS indexes, key (the period key),

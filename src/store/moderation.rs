@@ -88,7 +88,7 @@ pub fn admin_invocation(
         ("held", keys::held_key(base)),
         ("held_queue", keys::held_queue_key(base)),
         ("held_player", keys::held_player_key(base, call.member)),
-        ("gain_key", keys::gain_key(base, call.member)),
+        ("gain_key", keys::gain_key(base)),
         ("held_times", keys::held_times_key(base, call.member)),
     ] {
         keys.push(key);
@@ -196,7 +196,7 @@ mod tests {
                     "lb:{p}:_held",
                     "lb:{p}:_heldq",
                     "lb:{p}:_heldp:alice",
-                    "lb:{p}:_gain:alice",
+                    "lb:{p}:_gain",
                     "lb:{p}:_heldt:alice"
                 ]
             ]

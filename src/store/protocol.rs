@@ -242,7 +242,8 @@ fn call_header(
     if p.integrity.any() {
         let held = push(&mut keys, keys::held_key(batch.base));
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
-        h.raw("rules", &rules_header(&p.integrity, batch.base, held, queue));
+        let gain = push(&mut keys, keys::gain_key(batch.base));
+        h.raw("rules", &rules_header(&p.integrity, batch.base, (held, queue, gain)));
     }
     if let Some(review) = p.review {
         let mut r = MapWriter::default();
@@ -301,8 +302,8 @@ fn call_header(
 
 /// The header's `rules` (see `scripts/apply/rules.lua`): each rule's
 /// limit and whether it holds, and where held events go (`held`, `queue`:
-/// their KEYS indexes).
-fn rules_header(r: &Integrity, base: &str, held: i64, queue: i64) -> Vec<u8> {
+/// their KEYS indexes) and gain windows are (`gain.key`).
+fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
     let mut h = MapWriter::default();
     if let Some((limit, action)) = r.score_over {
         let mut m = MapWriter::default();
@@ -315,7 +316,6 @@ fn rules_header(r: &Integrity, base: &str, held: i64, queue: i64) -> Vec<u8> {
         m.int("limit", limit);
         m.int("window", window);
         m.bool("hold", action == Action::Hold);
-        m.str("prefix", &keys::gain_prefix(base));
         h.raw("gain", &m.finish());
     }
     if let Some((jump, action)) = r.jump_over {
@@ -336,6 +336,9 @@ fn rules_header(r: &Integrity, base: &str, held: i64, queue: i64) -> Vec<u8> {
     }
     h.int("held", held);
     h.int("queue", queue);
+    if r.gain_over.is_some() {
+        h.int("gain_key", gain);
+    }
     h.str("pqueue", &keys::held_player_prefix(base));
     h.finish()
 }

@@ -96,8 +96,9 @@ pub const APPLY: Touches = by_name(
         "prev_pending",
         "held",
         "queue",
+        "gain_key",
     ],
-    &["rate", "refused", "seen", "changes", "gain", "pqueue", "hides"],
+    &["rate", "refused", "seen", "changes", "pqueue", "hides"],
 );
 pub const ADMIN: Touches = by_name(
     "admin.lua",

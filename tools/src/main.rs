@@ -181,6 +181,19 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Score integrity: Redis time per event with the integrity rules on
+    /// against off, and the review listing's latency with many held events.
+    Integrity {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        /// Events held on one board tag for the listing.
+        #[arg(long, default_value_t = 100_000)]
+        held: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Reads while a backlog drains: calls unbounded in time, the default
     /// max_call_time with reads on the primary, and reads on a replica.
     DrainReads {
@@ -303,6 +316,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
             report(bench::formats(&brokers, &redis, events, partitions, rounds).await)
         }
         BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
+        BenchCommand::Integrity { redis, events, held, rounds } => {
+            report(bench::integrity(&redis, events, held, rounds).await)
+        }
         BenchCommand::DrainReads { brokers, redis, replica, events, max_call_time } => {
             report(bench::drain_reads(&brokers, &redis, &replica, events, max_call_time.as_deref()).await)
         }

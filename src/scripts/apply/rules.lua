@@ -24,11 +24,7 @@
 -- had passed the rules, without attempts or the rate limit) or rejected;
 -- either leaves both queues and stays in the hash, decided.
 --
--- Gain windows: "<gain prefix><member>" holds the member's applied
--- (ts, delta) pairs, MessagePack, read once per call (MGET) and written
--- once per member that moved (SET PX), pairs older than two windows before
--- the newest dropped (an event more than a window out of order may then
--- miss some, as the rate limit's window does).
+-- Gain windows: apply/gain.lua.
 
 local ApplyRules = {}
 do
@@ -36,22 +32,6 @@ do
   local pack, unpack_mp = cmsgpack.pack, cmsgpack.unpack
   local CHUNK = Calls.CHUNK
   local SCORE, GAIN, JUMP = 0, 1, 2
-
-  -- The gain windows of A's members, read with one MGET per CHUNK.
-  local function windows(A, prefix)
-    local members, nm, win = A.members, A.nm, {}
-    for s = 1, nm, CHUNK do
-      local e = min(s + CHUNK - 1, nm)
-      local names = {}
-      for x = s, e do names[x - s + 1] = prefix .. members[x] end
-      local got = call('MGET', unpack(names))
-      for x = s, e do
-        local v = got[x - s + 1]
-        win[x] = v and unpack_mp(v) or {}
-      end
-    end
-    return win
-  end
 
   -- all_at[sh]: the place of the all_time period in shape sh.
   local function all_time_places(A)
@@ -77,56 +57,48 @@ do
   function ApplyRules.open(A, now_us)
     local R = A.h.rules
     if not R then return nil end
-    local r = { shift = A.h.shift, sum = A.is_sum, desc = A.h.op ~= 'lt' }
+    local r = {}
+    local shift, sum, desc = A.h.shift, A.is_sum, A.h.op ~= 'lt'
+    local score, gain, jump = R.score, R.gain, R.jump
+    local score_limit, score_hold = score and score.limit, score and score.hold
+    local gain_limit, gain_window, gain_hold = gain and gain.limit, gain and gain.window, gain and gain.hold
     -- Events held in this call, so far: their stamps keep the order they were held in.
     local held_n = 0
     local held_key, queue_key = KEYS[R.held], KEYS[R.queue]
     local rv_early = A.h.review and A.h.review.early
     local members = A.members
-    local win, moved = R.gain and windows(A, R.gain.prefix) or {}, {}
+    local windows = gain and ApplyGain.open(A, KEYS[R.gain_key], gain_window)
     local all_at = R.jump and all_time_places(A) or {}
-
-    -- The window's total for member m at event time ts.
-    local function gain_total(m, ts, window)
-      local list, total = win[m], 0
-      for x = 1, #list, 2 do
-        local t = list[x]
-        if t > ts - window and t <= ts then total = total + list[x + 1] end
-      end
-      return total
-    end
 
     -- The rule broken by member m's event (value num as the batch sends it,
     -- time ts, shape sh, whose periods' values are shape_cur[sh]): rule,
     -- observed value, hold; nil when none is.
     function r.check(m, num, ts, sh, shape_cur)
-      local value = r.sum and num or floor(num / r.shift)
-      local found, found_hold = nil, nil
-      local observed
-      local function broke(rule, seen, hold)
-        if found == nil or (found_hold and not hold) then found, observed, found_hold = rule, seen, hold end
+      local value = sum and num or floor(num / shift)
+      -- The first rule broken that refuses, else the first that holds.
+      local found, observed, hold
+      if score and value > score_limit then found, observed, hold = SCORE, value, score_hold end
+      if gain and (found == nil or hold) then
+        local total = windows.total(m, ts) + num
+        if total > gain_limit and (found == nil or not gain_hold) then found, observed, hold = GAIN, total, gain_hold end
       end
-      if R.score and value > R.score.limit then broke(SCORE, value, R.score.hold) end
-      if R.gain then
-        local total = gain_total(m, ts, R.gain.window) + num
-        if total > R.gain.limit then broke(GAIN, total, R.gain.hold) end
-      end
-      local w = R.jump and all_at[sh]
+      local w = jump and (found == nil or hold) and all_at[sh]
       if w then
-        local old = shape_cur[sh][w] and shape_cur[sh][w][m]
-        local best = old and floor(old / r.shift)
-        if best and jumped(R.jump, r.desc, value, best) then broke(JUMP, best, R.jump.hold) end
+        local c = shape_cur[sh][w]
+        local old = c and c[m]
+        if old then
+          local best = floor(old / shift)
+          if jumped(jump, desc, value, best) and (found == nil or not jump.hold) then
+            found, observed, hold = JUMP, best, jump.hold
+          end
+        end
       end
-      return found, observed, found_hold
+      return found, observed, hold
     end
 
     -- Member m's event (time ts, delta num) was applied: it joins m's window.
     function r.applied(m, ts, num)
-      if not R.gain then return end
-      local list = win[m]
-      local n = #list
-      list[n + 1], list[n + 2] = ts, num
-      moved[m] = true
+      if windows then windows.applied(m, ts, num) end
     end
 
     -- hold_hides_after: whether member m, with its event id held at event
@@ -147,7 +119,7 @@ do
     -- it is recorded as decided at once, out of the queues, and the answer
     -- is that decision ("approved": the caller applies the event).
     function r.hold(id, m, num, ts, rule, observed, meta)
-      local value = r.sum and num or floor(num / r.shift)
+      local value = sum and num or floor(num / shift)
       held_n = held_n + 1
       local stamp = format('%016d%04d', now_us, held_n)
       local early = call('HGET', held_key, id)
@@ -187,23 +159,9 @@ do
       call('ZREM', R.pqueue .. rec[2], place)
     end
 
-    -- Phase 3: the moved windows, pruned, each with its expiry.
+    -- Phase 3: the moved gain windows.
     function r.flush()
-      if not R.gain then return end
-      local window, prefix = R.gain.window, R.gain.prefix
-      for m in pairs(moved) do
-        local list, newest = win[m], nil
-        for x = 1, #list, 2 do
-          if not newest or list[x] > newest then newest = list[x] end
-        end
-        local kept, n = {}, 0
-        for x = 1, #list, 2 do
-          if list[x] > newest - 2 * window then
-            kept[n + 1], kept[n + 2], n = list[x], list[x + 1], n + 2
-          end
-        end
-        call('SET', prefix .. members[m], pack(kept), 'PX', format('%d', 2 * window + 86400000))
-      end
+      if windows then windows.flush() end
     end
 
     return r
