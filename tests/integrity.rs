@@ -160,40 +160,7 @@ async fn rules_hold_and_refuse_the_queue_lists_and_each_review_lands_once() {
     let (_, carol) = s.score_of("best", "carol").await;
     assert_eq!(carol["score"].as_i64(), Some(1000));
 
-    // The review topic: each held event, naming its id, rule, limit and value.
-    let reviews: Vec<Value> = s
-        .stack
-        .broker
-        .read_all(&s.review_topic, 1)
-        .iter()
-        .map(|m| {
-            assert_eq!(
-                m.key(),
-                Some(
-                    serde_json::from_slice::<Value>(m.payload().unwrap()).unwrap()["player_id"]
-                        .as_str()
-                        .unwrap()
-                        .as_bytes()
-                )
-            );
-            serde_json::from_slice(m.payload().unwrap()).unwrap()
-        })
-        .collect();
-    let got: Vec<(String, String, i64, i64)> = reviews
-        .iter()
-        .map(|v| {
-            (
-                v["event_id"].as_str().unwrap().into(),
-                v["rule"].as_str().unwrap().into(),
-                v["limit"].as_i64().unwrap(),
-                v["value"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    let limits = BTreeMap::from([("score_over", 100), ("gain_over", 250)]);
-    let want_reviews: Vec<(String, String, i64, i64)> =
-        want_held.iter().map(|(id, _, r, v)| (id.clone(), r.to_string(), limits[r], *v)).collect();
-    assert_eq!(got, want_reviews);
+    review_records(&s, &want_held);
 
     // Only the record every board refused is a dead letter, naming the rule.
     let dead = s.dead();
@@ -229,11 +196,56 @@ async fn rules_hold_and_refuse_the_queue_lists_and_each_review_lands_once() {
     let (held, _) = s.queue("").await;
     assert_eq!(held, want[2..3], "carol's alone waits");
 
+    command_and_metrics(&s, &ids[5]).await;
+}
+
+/// The review topic: each held event once, keyed by its player, naming its
+/// id, rule, limit and value.
+fn review_records(s: &Setup, want_held: &[(String, &str, &str, i64)]) {
+    // The review topic: each held event, naming its id, rule, limit and value.
+    let reviews: Vec<Value> = s
+        .stack
+        .broker
+        .read_all(&s.review_topic, 1)
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                m.key(),
+                Some(
+                    serde_json::from_slice::<Value>(m.payload().unwrap()).unwrap()["player_id"]
+                        .as_str()
+                        .unwrap()
+                        .as_bytes()
+                )
+            );
+            serde_json::from_slice(m.payload().unwrap()).unwrap()
+        })
+        .collect();
+    let got: Vec<(String, String, i64, i64)> = reviews
+        .iter()
+        .map(|v| {
+            (
+                v["event_id"].as_str().unwrap().into(),
+                v["rule"].as_str().unwrap().into(),
+                v["limit"].as_i64().unwrap(),
+                v["value"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let limits = BTreeMap::from([("score_over", 100), ("gain_over", 250)]);
+    let want_reviews: Vec<(String, String, i64, i64)> =
+        want_held.iter().map(|(id, _, r, v)| (id.clone(), r.to_string(), limits[r], *v)).collect();
+    assert_eq!(got, want_reviews);
+}
+
+/// `rankflow admin approve --wait` on carol's held event, a second decision
+/// refused by the command itself, and the metrics of the whole test.
+async fn command_and_metrics(s: &Setup, carol_event: &str) {
     // The command: approve carol's and wait for it.
     let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
         .args(["admin", "approve", "--config"])
         .arg(&s.w.config_path)
-        .args(["--board", "pts", "--event", &ids[5], "--wait", "--timeout", "30s"])
+        .args(["--board", "pts", "--event", carol_event, "--wait", "--timeout", "30s"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -244,7 +256,7 @@ async fn rules_hold_and_refuse_the_queue_lists_and_each_review_lands_once() {
     let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
         .args(["admin", "reject", "--config"])
         .arg(&s.w.config_path)
-        .args(["--board", "pts", "--event", &ids[5]])
+        .args(["--board", "pts", "--event", carol_event])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -35,6 +35,7 @@ mod queries;
 mod reads;
 mod registry;
 pub mod review;
+mod rules;
 mod sched;
 mod scripts;
 mod send;

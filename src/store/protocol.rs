@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::board::integrity::{Action, Integrity, Jump};
 use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
 use crate::event::rule::rule_of_code;
 use crate::event::{Event, Rule};
@@ -243,7 +242,7 @@ fn call_header(
         let held = push(&mut keys, keys::held_key(batch.base));
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
         let gain = push(&mut keys, keys::gain_key(batch.base));
-        h.raw("rules", &rules_header(&p.integrity, batch.base, (held, queue, gain)));
+        h.raw("rules", &super::rules::rules_header(&p.integrity, batch.base, (held, queue, gain)));
     }
     if let Some(review) = p.review {
         let mut r = MapWriter::default();
@@ -298,49 +297,6 @@ fn call_header(
     }
     h.raw("periods", &list);
     (keys, h.finish())
-}
-
-/// The header's `rules` (see `scripts/apply/rules.lua`): each rule's
-/// limit and whether it holds, and where held events go (`held`, `queue`:
-/// their KEYS indexes) and gain windows are (`gain.key`).
-fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
-    let mut h = MapWriter::default();
-    if let Some((limit, action)) = r.score_over {
-        let mut m = MapWriter::default();
-        m.int("limit", limit);
-        m.bool("hold", action == Action::Hold);
-        h.raw("score", &m.finish());
-    }
-    if let Some((limit, window, action)) = r.gain_over {
-        let mut m = MapWriter::default();
-        m.int("limit", limit);
-        m.int("window", window);
-        m.bool("hold", action == Action::Hold);
-        h.raw("gain", &m.finish());
-    }
-    if let Some((jump, action)) = r.jump_over {
-        let mut m = MapWriter::default();
-        match jump {
-            Jump::Amount(n) => m.int("amount", n),
-            Jump::Ratio(milli) => m.int("ratio", i64::from(milli)),
-        }
-        m.bool("hold", action == Action::Hold);
-        h.raw("jump", &m.finish());
-    }
-    if let Some((count, window)) = r.hides_after {
-        let mut m = MapWriter::default();
-        m.int("count", i64::from(count));
-        m.int("window", window);
-        m.str("prefix", &keys::held_times_prefix(base));
-        h.raw("hides", &m.finish());
-    }
-    h.int("held", held);
-    h.int("queue", queue);
-    if r.gain_over.is_some() {
-        h.int("gain_key", gain);
-    }
-    h.str("pqueue", &keys::held_player_prefix(base));
-    h.finish()
 }
 
 /// The batch as one MessagePack stream (its layout is in apply.lua's
