@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 use serde_json::{json, Value};
+use support::browser;
 use support::*;
 
 const BOARDS: &str = r#"
@@ -343,4 +344,39 @@ hold_hides_after = { count = 2, window = "1h" }
         "{mallory}"
     );
     assert_eq!(s.dead(), [], "nothing dead-lettered");
+}
+
+/// The leaderboard page in Chromium: a board's review queue and a player's held count.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_shows_a_boards_review_queue_and_a_players_held_events() {
+    let stack = Stack::start(1).await;
+    let review_topic = random_name("review");
+    stack.broker.create_topic(&review_topic, 1).await;
+    let boards = "[[board]]\nid = \"checked\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
+                  [board.integrity]\nscore_over = { limit = 100, action = \"hold\" }\n";
+    let now = chrono::Utc::now().timestamp_millis();
+    let records: Vec<_> = [("alice", 50), ("alice", 500), ("bob", 700)]
+        .iter()
+        .enumerate()
+        .map(|(i, (p, s))| {
+            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": p,
+                           "score": s, "ts": now - 1000 + i as i64});
+            (p.to_string(), v.to_string().into_bytes(), Some(now))
+        })
+        .collect();
+    stack.broker.produce(&stack.topic, &records).await;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    cfg.kafka_extra = format!("review_topic = \"{review_topic}\"");
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+
+    let profile = temp_dir();
+    let url = format!("http://127.0.0.1:{}/?board=checked&player=alice&live=0", w.http_port);
+    let out = browser::chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(browser::cells(&dom, "review", "player"), ["alice", "bob"], "{dom}");
+    assert_eq!(browser::cells(&dom, "review", "rule"), ["score_over", "score_over"]);
+    assert!(dom.contains("<dd id=\"me-held\">1 awaiting review</dd>"), "{dom}");
+    assert!(dom.contains("<dd id=\"me-score\">50</dd>"), "{dom}");
 }

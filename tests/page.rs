@@ -10,12 +10,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use support::browser::{self, Browser};
+use support::browser::{cells, chromium, Browser};
 use support::*;
 
 const BOARDS: &str = r#"
@@ -48,28 +47,6 @@ cohort_size = 4
 promote = 1
 demote = 1
 "#;
-
-/// Chromium as a test drives it: headless, no network of its own, a fresh profile.
-fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(browser::chromium_bin())
-        .args(browser::CHROMIUM_FLAGS)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .expect("run chromium")
-}
-
-fn cells(dom: &str, table: &str, class: &str) -> Vec<String> {
-    let start = dom.find(&format!("<table id=\"{table}\"")).unwrap_or_else(|| panic!("no table {table} in\n{dom}"));
-    let body = &dom[start..start + dom[start..].find("</table>").unwrap()];
-    body.split(&format!("<td class=\"{class}\""))
-        .skip(1)
-        .map(|cell| {
-            let text = &cell[cell.find('>').unwrap() + 1..];
-            text[..text.find("</td>").unwrap()].to_string()
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser() {
@@ -181,38 +158,4 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     );
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "no screenshot ({size} bytes): {}", String::from_utf8_lossy(&out.stderr));
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_page_shows_a_boards_review_queue_and_a_players_held_events() {
-    let stack = Stack::start(1).await;
-    let review_topic = random_name("review");
-    stack.broker.create_topic(&review_topic, 1).await;
-    let boards = "[[board]]\nid = \"checked\"\non = [\"match\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n\
-                  [board.integrity]\nscore_over = { limit = 100, action = \"hold\" }\n";
-    let now = chrono::Utc::now().timestamp_millis();
-    let records: Vec<_> = [("alice", 50), ("alice", 500), ("bob", 700)]
-        .iter()
-        .enumerate()
-        .map(|(i, (p, s))| {
-            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": p,
-                           "score": s, "ts": now - 1000 + i as i64});
-            (p.to_string(), v.to_string().into_bytes(), Some(now))
-        })
-        .collect();
-    stack.broker.produce(&stack.topic, &records).await;
-    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
-    cfg.kafka_extra = format!("review_topic = \"{review_topic}\"");
-    let w = Worker::spawn(&cfg);
-    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
-    wait_http(w.http_port, Duration::from_secs(10)).await;
-
-    let profile = temp_dir();
-    let url = format!("http://127.0.0.1:{}/?board=checked&player=alice&live=0", w.http_port);
-    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
-    let dom = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(cells(&dom, "review", "player"), ["alice", "bob"], "{dom}");
-    assert_eq!(cells(&dom, "review", "rule"), ["score_over", "score_over"]);
-    assert!(dom.contains("<dd id=\"me-held\">1 awaiting review</dd>"), "{dom}");
-    assert!(dom.contains("<dd id=\"me-score\">50</dd>"), "{dom}");
 }

@@ -34,6 +34,28 @@ pub const CHROMIUM_FLAGS: [&str; 9] = [
     "--hide-scrollbars",
 ];
 
+/// Chromium as a test drives it: headless, no network of its own, a fresh profile.
+pub fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(chromium_bin())
+        .args(CHROMIUM_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("run chromium")
+}
+
+pub fn cells(dom: &str, table: &str, class: &str) -> Vec<String> {
+    let start = dom.find(&format!("<table id=\"{table}\"")).unwrap_or_else(|| panic!("no table {table} in\n{dom}"));
+    let body = &dom[start..start + dom[start..].find("</table>").unwrap()];
+    body.split(&format!("<td class=\"{class}\""))
+        .skip(1)
+        .map(|cell| {
+            let text = &cell[cell.find('>').unwrap() + 1..];
+            text[..text.find("</td>").unwrap()].to_string()
+        })
+        .collect()
+}
+
 /// One headless Chromium with one page open.
 pub struct Browser {
     child: Child,

@@ -30,36 +30,17 @@ async fn one_population(
 ) -> Result<String, String> {
     let list = parsed_stream(&routers[0], 11, players, events);
     let n = list.len() as u64;
-    let (mut cpu, mut script, mut ratios, mut moves) = ([vec![], vec![]], [vec![], vec![]], Vec::new(), 0);
-    let mut used = [RedisStats::default(), RedisStats::default()];
-    for round in 1..=rounds.max(1) {
-        for (k, router) in routers.iter().enumerate() {
-            let what = if k == 0 { "notify_top = 100" } else { "same boards, no notify_top" };
-            eprintln!("bench: store path, {players} players, {what} (round {round})");
-            flush(conn).await?;
-            let before = redis_stats(conn).await?;
-            let (_, _, m) = store_path_moves(store, router, &list, batch).await?;
-            let after = redis_stats(conn).await?;
-            used[k].add_between(&before, &after);
-            let usec = |s: &RedisStats| s.usec.get("EVALSHA").copied().unwrap_or(0.0);
-            cpu[k].push((after.cpu - before.cpu) * 1e6 / n as f64);
-            script[k].push((usec(&after) - usec(&before)) / n as f64);
-            if k == 0 {
-                moves = m;
-            }
-        }
-        ratios.push(cpu[0][round - 1] / cpu[1][round - 1]);
-    }
-    let rounds = rounds.max(1) as u64;
-    let parts = [("notify_top = 100", &used[0]), ("without", &used[1])]
-        .map(|(what, u)| format!("\n  {}", breakdown(what, n * rounds, u).trim_start_matches("- ")));
+    let labels = ["notify_top = 100", "without"];
+    let p = paired(conn, store, (routers, labels), (&list, batch, rounds), || async { Ok(0) }).await?;
+    let (cpu, script, ratios, moves) = (&p.cpu, &p.script, &p.ratios, p.moves);
+    let parts = p.breakdowns(labels, n, rounds);
     Ok(format!(
         "- {players} players: Redis CPU per event {:.1} µs with notify_top = 100 against {:.1} µs without, {:.2}x \
          (median of rounds {}; target at most 1.2x); in the script {:.1} against {:.1} µs; {:.3} change records per event \
          ({moves} for {n} events){}{}",
         median(&cpu[0]),
         median(&cpu[1]),
-        median(&ratios),
+        median(ratios),
         ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
         median(&script[0]),
         median(&script[1]),

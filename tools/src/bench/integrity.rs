@@ -59,35 +59,16 @@ async fn cost(
 ) -> Result<String, String> {
     let list = parsed_stream(&routers[0], 13, 100_000, events);
     let n = list.len() as u64;
-    let (mut cpu, mut script, mut ratios) = ([vec![], vec![]], [vec![], vec![]], Vec::new());
-    let mut used = [RedisStats::default(), RedisStats::default()];
-    let mut held = 0;
-    for round in 1..=rounds.max(1) {
-        for (k, router) in routers.iter().enumerate() {
-            eprintln!("bench: store path, {} (round {round})", if k == 0 { "rules on" } else { "no rules" });
-            flush(conn).await?;
-            let before = redis_stats(conn).await?;
-            store_path_moves(store, router, &list, batch).await?;
-            let after = redis_stats(conn).await?;
-            used[k].add_between(&before, &after);
-            let usec = |s: &RedisStats| s.usec.get("EVALSHA").copied().unwrap_or(0.0);
-            cpu[k].push((after.cpu - before.cpu) * 1e6 / n as f64);
-            if k == 0 {
-                held = held_events(conn).await?;
-            }
-            script[k].push((usec(&after) - usec(&before)) / n as f64);
-        }
-        ratios.push(cpu[0][round - 1] / cpu[1][round - 1]);
-    }
-    let rounds = rounds.max(1) as u64;
-    let parts = [("rules on", &used[0]), ("no rules", &used[1])]
-        .map(|(what, u)| format!("\n  {}", breakdown(what, n * rounds, u).trim_start_matches("- ")));
+    let labels = ["rules on", "no rules"];
+    let p = paired(conn, store, (routers, labels), (&list, batch, rounds), || held_events(conn)).await?;
+    let (cpu, script, ratios, held) = (&p.cpu, &p.script, &p.ratios, p.counted);
+    let parts = p.breakdowns(labels, n, rounds);
     Ok(format!(
         "- Redis CPU per event {:.1} µs with the rules against {:.1} µs without, {:.2}x (median of rounds {}; \
          target at most 1.15x); in the script {:.1} against {:.1} µs; {held} of the {n} events held on some board{}{}",
         median(&cpu[0]),
         median(&cpu[1]),
-        median(&ratios),
+        median(ratios),
         ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
         median(&script[0]),
         median(&script[1]),

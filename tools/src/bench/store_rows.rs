@@ -360,3 +360,75 @@ pub(super) fn generated_events(
     }
     events
 }
+
+/// One parsed event of a generated stream: (partition, offset, record time, event).
+pub(super) type StreamEvent = (i32, i64, i64, Event);
+
+/// The store path on the same events with two routers (the boards with a
+/// feature, then without), rounds taken in turn on an emptied database.
+pub(super) struct Paired {
+    /// Redis CPU and script µs per event, per router, by round.
+    pub(super) cpu: [Vec<f64>; 2],
+    pub(super) script: [Vec<f64>; 2],
+    /// The first router's CPU over the second's, by round.
+    pub(super) ratios: Vec<f64>,
+    /// Redis's time spent, per router, over every round.
+    pub(super) used: [RedisStats; 2],
+    /// The first router's rank-change records in its last round, and what
+    /// `after_first` counted after it (its database as the run left it).
+    pub(super) moves: u64,
+    pub(super) counted: u64,
+}
+
+impl Paired {
+    /// Where each side's Redis time went (`labels`: the sides' names), one
+    /// indented line each, for `n` events a round.
+    pub(super) fn breakdowns(&self, labels: [&str; 2], n: u64, rounds: usize) -> [String; 2] {
+        [0, 1].map(|k| {
+            format!("\n  {}", breakdown(labels[k], n * rounds.max(1) as u64, &self.used[k]).trim_start_matches("- "))
+        })
+    }
+}
+
+/// Runs [`Paired`]'s rounds; `after_first` counts something in Redis after
+/// each run of the first router.
+pub(super) async fn paired<F, Fut>(
+    conn: &RedisConn,
+    store: &Store,
+    (routers, labels): (&[Router; 2], [&str; 2]),
+    (list, batch, rounds): (&[StreamEvent], usize, usize),
+    after_first: F,
+) -> Result<Paired, String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, String>>,
+{
+    let n = list.len() as f64;
+    let mut p = Paired {
+        cpu: [vec![], vec![]],
+        script: [vec![], vec![]],
+        ratios: Vec::new(),
+        used: [RedisStats::default(), RedisStats::default()],
+        moves: 0,
+        counted: 0,
+    };
+    for round in 1..=rounds.max(1) {
+        for (k, router) in routers.iter().enumerate() {
+            eprintln!("bench: store path, {} (round {round})", labels[k]);
+            flush(conn).await?;
+            let before = redis_stats(conn).await?;
+            let (_, _, moves) = store_path_moves(store, router, list, batch).await?;
+            let after = redis_stats(conn).await?;
+            p.used[k].add_between(&before, &after);
+            let usec = |s: &RedisStats| s.usec.get("EVALSHA").copied().unwrap_or(0.0);
+            p.cpu[k].push((after.cpu - before.cpu) * 1e6 / n);
+            p.script[k].push((usec(&after) - usec(&before)) / n);
+            if k == 0 {
+                p.moves = moves;
+                p.counted = after_first().await?;
+            }
+        }
+        p.ratios.push(p.cpu[0][round - 1] / p.cpu[1][round - 1]);
+    }
+    Ok(p)
+}
