@@ -57,6 +57,9 @@
 //! `.sched`, `.tags`, `.admin` and `.deploy` cannot be board ids (ids are `[a-z0-9_-]`), so
 //! those hash tags never meet a board's.
 
+mod integrity;
+pub use integrity::*;
+
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {
     match split {
@@ -220,42 +223,6 @@ pub fn admin_outcome_key(prefix: &str, event_id: &uuid::Uuid) -> String {
 /// Prefix the apply script completes with a member for its rate-limit window.
 pub fn rate_prefix(base: &str) -> String {
     format!("{base}:_rl:")
-}
-
-/// The tag's `gain_over` windows, member -> its applied (ts, delta) pairs.
-pub fn gain_key(base: &str) -> String {
-    format!("{base}:_gain")
-}
-
-/// Prefix completed with a member for the event times of its held events
-/// (`hold_hides_after`).
-pub fn held_times_prefix(base: &str) -> String {
-    format!("{base}:_heldt:")
-}
-
-/// A member's held events' times (the apply script builds it from [`held_times_prefix`]).
-pub fn held_times_key(base: &str, member: &str) -> String {
-    format!("{}{member}", held_times_prefix(base))
-}
-
-/// The tag's held events, pending and decided, by event id.
-pub fn held_key(base: &str) -> String {
-    format!("{base}:_held")
-}
-
-/// The tag's pending held events, in the order they were held.
-pub fn held_queue_key(base: &str) -> String {
-    format!("{base}:_heldq")
-}
-
-/// Prefix completed with a member for its own pending held events.
-pub fn held_player_prefix(base: &str) -> String {
-    format!("{base}:_heldp:")
-}
-
-/// A member's pending held events (the scripts build it from [`held_player_prefix`]).
-pub fn held_player_key(base: &str, member: &str) -> String {
-    format!("{}{member}", held_player_prefix(base))
 }
 
 /// A member's rate-limit window (the apply script builds it from [`rate_prefix`]).

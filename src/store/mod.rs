@@ -34,6 +34,7 @@ mod protocol;
 mod queries;
 mod reads;
 mod registry;
+mod reply;
 pub mod review;
 mod rules;
 mod sched;
@@ -53,12 +54,13 @@ pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, Tier
 pub use moderation::{admin_invocation, AdminCall};
 pub use prepared::{prepare, Prepared, Tails};
 use protocol::ttl_secs;
-pub use protocol::{build_invocation, push_write, ApplyItem, ApplyResult, Invocation, TagBatch};
+pub use protocol::{build_invocation, push_write, ApplyItem, Invocation, TagBatch};
 pub use queries::{
     Around, Counted, Found, Listing, Page, Player, Players, PlayersFound, Query, RankOf, ReadAt, Row, ShardCounted,
     ShardCounts, ShardRows, ShardSeek, ShardTop, Sought, Top, ValueCounts,
 };
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
+pub use reply::ApplyResult;
 pub use review::{decode_held, HeldEvent, HeldState};
 pub use sched::Claim;
 pub use send::BatchResults;
@@ -146,7 +148,7 @@ impl StoreError {
     /// (the tag is not registered: its data is gone), else as `other`.
     pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {
         match source.code() {
-            Some(protocol::LOST) => StoreError::Lost {
+            Some(reply::LOST) => StoreError::Lost {
                 base: base.to_string(),
                 detail: source.detail().unwrap_or("the tag is not registered").to_string(),
             },

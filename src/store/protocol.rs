@@ -1,7 +1,7 @@
 //! The apply script's calling convention, kept pure so it is unit tested:
 //! how a batch's writes on one board tag become the KEYS and ARGV that
-//! `scripts/apply.lua` documents, how a batch sent behind another waits for
-//! it (preconditions), and what the script's reply means.
+//! `scripts/apply.lua` documents, and how a batch sent behind another waits
+//! for it (preconditions); what the script answers is `reply`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,58 +9,10 @@ use std::time::Duration;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
-use crate::event::rule::rule_of_code;
-use crate::event::{Event, Rule};
+use crate::event::Event;
 use crate::keys;
 
 use super::msgpack::{self, MapWriter};
-
-/// What the apply script did with one event on one board tag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApplyResult {
-    Applied,
-    /// The `event_id` marker was already set: a producer retry.
-    DuplicateEvent,
-    /// The record's offset was already applied on this tag: a redelivery.
-    DuplicateOffset,
-    /// The script refused the event; the code maps to an `event::Reason`
-    /// (an integrity rule's refusal carries the value that broke it).
-    Refused(i64),
-    /// An integrity rule refused the event (`action = "reject"`): the rule
-    /// and the value that broke it.
-    RuleRefused(Rule, i64),
-    /// An integrity rule held the event for review: the rule and the value
-    /// that broke it.
-    Held(Rule, i64),
-    /// Held, and the player has now had `hold_hides_after` events held
-    /// within its window: they are to be hidden.
-    HeldPastLimit(Rule, i64),
-}
-
-/// The error code a script answers when its tag is not registered: the
-/// tag's data is gone (`lib/registered.lua`, [`super::StoreError::Lost`]).
-pub(super) const LOST: &str = "LOST";
-/// The error code an apply call answers when a precondition on the offsets
-/// the call before records does not hold; it did nothing (`lib/offsets.lua`).
-pub(super) const STALE: &str = "STALE";
-
-/// The scripts' codes for an event applied, a duplicate event id and a
-/// redelivered offset (the scripts' `Codes`, made from these by
-/// `scripts.rs`); a refusal's code is its `event::Reason::script_code`.
-pub(super) const APPLIED: i64 = 1;
-pub(super) const DUPLICATE: i64 = 2;
-pub(super) const REDELIVERED: i64 = 3;
-
-impl ApplyResult {
-    pub(super) fn from_code(code: i64) -> ApplyResult {
-        match code {
-            APPLIED => ApplyResult::Applied,
-            DUPLICATE => ApplyResult::DuplicateEvent,
-            REDELIVERED => ApplyResult::DuplicateOffset,
-            other => ApplyResult::Refused(other),
-        }
-    }
-}
 
 /// One event's writes on one tag, borrowed from the batch.
 #[derive(Clone, Copy, Debug)]
@@ -401,40 +353,6 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     (events, fields)
 }
 
-/// The apply script's reply: the number of events it saw, the microseconds
-/// the call held Redis, then (event number, code) for each event not
-/// applied, an integrity rule's code followed by the value that broke it.
-/// `None` if it does not describe `n` events.
-pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>, i64)> {
-    let (&seen, rest) = reply.split_first()?;
-    let (&took_us, mut rest) = rest.split_first()?;
-    if seen != n as i64 {
-        return None;
-    }
-    let mut out = vec![ApplyResult::Applied; n];
-    while let [i, code, more @ ..] = rest {
-        let i = usize::try_from(*i).ok().filter(|i| (1..=n).contains(i))?;
-        out[i - 1] = match rule_of_code(*code) {
-            None => {
-                rest = more;
-                ApplyResult::from_code(*code)
-            }
-            Some((rule, held)) => {
-                let (&observed, more) = more.split_first()?;
-                rest = more;
-                if crate::event::rule::hides(*code) {
-                    ApplyResult::HeldPastLimit(rule, observed)
-                } else if held {
-                    ApplyResult::Held(rule, observed)
-                } else {
-                    ApplyResult::RuleRefused(rule, observed)
-                }
-            }
-        };
-    }
-    rest.is_empty().then_some((out, took_us))
-}
-
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
 /// event id stays a duplicate at least as long as configured.
 pub(super) fn ttl_secs(ttl: Duration) -> u64 {
@@ -459,46 +377,6 @@ pub(super) mod tests {
             close_at: None,
             round: None,
         })
-    }
-
-    #[test]
-    fn the_dedupe_ttl_goes_to_the_script_in_whole_seconds_rounded_up() {
-        assert_eq!(ttl_secs(Duration::from_secs(604_800)), 604_800);
-        assert_eq!(ttl_secs(Duration::from_millis(1_500)), 2);
-        assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
-        assert_eq!(ttl_secs(Duration::ZERO), 1);
-    }
-
-    #[test]
-    fn a_reply_lists_the_events_not_applied_and_must_count_them_all() {
-        let (got, took) = decode_reply(&[3, 700, 2, 2, 3, 4], 3).unwrap();
-        assert_eq!(got, [ApplyResult::Applied, ApplyResult::DuplicateEvent, ApplyResult::Refused(4)]);
-        assert_eq!(took, 700, "the call's own time in Redis, µs");
-        assert_eq!(decode_reply(&[2, 5], 2).unwrap().0, [ApplyResult::Applied; 2]);
-        // A reply for another number of events, a pair cut short, an event
-        // number out of range: the batch fails and is retried, nothing is guessed.
-        assert!(decode_reply(&[2, 5], 3).is_none());
-        assert!(decode_reply(&[3, 5, 2], 3).is_none());
-        assert!(decode_reply(&[3, 5, 4, 2], 3).is_none());
-        assert!(decode_reply(&[3, 5, 0, 2], 3).is_none());
-        assert!(decode_reply(&[2], 2).is_none());
-        assert!(decode_reply(&[], 0).is_none());
-    }
-
-    #[test]
-    fn an_integrity_rules_code_carries_the_value_that_broke_it() {
-        let held = crate::event::rule::held_code(Rule::GainOver);
-        let refused = crate::event::rule::REFUSED_BASE + Rule::JumpOver.index();
-        let (got, _) = decode_reply(&[3, 9, 1, held, 5200, 3, refused, 40], 3).unwrap();
-        assert_eq!(
-            got,
-            [
-                ApplyResult::Held(Rule::GainOver, 5200),
-                ApplyResult::Applied,
-                ApplyResult::RuleRefused(Rule::JumpOver, 40)
-            ]
-        );
-        assert!(decode_reply(&[1, 9, 1, held], 1).is_none(), "the value is missing");
     }
 
     /// Two events on one tag: alice's writes a day and all time, bob's all time only.
@@ -538,6 +416,14 @@ pub(super) mod tests {
             ],
         };
         build_invocation(&batch, 60)
+    }
+
+    #[test]
+    fn the_dedupe_ttl_goes_to_the_script_in_whole_seconds_rounded_up() {
+        assert_eq!(ttl_secs(Duration::from_secs(604_800)), 604_800);
+        assert_eq!(ttl_secs(Duration::from_millis(1_500)), 2);
+        assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_secs(Duration::ZERO), 1);
     }
 
     #[test]

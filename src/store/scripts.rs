@@ -23,9 +23,9 @@ fn prelude() -> String {
          local Const = {{ MAX_EXACT = {}, MARKER_BYTES = {}, MARKER_LOAD = {}, REGISTERED_FIELD = '{}', \
          COHORT_SPAN = {}, LOST = '{}', STALE = '{}', FINAL_SUFFIX = '{}', ROLLING_PREFIX = '{}', \
          ROLL_BUILD_PREFIX = '{}' }}\n",
-        super::protocol::APPLIED,
-        super::protocol::DUPLICATE,
-        super::protocol::REDELIVERED,
+        super::reply::APPLIED,
+        super::reply::DUPLICATE,
+        super::reply::REDELIVERED,
         code(Reason::ScoreOutOfRange),
         code(Reason::RateLimited),
         code(Reason::PeriodClosed),
@@ -40,8 +40,8 @@ fn prelude() -> String {
         crate::markers::LOAD,
         crate::keys::REGISTERED_FIELD,
         crate::board::league::COHORT_SPAN,
-        super::protocol::LOST,
-        super::protocol::STALE,
+        super::reply::LOST,
+        super::reply::STALE,
         crate::keys::FINAL_SUFFIX,
         crate::keys::ROLLING_PREFIX,
         crate::keys::ROLL_BUILD_PREFIX,
@@ -256,7 +256,7 @@ mod tests {
         assert!(p.contains(&format!("MAX_EXACT = {}", crate::score::MAX_EXACT)));
         assert!(p.contains(&format!("MARKER_BYTES = {}", crate::markers::BYTES)));
         assert!(p.contains(&format!("REGISTERED_FIELD = '{}'", crate::keys::REGISTERED_FIELD)));
-        assert!(p.contains(&format!("STALE = '{}'", super::super::protocol::STALE)));
+        assert!(p.contains(&format!("STALE = '{}'", super::super::reply::STALE)));
         assert!(p.contains(&format!("FINAL_SUFFIX = '{}'", crate::keys::FINAL_SUFFIX)));
         // No literal stands in for a shared constant in the scripts (their
         // comments aside), and Lua's own chunk size is written once.

@@ -14,7 +14,8 @@ use tracing::debug;
 use super::changes::{self, RankMove};
 use super::gate;
 use super::prepared::Prepared;
-use super::protocol::{decode_reply, ApplyResult, Invocation};
+use super::protocol::Invocation;
+use super::reply::{decode_reply, ApplyResult};
 use super::scripts::APPLY;
 use super::{wait_cmd, RedisConn, Store, StoreError};
 

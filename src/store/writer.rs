@@ -241,7 +241,7 @@ impl Batch {
 /// its tag lost the offsets they name: `STALE` then means lost data.
 fn stale_is_lost(e: StoreError) -> StoreError {
     match e {
-        StoreError::Apply { base, source } if source.code() == Some(super::protocol::STALE) => StoreError::Lost {
+        StoreError::Apply { base, source } if source.code() == Some(super::reply::STALE) => StoreError::Lost {
             base,
             detail: "it no longer holds the offsets the batch before this one recorded there (a restart without \
                      persistence, or a failover to a replica without those writes)"
