@@ -183,12 +183,9 @@ pub async fn find_held(
     split: Option<&str>,
     id: &uuid::Uuid,
 ) -> Result<(String, crate::store::HeldEvent), AdminError> {
-    let bases = match (board.split_by(), split) {
-        (Some(_), None) => {
-            let all = store.tag_bases(&keys::tags_key(router.prefix())).await?;
-            all.into_iter().filter(|b| keys::board_of_base(b) == Some(board.id())).collect()
-        }
-        _ => router.read_bases(board, split),
+    let bases = match router.known_bases(board, split) {
+        Some(bases) => bases,
+        None => keys::bases_of_board(store.tag_bases(&keys::tags_key(router.prefix())).await?, board.id()),
     };
     for base in bases {
         if let Some(h) = store.held_event(&base, &id.to_string()).await? {

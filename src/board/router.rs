@@ -287,6 +287,13 @@ impl Router {
         }
     }
 
+    /// Every key base of `board` (of split `split`, if named) as the config
+    /// says them; `None` for every split of a split board, which only the
+    /// registry of tags knows (see [`keys::bases_of_board`]).
+    pub fn known_bases(&self, board: &Board, split: Option<&str>) -> Option<Vec<String>> {
+        (board.split_by().is_none() || split.is_some()).then(|| self.read_bases(board, split))
+    }
+
     /// The key bases of a sharded board's `n` shards (of split `split`),
     /// worked out once (see `keys::shard_base`) and cached.
     fn shard_bases(&self, board: &Board, split: Option<&str>, n: u32) -> Arc<Vec<String>> {

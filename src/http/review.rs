@@ -76,15 +76,15 @@ async fn bases(
     player: Option<&str>,
 ) -> Result<Vec<String>, ApiError> {
     let split = if board.split_by().is_some() && q.contains_key("split") { split_of(board, q)? } else { None };
-    if board.split_by().is_none() || split.is_some() {
-        return Ok(match player {
-            Some(p) => vec![player_base(s, board, split, p)],
-            None => s.router.read_bases(board, split),
-        });
+    match (s.router.known_bases(board, split), player) {
+        (Some(_), Some(p)) => Ok(vec![player_base(s, board, split, p)]),
+        (Some(bases), None) => Ok(bases),
+        // Every split of the board: its tags, from the registry of tags.
+        (None, _) => {
+            let all = reader.tag_bases(&keys::tags_key(s.router.prefix())).await.map_err(ApiError::unavailable)?;
+            Ok(keys::bases_of_board(all, board.id()))
+        }
     }
-    // Every split of the board: its tags, from the registry of tags.
-    let all = reader.tag_bases(&keys::tags_key(s.router.prefix())).await.map_err(ApiError::unavailable)?;
-    Ok(all.into_iter().filter(|b| keys::board_of_base(b) == Some(board.id())).collect())
 }
 
 /// `held: n` for a player read of `board` (split `split`): `None` on a

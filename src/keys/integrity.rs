@@ -1,6 +1,14 @@
 //! The keys of score integrity on a board tag (see the table in `keys`):
 //! held events, their queues, gain windows and held events' times.
 
+use super::board_of_base;
+
+/// The bases among `all` (the registry of tags) of board `board`: every
+/// split and shard of it.
+pub fn bases_of_board(all: Vec<String>, board: &str) -> Vec<String> {
+    all.into_iter().filter(|b| board_of_base(b) == Some(board)).collect()
+}
+
 /// The tag's `gain_over` windows, member -> its applied (ts, delta) pairs.
 pub fn gain_key(base: &str) -> String {
     format!("{base}:_gain")

@@ -39,11 +39,10 @@ enum Found {
 
 /// The tags of `board` that may hold the held event (its split's, if named).
 async fn bases(cx: &Context, board: &Board, split: Option<&str>) -> Result<Vec<String>, StoreError> {
-    if board.split_by().is_none() || split.is_some() {
-        return Ok(cx.router.read_bases(board, split));
+    match cx.router.known_bases(board, split) {
+        Some(bases) => Ok(bases),
+        None => Ok(keys::bases_of_board(cx.store.tag_bases(&keys::tags_key(cx.router.prefix())).await?, board.id())),
     }
-    let all = cx.store.tag_bases(&keys::tags_key(cx.router.prefix())).await?;
-    Ok(all.into_iter().filter(|b| keys::board_of_base(b) == Some(board.id())).collect())
 }
 
 /// The held event `h` (on the tag `base` of `board`) as the event it was.
