@@ -212,3 +212,33 @@ async fn a_rebuilds_review_read_before_its_event_decides_the_event_as_it_is_held
     assert_eq!(got, [ApplyResult::Refused(rankflow::event::rule::DECIDED)]);
     assert_eq!(held(&mut conn).await.0.len(), 2);
 }
+
+#[tokio::test]
+async fn a_gain_window_of_thousands_of_events_is_stored_and_read_back_whole() {
+    // A window's pairs go to and from Redis a few thousand values at a
+    // time: 2,600 events (5,200 values) in one call, then the sum of all
+    // of them judged by the next call.
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, 60, &[]).await;
+    let mut params = WriteParams::plain(WriteOp::Sum, 1, MAX);
+    params.integrity = Integrity { gain_over: Some((2_605, HOUR, Action::Hold)), ..Integrity::default() };
+    let p = vec![period_write("p", "all", None)];
+    let ids: Vec<Uuid> = (1..=2_603).map(Uuid::from_u128).collect();
+    let first: Vec<ApplyItem> = (0..2_600).map(|i| ev(i as i64 + 1, "dave", 1, T0 + i as i64, &ids[i], &p)).collect();
+    let got = apply(&s, params, first).await;
+    assert!(got.iter().all(|r| *r == ApplyResult::Applied), "{:?}", got.iter().find(|r| **r != ApplyResult::Applied));
+    let got = apply(
+        &s,
+        params,
+        vec![
+            ev(2_601, "dave", 5, T0 + 3_000, &ids[2_600], &p),
+            ev(2_602, "dave", 1, T0 + 3_001, &ids[2_601], &p),
+            // The first 2,600 leave the window: room again.
+            ev(2_603, "dave", 1, T0 + HOUR + 2_600, &ids[2_602], &p),
+        ],
+    )
+    .await;
+    assert_eq!(got, [ApplyResult::Applied, ApplyResult::Held(Rule::GainOver, 2_606), ApplyResult::Applied]);
+    let mut conn = redis.conn().await;
+    assert_eq!(zscore(&mut conn, "lb:{p}:all", "dave").await, Some(2_606.0));
+}

@@ -1,7 +1,9 @@
 -- apply/gain.lua: gain_over's windows (see rules.lua) for one apply call.
 --
 -- Gain windows: the tag's gain hash maps each member to its applied
--- (ts, delta) pairs, MessagePack, read once per call (HMGET) and written
+-- (ts, delta) pairs, each two little-endian 8-byte integers (struct: a
+-- fraction of what cmsgpack.pack costs for numbers of a timestamp's size,
+-- measured in the script), read once per call (HMGET) and written
 -- once per call (one variadic HSET of the members whose window moved),
 -- pairs older than two windows before the member's newest dropped (an event
 -- more than a window out of order may then miss some, as the rate limit's
@@ -13,10 +15,56 @@
 
 local ApplyGain = {}
 do
-  local call, min, format = redis.call, math.min, string.format
-  local pack, unpack_mp = cmsgpack.pack, cmsgpack.unpack
+  local call, min, format, rep = redis.call, math.min, string.format, string.rep
+  local spack, sunpack = struct.pack, struct.unpack
   local CHUNK = Calls.CHUNK
   local SWEEP, SWEEP_COUNT = '\1sweep', 16
+  -- No window yet: shared, never written (g.applied copies it first).
+  local NONE = {}
+
+  -- The struct format of n values, made once per n.
+  local formats = {}
+  local function format_of(n)
+    local f = formats[n]
+    if not f then
+      f = '<' .. rep('i8', n)
+      formats[n] = f
+    end
+    return f
+  end
+
+  -- Values a struct call takes or gives at a time (Lua's C stack).
+  local PART = 2000
+
+  -- A window's flat list of (ts, delta) pairs from its stored value.
+  local function decode(v)
+    local n = #v / 8
+    if n == 0 then return NONE end
+    if n <= PART then
+      local list = { sunpack(format_of(n), v) }
+      list[n + 1] = nil -- struct.unpack's last value: the next position
+      return list
+    end
+    local list = {}
+    for s = 1, n, PART do
+      local k = min(PART, n - s + 1)
+      local part = { sunpack(format_of(k), v, (s - 1) * 8 + 1) }
+      for x = 1, k do list[s + x - 1] = part[x] end
+    end
+    return list
+  end
+
+  -- A window's stored value.
+  local function encode(list)
+    local n = #list
+    if n <= PART then return spack(format_of(n), unpack(list)) end
+    local parts = {}
+    for s = 1, n, PART do
+      local e = min(s + PART - 1, n)
+      parts[#parts + 1] = spack(format_of(e - s + 1), unpack(list, s, e))
+    end
+    return table.concat(parts)
+  end
 
   -- The newest time of a flat list of (ts, delta) pairs.
   local function newest_of(list)
@@ -50,7 +98,7 @@ do
       local got = call('HMGET', key, unpack(members, s, e))
       for x = s, e do
         local v = got[x - s + 1]
-        win[x] = v and unpack_mp(v) or {}
+        win[x] = v and decode(v) or NONE
       end
     end
     local moved, moved_name = {}, {}
@@ -69,6 +117,10 @@ do
     -- Member m's event (time ts, delta num) was applied.
     function g.applied(m, ts, num)
       local list = win[m]
+      if list == NONE then
+        list = {}
+        win[m] = list
+      end
       local n = #list
       list[n + 1], list[n + 2] = ts, num
       if not moved[m] then moved[m], moved_name[members[m]] = true, true end
@@ -81,14 +133,14 @@ do
         local newest = newest_of(win[m])
         if newest > newest_all then newest_all = newest end
         fields[#fields + 1] = members[m]
-        fields[#fields + 1] = pack(pruned(win[m], newest - 2 * window))
+        fields[#fields + 1] = encode(pruned(win[m], newest - 2 * window))
       end
       if #fields == 0 then return end
       local page = call('HSCAN', key, call('HGET', key, SWEEP) or '0', 'COUNT', SWEEP_COUNT)
       local stale, got = {}, page[2]
       for x = 1, #got, 2 do
         local name = got[x]
-        if name ~= SWEEP and not moved_name[name] and newest_of(unpack_mp(got[x + 1])) <= newest_all - 2 * window then
+        if name ~= SWEEP and not moved_name[name] and newest_of(decode(got[x + 1])) <= newest_all - 2 * window then
           stale[#stale + 1] = name
         end
       end
