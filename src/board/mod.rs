@@ -15,6 +15,7 @@ use chrono_tz::Tz;
 use crate::period::{Period, PeriodKind};
 use crate::score::Packing;
 
+pub mod columns;
 pub mod integrity;
 pub mod league;
 mod router;

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use super::columns::Ranking;
 use super::field::{At, Errors, FromText, Typed};
 use super::raw::{
     RawBoard, RawRateLimit, RawRolling, RawSchedule, RawWindow, DEFAULT_TIE_EPOCH, DEFAULT_TIE_HORIZON,
@@ -39,8 +40,20 @@ pub fn boards(raw: Vec<RawBoard>, e: &mut Errors) -> Vec<Board> {
 
 fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
     event_types(at, &b.on, e);
-    let mode = e.take(&at.field("mode"), &b.mode);
-    let order = e.take(&at.field("order"), &b.order);
+    let (mode, order) = match super::columns::ranking(at, &b, e) {
+        Some(Ranking::One(mode, order)) => (Some(mode), Some(order)),
+        Some(Ranking::Columns(c)) => {
+            // Checked whole, so that a config is ready once they are; the
+            // apply script and the reads do not rank by several yet.
+            let names = c.names().collect::<Vec<_>>().join(", ");
+            e.push(
+                at.field("columns"),
+                format!("ranking by several columns ({names}) is not available in this version"),
+            );
+            (None, None)
+        }
+        None => (None, None),
+    };
     let tie_break = e.take(&at.field("tie_break"), &b.tie_break);
     let timezone = e.take(&at.field("timezone"), &b.timezone);
     let periods = periods(at, &b.periods, e);
@@ -133,7 +146,7 @@ fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
             "a sharded board cannot keep dense ranks exact (the shards' distinct values overlap); remove dense_rank or shards",
         );
     }
-    if b.max_members.is_some() && b.mode.value.as_ref().ok() != Some(&Mode::Best) {
+    if b.max_members.is_some() && b.mode.as_ref().and_then(|m| m.value.as_ref().ok()) != Some(&Mode::Best) {
         e.push(
             at.field("max_members"),
             "top-K trimming on a sharded board needs mode = \"best\": what a latest board's trimming keeps depends on \

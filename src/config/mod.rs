@@ -14,6 +14,7 @@
 use std::path::Path;
 
 mod boards;
+mod columns;
 mod env;
 pub mod field;
 mod formats;

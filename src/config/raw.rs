@@ -337,11 +337,19 @@ pub struct RawBoard {
     pub id: String,
     /// Event types this board takes.
     pub on: Vec<String>,
-    /// sum | best | latest
-    pub mode: Typed<Mode>,
+    /// sum | best | latest (boards without `columns`)
+    #[serde(default)]
+    pub mode: Option<Typed<Mode>>,
     /// desc: higher is better; asc: lower is better. Default desc.
-    #[serde(default = "default_order")]
-    pub order: Typed<Order>,
+    #[serde(default)]
+    pub order: Option<Typed<Order>>,
+    /// Ranking by several columns: `[{ name, mode, order }]`, 2 to 5.
+    #[serde(default)]
+    pub columns: Option<Vec<RawColumn>>,
+    /// With `columns`: columns (each aggregated on its own, the default) |
+    /// best (the player's single best submission).
+    #[serde(default)]
+    pub row: Option<String>,
     /// hourly, daily, weekly, monthly, yearly, all_time
     pub periods: Vec<Typed<PeriodKind>>,
     /// IANA time zone where days and weeks begin. Default UTC.
@@ -427,6 +435,19 @@ pub struct RawBoard {
     /// Score integrity: rules that refuse or hold suspicious scores.
     #[serde(default)]
     pub integrity: Option<RawIntegrity>,
+}
+
+/// One of a board's `columns`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawColumn {
+    pub name: String,
+    /// sum | max | min | latest; on `row = "best"` left out.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// desc (default) | asc
+    #[serde(default)]
+    pub order: Option<Typed<Order>>,
 }
 
 /// `[board.integrity]`.
@@ -523,9 +544,6 @@ pub struct RawWindow {
     pub to: Typed<EpochMs>,
 }
 
-fn default_order() -> Typed<Order> {
-    Typed::default_text("desc")
-}
 fn default_timezone() -> Typed<Tz> {
     Typed::default_text("UTC")
 }

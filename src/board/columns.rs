@@ -1,0 +1,307 @@
+//! Boards ranked by several columns (`columns = [...]`): the columns, the
+//! order and aggregation of their rows, and the bytes a row becomes.
+//!
+//! A column board's period key is a sorted set whose scores are all 0, so
+//! that Redis orders its members by their bytes alone; a member is
+//! `<row key><tie key><player id>`. The row key is 8 bytes a column, made
+//! so that a better row is a smaller key: ascending byte order is the
+//! board's order (column 1 by its order, its ties by column 2, ..., then the
+//! tie rule), exact for every value within ±(2^53 - 1) in every column, and
+//! a rank is `ZRANK` (O(log n)), the players strictly better than a row
+//! `ZLEXCOUNT key - (<row key>`. Each column's 8 bytes: with `r` the value
+//! on asc columns and its negation on desc ones (smaller is better), a byte
+//! 1 then `r` in 7 bytes big-endian when `r >= 0`, a byte 0 then `2^53 + r`
+//! when `r < 0`; every step stays below 2^53, so the apply script (Lua,
+//! whose numbers are doubles) computes the same bytes exactly. The tie key
+//! is empty for `tie_break = "member"` (ascending player bytes) and, for
+//! `"earliest"`, the same 8 bytes of the time (epoch ms) of the event that
+//! made the row: the earlier first.
+//!
+//! [`Columns::combine`] and [`Columns::better`] are the model of what the
+//! apply script does with a row; the tests hold the script to them.
+
+use std::cmp::Ordering;
+
+use super::Order;
+use crate::score::MAX_EXACT;
+
+/// The most columns a board may rank by.
+pub const MAX_COLUMNS: usize = 5;
+
+/// Bytes a column (or the tie time) takes in a row key.
+pub const COLUMN_BYTES: usize = 8;
+
+/// How one column aggregates a player's submissions (`row = "columns"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnMode {
+    Sum,
+    Max,
+    Min,
+    /// The value of the player's newest submission by event time.
+    Latest,
+}
+
+impl ColumnMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColumnMode::Sum => "sum",
+            ColumnMode::Max => "max",
+            ColumnMode::Min => "min",
+            ColumnMode::Latest => "latest",
+        }
+    }
+}
+
+/// What a player's row is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowMode {
+    /// Each column aggregated on its own, by its mode.
+    Columns,
+    /// The player's single best submission, compared column by column:
+    /// never a row mixing two submissions.
+    Best,
+}
+
+impl RowMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowMode::Columns => "columns",
+            RowMode::Best => "best",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// `[a-z0-9_]{1,32}`: the key in an event's `scores` and in replies.
+    pub name: String,
+    pub mode: ColumnMode,
+    pub order: Order,
+}
+
+/// A board's columns, as config validation leaves them: 2 to
+/// [`MAX_COLUMNS`] distinct names, and on `row = "best"` each mode the one
+/// its order implies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Columns {
+    pub list: Vec<Column>,
+    pub row: RowMode,
+}
+
+/// A player's row, with the event times `latest` columns and `earliest`
+/// ties need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub values: Vec<i64>,
+    /// The time of the event that last changed the row (`earliest` ties).
+    pub reached: i64,
+    /// The newest event time the row has taken (`latest` columns).
+    pub newest: i64,
+}
+
+/// What a submission did to a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combined {
+    /// The row after the submission (it may equal the one before).
+    Row,
+    /// A sum column's total would leave ±(2^53 - 1): the submission is
+    /// refused (`score_out_of_range`), in every column.
+    OutOfRange(usize),
+}
+
+impl Columns {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.list.iter().map(|c| c.name.as_str())
+    }
+
+    /// The board's order of two rows (`Less`: `a` ranks higher), column by
+    /// column; equal rows are `Equal` (the tie rule decides).
+    pub fn better(&self, a: &[i64], b: &[i64]) -> Ordering {
+        for (c, (x, y)) in self.list.iter().zip(a.iter().zip(b)) {
+            let o = match c.order {
+                Order::Asc => x.cmp(y),
+                Order::Desc => y.cmp(x),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// A player's row (`old`, none before their first submission) after
+    /// submission `new` (values in column order, event time `ts`). Sets
+    /// `old` and says whether it took it.
+    pub fn combine(&self, old: &mut Option<Row>, new: &[i64], ts: i64) -> Combined {
+        let Some(row) = old else {
+            *old = Some(Row { values: new.to_vec(), reached: ts, newest: ts });
+            return Combined::Row;
+        };
+        if self.row == RowMode::Best {
+            if self.better(new, &row.values) == Ordering::Less {
+                *row = Row { values: new.to_vec(), reached: ts, newest: ts };
+            }
+            return Combined::Row;
+        }
+        let newer = ts > row.newest;
+        let mut values = row.values.clone();
+        for (i, c) in self.list.iter().enumerate() {
+            let (v, n) = (values[i], new[i]);
+            values[i] = match c.mode {
+                ColumnMode::Sum => match v.checked_add(n).filter(|t| t.abs() <= MAX_EXACT) {
+                    Some(t) => t,
+                    None => return Combined::OutOfRange(i),
+                },
+                ColumnMode::Max => v.max(n),
+                ColumnMode::Min => v.min(n),
+                ColumnMode::Latest if newer => n,
+                ColumnMode::Latest => v,
+            };
+        }
+        if values != row.values {
+            row.reached = ts;
+        }
+        row.newest = row.newest.max(ts);
+        row.values = values;
+        Combined::Row
+    }
+
+    /// The row key of `values` (column order), see the module's doc.
+    pub fn row_key(&self, values: &[i64]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(COLUMN_BYTES * self.list.len());
+        for (c, &v) in self.list.iter().zip(values) {
+            push_ordered(&mut out, if c.order == Order::Asc { v } else { -v });
+        }
+        out
+    }
+
+    /// The values of a row key (`None` if it is not one of this board's).
+    pub fn values_of(&self, key: &[u8]) -> Option<Vec<i64>> {
+        if key.len() < COLUMN_BYTES * self.list.len() {
+            return None;
+        }
+        self.list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let r = read_ordered(&key[i * COLUMN_BYTES..(i + 1) * COLUMN_BYTES])?;
+                Some(if c.order == Order::Asc { r } else { -r })
+            })
+            .collect()
+    }
+}
+
+/// The 8 bytes of `r` (|r| <= 2^53 - 1) that order as `r` does.
+pub fn push_ordered(out: &mut Vec<u8>, r: i64) {
+    let (sign, w) = if r >= 0 { (1u8, r) } else { (0u8, (1i64 << 53) + r) };
+    out.push(sign);
+    out.extend_from_slice(&w.to_be_bytes()[1..]);
+}
+
+/// The inverse of [`push_ordered`] (`None` for bytes it never makes).
+pub fn read_ordered(b: &[u8]) -> Option<i64> {
+    if b.len() != COLUMN_BYTES || b[0] > 1 {
+        return None;
+    }
+    let mut w = [0u8; 8];
+    w[1..].copy_from_slice(&b[1..]);
+    let w = i64::from_be_bytes(w);
+    match b[0] {
+        1 if w <= MAX_EXACT => Some(w),
+        0 if (1..(1 << 53)).contains(&w) => Some(w - (1 << 53)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cols(specs: &[(&str, ColumnMode, Order)], row: RowMode) -> Columns {
+        let list = specs.iter().map(|&(n, mode, order)| Column { name: n.into(), mode, order }).collect();
+        Columns { list, row }
+    }
+
+    fn value() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            -MAX_EXACT..=MAX_EXACT,
+            -3i64..=3,
+            Just(MAX_EXACT),
+            Just(-MAX_EXACT),
+            Just(MAX_EXACT - 1),
+            Just(-MAX_EXACT + 1)
+        ]
+    }
+
+    fn order() -> impl Strategy<Value = Order> {
+        prop_oneof![Just(Order::Asc), Just(Order::Desc)]
+    }
+
+    proptest! {
+        #[test]
+        fn row_keys_order_as_the_board_does_and_decode_back(
+            orders in proptest::collection::vec(order(), 1..=MAX_COLUMNS),
+            a in proptest::collection::vec(value(), MAX_COLUMNS),
+            b in proptest::collection::vec(value(), MAX_COLUMNS),
+        ) {
+            let specs: Vec<_> = orders.iter().map(|&o| ("c", ColumnMode::Max, o)).collect();
+            let c = cols(&specs, RowMode::Columns);
+            let (a, b) = (&a[..orders.len()], &b[..orders.len()]);
+            let (ka, kb) = (c.row_key(a), c.row_key(b));
+            prop_assert_eq!(ka.len(), COLUMN_BYTES * orders.len());
+            prop_assert_eq!(ka.cmp(&kb), c.better(a, b));
+            prop_assert_eq!(c.values_of(&ka), Some(a.to_vec()));
+        }
+    }
+
+    #[test]
+    fn the_range_ends_encode_in_order() {
+        let mut keys = Vec::new();
+        for r in [-MAX_EXACT, -MAX_EXACT + 1, -1, 0, 1, MAX_EXACT - 1, MAX_EXACT] {
+            let mut k = Vec::new();
+            push_ordered(&mut k, r);
+            assert_eq!(read_ordered(&k), Some(r));
+            keys.push(k);
+        }
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        assert_eq!(read_ordered(&[2, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(read_ordered(&[0, 0, 0, 0, 0, 0, 0, 0]), None, "2^53 + r is never 0");
+    }
+
+    #[test]
+    fn columns_aggregate_each_by_its_mode_and_latest_by_event_time() {
+        use ColumnMode::*;
+        let c = cols(
+            &[
+                ("wins", Sum, Order::Desc),
+                ("best", Max, Order::Desc),
+                ("low", Min, Order::Asc),
+                ("last", Latest, Order::Desc),
+            ],
+            RowMode::Columns,
+        );
+        let mut row = None;
+        assert_eq!(c.combine(&mut row, &[1, 10, 10, 5], 100), Combined::Row);
+        c.combine(&mut row, &[1, 7, 3, 6], 300);
+        c.combine(&mut row, &[1, 12, 4, 9], 200); // older: latest keeps 6
+        assert_eq!(row, Some(Row { values: vec![3, 12, 3, 6], reached: 200, newest: 300 }));
+        assert_eq!(c.combine(&mut row, &[MAX_EXACT, 0, 0, 0], 400), Combined::OutOfRange(0));
+        assert_eq!(row.as_ref().map(|r| r.values.clone()), Some(vec![3, 12, 3, 6]), "refused in every column");
+    }
+
+    #[test]
+    fn best_rows_keep_one_whole_submission() {
+        // Fewest deaths, then the fastest time of that same run.
+        let c =
+            cols(&[("deaths", ColumnMode::Min, Order::Asc), ("time_ms", ColumnMode::Min, Order::Asc)], RowMode::Best);
+        let mut row = None;
+        c.combine(&mut row, &[2, 50_000], 1);
+        c.combine(&mut row, &[3, 40_000], 2); // faster, but more deaths
+        c.combine(&mut row, &[2, 51_000], 3);
+        let values = |r: &Option<Row>| r.as_ref().map(|r| (r.values.clone(), r.reached));
+        assert_eq!(values(&row), Some((vec![2, 50_000], 1)), "never (2, 40000): no run made it");
+        c.combine(&mut row, &[2, 49_000], 4);
+        assert_eq!(values(&row), Some((vec![2, 49_000], 4)));
+    }
+}
