@@ -20,6 +20,7 @@
 //! | `{prefix}:{tag}:_ts:<period>` | hash | `latest` boards: member -> event time of its value, same expiry |
 //! | `{prefix}:{tag}:_meta:<period>` | hash | boards with `meta = true`: member -> the compact JSON `meta` of the event that explains its score (no field: none), same expiry; `_meta:<period>:final` and `_meta:r:<name>` for sealed snapshots and rolling boards |
 //! | `{prefix}:{tag}:_att:<period>` | hash | `max_attempts` boards: member -> events applied to the period board, same expiry |
+//! | `{prefix}:{tag}:_rows:<period>` | hash | boards with `columns`: member -> its row (the member's bytes before the player id, then on boards with a `latest` column the newest event time), same expiry |
 //! | `{prefix}:{tag}:_hidden` | set | players hidden on the tag (`player_hidden`) |
 //! | `{prefix}:{tag}:_hid:<period>` | zset | the hidden players' values of a period board (and `_hid:<period>:final` of its snapshot), same expiry |
 //! | `{prefix}:{.deploy}:_applied:<group>` | hash | `<topic>:<partition>` -> the offset the group last stored, recorded before storing it (detects a Redis that lost data); `registry` -> 1 once the registry of tags holds a tag (an empty registry then means it was lost) |
@@ -176,6 +177,11 @@ pub fn attempts_key(base: &str, period_id: &str) -> String {
 /// What [`attempts_key`] puts before the period id.
 pub fn attempts_prefix(base: &str) -> String {
     format!("{base}:_att:")
+}
+
+/// Boards with `columns`: each member's row in a period board (see `board::columns`).
+pub fn rows_key(base: &str, period_id: &str) -> String {
+    format!("{base}:_rows:{period_id}")
 }
 
 /// The set of a tag's hidden players (`player_hidden`).

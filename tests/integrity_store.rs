@@ -28,7 +28,19 @@ fn ev<'a>(
     id: &'a Uuid,
     periods: &'a [Arc<PeriodWrite>],
 ) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts, event_id: id, periods, meta: None, record_ts: 0 }
+    ApplyItem {
+        field: "scores:0",
+        offset,
+        member,
+        num,
+        tie: 0,
+        ts,
+        event_id: id,
+        periods,
+        meta: None,
+        record_ts: 0,
+        values: &[],
+    }
 }
 
 async fn apply(s: &Store, params: WriteParams, items: Vec<ApplyItem<'_>>) -> Vec<ApplyResult> {

@@ -88,6 +88,7 @@ impl Model {
                     }
                 }
             }
+            WriteOp::Columns => unreachable!("rank changes are of boards of one score"),
         }?;
         board.insert(ev.member.clone(), new);
         let after = self.ranks(period);
@@ -152,6 +153,7 @@ async fn send(
             periods: if e.daily { both } else { all },
             meta: None,
             record_ts: 0,
+            values: &[],
         })
         .collect();
     let batch = TagBatch { base: "lb:{p}", params: params(op), items };

@@ -32,7 +32,7 @@ pub const MAX_COLUMNS: usize = 5;
 pub const COLUMN_BYTES: usize = 8;
 
 /// How one column aggregates a player's submissions (`row = "columns"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ColumnMode {
     Sum,
     Max,
@@ -166,28 +166,90 @@ impl Columns {
         Combined::Row
     }
 
+    /// What the apply script and the reads need of the columns; `earliest`:
+    /// the board's ties go to who reached the row first.
+    pub fn spec(&self, earliest: bool) -> ColumnSpec {
+        let mut spec = ColumnSpec {
+            n: self.list.len() as u8,
+            desc: [false; MAX_COLUMNS],
+            modes: [ColumnMode::Max; MAX_COLUMNS],
+            best_row: self.row == RowMode::Best,
+            earliest,
+        };
+        for (i, c) in self.list.iter().enumerate() {
+            spec.desc[i] = c.order == Order::Desc;
+            spec.modes[i] = c.mode;
+        }
+        spec
+    }
+}
+
+/// A board's columns as the apply script takes them (a copy of
+/// [`Columns`] without names), and the bytes of its members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ColumnSpec {
+    /// How many columns (2 to [`MAX_COLUMNS`]); the arrays' first `n` count.
+    pub n: u8,
+    pub desc: [bool; MAX_COLUMNS],
+    pub modes: [ColumnMode; MAX_COLUMNS],
+    /// `row = "best"`.
+    pub best_row: bool,
+    /// `tie_break = "earliest"`: a tie key follows the row key.
+    pub earliest: bool,
+}
+
+impl ColumnSpec {
+    /// The bytes before the player id in a member: the row key and the tie key.
+    pub fn prefix_len(&self) -> usize {
+        COLUMN_BYTES * (self.n as usize + usize::from(self.earliest))
+    }
+
     /// The row key of `values` (column order), see the module's doc.
     pub fn row_key(&self, values: &[i64]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(COLUMN_BYTES * self.list.len());
-        for (c, &v) in self.list.iter().zip(values) {
-            push_ordered(&mut out, if c.order == Order::Asc { v } else { -v });
+        let mut out = Vec::with_capacity(self.prefix_len());
+        for (i, &v) in values.iter().enumerate().take(self.n as usize) {
+            push_ordered(&mut out, if self.desc[i] { -v } else { v });
         }
         out
     }
 
     /// The values of a row key (`None` if it is not one of this board's).
     pub fn values_of(&self, key: &[u8]) -> Option<Vec<i64>> {
-        if key.len() < COLUMN_BYTES * self.list.len() {
+        let n = self.n as usize;
+        if key.len() < COLUMN_BYTES * n {
             return None;
         }
-        self.list
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
+        (0..n)
+            .map(|i| {
                 let r = read_ordered(&key[i * COLUMN_BYTES..(i + 1) * COLUMN_BYTES])?;
-                Some(if c.order == Order::Asc { r } else { -r })
+                Some(if self.desc[i] { -r } else { r })
             })
             .collect()
+    }
+
+    /// A sorted-set member: the row of `values`, reached at `reached` (the
+    /// tie key, on `earliest` boards), of `player`.
+    pub fn member(&self, values: &[i64], reached: i64, player: &str) -> Vec<u8> {
+        let mut out = self.row_key(values);
+        if self.earliest {
+            push_ordered(&mut out, reached);
+        }
+        out.extend_from_slice(player.as_bytes());
+        out
+    }
+
+    /// A member's values, tie time (on `earliest` boards) and player.
+    pub fn parse_member<'m>(&self, member: &'m [u8]) -> Option<(Vec<i64>, Option<i64>, &'m str)> {
+        let p = self.prefix_len();
+        if member.len() <= p {
+            return None;
+        }
+        let values = self.values_of(member)?;
+        let tie = match self.earliest {
+            true => Some(read_ordered(&member[p - COLUMN_BYTES..p])?),
+            false => None,
+        };
+        Some((values, tie, std::str::from_utf8(&member[p..]).ok()?))
     }
 }
 
@@ -247,11 +309,19 @@ mod tests {
         ) {
             let specs: Vec<_> = orders.iter().map(|&o| ("c", ColumnMode::Max, o)).collect();
             let c = cols(&specs, RowMode::Columns);
+            let spec = c.spec(false);
             let (a, b) = (&a[..orders.len()], &b[..orders.len()]);
-            let (ka, kb) = (c.row_key(a), c.row_key(b));
+            let (ka, kb) = (spec.row_key(a), spec.row_key(b));
             prop_assert_eq!(ka.len(), COLUMN_BYTES * orders.len());
             prop_assert_eq!(ka.cmp(&kb), c.better(a, b));
-            prop_assert_eq!(c.values_of(&ka), Some(a.to_vec()));
+            prop_assert_eq!(spec.values_of(&ka), Some(a.to_vec()));
+            // Members: the rows first, then the tie time, then the player.
+            let tied = c.spec(true);
+            let (ma, mb) = (tied.member(a, 5, "bob"), tied.member(a, 4, "carol"));
+            prop_assert!(mb < ma, "the earlier reached first");
+            prop_assert_eq!(tied.parse_member(&ma), Some((a.to_vec(), Some(5), "bob")));
+            let plain = spec.member(a, 5, "bob");
+            prop_assert_eq!(spec.parse_member(&plain), Some((a.to_vec(), None, "bob")));
         }
     }
 

@@ -386,6 +386,7 @@ impl Board {
             notify: self.spec.notify_top.unwrap_or(0),
             integrity: self.spec.integrity,
             review: None,
+            columns: None,
         }
     }
 }

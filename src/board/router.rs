@@ -172,6 +172,7 @@ impl Router {
             meta_key: keys::meta_key(base, &period.id),
             shadow_key: keys::shadow_key(base, &period.id),
             attempts_key: keys::attempts_key(base, &period.id),
+            rows_key: keys::rows_key(base, &period.id),
             expire_at: period.expire_at_secs(board.retention(kind)),
             close_at: board.close_at(&period),
             id: period.id,
@@ -217,9 +218,15 @@ impl Router {
         };
         let base = self.base(board, split, &event.player_id);
         match self.periods_at(i, split, &base, event.ts_ms, record_ts_ms) {
-            Ok(periods) => {
-                Decision::Write(BoardWrite { base, params: board.write_params(), periods, num, tie, ts: event.ts_ms })
-            }
+            Ok(periods) => Decision::Write(BoardWrite {
+                base,
+                params: board.write_params(),
+                periods,
+                num,
+                tie,
+                ts: event.ts_ms,
+                values: Vec::new(),
+            }),
             Err(reason) => Decision::Refused(reason),
         }
     }

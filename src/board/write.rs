@@ -38,6 +38,8 @@ pub struct WriteParams {
     pub integrity: integrity::Integrity,
     /// A review's call (one admin event alone).
     pub review: Option<Review>,
+    /// Boards ranked by several columns (`op` is then `Columns`).
+    pub columns: Option<super::columns::ColumnSpec>,
 }
 
 /// A review of a held event, as its apply call carries it.
@@ -76,6 +78,7 @@ impl WriteParams {
             notify: 0,
             integrity: integrity::Integrity::default(),
             review: None,
+            columns: None,
         }
     }
 
@@ -93,6 +96,8 @@ pub enum WriteOp {
     Gt,
     Lt,
     Latest,
+    /// A row of several columns (see `board::columns`).
+    Columns,
 }
 
 impl WriteOp {
@@ -102,6 +107,7 @@ impl WriteOp {
             WriteOp::Gt => "gt",
             WriteOp::Lt => "lt",
             WriteOp::Latest => "latest",
+            WriteOp::Columns => "cols",
         }
     }
 }
@@ -125,6 +131,8 @@ pub struct PeriodWrite {
     pub shadow_key: String,
     /// `max_attempts` boards: each member's applied events, `lb:{points}:_att:d:2026-08-14`.
     pub attempts_key: String,
+    /// Boards with `columns`: each member's row, `lb:{points}:_rows:d:2026-08-14`.
+    pub rows_key: String,
     /// `EXPIREAT` seconds of both; `None`: never expires.
     pub expire_at: Option<i64>,
     /// Boards with `close_after`: when the period closes, epoch ms.
@@ -176,6 +184,8 @@ pub struct BoardWrite {
     pub tie: i64,
     /// The event time, epoch ms (for `latest` and the rate limit).
     pub ts: i64,
+    /// Boards with `columns`: the event's value in each, in column order.
+    pub values: Vec<i64>,
 }
 
 /// One board's decision for one event, before Redis.

@@ -110,7 +110,15 @@ mod tests {
 
     fn write() -> Decision {
         let params = WriteParams::plain_sum();
-        Decision::Write(BoardWrite { base: "lb:{points}".into(), params, periods: Vec::new(), num: 5, tie: 0, ts: 0 })
+        Decision::Write(BoardWrite {
+            base: "lb:{points}".into(),
+            params,
+            periods: Vec::new(),
+            num: 5,
+            tie: 0,
+            ts: 0,
+            values: Vec::new(),
+        })
     }
 
     fn event_item(decisions: Vec<(usize, Decision)>) -> Item {

@@ -100,6 +100,7 @@ async fn attempt(
             periods: &[],
             meta: None,
             record_ts,
+            values: &[],
         };
         let mut results = cx.store.apply(&[TagBatch { base: &base, params, items: vec![item] }]).await?;
         return Ok(Found::Early(results.pop().and_then(|mut r| r.pop()).unwrap_or(ApplyResult::DuplicateOffset)));
@@ -111,6 +112,7 @@ async fn attempt(
         num: 0,
         tie: 0,
         ts: h.ts,
+        values: Vec::new(),
     };
     // A decided event's review (or a redelivered one) writes nothing: the
     // script tells a redelivery from a second decision.
@@ -134,6 +136,7 @@ async fn attempt(
         periods: &write.periods,
         meta: h.meta.as_deref(),
         record_ts,
+        values: &write.values,
     };
     let batch = TagBatch { base: &write.base, params: write.params, items: vec![item] };
     let mut results = cx.store.apply(&[batch]).await?;

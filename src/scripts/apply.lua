@@ -31,7 +31,7 @@
 -- top-K; everything else (offsets, markers, refusals, event times,
 -- metadata) is as for any player.
 --
--- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue gain_key
+-- keys by name: offsets hidden registry sealed key dense counts shadow times meta attempts tiers overrides state cohorts open pending prev_cohorts prev_pending held queue gain_key rows
 -- derives: rate refused seen changes pqueue hides
 --   (rate-limit windows per member, refusals per record, marker buckets,
 --   remembered rank changes per record, pending held events and held
@@ -59,6 +59,8 @@
 --               its limits and hold), held, queue and gain_key (KEYS
 --               indexes), pqueue and hides.prefix (prefixes); see
 --               apply/rules.lua and apply/gain.lua
+--   cols        boards ranked by several columns: see apply/columns.lua
+--               (and rows, per period); op is then "cols"
 --   review      a review's call (one admin event): id (the held event's)
 --               and approve (else rejected); see apply/decide.lua
 --   periods     per period j: a map of KEYS indexes, key (the period key),
@@ -109,10 +111,12 @@ local A = {
   shapes = batch.shapes, shape_len = batch.shape_len, ne = batch.ne, ids = batch.ids,
   reader = batch.reader,
   pk = {}, dense_keys = {}, count_keys = {}, shadow_keys = {}, times_keys = {}, meta_keys = {}, att_keys = {},
+  rows_keys = {}, cols = h.cols and ApplyColumns.open(h.cols),
 }
 for j, p in ipairs(h.periods) do
   A.pk[j], A.dense_keys[j], A.count_keys[j], A.shadow_keys[j] = KEYS[p.key], KEYS[p.dense], KEYS[p.counts], KEYS[p.shadow]
   A.times_keys[j], A.meta_keys[j], A.att_keys[j] = p.times and KEYS[p.times], p.meta and KEYS[p.meta], p.attempts and KEYS[p.attempts]
+  A.rows_keys[j] = p.rows and KEYS[p.rows]
 end
 if h.league then
   A.rounds = {}

@@ -181,6 +181,7 @@ mod tests {
                 periods: &k,
                 meta: None,
                 record_ts: 0,
+                values: &[],
             })
             .collect();
         let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };

@@ -34,6 +34,8 @@ pub struct ApplyItem<'a> {
     /// The record's timestamp, ms; only sent for boards that seal (a period
     /// closed on demand refuses records produced after its close).
     pub record_ts: i64,
+    /// Boards with `columns`: the event's value in each, in column order.
+    pub values: &'a [i64],
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -73,6 +75,7 @@ pub fn push_write<'a>(
         periods: &write.periods,
         meta: event.meta.as_deref(),
         record_ts,
+        values: &write.values,
     });
     t
 }
@@ -196,6 +199,9 @@ fn call_header(
         let gain = push(&mut keys, keys::gain_key(batch.base));
         h.raw("rules", &super::rules::rules_header(&p.integrity, batch.base, (held, queue, gain)));
     }
+    if let Some(c) = p.columns {
+        h.raw("cols", &columns_header(&c));
+    }
     if let Some(review) = p.review {
         let mut r = MapWriter::default();
         r.str("id", &review.held.to_string());
@@ -226,6 +232,9 @@ fn call_header(
         if p.attempts > 0 {
             m.int("attempts", push(&mut keys, period.attempts_key.clone()));
         }
+        if p.columns.is_some() {
+            m.int("rows", push(&mut keys, period.rows_key.clone()));
+        }
         m.int("expire_at", period.expire_at.unwrap_or(0));
         if p.integrity.jump_over.is_some() && period.id == "all" {
             m.bool("all_time", true);
@@ -251,6 +260,31 @@ fn call_header(
     (keys, h.finish())
 }
 
+/// The header's `cols`: n, per column desc and mode, best (`row =
+/// "best"`), earliest (tie keys) and latest (some column is `latest`: rows
+/// keep their newest event time).
+fn columns_header(c: &crate::board::columns::ColumnSpec) -> Vec<u8> {
+    let n = c.n as usize;
+    let mut m = MapWriter::default();
+    m.int("n", n as i64);
+    let mut list = Vec::new();
+    msgpack::array_len(&mut list, n);
+    for &d in &c.desc[..n] {
+        msgpack::int(&mut list, i64::from(d));
+    }
+    m.raw("desc", &list);
+    list.clear();
+    msgpack::array_len(&mut list, n);
+    for mode in &c.modes[..n] {
+        msgpack::str(&mut list, mode.as_str());
+    }
+    m.raw("modes", &list);
+    m.bool("best", c.best_row);
+    m.bool("earliest", c.earliest);
+    m.bool("latest", c.modes[..n].contains(&crate::board::columns::ColumnMode::Latest));
+    m.finish()
+}
+
 /// The batch as one MessagePack stream (its layout is in apply.lua's
 /// header), and the partition fields it names with each one's last offset.
 /// The batch's distinct members, per period key the distinct members
@@ -273,7 +307,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     let mut shape: Vec<usize> = Vec::new();
     let with_tie = p.op == WriteOp::Sum && p.shift > 1;
     let with_rules = p.integrity.any();
-    let with_ts = p.op == WriteOp::Latest || p.rate_events > 0 || with_rules;
+    let with_ts = p.op == WriteOp::Latest || p.rate_events > 0 || with_rules || p.columns.is_some();
     let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
         let f = match fields.iter().position(|(f, _)| *f == item.field) {
@@ -314,6 +348,11 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
         }
         if with_rules {
             msgpack::str(&mut body, &item.event_id.to_string());
+        }
+        if let Some(c) = p.columns {
+            for i in 0..c.n as usize {
+                msgpack::int(&mut body, item.values.get(i).copied().unwrap_or(0));
+            }
         }
         for &j in &shape {
             if listed.insert((j, m)) {
@@ -373,6 +412,7 @@ pub(super) mod tests {
             meta_key: keys::meta_key("lb:{p}", period),
             shadow_key: keys::shadow_key("lb:{p}", period),
             attempts_key: keys::attempts_key("lb:{p}", period),
+            rows_key: keys::rows_key("lb:{p}", period),
             expire_at,
             close_at: None,
             round: None,
@@ -400,6 +440,7 @@ pub(super) mod tests {
                     periods: &k1,
                     meta: None,
                     record_ts: 0,
+                    values: &[],
                 },
                 ApplyItem {
                     field: "t:1",
@@ -412,6 +453,7 @@ pub(super) mod tests {
                     periods: &k2,
                     meta: None,
                     record_ts: 0,
+                    values: &[],
                 },
             ],
         };

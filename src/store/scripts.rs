@@ -98,6 +98,7 @@ pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
         &[
             include_str!("../scripts/apply/batch.lua"),
             include_str!("../scripts/apply/read.lua"),
+            include_str!("../scripts/apply/columns.lua"),
             include_str!("../scripts/apply/gain.lua"),
             include_str!("../scripts/apply/rules.lua"),
             include_str!("../scripts/apply/decide.lua"),

@@ -97,6 +97,7 @@ pub const APPLY: Touches = by_name(
         "held",
         "queue",
         "gain_key",
+        "rows",
     ],
     &["rate", "refused", "seen", "changes", "pqueue", "hides"],
 );

@@ -48,6 +48,7 @@ pub fn period_write(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<Peri
         meta_key: key("_meta:"),
         shadow_key: key("_hid:"),
         attempts_key: key("_att:"),
+        rows_key: key("_rows:"),
         expire_at,
         close_at: None,
         round: None,
@@ -62,7 +63,19 @@ pub fn item<'a>(
     id: &'a Uuid,
     periods: &'a [Arc<PeriodWrite>],
 ) -> ApplyItem<'a> {
-    ApplyItem { field: "scores:0", offset, member, num, tie: 0, ts: 0, event_id: id, periods, meta: None, record_ts: 0 }
+    ApplyItem {
+        field: "scores:0",
+        offset,
+        member,
+        num,
+        tie: 0,
+        ts: 0,
+        event_id: id,
+        periods,
+        meta: None,
+        record_ts: 0,
+        values: &[],
+    }
 }
 
 /// `items` for tag `base` on a plain board of `op` up to [`MAX`].

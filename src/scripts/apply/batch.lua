@@ -10,7 +10,7 @@
 --     lists of periods the events write;
 --   E, then the E events' markers (Const.MARKER_BYTES each, see markers.lua);
 --   then per event, `stride` values: f, offset, m, num, shape, [tie], [ts],
---     [meta], [rts], [eid]
+--     [meta], [rts], [eid], [cols]
 --     f: index of the event's field; m: index of its member; num: the delta
 --     for "sum", the packed stored score otherwise; tie (only for "sum"
 --     with SHIFT > 1): the tie component packed with a new total; ts (only
@@ -18,7 +18,9 @@
 --     ms; meta (only
 --     for boards that keep metadata): the event's meta, "" for none; rts
 --     (only for boards that seal): the record timestamp, ms; eid (only for
---     boards with integrity rules): the event id, as text.
+--     boards with integrity rules): the event id, as text; cols (only for
+--     boards ranked by several columns): the event's n values, in column
+--     order (num is then 0).
 -- (The grouping is done by the worker, so that the script keeps its
 -- per-member state in tables indexed by number.)
 
@@ -99,10 +101,14 @@ do
       end
     end
     opt('tie', h.op == 'sum' and h.shift > 1)
-    opt('ts', h.op == 'latest' or h.rate_events > 0 or h.rules ~= nil)
+    opt('ts', h.op == 'latest' or h.rate_events > 0 or h.rules ~= nil or h.cols ~= nil)
     opt('meta', h.meta)
     opt('rts', h.sealed ~= nil)
     opt('eid', h.rules ~= nil)
+    if h.cols then
+      at.cols = stride + 1
+      stride = stride + h.cols.n
+    end
     at.stride = stride
     return at
   end

@@ -52,6 +52,7 @@ do
       is_sum = A.is_sum, latest = A.latest, seal_on = A.seal_on, meta_on = A.meta_on,
       attempts_on = A.attempts_on, att_limit = h.attempts, att = A.att, att_moved = A.att_moved,
       rate_on = h.rate_events > 0, rules = A.rules, eid_at = at.eid, review = h.review,
+      cols = A.cols, cols_at = at.cols,
       members = A.members, shapes = A.shapes, shape_len = A.shape_len,
       closes = A.closes, times = A.times, fields = h.fields,
       tie_at = at.tie, ts_at = at.ts, meta_at = at.meta, rts_at = at.rts,
@@ -127,6 +128,22 @@ do
     return fits
   end
 
+  -- Boards ranked by several columns: totals[w] set to each taking
+  -- period's row for m after the event at ev[a]; false when a sum column's
+  -- total would leave the allowed range in one of them.
+  local function rows_fit(cx, tk, nw, m, ev, a, totals)
+    local next_row, at, ts = cx.cols.next, a + cx.cols_at, ev[a + cx.ts_at]
+    for w = 1, nw do
+      local c = tk[w]
+      if c then
+        local row = next_row(c[m], ev, at, ts)
+        if not row then return false end
+        totals[w] = row
+      end
+    end
+    return true
+  end
+
   -- The code of a new event (neither redelivered nor a duplicate) at ev[a],
   -- field f, offset off, member m, value num, shape sh: APPLIED or why not
   -- (with the value that broke an integrity rule); and its taking periods
@@ -135,6 +152,7 @@ do
     local rts = cx.seal_on and ev[a + cx.rts_at]
     local tk, any_open, any_take = takers(cx, sh, m, rts)
     if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then return OUT_OF_RANGE, tk end
+    if cx.cols and not rows_fit(cx, tk, cx.shape_len[sh], m, ev, a, totals) then return OUT_OF_RANGE, tk end
     if not any_open then return PERIOD_CLOSED, tk end
     if not any_take then return ATTEMPTS_EXHAUSTED, tk end
     local ts = cx.ts_at and ev[a + cx.ts_at]
@@ -169,6 +187,7 @@ do
     end
     local tk, any_open = takers(cx, sh, m, cx.seal_on and ev[a + cx.rts_at], true)
     if cx.is_sum and not sum_fits(cx, tk, cx.shape_len[sh], m, num, totals) then return OUT_OF_RANGE, tk end
+    if cx.cols and not rows_fit(cx, tk, cx.shape_len[sh], m, ev, a, totals) then return OUT_OF_RANGE, tk end
     if not any_open then return PERIOD_CLOSED, tk end
     rules.decide(rv.id, rec, 'approved')
     rules.applied(m, ev[a + cx.ts_at], num)
@@ -179,7 +198,11 @@ do
   -- meta; total on sum boards), as the board's mode combines them: a sum's
   -- total with its tie, a newer latest value, a better best.
   local function combine(cx, c, j, m, num, total, tie, ts, meta)
-    if cx.is_sum then
+    if cx.cols then
+      -- total: the row rows_fit made (the one before when nothing moved).
+      if meta and total ~= c[m] then cx.metas[j][m] = meta end
+      c[m] = total
+    elseif cx.is_sum then
       c[m] = total * cx.shift + tie
       if meta then cx.metas[j][m] = meta end
     elseif cx.latest then

@@ -6,7 +6,9 @@
 --                             "<period key>:closes" of the sealed hash)
 --   A.hidden[m], A.any_hidden member m is hidden (its values are in the shadows)
 --   A.cur[j][m]   the stored score (false: absent), as the events see it;
---                 only for the periods that are open and written
+--                 only for the periods that are open and written; on
+--                 boards ranked by several columns, the stored row
+--                 (apply/columns.lua), from the period's rows hash
 --   A.base[j][m]  the stored score before this call
 --   A.times[j][m] "latest" only: the event time of the value
 --   A.base_str[j][m] with SHIFT 1 and dense indexes: the stored score as
@@ -92,6 +94,24 @@ do
     A.cur[j], A.base[j], A.times[j], A.base_str[j] = c, b, t, bs
   end
 
+  -- Period j's rows (boards ranked by several columns): HMGET of the rows
+  -- hash, hidden members' too.
+  local function rows(A, j)
+    local members, list, nl = A.members, A.lists[j], A.list_len[j]
+    local c, b = {}, {}
+    for s = 1, nl, CHUNK do
+      local e = min(s + CHUNK - 1, nl)
+      local names = {}
+      for x = s, e do names[x - s + 1] = members[list and list[x] or x] end
+      local got = call('HMGET', A.rows_keys[j], unpack(names))
+      for x = s, e do
+        local m = list and list[x] or x
+        c[m], b[m] = got[x - s + 1], got[x - s + 1]
+      end
+    end
+    A.cur[j], A.base[j], A.times[j], A.base_str[j] = c, b, {}, {}
+  end
+
   -- Period j's attempts per member.
   local function attempts(A, j)
     local members, list, nl, a = A.members, A.lists[j], A.list_len[j], {}
@@ -120,7 +140,7 @@ do
     A.cur, A.base, A.times, A.base_str, A.att, A.att_moved = {}, {}, {}, {}, {}, {}
     for j = 1, A.np do
       if not A.sealed[j] and A.list_len[j] > 0 then
-        values(A, j)
+        if A.cols then rows(A, j) else values(A, j) end
         if A.attempts_on then attempts(A, j) end
       end
     end

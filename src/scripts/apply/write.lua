@@ -16,6 +16,20 @@ do
   local format, tonumber = string.format, tonumber
   local variadic = Calls.variadic
 
+  -- Boards ranked by several columns: period j's members whose row moved
+  -- (apply/columns.lua), out of their old places and into their new ones,
+  -- and their rows. Returns whether any moved.
+  local function write_rows(A, j, c)
+    local mv = A.cols.moves(A, j, c)
+    local k, shadow = A.pk[j], A.shadow_keys[j]
+    if #mv.rem > 0 then variadic('ZREM', k, mv.rem, 1) end
+    if #mv.add > 0 then variadic('ZADD', k, mv.add, 2) end
+    if #mv.shadow_rem > 0 then variadic('ZREM', shadow, mv.shadow_rem, 1) end
+    if #mv.shadow_add > 0 then variadic('ZADD', shadow, mv.shadow_add, 2) end
+    if #mv.rows > 0 then variadic('HSET', A.rows_keys[j], mv.rows, 2) end
+    return #mv.rows > 0, #mv.shadow_add > 0
+  end
+
   -- Writes period j, whose values as the events left them are c. Returns
   -- whether it wrote anything.
   local function write_period(A, j, c)
@@ -31,7 +45,9 @@ do
     local b, bs = A.base[j], A.base_str[j]
     local list = A.lists[j]
     local moved = latest and A.moved[j]
-    for x = 1, A.list_len[j] do
+    local rows_moved, rows_shadowed = false, false
+    if A.cols then rows_moved, rows_shadowed = write_rows(A, j, c) end
+    for x = 1, A.cols and 0 or A.list_len[j] do
       local m = x
       if list then m = list[x] end
       local old, new = b[m], c[m]
@@ -67,7 +83,7 @@ do
     end
     local metas = meta_on and A.metas[j]
     local att_moved = A.attempts_on and A.att_moved[j]
-    if np_ == 0 and #shadowed == 0 and #stamps == 0 and not (metas and next(metas))
+    if np_ == 0 and #shadowed == 0 and #stamps == 0 and not rows_moved and not (metas and next(metas))
       and not (att_moved and next(att_moved)) then
       return false
     end
@@ -120,7 +136,8 @@ do
       end
       if latest then keys[#keys + 1] = A.times_keys[j] end
       if meta_on then keys[#keys + 1] = mk end
-      if #shadowed > 0 then keys[#keys + 1] = A.shadow_keys[j] end
+      if #shadowed > 0 or rows_shadowed then keys[#keys + 1] = A.shadow_keys[j] end
+      if A.cols then keys[#keys + 1] = A.rows_keys[j] end
       if A.attempts_on then keys[#keys + 1] = A.att_keys[j] end
       Expiry.at(format('%d', at), keys)
     end

@@ -32,6 +32,17 @@ pub(super) async fn bare_writes(
                         rankflow::board::WriteOp::Latest => {
                             pipe.cmd("ZADD").arg(&p.key).arg(w.num).arg(&e.player_id).ignore()
                         }
+                        // The row as the event has it: its member and the player's row.
+                        rankflow::board::WriteOp::Columns => {
+                            let spec = w.params.columns.expect("a board with columns has their spec");
+                            let row = spec.row_key(&w.values);
+                            pipe.cmd("ZADD")
+                                .arg(&p.key)
+                                .arg(0)
+                                .arg(spec.member(&w.values, w.ts, &e.player_id))
+                                .ignore();
+                            pipe.cmd("HSET").arg(&p.rows_key).arg(&e.player_id).arg(row).ignore()
+                        }
                     };
                 }
             }

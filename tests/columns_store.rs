@@ -1,0 +1,238 @@
+//! Boards ranked by several columns in the apply script, against a real
+//! redis-server and the model in `board::columns`: random streams with
+//! ties through every column, values at the range's ends, producer
+//! retries and redeliveries, on two- and five-column boards in both row
+//! modes; every period key's members, byte for byte and in order, and
+//! every event's outcome, as the model has them.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMode};
+use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
+use rankflow::event::Reason;
+use rankflow::store::{ApplyItem, ApplyResult, Store, TagBatch};
+use support::apply::{period_write, store_with_ttl, MAX};
+use support::Redis;
+use uuid::Uuid;
+
+const BASE: &str = "lb:{c}";
+
+/// A small deterministic generator (xorshift), so a failure reproduces.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A value: mostly a few small ones (ties), sometimes a range end.
+    fn value(&mut self) -> i64 {
+        match self.below(40) {
+            0 => MAX,
+            1 => -MAX,
+            2 => MAX - 1,
+            3 => -(MAX - 1),
+            _ => self.below(5) as i64 - 2,
+        }
+    }
+}
+
+fn board(specs: &[(ColumnMode, Order)], row: RowMode) -> Columns {
+    let list =
+        specs.iter().enumerate().map(|(i, &(mode, order))| Column { name: format!("c{i}"), mode, order }).collect();
+    Columns { list, row }
+}
+
+fn params(c: &Columns, earliest: bool) -> WriteParams {
+    let mut p = WriteParams::plain(WriteOp::Columns, 1, MAX);
+    p.dense = false;
+    p.columns = Some(c.spec(earliest));
+    p
+}
+
+/// One event of the stream.
+struct Ev {
+    offset: i64,
+    member: String,
+    id: Uuid,
+    ts: i64,
+    values: Vec<i64>,
+    /// Index into the period lists: the day it falls on.
+    day: usize,
+}
+
+/// The model: rows per period id, the ids applied.
+#[derive(Default)]
+struct Model {
+    periods: BTreeMap<String, BTreeMap<String, Row>>,
+    applied: HashSet<Uuid>,
+}
+
+impl Model {
+    /// What the script must answer for `e`, writing `ids` (period ids).
+    fn apply(&mut self, c: &Columns, e: &Ev, ids: &[&str]) -> ApplyResult {
+        if self.applied.contains(&e.id) {
+            return ApplyResult::DuplicateEvent;
+        }
+        // Every period takes the event, or none does.
+        let mut next = Vec::new();
+        for id in ids {
+            let mut row = self.periods.get(*id).and_then(|p| p.get(&e.member)).cloned();
+            if let Combined::OutOfRange(_) = c.combine(&mut row, &e.values, e.ts) {
+                return ApplyResult::Refused(Reason::ScoreOutOfRange.script_code().unwrap());
+            }
+            next.push((id.to_string(), row.expect("a row")));
+        }
+        for (id, row) in next {
+            self.periods.entry(id).or_default().insert(e.member.clone(), row);
+        }
+        self.applied.insert(e.id);
+        ApplyResult::Applied
+    }
+
+    /// Period `id`'s members as the sorted set must hold them, in order.
+    fn members(&self, c: &Columns, earliest: bool, id: &str) -> Vec<Vec<u8>> {
+        let spec = c.spec(earliest);
+        let mut rows: Vec<(&String, &Row)> = self.periods.get(id).map(|p| p.iter().collect()).unwrap_or_default();
+        rows.sort_by(|(pa, a), (pb, b)| {
+            c.better(&a.values, &b.values)
+                .then_with(|| if earliest { a.reached.cmp(&b.reached) } else { std::cmp::Ordering::Equal })
+                .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
+        });
+        rows.iter().map(|(p, r)| spec.member(&r.values, r.reached, p)).collect()
+    }
+}
+
+async fn apply(s: &Store, params: WriteParams, items: Vec<ApplyItem<'_>>) -> Vec<ApplyResult> {
+    s.apply(&[TagBatch { base: BASE, params, items }]).await.unwrap().remove(0)
+}
+
+/// Runs `n` random events on a board of `c` and checks it against the model.
+async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
+    let redis = Redis::start();
+    let s = store_with_ttl(&redis, 600, &[]).await;
+    let mut conn = redis.conn().await;
+    let p = params(c, earliest);
+    let days: Vec<Vec<Arc<PeriodWrite>>> =
+        ["d:1", "d:2"].iter().map(|d| vec![period_write("c", d, None), period_write("c", "all", None)]).collect();
+    let mut g = Gen(seed);
+    let mut events: Vec<Ev> = Vec::new();
+    for k in 0..n {
+        // A producer retry: an earlier event again, at a new offset.
+        let retry = k > 0 && g.below(20) == 0;
+        let e = if retry {
+            let old = &events[g.below(events.len() as u64) as usize];
+            Ev {
+                offset: k as i64,
+                member: old.member.clone(),
+                id: old.id,
+                ts: old.ts,
+                values: old.values.clone(),
+                day: old.day,
+            }
+        } else {
+            Ev {
+                offset: k as i64,
+                member: format!("p{}", g.below(9)),
+                id: Uuid::from_u128(k as u128 + 1),
+                ts: 1_000 + g.below(50) as i64,
+                values: (0..c.list.len()).map(|_| g.value()).collect(),
+                day: g.below(2) as usize,
+            }
+        };
+        events.push(e);
+    }
+    let mut model = Model::default();
+    for chunk in events.chunks(37) {
+        let items: Vec<ApplyItem> = chunk
+            .iter()
+            .map(|e| ApplyItem {
+                field: "scores:0",
+                offset: e.offset,
+                member: &e.member,
+                num: 0,
+                tie: 0,
+                ts: e.ts,
+                event_id: &e.id,
+                periods: &days[e.day],
+                meta: None,
+                record_ts: 0,
+                values: &e.values,
+            })
+            .collect();
+        let want: Vec<ApplyResult> = chunk.iter().map(|e| model.apply(c, e, &[["d:1", "d:2"][e.day], "all"])).collect();
+        let got = apply(&s, p, items.clone()).await;
+        assert_eq!(got, want, "seed {seed}: the events' outcomes");
+        // Redelivered: nothing changes, and a refusal is answered again.
+        let again = apply(&s, p, items).await;
+        for (a, g) in again.iter().zip(&got) {
+            let want = if matches!(g, ApplyResult::Refused(_)) { g } else { &ApplyResult::DuplicateOffset };
+            assert_eq!(a, want, "seed {seed}: a redelivery");
+        }
+    }
+    let spec = c.spec(earliest);
+    for id in ["d:1", "d:2", "all"] {
+        let key = format!("{BASE}:{id}");
+        let got: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+        let want = model.members(c, earliest, id);
+        assert_eq!(got, want, "seed {seed}: {id}'s members in order");
+        let rows: BTreeMap<String, Vec<u8>> =
+            redis::cmd("HGETALL").arg(format!("{BASE}:_rows:{id}")).query_async(&mut conn).await.unwrap();
+        assert_eq!(rows.len(), want.len());
+        for m in &want {
+            let (values, _, player) = spec.parse_member(m).expect("a member");
+            let row = &rows[player];
+            assert_eq!(&row[..spec.prefix_len()], &m[..spec.prefix_len()], "{player}'s row");
+            assert_eq!(spec.values_of(row), Some(values));
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_columns_each_aggregated_on_its_own() {
+    use ColumnMode::*;
+    // Most wins, then the fastest time.
+    let c = board(&[(Sum, Order::Desc), (Min, Order::Asc)], RowMode::Columns);
+    check(&c, false, 0x9e37_79b9_7f4a_7c15, 400).await;
+    check(&c, true, 0x2545_f491_4f6c_dd1d, 400).await;
+    // A latest column (by event time) beside a max.
+    let c = board(&[(Latest, Order::Asc), (Max, Order::Desc)], RowMode::Columns);
+    check(&c, true, 7, 400).await;
+}
+
+#[tokio::test]
+async fn two_columns_as_one_best_submission() {
+    use ColumnMode::*;
+    // Fewest deaths, then the fastest time of that same run.
+    let c = board(&[(Min, Order::Asc), (Min, Order::Asc)], RowMode::Best);
+    check(&c, false, 11, 400).await;
+    let c = board(&[(Max, Order::Desc), (Min, Order::Asc)], RowMode::Best);
+    check(&c, true, 12, 400).await;
+}
+
+#[tokio::test]
+async fn five_columns_in_mixed_orders_in_both_row_modes() {
+    use ColumnMode::*;
+    let c = board(
+        &[(Sum, Order::Desc), (Max, Order::Asc), (Min, Order::Desc), (Latest, Order::Desc), (Sum, Order::Asc)],
+        RowMode::Columns,
+    );
+    check(&c, false, 21, 500).await;
+    check(&c, true, 22, 500).await;
+    let c = board(
+        &[(Max, Order::Desc), (Min, Order::Asc), (Min, Order::Asc), (Max, Order::Desc), (Max, Order::Desc)],
+        RowMode::Best,
+    );
+    check(&c, false, 23, 500).await;
+    check(&c, true, 24, 500).await;
+}
