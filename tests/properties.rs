@@ -18,7 +18,12 @@ fn check(value: &[u8], parsed: Parsed) {
     match parsed {
         Parsed::Event(e) => {
             assert!(!e.player_id.is_empty() && e.player_id.len() <= 128);
-            assert!(e.score.unsigned_abs() < 1 << 53, "score {} out of range for {value:?}", e.score);
+            // A score, or scores (whose values each board checks), or both.
+            assert!(e.score.is_some() || e.scores.is_some(), "neither score nor scores in {value:?}");
+            let scores = e.scores.iter().flat_map(|s| s.0.values().flatten());
+            for v in e.score.iter().chain(scores) {
+                assert!(v.unsigned_abs() < 1 << 53, "score {v} out of range for {value:?}");
+            }
             assert!(e.attrs.values().all(|v| v.len() <= 64 * 1024));
         }
         Parsed::Admin(a) => assert!(!a.player_id.is_empty() && a.player_id.len() <= 128),

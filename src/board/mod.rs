@@ -138,6 +138,8 @@ pub struct BoardSpec {
     pub notify_top: Option<u32>,
     /// Score integrity: rules that refuse or hold events.
     pub integrity: integrity::Integrity,
+    /// Ranking by several columns (`mode` and `order` then unused).
+    pub columns: Option<columns::Columns>,
 }
 
 #[cfg(test)]
@@ -168,6 +170,7 @@ impl BoardSpec {
             league: None,
             notify_top: None,
             integrity: integrity::Integrity::default(),
+            columns: None,
         }
     }
 }
@@ -241,6 +244,11 @@ impl Board {
     /// `notify_top`: rank changes are produced for this top.
     pub fn notify_top(&self) -> Option<u32> {
         self.spec.notify_top
+    }
+
+    /// Boards ranked by several columns: their columns and row mode.
+    pub fn columns(&self) -> Option<&columns::Columns> {
+        self.spec.columns.as_ref()
     }
 
     /// `[board.integrity]`: its rules (none by default).
@@ -359,6 +367,9 @@ impl Board {
 
     /// The write the apply script makes for this board.
     pub fn write_op(&self) -> WriteOp {
+        if self.spec.columns.is_some() {
+            return WriteOp::Columns;
+        }
         match (self.spec.mode, self.spec.order) {
             (Mode::Sum, _) => WriteOp::Sum,
             (Mode::Best, Order::Desc) => WriteOp::Gt,
@@ -386,7 +397,7 @@ impl Board {
             notify: self.spec.notify_top.unwrap_or(0),
             integrity: self.spec.integrity,
             review: None,
-            columns: None,
+            columns: self.spec.columns.as_ref().map(|c| c.spec(self.spec.tie_break == TieBreak::Earliest)),
         }
     }
 }

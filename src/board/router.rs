@@ -206,14 +206,14 @@ impl Router {
                 Some(v) => Some(v.as_str()),
             },
         };
-        let (num, tie) = match board.mode() {
-            Mode::Sum => match board.packing().tie(event.ts_ms) {
-                Some(tie) if event.score.abs() <= board.packing().max_value() => (event.score, tie),
-                _ => return Decision::Refused(Reason::ScoreOutOfRange),
+        let (num, tie, values) = match board.columns() {
+            Some(c) => match event.scores.as_ref().map(|s| s.values(c.names())) {
+                Some(Ok(values)) => (0, 0, values),
+                _ => return Decision::Refused(Reason::InvalidScore),
             },
-            Mode::Best | Mode::Latest => match board.packing().encode(event.score, event.ts_ms) {
-                Some(stored) => (stored, 0),
-                None => return Decision::Refused(Reason::ScoreOutOfRange),
+            None => match one_score(board, event) {
+                Ok((num, tie)) => (num, tie, Vec::new()),
+                Err(reason) => return Decision::Refused(reason),
             },
         };
         let base = self.base(board, split, &event.player_id);
@@ -225,9 +225,23 @@ impl Router {
                 num,
                 tie,
                 ts: event.ts_ms,
-                values: Vec::new(),
+                values,
             }),
             Err(reason) => Decision::Refused(reason),
+        }
+    }
+
+    /// Why board `i` refuses `event`, in words naming the field at fault
+    /// (a dead letter's detail); `None` for a refusal its reason says all of.
+    pub fn refusal_detail(&self, i: usize, event: &Event) -> Option<String> {
+        let board = &self.boards[i];
+        match (board.columns(), &event.scores) {
+            (Some(c), Some(s)) => s.values(c.names()).err(),
+            (Some(_), None) => Some("field 'scores' is missing (the board ranks by several columns)".into()),
+            (None, _) if event.score.is_none() => {
+                Some("field 'score' is missing (the board ranks by one score)".into())
+            }
+            (None, _) => None,
         }
     }
 
@@ -323,6 +337,22 @@ impl Router {
     }
 }
 
+/// A board of one score: what the event writes (`num`, `tie`), or why not.
+fn one_score(board: &Board, event: &Event) -> Result<(i64, i64), Reason> {
+    // A record with only `scores`: this board ranks by one score.
+    let score = event.score.ok_or(Reason::InvalidScore)?;
+    match board.mode() {
+        Mode::Sum => match board.packing().tie(event.ts_ms) {
+            Some(tie) if score.abs() <= board.packing().max_value() => Ok((score, tie)),
+            _ => Err(Reason::ScoreOutOfRange),
+        },
+        Mode::Best | Mode::Latest => match board.packing().encode(score, event.ts_ms) {
+            Some(stored) => Ok((stored, 0)),
+            None => Err(Reason::ScoreOutOfRange),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -348,7 +378,8 @@ mod tests {
             event_id: Uuid::nil(),
             kind: "match_finished".into(),
             player_id: "alice".into(),
-            score: 10,
+            score: Some(10),
+            scores: None,
             ts_ms: chrono::DateTime::parse_from_rfc3339(ts).unwrap().timestamp_millis(),
             attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             meta: None,
@@ -502,7 +533,7 @@ mod tests {
         let Decision::Write(w) = &r.plan(&e, e.ts_ms)[0].1 else { panic!() };
         assert_eq!(w.num, b.packing().encode(10, 5000).unwrap());
         let mut big = e.clone();
-        big.score = 1001;
+        big.score = Some(1001);
         assert_eq!(r.plan(&big, big.ts_ms)[0].1, Decision::Refused(Reason::ScoreOutOfRange));
     }
 
@@ -513,5 +544,52 @@ mod tests {
         e.kind = "chat".into();
         assert!(!r.listens("chat"));
         assert!(r.plan(&e, e.ts_ms).is_empty());
+    }
+
+    #[test]
+    fn a_board_with_columns_takes_the_events_values_in_column_order_or_names_the_one_at_fault() {
+        use crate::board::columns::{Column, ColumnMode, Columns, RowMode};
+        let mut with_columns = spec("arena", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
+        let col = |name: &str, mode, order| Column { name: name.into(), mode, order };
+        with_columns.columns = Some(Columns {
+            list: vec![col("wins", ColumnMode::Sum, Order::Desc), col("time_ms", ColumnMode::Min, Order::Asc)],
+            row: RowMode::Columns,
+        });
+        let r = Router::new(
+            vec![Board::new(with_columns), board("points", Mode::Sum, Order::Desc, &[PeriodKind::AllTime], None)],
+            "lb",
+        );
+        let mut e = event("2026-08-14T13:00:00Z", &[]);
+        let scores = |json: serde_json::Value| {
+            let crate::event::Parsed::Event(p) = crate::event::parse(
+                serde_json::json!({"event_id": Uuid::nil(), "type": "match_finished", "player_id": "alice", "ts": 5, "scores": json})
+                    .to_string()
+                    .as_bytes(),
+                Default::default(),
+                |_| true,
+            ) else {
+                panic!("an event")
+            };
+            p.scores
+        };
+        e.scores = scores(serde_json::json!({"time_ms": 53000, "wins": 1, "extra": 7}));
+        let plan = r.plan(&e, e.ts_ms);
+        let Decision::Write(w) = &plan[0].1 else { panic!("{plan:?}") };
+        assert_eq!((w.params.op, w.values.clone()), (WriteOp::Columns, vec![1, 53000]));
+        assert!(w.params.columns.is_some_and(|c| c.n == 2 && c.desc[..2] == [true, false]));
+        assert_eq!(r.refusal_detail(0, &e), None);
+        // The board of one score takes the record's score, or refuses it when it has none.
+        assert!(matches!(plan[1].1, Decision::Write(_)));
+        e.score = None;
+        assert_eq!(r.plan(&e, e.ts_ms)[1].1, Decision::Refused(Reason::InvalidScore));
+        assert_eq!(r.refusal_detail(1, &e).as_deref(), Some("field 'score' is missing (the board ranks by one score)"));
+        for (json, why) in [
+            (serde_json::json!({"wins": 1}), "scores.time_ms is missing"),
+            (serde_json::json!({"wins": 1.5, "time_ms": 1}), "scores.wins is not an integer within ±(2^53 - 1)"),
+        ] {
+            e.scores = scores(json);
+            assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::InvalidScore));
+            assert_eq!(r.refusal_detail(0, &e).as_deref(), Some(why));
+        }
     }
 }

@@ -40,19 +40,15 @@ pub fn boards(raw: Vec<RawBoard>, e: &mut Errors) -> Vec<Board> {
 
 fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
     event_types(at, &b.on, e);
-    let (mode, order) = match super::columns::ranking(at, &b, e) {
-        Some(Ranking::One(mode, order)) => (Some(mode), Some(order)),
+    // A board with columns has neither mode nor order: the checks below
+    // that depend on them see none.
+    let (mode, order, columns) = match super::columns::ranking(at, &b, e) {
+        Some(Ranking::One(mode, order)) => (Some(mode), Some(order), None),
         Some(Ranking::Columns(c)) => {
-            // Checked whole, so that a config is ready once they are; the
-            // apply script and the reads do not rank by several yet.
-            let names = c.names().collect::<Vec<_>>().join(", ");
-            e.push(
-                at.field("columns"),
-                format!("ranking by several columns ({names}) is not available in this version"),
-            );
-            (None, None)
+            super::columns::refusals(at, &b, &c, e);
+            (None, None, Some(c))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     let tie_break = e.take(&at.field("tie_break"), &b.tie_break);
     let timezone = e.take(&at.field("timezone"), &b.timezone);
@@ -88,12 +84,16 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         super::league::league(at, l, &windows, &schedules, board, e)
     });
     let integrity = b.integrity.as_ref().map(|r| super::integrity::integrity(at, r, mode, &periods, e));
-    let packing = packing(at, &b, order?, tie_break?, e)?;
+    let packing = match columns {
+        Some(_) => Packing::member(None).ok()?,
+        None => packing(at, &b, order?, tie_break?, e)?,
+    };
     Some(Board::new(BoardSpec {
         id: b.id,
         on: b.on,
-        mode: mode?,
-        order: order?,
+        // Unused on a board with columns.
+        mode: if columns.is_some() { Mode::Best } else { mode? },
+        order: if columns.is_some() { Order::Desc } else { order? },
         periods,
         timezone: timezone?,
         tie_break: tie_break?,
@@ -102,7 +102,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         retention,
         max_members: b.max_members,
         rate_limit,
-        dense_rank: b.dense_rank.unwrap_or(shards.is_none()),
+        dense_rank: b.dense_rank.unwrap_or(shards.is_none() && columns.is_none()),
         meta: b.meta,
         max_attempts: b.max_attempts.filter(|&n| e.within(&at.field("max_attempts"), n, 1..=1_000_000).is_some()),
         close_after,
@@ -113,6 +113,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         league,
         notify_top,
         integrity: integrity.unwrap_or_default(),
+        columns,
     }))
 }
 

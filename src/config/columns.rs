@@ -57,6 +57,39 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
     Some(Ranking::Columns(Columns { list, row }))
 }
 
+/// What a board with columns cannot have yet, each refusal naming its
+/// field and why; and, until the reads, moderation and rebuild rank by
+/// several columns too, the board itself.
+pub fn refusals(at: At, b: &RawBoard, c: &Columns, e: &mut Errors) {
+    let not_built = "is not available on a board with columns in this version";
+    let fields: [(&str, bool, &str); 11] = [
+        ("shards", b.shards.is_some(), not_built),
+        ("league", b.league.is_some(), not_built),
+        ("notify_top", b.notify_top.is_some(), not_built),
+        ("max_members", b.max_members.is_some(), not_built),
+        ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
+        ("dense_rank", b.dense_rank == Some(true), not_built),
+        ("rolling", !b.rolling.is_empty(), not_built),
+        ("close_after", b.close_after.is_some(), not_built),
+        ("meta", b.meta, not_built),
+        ("max_score", b.max_score.is_some(), "bounds one score; every column takes any integer within ±(2^53 - 1)"),
+        (
+            "tie_epoch",
+            b.tie_epoch.is_some() || b.tie_resolution.is_some() || b.tie_horizon.is_some(),
+            "a board with columns keeps the time a row was reached exactly (tie_break = \"earliest\"), with no clock to set",
+        ),
+    ];
+    for (field, set, why) in fields {
+        if set {
+            e.push(at.field(field), why);
+        }
+    }
+    // The apply script ranks by several columns (tests/columns_store.rs);
+    // the reads, moderation and rebuild do not yet.
+    let names = c.names().collect::<Vec<_>>().join(", ");
+    e.push(at.field("columns"), format!("ranking by several columns ({names}) is not available in this version"));
+}
+
 /// One column: its name, order and mode (on `row = "best"`, the mode its
 /// order implies).
 fn column(cf: &str, c: &RawColumn, row: RowMode, e: &mut Errors) -> Option<Column> {
@@ -187,6 +220,32 @@ mod tests {
         ] {
             let got = check(board).err().unwrap_or_default();
             assert!(got.iter().any(|f| f == field), "{board:?}: expected {field}, got {got:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_board_with_columns_cannot_have_yet_is_refused_by_name() {
+        let text = "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
+                    [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"all_time\"]\n\
+                    columns = [{ name = \"a\", mode = \"sum\" }, { name = \"b\", mode = \"max\" }]\n\
+                    shards = 4\nnotify_top = 10\nmax_members = 100\ndense_rank = true\nmeta = true\n\
+                    max_score = 10\ntie_resolution = \"1ms\"\nclose_after = \"1h\"\n";
+        let fields: Vec<String> = match crate::config::load_str(text, Vec::new()) {
+            Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
+            other => panic!("expected field errors, got {other:?}"),
+        };
+        for f in [
+            "shards",
+            "notify_top",
+            "max_members",
+            "dense_rank",
+            "meta",
+            "max_score",
+            "tie_epoch",
+            "close_after",
+            "columns",
+        ] {
+            assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
     }
 }

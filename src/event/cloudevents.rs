@@ -151,7 +151,7 @@ mod tests {
     fn a_binary_event_takes_its_id_type_and_time_from_its_headers() {
         let Parsed::Event(e) = parsed(r#"{"player_id": "alice", "score": 90}"#, &BINARY) else { panic!() };
         assert_eq!(e.event_id, event_id("https://game.example/matches", "42"));
-        assert_eq!((e.kind.as_str(), e.player_id.as_str(), e.score), ("match_finished", "alice", 90));
+        assert_eq!((e.kind.as_str(), e.player_id.as_str(), e.score), ("match_finished", "alice", Some(90)));
         assert_eq!(e.ts_ms, chrono::DateTime::parse_from_rfc3339("2026-08-14T11:00:00Z").unwrap().timestamp_millis());
         // The data's own event_id wins.
         let own = r#"{"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "player_id": "alice", "score": 90}"#;
@@ -169,7 +169,7 @@ mod tests {
         };
         assert_eq!(
             (e.event_id, e.player_id.as_str(), e.score),
-            (event_id("https://game.example/matches", "42"), "bob", 7)
+            (event_id("https://game.example/matches", "42"), "bob", Some(7))
         );
     }
 

@@ -193,7 +193,7 @@ mod tests {
         let Parsed::Event(Event { score, .. }) = run(Format::Avro, &wire::frame(7, None, &body), &known) else {
             panic!()
         };
-        assert_eq!(score, 90);
+        assert_eq!(score, Some(90));
         let (r, d) = refusal(run(Format::Avro, &wire::frame(8, None, &body), &known));
         assert_eq!((r, d.as_str()), (Reason::UnknownSchema, "schema id 8: not in kafka.schemas"));
         let (r, d) = refusal(run(Format::Avro, b"{\"score\": 1}", &known));

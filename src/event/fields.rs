@@ -129,7 +129,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((e.player_id.as_str(), e.score, e.ts_ms), ("alice", 90, 1_786_100_400_000));
+        assert_eq!((e.player_id.as_str(), e.score, e.ts_ms), ("alice", Some(90), 1_786_100_400_000));
     }
 
     #[test]

@@ -26,12 +26,14 @@ pub mod fields;
 mod moderation;
 pub mod rule;
 pub mod schema;
+mod scores;
 pub mod wire;
 
 pub use decode::{decode, Format, Found, Lookup, NotFetched};
 use moderation::parse_admin;
 pub use moderation::{AdminEvent, AdminKind};
 pub use rule::Rule;
+pub use scores::Scores;
 
 /// Why a record, or one board's share of it, was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -202,8 +204,11 @@ pub struct Event {
     pub event_id: Uuid,
     pub kind: String,
     pub player_id: String,
-    /// An integer with |score| <= 2^53 - 1 (see `score`).
-    pub score: i64,
+    /// An integer with |score| <= 2^53 - 1 (see `score`); `None` when the
+    /// record has only `scores` (a board of one score refuses it).
+    pub score: Option<i64>,
+    /// Boards ranked by several columns: each column's value.
+    pub scores: Option<Scores>,
     /// Event time, epoch milliseconds.
     pub ts_ms: i64,
     pub attrs: BTreeMap<String, String>,
@@ -258,6 +263,7 @@ struct RawEvent {
     kind: Option<Value>,
     player_id: Option<Value>,
     score: Option<Value>,
+    scores: Option<Value>,
     ts: Option<Value>,
     attrs: Option<Value>,
     meta: Option<Value>,
@@ -356,7 +362,11 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
     if let Some(kind) = admin {
         return parse_admin(kind, event_id, player_id, raw).map(Parsed::Admin);
     }
-    let score = required_number(raw.score, "score", InvalidScore)?;
+    let scores = scores::parse(raw.scores)?;
+    let score = match raw.score {
+        None | Some(Value::Null) if scores.is_some() => None,
+        v => Some(required_number(v, "score", InvalidScore)?),
+    };
     let ts_ms = parse_ts(raw.ts)?;
     let attrs = match raw.attrs {
         None | Some(Value::Null) => BTreeMap::new(),
@@ -380,7 +390,7 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
         Some(Value::Object(m)) if m.is_empty() => None,
         Some(v) => Some(parse_meta(v, limits.max_meta_bytes)?),
     };
-    Ok(Parsed::Event(Event { event_id, kind, player_id, score, ts_ms, attrs, meta }))
+    Ok(Parsed::Event(Event { event_id, kind, player_id, score, scores, ts_ms, attrs, meta }))
 }
 
 /// `meta`: an object of string to string, at most `max` bytes as compact JSON.
@@ -480,7 +490,7 @@ mod tests {
     fn a_valid_event_parses_with_unknown_fields_ignored() {
         let Parsed::Event(e) = p(OK) else { panic!() };
         assert_eq!(e.player_id, "alice");
-        assert_eq!(e.score, 90);
+        assert_eq!(e.score, Some(90));
         assert_eq!(e.ts_ms, chrono::DateTime::parse_from_rfc3339("2026-08-14T11:00:00Z").unwrap().timestamp_millis());
         assert_eq!(e.attrs["region"], "eu");
     }
@@ -493,7 +503,7 @@ mod tests {
             panic!()
         };
         assert_eq!(e.ts_ms, 1_786_100_400_000);
-        assert_eq!(e.score, -90);
+        assert_eq!(e.score, Some(-90));
     }
 
     #[test]
@@ -560,7 +570,7 @@ mod tests {
     #[test]
     fn the_exact_range_ends_at_two_to_the_53_minus_one() {
         let Parsed::Event(e) = p(&OK.replace(":90,", ":-9007199254740991,")) else { panic!() };
-        assert_eq!(e.score, -9_007_199_254_740_991);
+        assert_eq!(e.score, Some(-9_007_199_254_740_991));
     }
 
     #[test]

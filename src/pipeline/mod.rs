@@ -389,7 +389,8 @@ impl Pipeline {
                 _ => Vec::new(),
             };
             count(&tallies, |b| boards[b].id());
-            match outcome::fold(item, &tallies, |b| boards[b].id()) {
+            let why = |b, e: &_| self.cx.router.refusal_detail(b, e);
+            match outcome::fold(item, &tallies, |b| boards[b].id(), why) {
                 Final::Applied => {
                     if let Item::Event { event, .. } = item {
                         from_event.observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);

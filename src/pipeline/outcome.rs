@@ -9,7 +9,7 @@
 //! with every board's reason.
 
 use crate::board::Decision;
-use crate::event::{Reason, Rejection, Rule};
+use crate::event::{Event, Reason, Rejection, Rule};
 use crate::store::ApplyResult;
 
 use super::record::Item;
@@ -76,13 +76,19 @@ pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>])
 }
 
 /// A record's final outcome from its item and its boards' tallies;
-/// `board_id` names a board index in a refusal's detail.
-pub fn fold<'a>(item: &Item, tallies: &[(usize, Tally)], board_id: impl Fn(usize) -> &'a str) -> Final {
-    match item {
+/// `board_id` names a board index in a refusal's detail, and `why` adds the
+/// field at fault to an `invalid_score` refusal (`Router::refusal_detail`).
+pub fn fold<'a>(
+    item: &Item,
+    tallies: &[(usize, Tally)],
+    board_id: impl Fn(usize) -> &'a str,
+    why: impl Fn(usize, &Event) -> Option<String>,
+) -> Final {
+    let event = match item {
         Item::Skipped | Item::Admin { .. } => return Final::Skipped,
         Item::Rejected(r) => return Final::DeadLetter(vec![r.clone()]),
-        Item::Event { .. } => {}
-    }
+        Item::Event { event, .. } => event,
+    };
     if tallies.iter().any(|(_, t)| *t == Tally::Applied) {
         return Final::Applied;
     }
@@ -95,7 +101,13 @@ pub fn fold<'a>(item: &Item, tallies: &[(usize, Tally)], board_id: impl Fn(usize
     let refusals = tallies
         .iter()
         .filter_map(|(b, t)| match t {
-            Tally::Refused(reason) => Some(Rejection::new(*reason, format!("board {}: {reason}", board_id(*b)))),
+            Tally::Refused(reason) => {
+                let field = match reason {
+                    Reason::InvalidScore => why(*b, event).map(|w| format!(": {w}")),
+                    _ => None,
+                };
+                Some(Rejection::new(*reason, format!("board {}: {reason}{}", board_id(*b), field.unwrap_or_default())))
+            }
             _ => None,
         })
         .collect();
@@ -127,7 +139,8 @@ mod tests {
             event_id: uuid::Uuid::from_u128(1),
             kind: "match_finished".into(),
             player_id: "alice".into(),
-            score: 5,
+            score: Some(5),
+            scores: None,
             ts_ms: 0,
             attrs: Default::default(),
             meta: None,
@@ -140,8 +153,8 @@ mod tests {
     }
 
     fn outcome(item: &Item) -> Final {
-        let Item::Event { decisions, results, .. } = item else { return fold(item, &[], ids) };
-        fold(item, &tallies(decisions, results), ids)
+        let Item::Event { decisions, results, .. } = item else { return fold(item, &[], ids, |_, _| None) };
+        fold(item, &tallies(decisions, results), ids, |_, _| None)
     }
 
     #[test]
