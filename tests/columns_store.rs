@@ -13,8 +13,8 @@ use std::sync::Arc;
 use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMode};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::event::Reason;
-use rankflow::store::{ApplyItem, ApplyResult, Store, TagBatch};
-use support::apply::{period_write, store_with_ttl, MAX};
+use rankflow::store::{ApplyItem, ApplyResult, Reader, RowsAt, Store, TagBatch};
+use support::apply::{period_write, reader, store_with_ttl, MAX};
 use support::Redis;
 use uuid::Uuid;
 
@@ -181,7 +181,9 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
         }
     }
     let spec = c.spec(earliest);
+    let r = reader(&redis).await;
     for id in ["d:1", "d:2", "all"] {
+        reads_agree(&r, c, earliest, &model, id).await;
         let key = format!("{BASE}:{id}");
         let got: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
         let want = model.members(c, earliest, id);
@@ -196,6 +198,52 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
             assert_eq!(spec.values_of(row), Some(values));
         }
     }
+}
+
+/// The reads of period `id` agree with the model: the top, a page, every
+/// player's standing (ordinal and competition) and a window around one.
+async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id: &str) {
+    let spec = c.spec(earliest);
+    let (key, rows_key, shadow_key) =
+        (format!("{BASE}:{id}"), format!("{BASE}:_rows:{id}"), format!("{BASE}:_hid:{id}"));
+    let at = RowsAt { key: &key, rows_key: &rows_key, shadow_key: &shadow_key, spec };
+    let want: Vec<(String, Vec<i64>)> = model
+        .members(c, earliest, id)
+        .iter()
+        .map(|m| spec.parse_member(m).map(|(v, _, p)| (p.to_string(), v)).expect("a member"))
+        .collect();
+    // Competition: one more than the players with a strictly better row.
+    let competition = |values: &[i64]| {
+        1 + want.iter().filter(|(_, v)| c.better(v, values) == std::cmp::Ordering::Less).count() as i64
+    };
+    let top = r.rows_top(&at, 0, 100).await.unwrap();
+    assert_eq!(top.total, want.len() as i64);
+    assert_eq!(
+        top.entries.iter().map(|e| (e.player.clone(), e.values.clone())).collect::<Vec<_>>(),
+        want,
+        "{id}'s top"
+    );
+    for (i, ((ordinal, comp), e)) in top.ranks().into_iter().zip(&top.entries).enumerate() {
+        assert_eq!((ordinal, comp), (i as i64 + 1, competition(&e.values)), "{id}: {}'s ranks", e.player);
+    }
+    let page = r.rows_top(&at, 2, 3).await.unwrap();
+    assert_eq!(page.entries, top.entries.iter().skip(2).take(3).cloned().collect::<Vec<_>>());
+    if let Some(first) = page.entries.first() {
+        assert_eq!(page.ranks()[0].1, competition(&first.values), "a page's first competition rank");
+    }
+    for (i, (player, values)) in want.iter().enumerate() {
+        let found = r.rows_player(&at, player).await.unwrap().expect("a standing");
+        assert_eq!(
+            (found.position, found.better + 1, &found.values, found.hidden),
+            (i as i64, competition(values), values, false)
+        );
+        let around = r.rows_around(&at, player, 1).await.unwrap().expect("a window");
+        let lo = i.saturating_sub(1);
+        assert_eq!(around.start, lo as i64);
+        assert_eq!(around.entries, top.entries[lo..(i + 2).min(want.len())].to_vec(), "{id}: around {player}");
+    }
+    assert_eq!(r.rows_player(&at, "nobody").await.unwrap(), None);
+    assert_eq!(r.rows_around(&at, "nobody", 1).await.unwrap(), None);
 }
 
 #[tokio::test]

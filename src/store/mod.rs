@@ -36,6 +36,7 @@ mod reads;
 mod registry;
 mod reply;
 pub mod review;
+mod row_reads;
 mod rules;
 mod sched;
 mod scripts;
@@ -62,6 +63,7 @@ pub use queries::{
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use reply::ApplyResult;
 pub use review::{decode_held, HeldEvent, HeldState};
+pub use row_reads::{RowEntry, RowFound, RowListing, RowsAt};
 pub use sched::Claim;
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};

@@ -52,6 +52,7 @@ pub const HISTORY: Touches =
 pub const HISTORY_PUT: Touches =
     positional("history_put.lua", &["history", "best", "history_registry", "offsets"], &[]);
 pub const READ: Touches = positional("read.lua", &["period", "dense", "shadow", "versions", "meta?"], &[]);
+pub const READ_ROWS: Touches = positional("read_rows.lua", &["period", "rows", "shadow"], &[]);
 pub const SCHED: Touches = positional("sched.lua", &["due", "lease", "watermarks"], &[]);
 pub const DEPLOY: Touches = positional("deploy.lua", &["marker"], &[]);
 pub const SWAP: Touches = positional(
@@ -149,7 +150,8 @@ pub const SETTLE: Touches = by_name(
 );
 
 /// Every script's.
-pub const ALL: [Touches; 11] = [SEAL, HISTORY, HISTORY_PUT, READ, SCHED, DEPLOY, SWAP, APPLY, ADMIN, ROLL, SETTLE];
+pub const ALL: [Touches; 12] =
+    [SEAL, HISTORY, HISTORY_PUT, READ, READ_ROWS, SCHED, DEPLOY, SWAP, APPLY, ADMIN, ROLL, SETTLE];
 
 /// The KEYS of a positional script, in its declared order, each made by
 /// `key` from its name (`None`: an optional key not given, left out).

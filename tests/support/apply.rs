@@ -36,6 +36,17 @@ pub async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64, tags: &[&str]) 
     store
 }
 
+/// A reader of `redis` (the read API's connection, no replicas).
+pub async fn reader(redis: &Redis) -> rankflow::store::Reader {
+    let text = format!(
+        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{}\"\n\
+         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
+        redis.url()
+    );
+    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
+    rankflow::store::Reader::new(RedisConn::connect(&settings).await.unwrap(), None)
+}
+
 /// The writes of period `period` of tag `lb:{<tag>}`.
 pub fn period_write(tag: &str, period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {
     let key = |part: &str| format!("lb:{{{tag}}}:{part}{period}");

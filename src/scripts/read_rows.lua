@@ -1,0 +1,76 @@
+-- read_rows.lua: the read API's queries on a board ranked by several
+-- columns (see apply/columns.lua), each one atomic. The period key is a
+-- sorted set whose scores are all 0: ascending member order is the board's
+-- order, best first, and a member is its row's first PREFIX bytes (the row
+-- key, ROW bytes, then the tie key) then the player id.
+--
+-- keys: period rows shadow
+-- derives: (none)
+-- KEYS[1]   the period key
+-- KEYS[2]   its rows hash (player -> row)
+-- KEYS[3]   its shadow: the members of the tag's hidden players
+-- ARGV[1]   "top" | "player" | "around"
+-- ARGV[2]   PREFIX, ARGV[3] ROW
+-- top:      ARGV[4] offset (0-based), ARGV[5] limit
+-- player:   ARGV[4] player
+-- around:   ARGV[4] player, ARGV[5] radius
+--
+-- Replies (better: the players whose row is strictly better than the first
+-- entry's, so that competition ranks follow from the rows of a page):
+-- top:      { total, start, better, member1, member2, ... }
+-- player:   false if absent, else { total, position (0-based), better, row,
+--           hidden (1: hidden; the position and count are where the player
+--           would stand among the visible players) }
+-- around:   false if absent, else { total, start, better, member1, ... }
+
+local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local key, rows_key, shadow = KEYS[1], KEYS[2], KEYS[3]
+local call, sub = redis.call, string.sub
+
+-- The players strictly better than a member's row: every member below its
+-- row key (a member is longer than its row key, so "(" excludes them all).
+local function better_than(member)
+  return call('ZLEXCOUNT', key, '-', '(' .. sub(member, 1, row_len))
+end
+
+-- { total, start, better, members... } of the entries start..stop.
+local function listing(total, start, stop)
+  local page = call('ZRANGE', key, start, stop)
+  local out = { total, start, 0 }
+  if page[1] then out[3] = better_than(page[1]) end
+  for x = 1, #page do out[#out + 1] = page[x] end
+  return out
+end
+
+-- A player's member, position and whether they are hidden; nil if absent.
+local function find(player)
+  local row = call('HGET', rows_key, player)
+  if not row then return nil end
+  local member = sub(row, 1, prefix) .. player
+  local position = call('ZRANK', key, member)
+  if position then return member, position, false, row end
+  if call('ZSCORE', shadow, member) then
+    -- Where they would stand: the visible members before theirs.
+    return member, call('ZLEXCOUNT', key, '-', '(' .. member), true, row
+  end
+  return nil
+end
+
+local total = call('ZCARD', key)
+if op == 'top' then
+  local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+  if limit == 0 or offset >= total then return { total, offset, 0 } end
+  return listing(total, offset, offset + limit - 1)
+end
+local member, position, hidden, row = find(ARGV[4])
+if not member then return false end
+if op == 'player' then
+  return { total, position, better_than(member), row, hidden and 1 or 0 }
+end
+if op == 'around' then
+  local radius = tonumber(ARGV[5])
+  local start = math.max(0, position - radius)
+  -- A hidden player is not in the key: the window around their place.
+  return listing(total, start, position + radius - (hidden and 1 or 0))
+end
+return redis.error_reply('unknown op ' .. tostring(op))

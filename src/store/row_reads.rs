@@ -1,0 +1,161 @@
+//! `read_rows.lua`'s queries, typed: the reads of a board ranked by several
+//! columns (see `board::columns`), whose period keys order members by
+//! their bytes. Each reply is parsed strictly and its members decoded into
+//! players and values with the board's [`ColumnSpec`].
+
+use redis::Value;
+
+use super::queries::bad_reply;
+use super::{Reader, StoreError};
+use crate::board::columns::ColumnSpec;
+
+/// A period of a board with columns: its keys and its columns.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsAt<'a> {
+    pub key: &'a str,
+    pub rows_key: &'a str,
+    pub shadow_key: &'a str,
+    pub spec: ColumnSpec,
+}
+
+/// An entry: the player and their row's values (column order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowEntry {
+    pub player: String,
+    pub values: Vec<i64>,
+}
+
+/// A run of entries in board order: the position of the first and how
+/// many players have a strictly better row than it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowListing {
+    pub total: i64,
+    pub start: i64,
+    pub better: i64,
+    pub entries: Vec<RowEntry>,
+}
+
+impl RowListing {
+    /// Each entry's ranks: (ordinal, competition), 1-based; equal rows
+    /// share a competition rank.
+    pub fn ranks(&self) -> Vec<(i64, i64)> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        let mut competition = self.better + 1;
+        for (i, e) in self.entries.iter().enumerate() {
+            let ordinal = self.start + i as i64 + 1;
+            if i > 0 && e.values != self.entries[i - 1].values {
+                competition = ordinal;
+            }
+            out.push((ordinal, competition));
+        }
+        out
+    }
+}
+
+/// One player's standing on a board with columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowFound {
+    pub total: i64,
+    /// 0-based; a hidden player's is where they would stand.
+    pub position: i64,
+    /// Players with a strictly better row.
+    pub better: i64,
+    pub values: Vec<i64>,
+    pub hidden: bool,
+}
+
+fn int(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(format!("expected an integer, got {other:?}")),
+    }
+}
+
+fn bytes(v: &Value) -> Result<&[u8], String> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        other => Err(format!("expected a string, got {other:?}")),
+    }
+}
+
+fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
+    let Value::Array(items) = reply else { return Err(format!("expected a listing, got {reply:?}")) };
+    let [total, start, better, members @ ..] = &items[..] else {
+        return Err("a listing of fewer than 3 values".into());
+    };
+    let entries = members
+        .iter()
+        .map(|m| {
+            let (values, _, player) = spec.parse_member(bytes(m)?).ok_or("a member of another layout")?;
+            Ok(RowEntry { player: player.to_string(), values })
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(RowListing { total: int(total)?, start: int(start)?, better: int(better)?, entries })
+}
+
+impl Reader {
+    /// Runs one op of `read_rows.lua` on period `at`.
+    async fn rows_op(&self, at: &RowsAt<'_>, op: &str, args: &[String]) -> Result<Value, StoreError> {
+        let lua = &*super::scripts::READ_ROWS;
+        let keys = super::touches::named(&super::touches::READ_ROWS, |name| match name {
+            "period" => Some(at.key.to_string()),
+            "rows" => Some(at.rows_key.to_string()),
+            "shadow" => Some(at.shadow_key.to_string()),
+            _ => None,
+        });
+        let (prefix, row) = (at.spec.prefix_len(), 8 * at.spec.n as usize);
+        let call = |cmd: &str, body: &str| {
+            let mut c = redis::cmd(cmd);
+            c.arg(body).arg(keys.len()).arg(&keys).arg(op).arg(prefix).arg(row).arg(args);
+            c
+        };
+        let call = &call;
+        self.run(|mut conn| async move {
+            match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    call("EVAL_RO", &lua.source).query_async(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// The first `limit` entries from `offset`.
+    pub async fn rows_top(&self, at: &RowsAt<'_>, offset: usize, limit: usize) -> Result<RowListing, StoreError> {
+        let reply = self.rows_op(at, "top", &[offset.to_string(), limit.to_string()]).await?;
+        listing(reply, &at.spec).map_err(bad_reply)
+    }
+
+    /// `player`'s standing, `None` when they have no row here.
+    pub async fn rows_player(&self, at: &RowsAt<'_>, player: &str) -> Result<Option<RowFound>, StoreError> {
+        let reply = self.rows_op(at, "player", &[player.to_string()]).await?;
+        let parse = || -> Result<Option<RowFound>, String> {
+            let items = match reply {
+                Value::Nil => return Ok(None),
+                Value::Array(items) => items,
+                other => return Err(format!("expected a standing, got {other:?}")),
+            };
+            let [total, position, better, row, hidden] = &items[..] else {
+                return Err("a standing of 5 values".into());
+            };
+            let values = at.spec.values_of(bytes(row)?).ok_or("a row of another layout")?;
+            let (total, position, better, hidden) = (int(total)?, int(position)?, int(better)?, int(hidden)? == 1);
+            Ok(Some(RowFound { total, position, better, values, hidden }))
+        };
+        parse().map_err(bad_reply)
+    }
+
+    /// The entries within `radius` of `player`, `None` when they have no row here.
+    pub async fn rows_around(
+        &self,
+        at: &RowsAt<'_>,
+        player: &str,
+        radius: usize,
+    ) -> Result<Option<RowListing>, StoreError> {
+        match self.rows_op(at, "around", &[player.to_string(), radius.to_string()]).await? {
+            Value::Nil => Ok(None),
+            reply => listing(reply, &at.spec).map(Some).map_err(bad_reply),
+        }
+    }
+}
