@@ -181,7 +181,12 @@ pub fn attempts_prefix(base: &str) -> String {
 
 /// Boards with `columns`: each member's row in a period board (see `board::columns`).
 pub fn rows_key(base: &str, period_id: &str) -> String {
-    format!("{base}:_rows:{period_id}")
+    format!("{}{period_id}", rows_prefix(base))
+}
+
+/// What [`rows_key`] puts before the period id.
+pub fn rows_prefix(base: &str) -> String {
+    format!("{base}:_rows:")
 }
 
 /// The set of a tag's hidden players (`player_hidden`).

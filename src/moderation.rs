@@ -156,6 +156,12 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                 };
                 return Ok(AdminPlan { reach, op: AdminOp::Remove { period: event.period.clone() } });
             }
+            if board.columns().is_some() {
+                return Err(Rejection::new(
+                    Reason::NotAllowed,
+                    format!("{} is not available on board '{id}', which ranks by several columns", event.kind.as_str()),
+                ));
+            }
             if event.kind == ScoreAdjusted && board.mode() != Mode::Sum {
                 return Err(Rejection::new(
                     Reason::NotAllowed,

@@ -45,7 +45,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
     let (mode, order, columns) = match super::columns::ranking(at, &b, e) {
         Some(Ranking::One(mode, order)) => (Some(mode), Some(order), None),
         Some(Ranking::Columns(c)) => {
-            super::columns::refusals(at, &b, &c, e);
+            super::columns::refusals(at, &b, e);
             (None, None, Some(c))
         }
         None => (None, None, None),

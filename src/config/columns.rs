@@ -58,9 +58,8 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 }
 
 /// What a board with columns cannot have yet, each refusal naming its
-/// field and why; and, until the reads, moderation and rebuild rank by
-/// several columns too, the board itself.
-pub fn refusals(at: At, b: &RawBoard, c: &Columns, e: &mut Errors) {
+/// field and why.
+pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
     let not_built = "is not available on a board with columns in this version";
     let fields: [(&str, bool, &str); 11] = [
         ("shards", b.shards.is_some(), not_built),
@@ -84,10 +83,6 @@ pub fn refusals(at: At, b: &RawBoard, c: &Columns, e: &mut Errors) {
             e.push(at.field(field), why);
         }
     }
-    // The apply script ranks by several columns (tests/columns_store.rs);
-    // the reads, moderation and rebuild do not yet.
-    let names = c.names().collect::<Vec<_>>().join(", ");
-    e.push(at.field("columns"), format!("ranking by several columns ({names}) is not available in this version"));
 }
 
 /// One column: its name, order and mode (on `row = "best"`, the mode its
@@ -234,17 +229,8 @@ mod tests {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in [
-            "shards",
-            "notify_top",
-            "max_members",
-            "dense_rank",
-            "meta",
-            "max_score",
-            "tie_epoch",
-            "close_after",
-            "columns",
-        ] {
+        for f in ["shards", "notify_top", "max_members", "dense_rank", "meta", "max_score", "tie_epoch", "close_after"]
+        {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
     }

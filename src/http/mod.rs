@@ -27,6 +27,7 @@ use crate::period::Period;
 use crate::store::{Reader, StoreError};
 
 mod caching;
+mod columns;
 mod cors;
 mod cursor;
 mod deadline;
@@ -385,10 +386,17 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                     })
                 })
                 .collect();
+            let one = b.columns().is_none();
             json!({
                 "id": b.id(),
-                "mode": b.mode().as_str(),
-                "order": b.order().as_str(),
+                "mode": one.then(|| b.mode().as_str()),
+                "order": one.then(|| b.order().as_str()),
+                "columns": b.columns().map(|c| c.list.iter().map(|c| json!({
+                    "name": c.name,
+                    "mode": c.mode.as_str(),
+                    "order": c.order.as_str(),
+                })).collect::<Vec<_>>()),
+                "row": b.columns().map(|c| c.row.as_str()),
                 "timezone": b.timezone().name(),
                 "split_by": b.split_by(),
                 "on": b.on(),

@@ -18,7 +18,7 @@ use super::cursor::{check_cursor, take_cursor, Cursor, Direction};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
 use super::target::{parse_num, rank_policy, unranked, RankPolicy, Target};
-use super::{layout, league, ApiError, AppState};
+use super::{columns, layout, league, ApiError, AppState};
 
 /// A listing's answer, serialised here: the entries' metadata is passed
 /// through as stored, never parsed.
@@ -50,6 +50,12 @@ pub(super) async fn top(
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
+    if t.board.columns().is_some() {
+        if cursor.is_some() {
+            return Err(columns::refuse("cursor", "a cursor", &t));
+        }
+        return Ok(Json(columns::top(&s, &t, offset, limit, policy).await?).into_response());
+    }
     if let Some(c) = &cursor {
         check_cursor(c, &t, None)?;
     }
@@ -91,6 +97,9 @@ pub(super) async fn player(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
+    if t.board.columns().is_some() {
+        return Ok(Json(columns::player(&s, &t, &player_id).await?));
+    }
     let standing = layout::player(&s, &t, &player_id).await?;
     let standing = standing.ok_or_else(|| unranked(&player_id, &t))?;
     let mut body = standing_json(&t, &player_id, &standing);
@@ -141,6 +150,12 @@ pub(super) async fn around(
         Some(_) => return Err(ApiError::bad("fill", "fill must be true or false")),
     };
     let policy = rank_policy(&q, t.board)?;
+    if t.board.columns().is_some() {
+        if fill {
+            return Err(columns::refuse("fill", "fill", &t));
+        }
+        return Ok(Json(columns::around(&s, &t, &player_id, radius, policy).await?).into_response());
+    }
     let page = layout::around(&s, &t, &player_id, radius, fill).await?;
     let page = page.ok_or_else(|| unranked(&player_id, &t))?;
     Ok(listing_response(page_head(&t, &page, Some(&player_id)), &page.entries, policy))
@@ -175,6 +190,9 @@ pub(super) async fn players(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
+    if t.board.columns().is_some() {
+        return Err(columns::refuse("players", "a friends read", &t));
+    }
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
     let Friends { total, mut found, not_found, consistent } = layout::players(&s, &t, ids, policy).await?;
@@ -222,6 +240,9 @@ pub(super) async fn rank_of(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
+    if t.board.columns().is_some() {
+        return Err(columns::refuse("score", "rank-of", &t));
+    }
     let max = t.board.packing().max_value();
     let score = match q.get("score").map(|v| v.parse::<i64>()) {
         Some(Ok(v)) if v.abs() <= max => v,

@@ -80,6 +80,8 @@ pub(super) struct PeriodKeys {
     pub shadow_key: String,
     /// The period's meta hash, on boards that keep metadata.
     pub meta_key: Option<String>,
+    /// The period's rows hash, on boards ranked by several columns.
+    pub rows_key: Option<String>,
     /// The hash whose values sum to the period's version (see `read.lua`):
     /// the tag's recorded offsets, which every write raises; for a sealed
     /// snapshot or a rolling board, its own version hash, which rises with
@@ -94,6 +96,7 @@ impl PeriodKeys {
             dense_key: keys::dense_key(base, id),
             shadow_key: keys::shadow_key(base, id),
             meta_key: board.meta().then(|| keys::meta_key(base, id)),
+            rows_key: board.columns().map(|_| keys::rows_key(base, id)),
             version_key: if keys::is_final_id(id) || keys::is_rolling_id(id) {
                 keys::version_key(base, id)
             } else {

@@ -11,7 +11,7 @@
 -- players; apply.lua writes a hidden player's later events to the shadows.
 --
 -- keys by name: offsets registry hidden versions sealed league_tiers league_overrides league_registry history_registry rate_key held held_queue held_player gain_key held_times
--- derives: period dense counts times meta shadow attempts versions seen refused
+-- derives: period dense counts times meta shadow attempts rows versions seen refused
 --   (per period id: the period key and its per-period keys, each from its
 --   header prefix, and its version hash from KEYS[h.versions]; marker
 --   buckets and refusals as apply.lua's)
@@ -31,7 +31,11 @@
 --            of the tag's held events and their queue, the member's own
 --            queue, the tag's gain windows and the member's held events'
 --            times (integrity rules; an erasure removes the member's)
---   mode     the board's write op: "sum" | "gt" | "lt" | "latest"
+--   rows, row_prefix   boards ranked by several columns: the rows hashes'
+--            prefix, and how many bytes of a row start its member (see
+--            apply/columns.lua): a member's entry is then those bytes and
+--            the player id, found through its row
+--   mode     the board's write op: "sum" | "gt" | "lt" | "latest" | "cols"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
 --   set:     stored (the stored score), ts (event time, ms), periods
@@ -142,16 +146,28 @@ local function period_keys()
   return out
 end
 
+-- The member's entry in period id's key (and shadow): the player id, or
+-- on boards ranked by several columns their row's first bytes and the
+-- player id (nil without a row there).
+local function entry_of(id)
+  if not h.rows then return member end
+  local row = call('HGET', h.rows .. id, member)
+  return row and (string.sub(row, 1, h.row_prefix) .. member)
+end
+
 -- Removes the member from period key k (id), its shadow and the member's
 -- entries in the key's hashes.
 local function remove_from(k, id)
-  local s = call('ZSCORE', k, member)
-  if s then
-    call('ZREM', k, member)
-    dense_moved(k, id, { [s] = -1 })
+  local e = entry_of(id)
+  if e then
+    local s = call('ZSCORE', k, e)
+    if s then
+      call('ZREM', k, e)
+      if not h.rows then dense_moved(k, id, { [s] = -1 }) end
+    end
+    call('ZREM', h.shadow .. id, e)
   end
-  call('ZREM', h.shadow .. id, member)
-  for _, prefix in ipairs({ h.times, h.meta, h.attempts }) do call('HDEL', prefix .. id, member) end
+  for _, prefix in ipairs({ h.times, h.meta, h.attempts, h.rows }) do call('HDEL', prefix .. id, member) end
 end
 
 local hidden = call('SISMEMBER', hidden_set, member) == 1
@@ -224,13 +240,14 @@ elseif op == 'hide' then
   call('SADD', hidden_set, member)
   for _, p in ipairs(tag_keys) do
     local k, id = p[1], p[2]
-    local s = call('ZSCORE', k, member)
+    local e = entry_of(id)
+    local s = e and call('ZSCORE', k, e)
     if s then
-      call('ZREM', k, member)
+      call('ZREM', k, e)
       dense_moved(k, id, { [s] = -1 })
       -- A rolling board is rebuilt from the days, which no longer hold the player.
       if has_shadow(id) then
-        call('ZADD', h.shadow .. id, s, member)
+        call('ZADD', h.shadow .. id, s, e)
         Expiry.copy(k, h.shadow .. id)
       end
     end
@@ -240,10 +257,11 @@ elseif op == 'unhide' then
   for _, p in ipairs(tag_keys) do
     local k, id = p[1], p[2]
     local shadow = h.shadow .. id
-    local s = call('ZSCORE', shadow, member)
+    local e = entry_of(id)
+    local s = e and call('ZSCORE', shadow, e)
     if s then
-      call('ZREM', shadow, member)
-      call('ZADD', k, s, member)
+      call('ZREM', shadow, e)
+      call('ZADD', k, s, e)
       dense_moved(k, id, { [s] = 1 })
       -- The key (and its index) may have been made just now: they expire with the shadow.
       for _, key in ipairs({ k, h.dense .. id, h.counts .. id }) do Expiry.copy(shadow, key) end

@@ -24,8 +24,9 @@
 --          start with ("r:", "_roll:r:")
 -- ARGV[9], ARGV[10]  the live and rebuilt prefixes of the players' queues
 --          of held events ("..:_heldp:")
--- ARGV[11..] pairs: a live and a rebuilt per-period key prefix (the dense
---          index, its counts, event times, metadata, attempts, hidden
+-- ARGV[11..] pairs: a live and a rebuilt per-period key prefix (the rows
+--          of boards with columns, the dense index, its counts, event
+--          times, metadata, attempts, hidden
 --          players' values, a league round's cohorts, open cohorts and
 --          waiting players), each completed with a period id
 --

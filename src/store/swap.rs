@@ -41,7 +41,8 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     inv.arg(keys::held_player_prefix(live)).arg(keys::held_player_prefix(built));
     // A league round's cohorts, open cohorts and waiting players go with
     // its period key; its results exist only once it is sealed, and stay.
-    let per_period: [fn(&str) -> String; 9] = [
+    let per_period: [fn(&str) -> String; 10] = [
+        keys::rows_prefix,
         keys::dense_prefix,
         keys::dense_count_prefix,
         keys::times_prefix,

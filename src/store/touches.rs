@@ -121,7 +121,7 @@ pub const ADMIN: Touches = by_name(
         "gain_key",
         "held_times",
     ],
-    &["period", "dense", "counts", "times", "meta", "shadow", "attempts", "versions", "seen", "refused"],
+    &["period", "dense", "counts", "times", "meta", "shadow", "attempts", "rows", "versions", "seen", "refused"],
 );
 pub const ROLL: Touches = by_name(
     "roll.lua",
