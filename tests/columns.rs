@@ -1,0 +1,315 @@
+//! Boards ranked by several columns through the real worker, tansu and
+//! Redis, against the model in `board::columns`: a stream over 4
+//! partitions with producer retries and a kill -9 mid-way, on a board whose
+//! columns aggregate each on its own (wins, then the fastest time) and one
+//! of best runs (fewest deaths, then the fastest time of that run, earliest
+//! first); records missing a column dead-lettered naming it (unless another
+//! board takes them); the reads (top, player, around) equal the model's in
+//! every period, and so do they after a hide, an unhide, an erasure and a
+//! rebuild.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::message::Message;
+
+use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
+use rankflow::board::Order;
+use serde_json::{json, Value};
+use support::*;
+
+const PARTITIONS: i32 = 4;
+const DAY: i64 = 86_400_000;
+
+const BOARDS: &str = r#"
+[[board]]
+id = "arena"
+on = ["match"]
+columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
+periods = ["all_time", "daily"]
+
+[[board]]
+id = "speedrun"
+on = ["run"]
+row = "best"
+columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc" }]
+tie_break = "earliest"
+periods = ["all_time"]
+
+[[board]]
+id = "pts"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+"#;
+
+fn arena() -> Columns {
+    let c = |name: &str, mode, order| Column { name: name.into(), mode, order };
+    Columns {
+        list: vec![c("wins", ColumnMode::Sum, Order::Desc), c("time_ms", ColumnMode::Min, Order::Asc)],
+        row: RowMode::Columns,
+    }
+}
+
+fn speedrun() -> Columns {
+    let c = |name: &str| Column { name: name.into(), mode: ColumnMode::Min, order: Order::Asc };
+    Columns { list: vec![c("deaths"), c("time_ms")], row: RowMode::Best }
+}
+
+/// One produced record.
+#[derive(Clone)]
+struct Ev {
+    id: String,
+    kind: &'static str,
+    player: String,
+    /// The values in column order; `None` where the record lacks the column.
+    values: Vec<Option<i64>>,
+    ts: i64,
+}
+
+/// The model: per board and period, each player's row.
+#[derive(Default)]
+struct Model {
+    boards: BTreeMap<(&'static str, String), BTreeMap<String, Row>>,
+}
+
+impl Model {
+    fn apply(&mut self, board: &'static str, c: &Columns, e: &Ev, periods: &[String]) {
+        let Some(values) = e.values.iter().copied().collect::<Option<Vec<i64>>>() else { return };
+        for p in periods {
+            let rows = self.boards.entry((board, p.clone())).or_default();
+            let mut row = rows.get(&e.player).cloned();
+            c.combine(&mut row, &values, e.ts);
+            rows.insert(e.player.clone(), row.expect("a row"));
+        }
+    }
+
+    /// A period's standings in board order: (player, values).
+    fn standings(&self, board: &'static str, c: &Columns, earliest: bool, period: &str) -> Vec<(String, Vec<i64>)> {
+        let mut rows: Vec<(&String, &Row)> =
+            self.boards.get(&(board, period.to_string())).map(|r| r.iter().collect()).unwrap_or_default();
+        rows.sort_by(|(pa, a), (pb, b)| {
+            c.better(&a.values, &b.values)
+                .then_with(|| if earliest { a.reached.cmp(&b.reached) } else { std::cmp::Ordering::Equal })
+                .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
+        });
+        rows.into_iter().map(|(p, r)| (p.clone(), r.values.clone())).collect()
+    }
+
+    fn erase(&mut self, player: &str) {
+        for rows in self.boards.values_mut() {
+            rows.remove(player);
+        }
+    }
+}
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+/// 2,000 events of 30 players over two days: matches (a win or not, a time
+/// from few values, so rows tie), runs (deaths and a time, some at the
+/// range's ends); 2% lack a column, 3% are produced again later.
+fn stream(n: usize) -> (Vec<Ev>, Vec<Record>) {
+    let mut rng = Lcg(17);
+    let start = chrono::Utc::now().timestamp_millis() - 2 * DAY + 3_600_000;
+    let mut events = Vec::new();
+    for i in 0..n {
+        let player = format!("p{:02}", rng.next() % 30);
+        let ts = start + i as i64 * 60_000;
+        let kind = if rng.next() % 2 == 0 { "match" } else { "run" };
+        let mut values = match kind {
+            "match" => vec![Some((rng.next() % 2) as i64), Some(50_000 + 1000 * (rng.next() % 5) as i64)],
+            _ => match rng.next() % 25 {
+                0 => vec![Some(0), Some((1 << 53) - 1)],
+                1 => vec![Some(-((1 << 53) - 1)), Some(1)],
+                _ => vec![Some((rng.next() % 4) as i64), Some(40_000 + 500 * (rng.next() % 6) as i64)],
+            },
+        };
+        if rng.next() % 50 == 0 {
+            values[1] = None;
+        }
+        events.push(Ev { id: uuid::Uuid::new_v4().to_string(), kind, player, values, ts });
+    }
+    let mut produced = Vec::new();
+    for e in &events {
+        produced.push(e.clone());
+        if rng.next() % 100 < 3 {
+            produced.push(e.clone());
+        }
+    }
+    let records = produced.iter().map(record).collect();
+    (produced, records)
+}
+
+fn record(e: &Ev) -> Record {
+    let names: &[&str] = if e.kind == "match" { &["wins", "time_ms"] } else { &["deaths", "time_ms"] };
+    let scores: serde_json::Map<String, Value> =
+        names.iter().zip(&e.values).filter_map(|(n, v)| v.map(|v| (n.to_string(), json!(v)))).collect();
+    let mut v = json!({ "event_id": e.id, "type": e.kind, "player_id": e.player, "ts": e.ts, "scores": scores });
+    // pts reads score: a match without one is refused there only, and one
+    // lacking a column is refused by arena only.
+    if e.kind == "match" && e.ts % 10 != 0 {
+        v["score"] = json!(e.values[0]);
+    }
+    (e.player.clone(), v.to_string().into_bytes(), Some(e.ts))
+}
+
+/// The model after `events` (each id applied once).
+fn model(events: &[Ev]) -> Model {
+    let mut m = Model::default();
+    let mut seen = std::collections::HashSet::new();
+    for e in events {
+        if !seen.insert(e.id.clone()) {
+            continue;
+        }
+        match e.kind {
+            "match" => {
+                let day = chrono::DateTime::from_timestamp_millis(e.ts).unwrap().format("d:%Y-%m-%d").to_string();
+                m.apply("arena", &arena(), e, &["all".into(), day]);
+            }
+            _ => m.apply("speedrun", &speedrun(), e, &["all".into()]),
+        }
+    }
+    m
+}
+
+/// Every entry of a period, through GET top, as (player, values).
+async fn top(w: &Worker, board: &str, c: &Columns, period: &str) -> Vec<(String, Vec<i64>)> {
+    let (status, body) = w.get_json(&format!("/v1/boards/{board}/top?period={period}&limit=100&fresh=true")).await;
+    assert_eq!(status, 200, "{body}");
+    body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
+            (e["player_id"].as_str().unwrap().to_string(), values)
+        })
+        .collect()
+}
+
+/// The reads of every period agree with the model: the whole top, and each
+/// player's standing and window.
+async fn assert_reads(w: &Worker, m: &Model, when: &str) {
+    for ((board, period), _) in &m.boards {
+        let (c, earliest) = if *board == "arena" { (arena(), false) } else { (speedrun(), true) };
+        let want = m.standings(board, &c, earliest, period);
+        let id = if period == "all" { "all_time".to_string() } else { period.clone() };
+        assert_eq!(top(w, board, &c, &id).await, want, "{when}: {board} {period}");
+        for (i, (player, values)) in want.iter().enumerate().step_by(7) {
+            let (status, body) =
+                w.get_json(&format!("/v1/boards/{board}/players/{player}?period={id}&fresh=true")).await;
+            assert_eq!(status, 200, "{body}");
+            let better = want.iter().filter(|(_, v)| c.better(v, values) == std::cmp::Ordering::Less).count() as i64;
+            let got: Vec<i64> = c.names().map(|n| body["scores"][n].as_i64().unwrap()).collect();
+            assert_eq!(
+                (&got, body["rank"]["ordinal"].as_i64(), body["rank"]["competition"].as_i64()),
+                (values, Some(i as i64 + 1), Some(better + 1)),
+                "{when}: {board} {period} {player}: {body}"
+            );
+            let (_, around) = w
+                .get_json(&format!("/v1/boards/{board}/players/{player}/around?period={id}&radius=1&fresh=true"))
+                .await;
+            let names: Vec<&str> =
+                around["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
+            let lo = i.saturating_sub(1);
+            let want_names: Vec<&str> = want[lo..(i + 2).min(want.len())].iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(names, want_names, "{when}: around {player}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_rebuild() {
+    let stack = Stack::start(PARTITIONS).await;
+    let admin = stack.admin_topic().await;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, BOARDS);
+    cfg.admin_topics = vec![admin.clone()];
+    let (events, records) = stream(2000);
+    let mut m = model(&events);
+
+    // Half the stream, a worker killed mid-way, the rest under a fresh group
+    // with the committed offsets copied (tansu can keep a SIGKILLed member).
+    let half = records.len() / 2;
+    stack.broker.produce(&stack.topic, &records[..half]).await;
+    let mut w = Worker::spawn(&cfg);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    w.sigkill();
+    let group = random_name("group");
+    stack.broker.copy_offsets(&cfg.group, &group, &stack.topic, PARTITIONS);
+    cfg.group = group;
+    stack.broker.produce(&stack.topic, &records[half..]).await;
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, PARTITIONS, Duration::from_secs(120));
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    assert_reads(&w, &m, "after the stream").await;
+
+    // Only records every board refused are dead letters: runs lacking
+    // time_ms (and matches lacking it that have no score either), each
+    // naming the column.
+    let dead = stack.broker.read_all(&stack.dlq, 1);
+    let dead_ids: std::collections::BTreeSet<String> = dead
+        .iter()
+        .map(|m| {
+            let detail = header(m, "rankflow.detail").unwrap_or_default();
+            assert_eq!(header(m, "rankflow.reason").as_deref(), Some("invalid_score"), "{detail}");
+            assert!(detail.contains("scores.time_ms is missing"), "{detail}");
+            serde_json::from_slice::<Value>(m.payload().unwrap()).unwrap()["event_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let refused_by_all = |e: &&Ev| e.values[1].is_none() && (e.kind == "run" || e.ts % 10 == 0);
+    let want_dead: std::collections::BTreeSet<String> =
+        events.iter().filter(refused_by_all).map(|e| e.id.clone()).collect();
+    assert!(!want_dead.is_empty());
+    assert_eq!(dead_ids, want_dead);
+    let (_, pts) = w.get_json("/v1/boards/pts/top?limit=100&fresh=true").await;
+    assert!(pts["total"].as_i64() > Some(0), "{pts}");
+
+    // Hidden: out of every read of others, their own read says so; back on unhiding.
+    let (p, q) = ("p03", "p04");
+    let event = |kind: &str, player: &str| {
+        json!({ "event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
+                "ts": chrono::Utc::now().timestamp_millis() })
+    };
+    let admin_events = |evs: Vec<Value>| evs.into_iter().map(admin_record).collect::<Vec<_>>();
+    stack.broker.produce(&admin, &admin_events(vec![event("player_hidden", p)])).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
+    let (_, own) = w.get_json(&format!("/v1/boards/arena/players/{p}?fresh=true")).await;
+    assert_eq!(own["hidden"], json!(true), "{own}");
+    let shown = top(&w, "arena", &arena(), "all_time").await;
+    let want: Vec<_> = m.standings("arena", &arena(), false, "all").into_iter().filter(|(x, _)| x != p).collect();
+    assert_eq!(shown, want, "a hidden player is in no one else's read");
+    stack.broker.produce(&admin, &admin_events(vec![event("player_unhidden", p), event("player_erased", q)])).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
+    m.erase(q);
+    assert_reads(&w, &m, "after an unhide and an erasure").await;
+    let (status, _) = w.get_json(&format!("/v1/boards/speedrun/players/{q}?fresh=true")).await;
+    assert_eq!(status, 404);
+    let mut conn = stack.redis.conn().await;
+    let row: Option<Vec<u8>> =
+        redis::cmd("HGET").arg("lb:{arena}:_rows:all").arg(q).query_async(&mut conn).await.unwrap();
+    assert_eq!(row, None, "an erasure takes the row too");
+
+    // A rebuild reproduces every board (the erasure is an admin event it reads too).
+    let out = run_rankflow(&["rebuild"], &w.config_path).await;
+    assert!(out.status.success(), "rebuild: {}", String::from_utf8_lossy(&out.stderr));
+    assert_reads(&w, &m, "after a rebuild").await;
+
+    // What a board with columns does not answer yet is a 400 naming the parameter.
+    for (path, parameter) in [
+        ("/v1/boards/arena/top?cursor=x", "cursor"),
+        ("/v1/boards/arena/rank-of?score=1", "score"),
+        ("/v1/boards/arena/players/p01/around?fill=true", "fill"),
+    ] {
+        let (status, body) = w.get_json(path).await;
+        assert_eq!((status, body["parameter"].as_str()), (400, Some(parameter)), "{path}: {body}");
+    }
+}
