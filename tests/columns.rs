@@ -124,7 +124,7 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>) {
     for i in 0..n {
         let player = format!("p{:02}", rng.next() % 30);
         let ts = start + i as i64 * 60_000;
-        let kind = if rng.next() % 2 == 0 { "match" } else { "run" };
+        let kind = if rng.next().is_multiple_of(2) { "match" } else { "run" };
         let mut values = match kind {
             "match" => vec![Some((rng.next() % 2) as i64), Some(50_000 + 1000 * (rng.next() % 5) as i64)],
             _ => match rng.next() % 25 {
@@ -133,7 +133,7 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>) {
                 _ => vec![Some((rng.next() % 4) as i64), Some(40_000 + 500 * (rng.next() % 6) as i64)],
             },
         };
-        if rng.next() % 50 == 0 {
+        if rng.next().is_multiple_of(50) {
             values[1] = None;
         }
         events.push(Ev { id: uuid::Uuid::new_v4().to_string(), kind, player, values, ts });
@@ -199,7 +199,7 @@ async fn top(w: &Worker, board: &str, c: &Columns, period: &str) -> Vec<(String,
 /// The reads of every period agree with the model: the whole top, and each
 /// player's standing and window.
 async fn assert_reads(w: &Worker, m: &Model, when: &str) {
-    for ((board, period), _) in &m.boards {
+    for (board, period) in m.boards.keys() {
         let (c, earliest) = if *board == "arena" { (arena(), false) } else { (speedrun(), true) };
         let want = m.standings(board, &c, earliest, period);
         let id = if period == "all" { "all_time".to_string() } else { period.clone() };
