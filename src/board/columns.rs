@@ -227,6 +227,26 @@ impl ColumnSpec {
             .collect()
     }
 
+    /// Whether some column is `latest` (a stored row then ends with the
+    /// newest event time it took).
+    pub fn has_latest(&self) -> bool {
+        self.modes[..self.n as usize].contains(&ColumnMode::Latest)
+    }
+
+    /// The row an event of `values` at time `ts` makes on its own, as the
+    /// rows hash stores it: the member's bytes before the player id, then
+    /// on boards with a `latest` column the newest event time.
+    pub fn stored_row(&self, values: &[i64], ts: i64) -> Vec<u8> {
+        let mut out = self.row_key(values);
+        if self.earliest {
+            push_ordered(&mut out, ts);
+        }
+        if self.has_latest() {
+            push_ordered(&mut out, ts);
+        }
+        out
+    }
+
     /// A sorted-set member: the row of `values`, reached at `reached` (the
     /// tie key, on `earliest` boards), of `player`.
     pub fn member(&self, values: &[i64], reached: i64, player: &str) -> Vec<u8> {

@@ -281,7 +281,7 @@ fn columns_header(c: &crate::board::columns::ColumnSpec) -> Vec<u8> {
     m.raw("modes", &list);
     m.bool("best", c.best_row);
     m.bool("earliest", c.earliest);
-    m.bool("latest", c.modes[..n].contains(&crate::board::columns::ColumnMode::Latest));
+    m.bool("latest", c.has_latest());
     m.finish()
 }
 
@@ -353,6 +353,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
             for i in 0..c.n as usize {
                 msgpack::int(&mut body, item.values.get(i).copied().unwrap_or(0));
             }
+            msgpack::bytes_as_str(&mut body, &c.stored_row(item.values, item.ts));
         }
         for &j in &shape {
             if listed.insert((j, m)) {

@@ -181,6 +181,16 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Ranking by two columns against one: Redis time per event, memory
+    /// per member, top and player read capacity.
+    Columns {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Score integrity: Redis time per event with the integrity rules on
     /// against off, and the review listing's latency with many held events.
     Integrity {
@@ -316,6 +326,7 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
             report(bench::formats(&brokers, &redis, events, partitions, rounds).await)
         }
         BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
+        BenchCommand::Columns { redis, events, rounds } => report(bench::columns(&redis, events, rounds).await),
         BenchCommand::Integrity { redis, events, held, rounds } => {
             report(bench::integrity(&redis, events, held, rounds).await)
         }

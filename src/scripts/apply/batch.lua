@@ -20,7 +20,8 @@
 --     (only for boards that seal): the record timestamp, ms; eid (only for
 --     boards with integrity rules): the event id, as text; cols (only for
 --     boards ranked by several columns): the event's n values, in column
---     order (num is then 0).
+--     order, then the row the event makes on its own as the rows hash
+--     stores it (apply/columns.lua; num is then 0).
 -- (The grouping is done by the worker, so that the script keeps its
 -- per-member state in tables indexed by number.)
 
@@ -107,7 +108,7 @@ do
     opt('eid', h.rules ~= nil)
     if h.cols then
       at.cols = stride + 1
-      stride = stride + h.cols.n
+      stride = stride + h.cols.n + 1
     end
     at.stride = stride
     return at

@@ -60,27 +60,19 @@ do
       return spack(fmt, unpack(args, 1, 2 * fields))
     end
 
-    -- The event's row, whole: its values (ev[at], ...) at time ts.
-    local function whole(ev, at, ts)
-      local v = {}
-      for i = 1, n do v[i] = ev[at + i - 1] end
-      if reached_at then v[reached_at] = ts end
-      if newest_at then v[newest_at] = ts end
-      return v
-    end
-
     -- The stored row after the event whose values start at ev[at] (time
-    -- ts), given the stored row old (false: none); false when a sum
-    -- column's total would leave the exact range (nothing is taken).
+    -- ts; the row it makes on its own, encoded by the worker, follows at
+    -- ev[at + n]), given the stored row old (false: none); false when a
+    -- sum column's total would leave the exact range (nothing is taken).
     function r.next(old, ev, at, ts)
-      if not old then return encode(whole(ev, at, ts)) end
+      if not old then return ev[at + n] end
       local v = decode(old)
       if best then
         -- The first column that differs decides; equal rows keep the old.
         for i = 1, n do
           local x, y = ev[at + i - 1], v[i]
           if x ~= y then
-            if (neg[i] and x > y) or (not neg[i] and x < y) then return encode(whole(ev, at, ts)) end
+            if (neg[i] and x > y) or (not neg[i] and x < y) then return ev[at + n] end
             return old
           end
         end
@@ -123,7 +115,8 @@ do
           local name = members[m]
           local rows = out.rows
           rows[#rows + 1], rows[#rows + 2] = name, new
-          local was, now = old and sub(old, 1, p), sub(new, 1, p)
+          local was, now = old, new
+          if #new ~= p then was, now = old and sub(old, 1, p), sub(new, 1, p) end
           if was ~= now then
             local rem, add = out.rem, out.add
             if any_hidden and hidden[m] then rem, add = out.shadow_rem, out.shadow_add end

@@ -133,10 +133,18 @@ do
   -- total would leave the allowed range in one of them.
   local function rows_fit(cx, tk, nw, m, ev, a, totals)
     local next_row, at, ts = cx.cols.next, a + cx.cols_at, ev[a + cx.ts_at]
+    -- The periods of an event often hold the same row before it (a
+    -- player's day, week and all time alike): worked out once.
+    local last_old, last_row = nil, nil
     for w = 1, nw do
       local c = tk[w]
       if c then
-        local row = next_row(c[m], ev, at, ts)
+        local old = c[m]
+        local row = last_row
+        if old ~= last_old or last_row == nil then
+          row = next_row(old, ev, at, ts)
+          last_old, last_row = old, row
+        end
         if not row then return false end
         totals[w] = row
       end
