@@ -66,6 +66,10 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # the same BENCH_INTEGRITY_EVENTS (default 200000), and the review listing's
 # latency with BENCH_HELD (default 100000) held events.
 "$bin" bench --wipe-redis integrity --redis "redis://127.0.0.1:$rport" --events "${BENCH_INTEGRITY_EVENTS:-200000}" --held "${BENCH_HELD:-100000}" --rounds "${BENCH_ROUNDS:-3}"
+# Ranking by two columns: Redis time per event, memory per member and top
+# and player reads against a board of one score fed the same
+# BENCH_COLUMNS_EVENTS (default 200000) events.
+"$bin" bench --wipe-redis columns --redis "redis://127.0.0.1:$rport" --events "${BENCH_COLUMNS_EVENTS:-200000}" --rounds "${BENCH_ROUNDS:-3}"
 # Reads at scale: read capacity (HTTP against the same commands through
 # redis-rs, then an open loop at half capacity), and reads while
 # BENCH_DRAIN_EVENTS (default 400000) drain: calls unbounded in time, the

@@ -171,6 +171,11 @@ mod tests {
             (e.event_id, e.player_id.as_str(), e.score),
             (event_id("https://game.example/matches", "42"), "bob", Some(7))
         );
+        // A board with columns reads the data's scores.
+        let columns = value.replace(r#""score": 7"#, r#""scores": {"wins": 1, "time_ms": 53000}"#);
+        let Parsed::Event(e) = parsed(&columns, &[("content-type", "application/cloudevents+json")]) else { panic!() };
+        let scores = e.scores.expect("scores");
+        assert_eq!((e.score, scores.values(["wins", "time_ms"].into_iter())), (None, Ok(vec![1, 53000])));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::RawEvent;
 
 /// The event fields a path can be given for.
-pub const FIELDS: [&str; 7] = ["event_id", "type", "player_id", "score", "ts", "attrs", "meta"];
+pub const FIELDS: [&str; 8] = ["event_id", "type", "player_id", "score", "ts", "attrs", "meta", "scores"];
 
 /// A decoded record whose values can be taken out by path: a JSON value,
 /// an Avro record, a Protobuf message (`schema::Decoded`).
@@ -86,7 +86,7 @@ impl FieldMap {
 
     /// The record's event fields, each taken from its path.
     pub(super) fn raw(&self, mut record: impl Record) -> RawEvent {
-        let mut values: [Option<Value>; 7] = Default::default();
+        let mut values: [Option<Value>; 8] = Default::default();
         if self.overlapping {
             let record = record.into_json();
             for (value, path) in values.iter_mut().zip(&self.paths) {
@@ -97,8 +97,8 @@ impl FieldMap {
                 *value = record.take(path);
             }
         }
-        let [event_id, kind, player_id, score, ts, attrs, meta] = values;
-        RawEvent { event_id, kind, player_id, score, ts, attrs, meta, ..RawEvent::default() }
+        let [event_id, kind, player_id, score, ts, attrs, meta, scores] = values;
+        RawEvent { event_id, kind, player_id, score, ts, attrs, meta, scores, ..RawEvent::default() }
     }
 }
 

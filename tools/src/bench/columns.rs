@@ -21,7 +21,9 @@ const PERIODS: &str = "periods = [\"daily\", \"weekly\", \"all_time\"]";
 /// index, as configured by default, or without, as a board with columns is).
 fn board(kind: &str) -> String {
     let ranking = match kind {
-        "columns" => "columns = [{ name = \"wins\", mode = \"sum\" }, { name = \"time_ms\", mode = \"min\", order = \"asc\" }]",
+        "columns" => {
+            "columns = [{ name = \"wins\", mode = \"sum\" }, { name = \"time_ms\", mode = \"min\", order = \"asc\" }]"
+        }
         "one" => "mode = \"sum\"",
         _ => "mode = \"sum\"\ndense_rank = false",
     };
@@ -52,8 +54,14 @@ async fn memory_per_member(conn: &RedisConn) -> Result<(f64, u64), String> {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*{arena}*").query_async(&mut c).await.map_err(|e| e.to_string())?;
     let (mut bytes, mut members) = (0u64, 0u64);
     for k in keys.iter().filter(|k| !k.contains(":_seen:") && !k.contains(":_off") && !k.contains(":_reg")) {
-        let used: Option<u64> =
-            redis::cmd("MEMORY").arg("USAGE").arg(k).arg("SAMPLES").arg(0).query_async(&mut c).await.map_err(|e| e.to_string())?;
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(k)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| e.to_string())?;
         bytes += used.unwrap_or(0);
         let kind: String = redis::cmd("TYPE").arg(k).query_async(&mut c).await.map_err(|e| e.to_string())?;
         let period_key = !k.split(":{arena}:").nth(1).unwrap_or("_").starts_with('_');
@@ -133,13 +141,14 @@ async fn capacity(conn: &RedisConn, settings: &Settings, player: &str) -> Result
     })
     .await?;
     let r = reader.clone();
-    let one = per_second(16, 3, move || {
-        let r = r.clone();
-        async move {
-            r.read(&at, &rankflow::store::Player { member: player }).await.map(|_| ()).map_err(|e| e.to_string())
-        }
-    })
-    .await?;
+    let one =
+        per_second(16, 3, move || {
+            let r = r.clone();
+            async move {
+                r.read(&at, &rankflow::store::Player { member: player }).await.map(|_| ()).map_err(|e| e.to_string())
+            }
+        })
+        .await?;
     Ok((top, one))
 }
 
