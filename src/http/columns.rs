@@ -7,17 +7,12 @@
 
 use serde_json::{json, Map, Value};
 
+use super::layout::rows_at;
 use super::ranks::percentile;
-use super::target::{unranked, Layout, RankPolicy, Target};
+use super::target::{unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::columns::Columns;
-use crate::store::{RowListing, RowsAt};
-
-/// The period's keys and columns, on a board with columns.
-fn rows_at<'k>(t: &'k Target<'_>) -> Option<RowsAt<'k>> {
-    let (Layout::Single(keys), Some(c)) = (&t.layout, t.board.write_params().columns) else { return None };
-    Some(RowsAt { key: &keys.key, rows_key: keys.rows_key.as_deref()?, shadow_key: &keys.shadow_key, spec: c })
-}
+use crate::store::RowListing;
 
 fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
     t.board.columns().expect("a board with columns")
