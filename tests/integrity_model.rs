@@ -208,20 +208,7 @@ async fn held_events_and_their_reviews_count_exactly_once_through_a_kill_and_a_r
         best.held.len()
     );
 
-    // Half the stream, a worker killed mid-way, the rest under a fresh group
-    // with the committed offsets copied (tansu can keep a SIGKILLed member).
-    let half = records.len() / 2;
-    stack.broker.produce(&stack.topic, &records[..half]).await;
-    let mut w = Worker::spawn(&cfg);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    w.sigkill();
-    let group = random_name("group");
-    stack.broker.copy_offsets(&cfg.group, &group, &stack.topic, PARTITIONS);
-    cfg.group = group;
-    stack.broker.produce(&stack.topic, &records[half..]).await;
-    let w = Worker::spawn(&cfg);
-    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, PARTITIONS, Duration::from_secs(120));
-    wait_http(w.http_port, Duration::from_secs(10)).await;
+    let w = killed_mid_stream(&stack, &mut cfg, &records, PARTITIONS).await;
 
     let mut conn = stack.redis.conn().await;
     assert_boards(&mut conn, &pts, &best, "after the stream").await;

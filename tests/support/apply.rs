@@ -17,17 +17,22 @@ use super::Redis;
 /// The largest exactly representable sum.
 pub const MAX: i64 = (1 << 53) - 1;
 
-/// A store on `redis` with markers kept `dedupe_ttl_secs`, `tags` (bases,
-/// `lb:{p}`) registered. (`Store::apply` registers the tags it writes;
-/// calls prepared and sent by hand need theirs registered first.)
-pub async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64, tags: &[&str]) -> Store {
+/// The Redis settings of a config on `redis` with markers kept `dedupe_ttl_secs`.
+fn settings(redis: &Redis, dedupe_ttl_secs: u64) -> RedisSettings {
     let text = format!(
         "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
          [redis]\nurl = \"{}\"\ndedupe_ttl = \"{dedupe_ttl_secs}s\"\n\
          [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
         redis.url()
     );
-    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
+    rankflow::config::load_str(&text, Vec::new()).unwrap().redis
+}
+
+/// A store on `redis` with markers kept `dedupe_ttl_secs`, `tags` (bases,
+/// `lb:{p}`) registered. (`Store::apply` registers the tags it writes;
+/// calls prepared and sent by hand need theirs registered first.)
+pub async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64, tags: &[&str]) -> Store {
+    let settings = settings(redis, dedupe_ttl_secs);
     let store = Store::new(RedisConn::connect(&settings).await.unwrap(), settings.dedupe_ttl);
     if !tags.is_empty() {
         let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
@@ -38,13 +43,7 @@ pub async fn store_with_ttl(redis: &Redis, dedupe_ttl_secs: u64, tags: &[&str]) 
 
 /// A reader of `redis` (the read API's connection, no replicas).
 pub async fn reader(redis: &Redis) -> rankflow::store::Reader {
-    let text = format!(
-        "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{}\"\n\
-         [[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n",
-        redis.url()
-    );
-    let settings: RedisSettings = rankflow::config::load_str(&text, Vec::new()).unwrap().redis;
-    rankflow::store::Reader::new(RedisConn::connect(&settings).await.unwrap(), None)
+    rankflow::store::Reader::new(RedisConn::connect(&settings(redis, 60)).await.unwrap(), None)
 }
 
 /// The writes of period `period` of tag `lb:{<tag>}`.

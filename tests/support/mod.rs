@@ -248,6 +248,25 @@ periods = ["all_time"]
 split_by = "track"
 "#;
 
+/// Half of `records` on the stack's topic, a worker killed 2.5 s into them,
+/// the rest under a fresh group with the committed offsets copied (tansu can
+/// keep a SIGKILLed member); returns the worker that drained them all.
+pub async fn killed_mid_stream(stack: &Stack, cfg: &mut WorkerConfig, records: &[Record], partitions: i32) -> Worker {
+    let half = records.len() / 2;
+    stack.broker.produce(&stack.topic, &records[..half]).await;
+    let mut w = Worker::spawn(cfg);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    w.sigkill();
+    let group = random_name("group");
+    stack.broker.copy_offsets(&cfg.group, &group, &stack.topic, partitions);
+    cfg.group = group;
+    stack.broker.produce(&stack.topic, &records[half..]).await;
+    let w = Worker::spawn(cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, partitions, Duration::from_secs(120));
+    wait_http(w.http_port, Duration::from_secs(10)).await;
+    w
+}
+
 /// Runs `cfg`'s worker over `topics` (name, partitions) and SIGKILLs it five
 /// times at random moments once it applies again after each restart (a
 /// moment brought forward when it gets through its share of what is left of
