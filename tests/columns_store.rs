@@ -231,6 +231,32 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
     if let Some(first) = page.entries.first() {
         assert_eq!(page.ranks()[0].1, competition(&first.values), "a page's first competition rank");
     }
+    // Pages of 4 from the first entry on, and back from the last: the whole
+    // board, each page ranked where it stands.
+    if let (Some(first), Some(last)) = (top.entries.first(), top.entries.last()) {
+        let (mut forward, mut from) = (vec![first.clone()], first.member.clone());
+        loop {
+            let page = r.rows_page(&at, &from, 4, true).await.unwrap();
+            let Some(end) = page.entries.last() else { break };
+            assert_eq!(page.start, forward.len() as i64, "{id}: a page's start");
+            assert_eq!(
+                page.ranks()[0].1,
+                competition(&page.entries[0].values),
+                "{id}: a page's first competition rank"
+            );
+            from = end.member.clone();
+            forward.extend(page.entries);
+        }
+        assert_eq!(forward, top.entries, "{id}: paged forward");
+        let (mut backward, mut from) = (vec![last.clone()], last.member.clone());
+        loop {
+            let page = r.rows_page(&at, &from, 4, false).await.unwrap();
+            let Some(start) = page.entries.first() else { break };
+            from = start.member.clone();
+            backward.splice(0..0, page.entries);
+        }
+        assert_eq!(backward, top.entries, "{id}: paged backward");
+    }
     for (i, (player, values)) in want.iter().enumerate() {
         let found = r.rows_player(&at, player).await.unwrap().expect("a standing");
         assert_eq!(

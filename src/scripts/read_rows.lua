@@ -9,11 +9,14 @@
 -- KEYS[1]   the period key
 -- KEYS[2]   its rows hash (player -> row)
 -- KEYS[3]   its shadow: the members of the tag's hidden players
--- ARGV[1]   "top" | "player" | "around"
+-- ARGV[1]   "top" | "player" | "around" | "page"
 -- ARGV[2]   PREFIX, ARGV[3] ROW
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
 -- player:   ARGV[4] player
 -- around:   ARGV[4] player, ARGV[5] radius
+-- page:     ARGV[4] a member (where a cursor was made; it may have moved or
+--           left since), ARGV[5] limit, ARGV[6] "next" (the entries after
+--           it in board order) | "prev" (those before it)
 --
 -- Replies (better: the players whose row is strictly better than the first
 -- entry's, so that competition ranks follow from the rows of a page):
@@ -22,6 +25,7 @@
 --           hidden (1: hidden; the position and count are where the player
 --           would stand among the visible players) }
 -- around:   false if absent, else { total, start, better, member1, ... }
+-- page:     { total, start, better, member1, ... } (no entries at an end)
 
 local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local key, rows_key, shadow = KEYS[1], KEYS[2], KEYS[3]
@@ -57,6 +61,21 @@ local function find(player)
 end
 
 local total = call('ZCARD', key)
+if op == 'page' then
+  local at, limit = ARGV[4], tonumber(ARGV[5])
+  local page
+  if ARGV[6] == 'next' then
+    page = call('ZRANGE', key, '(' .. at, '+', 'BYLEX', 'LIMIT', 0, limit)
+  else
+    page = call('ZRANGE', key, '(' .. at, '-', 'BYLEX', 'REV', 'LIMIT', 0, limit)
+    local n = #page
+    for x = 1, math.floor(n / 2) do page[x], page[n - x + 1] = page[n - x + 1], page[x] end
+  end
+  if not page[1] then return { total, 0, 0 } end
+  local out = { total, call('ZLEXCOUNT', key, '-', '(' .. page[1]), better_than(page[1]) }
+  for x = 1, #page do out[#out + 1] = page[x] end
+  return out
+end
 if op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
   if limit == 0 or offset >= total then return { total, offset, 0 } end

@@ -23,6 +23,8 @@ pub struct RowsAt<'a> {
 pub struct RowEntry {
     pub player: String,
     pub values: Vec<i64>,
+    /// The entry's member bytes (where a page after or before it starts).
+    pub member: Vec<u8>,
 }
 
 /// A run of entries in board order: the position of the first and how
@@ -86,8 +88,9 @@ fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
     let entries = members
         .iter()
         .map(|m| {
-            let (values, _, player) = spec.parse_member(bytes(m)?).ok_or("a member of another layout")?;
-            Ok(RowEntry { player: player.to_string(), values })
+            let member = bytes(m)?;
+            let (values, _, player) = spec.parse_member(member).ok_or("a member of another layout")?;
+            Ok(RowEntry { player: player.to_string(), values, member: member.to_vec() })
         })
         .collect::<Result<_, String>>()?;
     Ok(RowListing { total: int(total)?, start: int(start)?, better: int(better)?, entries })
@@ -95,7 +98,7 @@ fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
 
 impl Reader {
     /// Runs one op of `read_rows.lua` on period `at`.
-    async fn rows_op(&self, at: &RowsAt<'_>, op: &str, args: &[String]) -> Result<Value, StoreError> {
+    async fn rows_op(&self, at: &RowsAt<'_>, op: &str, args: &[Vec<u8>]) -> Result<Value, StoreError> {
         let lua = &*super::scripts::READ_ROWS;
         let keys = super::touches::named(&super::touches::READ_ROWS, |name| match name {
             "period" => Some(at.key.to_string()),
@@ -123,13 +126,29 @@ impl Reader {
 
     /// The first `limit` entries from `offset`.
     pub async fn rows_top(&self, at: &RowsAt<'_>, offset: usize, limit: usize) -> Result<RowListing, StoreError> {
-        let reply = self.rows_op(at, "top", &[offset.to_string(), limit.to_string()]).await?;
+        let reply = self.rows_op(at, "top", &[offset.to_string().into_bytes(), limit.to_string().into_bytes()]).await?;
+        listing(reply, &at.spec).map_err(bad_reply)
+    }
+
+    /// `limit` entries after (`next`) or before the entry `member` (the
+    /// bytes of a listed entry, which may have moved or left since): a
+    /// cursor's page, O(log n + limit) however deep.
+    pub async fn rows_page(
+        &self,
+        at: &RowsAt<'_>,
+        member: &[u8],
+        limit: usize,
+        next: bool,
+    ) -> Result<RowListing, StoreError> {
+        let dir = if next { "next" } else { "prev" };
+        let args = [member.to_vec(), limit.to_string().into_bytes(), dir.as_bytes().to_vec()];
+        let reply = self.rows_op(at, "page", &args).await?;
         listing(reply, &at.spec).map_err(bad_reply)
     }
 
     /// `player`'s standing, `None` when they have no row here.
     pub async fn rows_player(&self, at: &RowsAt<'_>, player: &str) -> Result<Option<RowFound>, StoreError> {
-        let reply = self.rows_op(at, "player", &[player.to_string()]).await?;
+        let reply = self.rows_op(at, "player", &[player.as_bytes().to_vec()]).await?;
         let parse = || -> Result<Option<RowFound>, String> {
             let items = match reply {
                 Value::Nil => return Ok(None),
@@ -153,7 +172,7 @@ impl Reader {
         player: &str,
         radius: usize,
     ) -> Result<Option<RowListing>, StoreError> {
-        match self.rows_op(at, "around", &[player.to_string(), radius.to_string()]).await? {
+        match self.rows_op(at, "around", &[player.as_bytes().to_vec(), radius.to_string().into_bytes()]).await? {
             Value::Nil => Ok(None),
             reply => listing(reply, &at.spec).map(Some).map_err(bad_reply),
         }
