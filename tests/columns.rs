@@ -18,6 +18,7 @@ use rdkafka::message::Message;
 use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
 use rankflow::board::Order;
 use serde_json::{json, Value};
+use support::periods::Lcg;
 use support::*;
 
 const PARTITIONS: i32 = 4;
@@ -107,15 +108,6 @@ impl Model {
     }
 }
 
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
-
 /// 2,000 events of 30 players over two days: matches (a win or not, a time
 /// from few values, so rows tie), runs (deaths and a time, some at the
 /// range's ends); 2% lack a column, 3% are produced again later.
@@ -124,27 +116,27 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>) {
     let start = chrono::Utc::now().timestamp_millis() - 2 * DAY + 3_600_000;
     let mut events = Vec::new();
     for i in 0..n {
-        let player = format!("p{:02}", rng.next() % 30);
+        let player = format!("p{:02}", rng.next(30));
         let ts = start + i as i64 * 60_000;
-        let kind = if rng.next().is_multiple_of(2) { "match" } else { "run" };
+        let kind = if rng.next(2) == 0 { "match" } else { "run" };
         let mut values = match kind {
-            "match" => vec![Some((rng.next() % 2) as i64), Some(50_000 + 1000 * (rng.next() % 5) as i64)],
-            _ => match rng.next() % 25 {
+            "match" => vec![Some(rng.next(2) as i64), Some(50_000 + 1000 * rng.next(5) as i64)],
+            _ => match rng.next(25) {
                 0 => vec![Some(0), Some((1 << 53) - 1)],
                 1 => vec![Some(-((1 << 53) - 1)), Some(1)],
-                _ => vec![Some((rng.next() % 4) as i64), Some(40_000 + 500 * (rng.next() % 6) as i64)],
+                _ => vec![Some(rng.next(4) as i64), Some(40_000 + 500 * rng.next(6) as i64)],
             },
         };
-        if rng.next().is_multiple_of(50) {
+        if rng.next(50) == 0 {
             values[1] = None;
         }
-        let with_score = !rng.next().is_multiple_of(10);
+        let with_score = rng.next(10) != 0;
         events.push(Ev { id: uuid::Uuid::new_v4().to_string(), kind, player, values, ts, with_score });
     }
     let mut produced = Vec::new();
     for e in &events {
         produced.push(e.clone());
-        if rng.next() % 100 < 3 {
+        if rng.next(100) < 3 {
             produced.push(e.clone());
         }
     }

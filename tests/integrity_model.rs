@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 use serde_json::{json, Value};
+use support::periods::Lcg;
 use support::*;
 
 const PARTITIONS: i32 = 4;
@@ -114,11 +115,11 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>, BTreeSet<String>) {
     let start = chrono::Utc::now().timestamp_millis() - 44 * HOUR;
     let mut events = Vec::new();
     for i in 0..n {
-        let player = format!("p{:02}", rng.next() % 40);
-        let score = match rng.next() % 100 {
-            0..=5 => 300 + (rng.next() % 600) as i64,
+        let player = format!("p{:02}", rng.next(40));
+        let score = match rng.next(100) {
+            0..=5 => 300 + rng.next(600) as i64,
             6 => 200_000,
-            _ => 1 + (rng.next() % 120) as i64,
+            _ => 1 + rng.next(120) as i64,
         };
         events.push(Ev { id: uuid::Uuid::new_v4().to_string(), player, score, ts: start + i as i64 * 40_000 });
     }
@@ -130,7 +131,7 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>, BTreeSet<String>) {
     let mut produced: Vec<Ev> = Vec::new();
     for e in &events {
         produced.push(e.clone());
-        if rng.next() % 100 < 3 {
+        if rng.next(100) < 3 {
             produced.push(e.clone()); // the same event, again
         }
     }
@@ -142,15 +143,6 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>, BTreeSet<String>) {
         })
         .collect();
     (produced, records, finals)
-}
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
 }
 
 fn review(kind: &str, board: &str, e: &Ev) -> Value {

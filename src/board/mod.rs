@@ -251,6 +251,11 @@ impl Board {
         self.spec.columns.as_ref()
     }
 
+    /// Boards ranked by several columns: what the scripts take of them.
+    pub fn column_spec(&self) -> Option<columns::ColumnSpec> {
+        Some(self.spec.columns.as_ref()?.spec(self.spec.tie_break == TieBreak::Earliest))
+    }
+
     /// `[board.integrity]`: its rules (none by default).
     pub fn integrity(&self) -> &integrity::Integrity {
         &self.spec.integrity
@@ -397,7 +402,7 @@ impl Board {
             notify: self.spec.notify_top.unwrap_or(0),
             integrity: self.spec.integrity,
             review: None,
-            columns: self.spec.columns.as_ref().map(|c| c.spec(self.spec.tie_break == TieBreak::Earliest)),
+            columns: self.column_spec(),
         }
     }
 }

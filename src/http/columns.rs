@@ -12,7 +12,7 @@ use super::ranks::percentile;
 use super::target::{unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::columns::Columns;
-use crate::store::RowListing;
+use crate::store::{Reader, RowListing, RowsAt};
 
 fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
     t.board.columns().expect("a board with columns")
@@ -50,8 +50,10 @@ pub(super) fn refuse(parameter: &'static str, what: &str, t: &Target<'_>) -> Api
     )
 }
 
-fn no_rows(t: &Target<'_>) -> ApiError {
-    refuse("period", "this period", t)
+/// The period's keys and columns, and the reader the read goes to.
+fn rows_of<'k>(s: &AppState, t: &'k Target<'_>) -> Result<(RowsAt<'k>, Reader), ApiError> {
+    let at = rows_at(t).ok_or_else(|| refuse("period", "this period", t))?;
+    Ok((at, s.reader()?.fresh(t.fresh)))
 }
 
 pub(super) async fn top(
@@ -61,15 +63,13 @@ pub(super) async fn top(
     limit: usize,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
-    let at = rows_at(t).ok_or_else(|| no_rows(t))?;
-    let reader = s.reader()?.fresh(t.fresh);
+    let (at, reader) = rows_of(s, t)?;
     let l = reader.rows_top(&at, offset, limit).await.map_err(ApiError::unavailable)?;
     Ok(listing_json(t, &l, policy, None))
 }
 
 pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Value, ApiError> {
-    let at = rows_at(t).ok_or_else(|| no_rows(t))?;
-    let reader = s.reader()?.fresh(t.fresh);
+    let (at, reader) = rows_of(s, t)?;
     let found = reader.rows_player(&at, player_id).await.map_err(ApiError::unavailable)?;
     let f = found.ok_or_else(|| unranked(player_id, t))?;
     let mut body = json!({
@@ -94,8 +94,7 @@ pub(super) async fn around(
     radius: usize,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
-    let at = rows_at(t).ok_or_else(|| no_rows(t))?;
-    let reader = s.reader()?.fresh(t.fresh);
+    let (at, reader) = rows_of(s, t)?;
     let l = reader.rows_around(&at, player_id, radius).await.map_err(ApiError::unavailable)?;
     let l = l.ok_or_else(|| unranked(player_id, t))?;
     Ok(listing_json(t, &l, policy, Some(player_id)))

@@ -35,7 +35,7 @@ pub(super) async fn target<'a>(
 /// A period of a board with columns: its keys and columns (one sorted set:
 /// such a board is never sharded).
 pub(super) fn rows_at<'k>(t: &'k Target<'_>) -> Option<crate::store::RowsAt<'k>> {
-    let (Layout::Single(keys), Some(spec)) = (&t.layout, t.board.write_params().columns) else { return None };
+    let (Layout::Single(keys), Some(spec)) = (&t.layout, t.board.column_spec()) else { return None };
     let rows_key = keys.rows_key.as_deref()?;
     Some(crate::store::RowsAt { key: &keys.key, rows_key, shadow_key: &keys.shadow_key, spec })
 }

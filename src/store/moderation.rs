@@ -94,7 +94,7 @@ pub fn admin_invocation(
         keys.push(key);
         h.int(name, keys.len() as i64);
     }
-    if let Some(c) = board.and_then(|b| b.write_params().columns) {
+    if let Some(c) = board.and_then(Board::column_spec) {
         h.str("rows", &keys::rows_prefix(base));
         h.int("row_prefix", c.prefix_len() as i64);
     }

@@ -261,8 +261,7 @@ fn call_header(
 }
 
 /// The header's `cols`: n, per column desc and mode, best (`row =
-/// "best"`), earliest (tie keys) and latest (some column is `latest`: rows
-/// keep their newest event time).
+/// "best"`) and earliest (tie keys).
 fn columns_header(c: &crate::board::columns::ColumnSpec) -> Vec<u8> {
     let n = c.n as usize;
     let mut m = MapWriter::default();
@@ -281,7 +280,6 @@ fn columns_header(c: &crate::board::columns::ColumnSpec) -> Vec<u8> {
     m.raw("modes", &list);
     m.bool("best", c.best_row);
     m.bool("earliest", c.earliest);
-    m.bool("latest", c.has_latest());
     m.finish()
 }
 

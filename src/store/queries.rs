@@ -177,13 +177,13 @@ pub struct ShardCounted {
 }
 
 /// A reply's values read in order, each read refusing the wrong type.
-struct Fields {
+pub(super) struct Fields {
     values: std::vec::IntoIter<Value>,
 }
 
 impl Fields {
     /// An array reply (`None`: the script answered false).
-    fn of(reply: Value) -> Result<Option<Fields>, String> {
+    pub(super) fn of(reply: Value) -> Result<Option<Fields>, String> {
         match reply {
             Value::Nil => Ok(None),
             Value::Array(values) => Ok(Some(Fields { values: values.into_iter() })),
@@ -191,7 +191,7 @@ impl Fields {
         }
     }
 
-    fn of_array(reply: Value) -> Result<Fields, String> {
+    pub(super) fn of_array(reply: Value) -> Result<Fields, String> {
         Fields::of(reply)?.ok_or_else(|| "false, not an array".to_string())
     }
 
@@ -199,8 +199,18 @@ impl Fields {
         self.values.next().ok_or_else(|| "a reply that ends early".to_string())
     }
 
-    fn int(&mut self) -> Result<i64, String> {
+    pub(super) fn int(&mut self) -> Result<i64, String> {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
+    }
+
+    /// A string's bytes as they are (a member of a board with columns).
+    pub(super) fn bytes(&mut self) -> Result<Vec<u8>, String> {
+        redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
+    }
+
+    /// How many values are left.
+    pub(super) fn left(&self) -> usize {
+        self.values.len()
     }
 
     /// A stored score (Redis answers it as a string; exact: stored scores are integers within 2^53).
@@ -232,7 +242,7 @@ impl Fields {
         }
     }
 
-    fn end(mut self) -> Result<(), String> {
+    pub(super) fn end(mut self) -> Result<(), String> {
         match self.values.next() {
             None => Ok(()),
             Some(v) => Err(format!("{v:?} past the reply's end")),

@@ -150,25 +150,39 @@ impl Reader {
             "meta" => keys.meta_key.map(str::to_string),
             _ => None,
         });
-        let (order, args) = (if at.desc { "desc" } else { "asc" }, query.args());
+        let order = if at.desc { "desc" } else { "asc" };
+        let mut args = vec![Q::OP.as_bytes().to_vec(), order.as_bytes().to_vec(), at.shift.to_string().into_bytes()];
+        args.extend(query.args().into_iter().map(String::into_bytes));
+        let reply = self.eval_ro(lua, &key_list, &args).await?;
+        query.parse(reply, keys.meta_key.is_some()).map_err(super::queries::bad_reply)
+    }
+
+    /// Runs the read-only script `lua` (see [`Reader::run`] for where):
+    /// `EVALSHA_RO`, which a replica runs and a cluster routes to a
+    /// replica; a node without the script gets its source with `EVAL_RO`
+    /// once.
+    pub(super) async fn eval_ro(
+        &self,
+        lua: &super::scripts::Lua,
+        keys: &[String],
+        args: &[Vec<u8>],
+    ) -> Result<redis::Value, StoreError> {
         let call = |cmd: &str, body: &str| {
             let mut c = redis::cmd(cmd);
-            c.arg(body).arg(key_list.len()).arg(&key_list).arg(Q::OP).arg(order).arg(at.shift).arg(&args);
+            c.arg(body).arg(keys.len()).arg(keys).arg(args);
             c
         };
         let call = &call;
-        let reply: redis::Value = self
-            .run(|mut conn| async move {
-                match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
-                    // The script's source goes only to a node that lacks it.
-                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                        call("EVAL_RO", &lua.source).query_async(&mut conn).await
-                    }
-                    other => other,
+        self.run(|mut conn| async move {
+            match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
+                // The script's source goes only to a node that lacks it.
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    call("EVAL_RO", &lua.source).query_async(&mut conn).await
                 }
-            })
-            .await?;
-        query.parse(reply, keys.meta_key.is_some()).map_err(super::queries::bad_reply)
+                other => other,
+            }
+        })
+        .await
     }
 
     /// `PING`, for readiness (the primary's).

@@ -5,7 +5,7 @@
 
 use redis::Value;
 
-use super::queries::bad_reply;
+use super::queries::{bad_reply, Fields};
 use super::{Reader, StoreError};
 use crate::board::columns::ColumnSpec;
 
@@ -66,34 +66,17 @@ pub struct RowFound {
     pub hidden: bool,
 }
 
-fn int(v: &Value) -> Result<i64, String> {
-    match v {
-        Value::Int(n) => Ok(*n),
-        other => Err(format!("expected an integer, got {other:?}")),
-    }
-}
-
-fn bytes(v: &Value) -> Result<&[u8], String> {
-    match v {
-        Value::BulkString(b) => Ok(b),
-        other => Err(format!("expected a string, got {other:?}")),
-    }
-}
-
+/// A listing: total, start, better, then members.
 fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
-    let Value::Array(items) = reply else { return Err(format!("expected a listing, got {reply:?}")) };
-    let [total, start, better, members @ ..] = &items[..] else {
-        return Err("a listing of fewer than 3 values".into());
-    };
-    let entries = members
-        .iter()
-        .map(|m| {
-            let member = bytes(m)?;
-            let (values, _, player) = spec.parse_member(member).ok_or("a member of another layout")?;
-            Ok(RowEntry { player: player.to_string(), values, member: member.to_vec() })
-        })
-        .collect::<Result<_, String>>()?;
-    Ok(RowListing { total: int(total)?, start: int(start)?, better: int(better)?, entries })
+    let mut f = Fields::of_array(reply)?;
+    let (total, start, better) = (f.int()?, f.int()?, f.int()?);
+    let mut entries = Vec::with_capacity(f.left());
+    while f.left() > 0 {
+        let member = f.bytes()?;
+        let (values, _, player) = spec.parse_member(&member).ok_or("a member of another layout")?;
+        entries.push(RowEntry { player: player.to_string(), values, member });
+    }
+    Ok(RowListing { total, start, better, entries })
 }
 
 impl Reader {
@@ -107,21 +90,9 @@ impl Reader {
             _ => None,
         });
         let (prefix, row) = (at.spec.prefix_len(), 8 * at.spec.n as usize);
-        let call = |cmd: &str, body: &str| {
-            let mut c = redis::cmd(cmd);
-            c.arg(body).arg(keys.len()).arg(&keys).arg(op).arg(prefix).arg(row).arg(args);
-            c
-        };
-        let call = &call;
-        self.run(|mut conn| async move {
-            match call("EVALSHA_RO", lua.script.get_hash()).query_async(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    call("EVAL_RO", &lua.source).query_async(&mut conn).await
-                }
-                other => other,
-            }
-        })
-        .await
+        let mut all = vec![op.as_bytes().to_vec(), prefix.to_string().into_bytes(), row.to_string().into_bytes()];
+        all.extend_from_slice(args);
+        self.eval_ro(lua, &keys, &all).await
     }
 
     /// The first `limit` entries from `offset`.
@@ -150,16 +121,11 @@ impl Reader {
     pub async fn rows_player(&self, at: &RowsAt<'_>, player: &str) -> Result<Option<RowFound>, StoreError> {
         let reply = self.rows_op(at, "player", &[player.as_bytes().to_vec()]).await?;
         let parse = || -> Result<Option<RowFound>, String> {
-            let items = match reply {
-                Value::Nil => return Ok(None),
-                Value::Array(items) => items,
-                other => return Err(format!("expected a standing, got {other:?}")),
-            };
-            let [total, position, better, row, hidden] = &items[..] else {
-                return Err("a standing of 5 values".into());
-            };
-            let values = at.spec.values_of(bytes(row)?).ok_or("a row of another layout")?;
-            let (total, position, better, hidden) = (int(total)?, int(position)?, int(better)?, int(hidden)? == 1);
+            let Some(mut f) = Fields::of(reply)? else { return Ok(None) };
+            let (total, position, better) = (f.int()?, f.int()?, f.int()?);
+            let values = at.spec.values_of(&f.bytes()?).ok_or("a row of another layout")?;
+            let hidden = f.int()? == 1;
+            f.end()?;
             Ok(Some(RowFound { total, position, better, values, hidden }))
         };
         parse().map_err(bad_reply)

@@ -1,5 +1,5 @@
 -- apply/columns.lua: the rows of a board ranked by several columns (the
--- header's cols: n, desc and modes per column, best, earliest, latest),
+-- header's cols: n, desc and modes per column, best, earliest),
 -- following the model in src/board/columns.rs.
 --
 -- A row as stored (the period's rows hash, player -> row; A.cur[j][m] in
@@ -23,7 +23,10 @@ do
 
   -- The rows of header hc: r.next(old, ev, at, ts), r.prefix.
   function ApplyColumns.open(hc)
-    local n, best, earliest, latest = hc.n, hc.best, hc.earliest, hc.latest
+    local n, best, earliest = hc.n, hc.best, hc.earliest
+    -- A latest column: a stored row keeps the newest event time it took.
+    local latest = false
+    for i = 1, n do latest = latest or hc.modes[i] == 'latest' end
     local reached_at = earliest and n + 1
     local newest_at = latest and n + 1 + (earliest and 1 or 0)
     local fields = n + (earliest and 1 or 0) + (latest and 1 or 0)

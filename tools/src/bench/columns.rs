@@ -114,7 +114,7 @@ async fn capacity(conn: &RedisConn, settings: &Settings, player: &str) -> Result
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let (key, dense, shadow, rows, offsets) = (leak(key), leak(dense), leak(shadow), leak(rows), leak(offsets));
     let player: &'static str = leak(player.to_string());
-    if let Some(spec) = board.write_params().columns {
+    if let Some(spec) = board.column_spec() {
         let at = RowsAt { key, rows_key: rows, shadow_key: shadow, spec };
         let r = reader.clone();
         let top = per_second(16, 3, move || {
