@@ -4,9 +4,9 @@
 //! columns aggregate each on its own (wins, then the fastest time) and one
 //! of best runs (fewest deaths, then the fastest time of that run, earliest
 //! first); records missing a column dead-lettered naming it (unless another
-//! board takes them); the reads (top, player, around) equal the model's in
-//! every period, and so do they after a hide, an unhide, an erasure and a
-//! rebuild.
+//! board takes them); the reads (top, player, around, cursors, fill,
+//! friends, rank-of) equal the model's in every period, and so do they after
+//! a hide, an unhide, an erasure and a rebuild.
 
 mod support;
 
@@ -180,15 +180,7 @@ fn model(events: &[Ev]) -> Model {
 async fn top(w: &Worker, board: &str, c: &Columns, period: &str) -> Vec<(String, Vec<i64>)> {
     let (status, body) = w.get_json(&format!("/v1/boards/{board}/top?period={period}&limit=100&fresh=true")).await;
     assert_eq!(status, 200, "{body}");
-    body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
-            (e["player_id"].as_str().unwrap().to_string(), values)
-        })
-        .collect()
+    entries_of(&body, c)
 }
 
 /// The reads of every period agree with the model: the whole top, and each
@@ -219,7 +211,82 @@ async fn assert_reads(w: &Worker, m: &Model, when: &str) {
             let want_names: Vec<&str> = want[lo..(i + 2).min(want.len())].iter().map(|(p, _)| p.as_str()).collect();
             assert_eq!(names, want_names, "{when}: around {player}");
         }
+        paged_friends_and_what_if(w, board, &c, &id, &want, when).await;
     }
+}
+
+/// The entries' player ids and values of a listing read.
+fn entries_of(body: &Value, c: &Columns) -> Vec<(String, Vec<i64>)> {
+    let entries = body["entries"].as_array().unwrap_or_else(|| panic!("no entries: {body}"));
+    entries
+        .iter()
+        .map(|e| {
+            let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
+            (e["player_id"].as_str().unwrap().to_string(), values)
+        })
+        .collect()
+}
+
+/// Cursors page the whole period forward and back, filled windows,
+/// friends reads and rank-of agree with `want` (the model's order).
+async fn paged_friends_and_what_if(
+    w: &Worker,
+    board: &str,
+    c: &Columns,
+    id: &str,
+    want: &[(String, Vec<i64>)],
+    when: &str,
+) {
+    let better = |v: &[i64]| want.iter().filter(|(_, x)| c.better(x, v).is_lt()).count() as i64;
+    let better_or_equal = |v: &[i64]| want.iter().filter(|(_, x)| c.better(x, v).is_le()).count() as i64;
+    // Pages of 6 by next_cursor, then back from the last page by prev_cursor.
+    let (mut forward, mut pages) = (Vec::new(), Vec::new());
+    let mut path = format!("/v1/boards/{board}/top?period={id}&limit=6&fresh=true");
+    loop {
+        let (status, body) = w.get_json(&path).await;
+        assert_eq!(status, 200, "{when}: {path}: {body}");
+        forward.extend(entries_of(&body, c));
+        pages.push(body.clone());
+        let Some(next) = body["next_cursor"].as_str() else { break };
+        path = format!("/v1/boards/{board}/top?cursor={next}&limit=6&fresh=true");
+    }
+    assert_eq!(forward, want, "{when}: {board} {id} paged by cursors");
+    let mut backward = entries_of(pages.last().unwrap(), c);
+    let mut at = pages.last().unwrap()["prev_cursor"].as_str().map(str::to_string);
+    while let Some(prev) = at {
+        let (_, body) = w.get_json(&format!("/v1/boards/{board}/top?cursor={prev}&limit=6&fresh=true")).await;
+        let first = body["entries"][0]["rank"].as_i64().unwrap();
+        assert_eq!(first as usize, want.len() - backward.len() - body["entries"].as_array().unwrap().len() + 1);
+        backward.splice(0..0, entries_of(&body, c));
+        at = body["prev_cursor"].as_str().map(str::to_string);
+    }
+    assert_eq!(backward, want, "{when}: {board} {id} paged back by cursors");
+    for (i, (player, values)) in want.iter().enumerate().step_by(5) {
+        // A filled window of 5 moves away from the ends.
+        let (_, around) =
+            w.get_json(&format!("/v1/boards/{board}/players/{player}/around?period={id}&radius=2&fill=true")).await;
+        let lo = i.saturating_sub(2).min(want.len().saturating_sub(5));
+        assert_eq!(entries_of(&around, c), want[lo..(lo + 5).min(want.len())], "{when}: filled around {player}");
+        // rank-of the player's own row: after everyone at it.
+        let q: Vec<String> = c.names().zip(values).map(|(n, v)| format!("scores.{n}={v}")).collect();
+        let (status, body) = w.get_json(&format!("/v1/boards/{board}/rank-of?period={id}&{}", q.join("&"))).await;
+        assert_eq!(status, 200, "{body}");
+        let rank = (body["rank"]["ordinal"].as_i64(), body["rank"]["competition"].as_i64());
+        assert_eq!(rank, (Some(better_or_equal(values) + 1), Some(better(values) + 1)), "{when}: rank-of {body}");
+    }
+    // Friends: every third player and a nobody, ranked globally and among themselves.
+    let mut asked: Vec<&str> = want.iter().step_by(3).map(|(p, _)| p.as_str()).collect();
+    asked.push("nobody");
+    let body = json!({ "players": asked }).to_string();
+    let (status, got) = w.post_json(&format!("/v1/boards/{board}/players?period={id}&rank=competition"), &body).await;
+    assert_eq!(status, 200, "{got}");
+    let friends: Vec<(String, Vec<i64>)> = want.iter().step_by(3).cloned().collect();
+    assert_eq!(entries_of(&got, c), friends, "{when}: friends in board order");
+    for e in got["entries"].as_array().unwrap() {
+        let values: Vec<i64> = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
+        assert_eq!(e["rank"].as_i64(), Some(better(&values) + 1), "{when}: a friend's competition rank: {e}");
+    }
+    assert_eq!(got["not_found"], json!(["nobody"]));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -285,11 +352,15 @@ async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_r
     assert!(out.status.success(), "rebuild: {}", String::from_utf8_lossy(&out.stderr));
     assert_reads(&w, &m, "after a rebuild").await;
 
-    // What a board with columns does not answer yet is a 400 naming the parameter.
+    // A bad read is a 400 naming the parameter.
     for (path, parameter) in [
         ("/v1/boards/arena/top?cursor=x", "cursor"),
         ("/v1/boards/arena/rank-of?score=1", "score"),
-        ("/v1/boards/arena/players/p01/around?fill=true", "fill"),
+        ("/v1/boards/arena/rank-of?scores.wins=1", "scores.time_ms"),
+        ("/v1/boards/arena/rank-of?scores.wins=1&scores.time_ms=x", "scores.time_ms"),
+        ("/v1/boards/arena/rank-of?scores.wins=1&scores.time_ms=2&scores.kills=3", "scores.kills"),
+        ("/v1/boards/arena/rank-of?scores.wins=9007199254740992&scores.time_ms=2", "scores.wins"),
+        ("/v1/boards/arena/top?rank=dense", "rank"),
     ] {
         let (status, body) = w.get_json(path).await;
         assert_eq!((status, body["parameter"].as_str()), (400, Some(parameter)), "{path}: {body}");

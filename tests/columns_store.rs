@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMode};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::event::Reason;
-use rankflow::store::{ApplyItem, ApplyResult, Reader, RowsAt, Store, TagBatch};
+use rankflow::store::{ApplyItem, ApplyResult, Reader, RowEntry, RowsAt, Store, TagBatch};
 use support::apply::{period_write, reader, store_with_ttl, MAX};
 use support::Redis;
 use uuid::Uuid;
@@ -263,13 +263,68 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
             (found.position, found.better + 1, &found.values, found.hidden),
             (i as i64, competition(values), values, false)
         );
-        let around = r.rows_around(&at, player, 1).await.unwrap().expect("a window");
+        let around = r.rows_around(&at, player, 1, false).await.unwrap().expect("a window");
         let lo = i.saturating_sub(1);
         assert_eq!(around.start, lo as i64);
         assert_eq!(around.entries, top.entries[lo..(i + 2).min(want.len())].to_vec(), "{id}: around {player}");
     }
     assert_eq!(r.rows_player(&at, "nobody").await.unwrap(), None);
-    assert_eq!(r.rows_around(&at, "nobody", 1).await.unwrap(), None);
+    assert_eq!(r.rows_around(&at, "nobody", 1, false).await.unwrap(), None);
+    what_if_and_friends_agree(r, c, &at, &top.entries, id).await;
+}
+
+/// Filled windows, friends reads and rank-of of period `id` agree with its
+/// top (`all`, the model's order).
+async fn what_if_and_friends_agree(r: &Reader, c: &Columns, at: &RowsAt<'_>, all: &[RowEntry], id: &str) {
+    let n = all.len();
+    let better = |values: &[i64]| all.iter().filter(|e| c.better(&e.values, values).is_lt()).count() as i64;
+    let better_or_equal = |values: &[i64]| all.iter().filter(|e| c.better(&e.values, values).is_le()).count() as i64;
+    for (i, e) in all.iter().enumerate() {
+        // A filled window of 5 moves away from the ends.
+        let around = r.rows_around(at, &e.player, 2, true).await.unwrap().expect("a window");
+        let lo = i.saturating_sub(2).min(n.saturating_sub(5));
+        assert_eq!(around.start, lo as i64, "{id}: filled around {}", e.player);
+        assert_eq!(around.entries, all[lo..(lo + 5).min(n)].to_vec(), "{id}: filled around {}", e.player);
+        // What the player's own row would rank: after everyone at it.
+        let counts = r.rows_rank_of(at, &e.values).await.unwrap();
+        assert_eq!(
+            (counts.total, counts.better, counts.better_or_equal),
+            (n as i64, better(&e.values), better_or_equal(&e.values))
+        );
+    }
+    // Rows nobody has: each column's value moved one step, and the range's ends.
+    for e in all.iter().take(6) {
+        for k in 0..e.values.len() {
+            for d in [-1, 1] {
+                let mut v = e.values.clone();
+                v[k] = (v[k] + d).clamp(-MAX, MAX);
+                let counts = r.rows_rank_of(at, &v).await.unwrap();
+                assert_eq!(
+                    (counts.better, counts.better_or_equal),
+                    (better(&v), better_or_equal(&v)),
+                    "{id}: rank-of {v:?}"
+                );
+            }
+        }
+    }
+    for v in [vec![MAX; c.list.len()], vec![-MAX; c.list.len()]] {
+        let counts = r.rows_rank_of(at, &v).await.unwrap();
+        assert_eq!((counts.better, counts.better_or_equal), (better(&v), better_or_equal(&v)), "{id}: rank-of {v:?}");
+    }
+    // Friends: every other player and one nobody, under both policies.
+    let mut asked: Vec<String> = all.iter().step_by(2).map(|e| e.player.clone()).collect();
+    asked.insert(asked.len() / 2, "nobody".into());
+    for competition in [false, true] {
+        let got = r.rows_players(at, &asked, competition).await.unwrap();
+        assert_eq!(got.total, n as i64);
+        for (p, row) in asked.iter().zip(&got.rows) {
+            let want = all.iter().position(|e| &e.player == p).map(|i| {
+                let count = if competition { better(&all[i].values) } else { i as i64 };
+                (all[i].clone(), count)
+            });
+            assert_eq!(row, &want, "{id}: friend {p} (competition: {competition})");
+        }
+    }
 }
 
 #[tokio::test]

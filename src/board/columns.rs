@@ -213,6 +213,21 @@ impl ColumnSpec {
         out
     }
 
+    /// The smallest key greater than every member whose row key is
+    /// `row_key(values)`: that key plus one, read as a big-endian number (a
+    /// column's first byte is 0 or 1, so it never carries out).
+    pub fn row_key_after(&self, values: &[i64]) -> Vec<u8> {
+        let mut key = self.row_key(values);
+        for b in key.iter_mut().rev() {
+            let (next, carry) = b.overflowing_add(1);
+            *b = next;
+            if !carry {
+                break;
+            }
+        }
+        key
+    }
+
     /// The values of a row key (`None` if it is not one of this board's).
     pub fn values_of(&self, key: &[u8]) -> Option<Vec<i64>> {
         let n = self.n as usize;
@@ -342,6 +357,11 @@ mod tests {
             prop_assert_eq!(tied.parse_member(&ma), Some((a.to_vec(), Some(5), "bob")));
             let plain = spec.member(a, 5, "bob");
             prop_assert_eq!(spec.parse_member(&plain), Some((a.to_vec(), None, "bob")));
+            // The key after a row: above its members, at or below every worse row's.
+            let after = spec.row_key_after(a);
+            let last = tied.member(a, MAX_EXACT, "\u{10ffff}");
+            prop_assert!(after > plain && after > last, "above the row's members");
+            prop_assert!(after.len() == ka.len() && (ka >= kb || after <= kb), "at or below a worse row");
         }
     }
 

@@ -1,18 +1,25 @@
 //! Reads of a board ranked by several columns (`board::columns`): the top
-//! by offset, a player and the window around a player, each entry with its
+//! by offset or cursor, a player, the window around a player, a set of
+//! players (friends) and the rank a row would have, each entry with its
 //! `scores` (column -> value) beside its rank. Ranks are ordinal and
 //! competition (equal rows share one); such a board keeps no dense index.
-//! What a board with columns does not answer yet (cursors, friends,
-//! `rank-of`) is refused with a 400 naming the parameter.
+//! A cursor carries the bytes of the member it was made at (URL-safe
+//! base64), so a scan pages by that member as on a board of one score.
 
+use std::collections::HashMap;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use serde_json::{json, Map, Value};
 
+use super::cursor::{Cursor, Direction};
 use super::layout::rows_at;
 use super::ranks::percentile;
 use super::target::{unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::columns::Columns;
-use crate::store::{Reader, RowListing, RowsAt};
+use crate::score::MAX_EXACT;
+use crate::store::{Reader, RowEntry, RowListing, RowsAt};
 
 fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
     t.board.columns().expect("a board with columns")
@@ -56,16 +63,56 @@ fn rows_of<'k>(s: &AppState, t: &'k Target<'_>) -> Result<(RowsAt<'k>, Reader), 
     Ok((at, s.reader()?.fresh(t.fresh)))
 }
 
+/// The cursor of `e` paging `direction` on the target.
+fn cursor_at(t: &Target<'_>, e: &RowEntry, direction: Direction) -> String {
+    Cursor {
+        direction,
+        board: t.board.id().to_string(),
+        split: t.split.clone(),
+        period: t.period.clone(),
+        stored: 0,
+        member: URL_SAFE_NO_PAD.encode(&e.member),
+        cohort: None,
+    }
+    .encode()
+}
+
+/// The member bytes a cursor (already checked to be the target's) was made at.
+fn cursor_member(c: &Cursor, at: &RowsAt<'_>) -> Result<Vec<u8>, ApiError> {
+    URL_SAFE_NO_PAD
+        .decode(&c.member)
+        .ok()
+        .filter(|m| at.spec.parse_member(m).is_some())
+        .ok_or_else(|| ApiError::bad("cursor", "the cursor was not made on this board's columns"))
+}
+
+/// A page of the top, by offset or from a cursor, with the cursors of its
+/// ends: `next_cursor` unless it ends the board, `prev_cursor` unless it
+/// starts it.
 pub(super) async fn top(
     s: &AppState,
     t: &Target<'_>,
+    cursor: Option<&Cursor>,
     offset: usize,
     limit: usize,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
     let (at, reader) = rows_of(s, t)?;
-    let l = reader.rows_top(&at, offset, limit).await.map_err(ApiError::unavailable)?;
-    Ok(listing_json(t, &l, policy, None))
+    let l = match cursor {
+        None => reader.rows_top(&at, offset, limit).await,
+        Some(c) => reader.rows_page(&at, &cursor_member(c, &at)?, limit, c.direction == Direction::Next).await,
+    };
+    let l = l.map_err(ApiError::unavailable)?;
+    let mut body = listing_json(t, &l, policy, None);
+    if let (Some(first), Some(last)) = (l.entries.first(), l.entries.last()) {
+        if l.start + (l.entries.len() as i64) < l.total {
+            body["next_cursor"] = json!(cursor_at(t, last, Direction::Next));
+        }
+        if l.start > 0 {
+            body["prev_cursor"] = json!(cursor_at(t, first, Direction::Prev));
+        }
+    }
+    Ok(body)
 }
 
 pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Value, ApiError> {
@@ -92,10 +139,88 @@ pub(super) async fn around(
     t: &Target<'_>,
     player_id: &str,
     radius: usize,
+    fill: bool,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
     let (at, reader) = rows_of(s, t)?;
-    let l = reader.rows_around(&at, player_id, radius).await.map_err(ApiError::unavailable)?;
+    let l = reader.rows_around(&at, player_id, radius, fill).await.map_err(ApiError::unavailable)?;
     let l = l.ok_or_else(|| unranked(player_id, t))?;
     Ok(listing_json(t, &l, policy, Some(player_id)))
+}
+
+/// A friends read: the named players' ranks on the board (under `policy`)
+/// and among themselves, best first, in one atomic read.
+pub(super) async fn players(
+    s: &AppState,
+    t: &Target<'_>,
+    ids: Vec<String>,
+    policy: RankPolicy,
+) -> Result<Value, ApiError> {
+    let (at, reader) = rows_of(s, t)?;
+    let competition = policy == RankPolicy::Competition;
+    let reply = reader.rows_players(&at, &ids, competition).await.map_err(ApiError::unavailable)?;
+    let mut found = Vec::new();
+    let mut not_found = Vec::new();
+    for (id, row) in ids.into_iter().zip(reply.rows) {
+        match row {
+            Some(r) => found.push(r),
+            None => not_found.push(id),
+        }
+    }
+    found.sort_by(|(a, _), (b, _)| a.member.cmp(&b.member));
+    let c = columns_of(t);
+    let entries: Vec<Value> = found
+        .iter()
+        .enumerate()
+        .map(|(i, (e, count))| {
+            json!({ "rank": count + 1, "rank_in_set": i + 1, "player_id": e.player, "scores": scores(c, &e.values) })
+        })
+        .collect();
+    Ok(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "total": reply.total,
+        "not_found": not_found,
+        "entries": entries,
+    }))
+}
+
+/// `rank-of`'s row: a value for every column, each `scores.<column>`.
+fn asked_row(c: &Columns, q: &HashMap<String, String>) -> Result<Vec<i64>, ApiError> {
+    if q.contains_key("score") {
+        return Err(ApiError::bad("score", "this board ranks by several columns: give scores.<column> for each"));
+    }
+    if let Some(k) = q.keys().find(|k| k.strip_prefix("scores.").is_some_and(|n| !c.names().any(|m| m == n))) {
+        return Err(ApiError::bad(k.clone(), format!("{k} names no column of this board")));
+    }
+    c.names()
+        .map(|name| {
+            let p = format!("scores.{name}");
+            match q.get(&p).map(|v| v.parse::<i64>()) {
+                Some(Ok(v)) if v.abs() <= MAX_EXACT => Ok(v),
+                Some(Ok(_)) => Err(ApiError::bad(p.clone(), format!("{p} must be from -{MAX_EXACT} to {MAX_EXACT}"))),
+                Some(Err(_)) => Err(ApiError::bad(p.clone(), format!("{p} must be an integer"))),
+                None => {
+                    Err(ApiError::bad(p.clone(), format!("{p} is required: rank-of takes a value for every column")))
+                }
+            }
+        })
+        .collect()
+}
+
+/// The rank a player with the asked row would have, were they on the board.
+pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, q: &HashMap<String, String>) -> Result<Value, ApiError> {
+    let c = columns_of(t);
+    let values = asked_row(c, q)?;
+    let (at, reader) = rows_of(s, t)?;
+    let n = reader.rows_rank_of(&at, &values).await.map_err(ApiError::unavailable)?;
+    // A newcomer ranks after the players already at the row.
+    Ok(json!({
+        "board": t.board.id(),
+        "period": t.period,
+        "scores": scores(c, &values),
+        "total": n.total,
+        "rank": { "ordinal": n.better_or_equal + 1, "competition": n.better + 1, "dense": null },
+        "percentile": percentile(n.total + 1, n.better),
+    }))
 }

@@ -6,6 +6,7 @@
 //! Redis is asked; a bad one is a 400 whose JSON body names it. This module
 //! never writes a board.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -278,15 +279,16 @@ pub async fn serve(
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    parameter: Option<&'static str>,
+    parameter: Option<Cow<'static, str>>,
     /// A machine-readable reason where a client acts on it (`not_placed`).
     code: Option<&'static str>,
     message: String,
 }
 
 impl ApiError {
-    fn bad(parameter: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, parameter: Some(parameter), code: None, message: message.into() }
+    fn bad(parameter: impl Into<Cow<'static, str>>, message: impl Into<String>) -> ApiError {
+        let parameter = Some(parameter.into());
+        ApiError { status: StatusCode::BAD_REQUEST, parameter, code: None, message: message.into() }
     }
     fn not_found(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::NOT_FOUND, parameter: None, code: None, message: message.into() }

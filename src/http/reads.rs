@@ -50,14 +50,11 @@ pub(super) async fn top(
     let limit = parse_num(&q, "limit", 10, s.max_limit)?;
     let offset = parse_num(&q, "offset", 0, 100_000_000)?;
     let policy = rank_policy(&q, t.board)?;
-    if t.board.columns().is_some() {
-        if cursor.is_some() {
-            return Err(columns::refuse("cursor", "a cursor", &t));
-        }
-        return Ok(Json(columns::top(&s, &t, offset, limit, policy).await?).into_response());
-    }
     if let Some(c) = &cursor {
         check_cursor(c, &t, None)?;
+    }
+    if t.board.columns().is_some() {
+        return Ok(Json(columns::top(&s, &t, cursor.as_ref(), offset, limit, policy).await?).into_response());
     }
     let page = layout::top(&s, &t, cursor.as_ref(), offset, limit).await?;
     let mut head = page_head(&t, &page, None);
@@ -151,10 +148,7 @@ pub(super) async fn around(
     };
     let policy = rank_policy(&q, t.board)?;
     if t.board.columns().is_some() {
-        if fill {
-            return Err(columns::refuse("fill", "fill", &t));
-        }
-        return Ok(Json(columns::around(&s, &t, &player_id, radius, policy).await?).into_response());
+        return Ok(Json(columns::around(&s, &t, &player_id, radius, fill, policy).await?).into_response());
     }
     let page = layout::around(&s, &t, &player_id, radius, fill).await?;
     let page = page.ok_or_else(|| unranked(&player_id, &t))?;
@@ -190,11 +184,11 @@ pub(super) async fn players(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
-    if t.board.columns().is_some() {
-        return Err(columns::refuse("players", "a friends read", &t));
-    }
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
+    if t.board.columns().is_some() {
+        return Ok(Json(columns::players(&s, &t, ids, policy).await?).into_response());
+    }
     let Friends { total, mut found, not_found, consistent } = layout::players(&s, &t, ids, policy).await?;
     found.sort_by(|a, b| t.board.order().entries((a.stored, &a.member), (b.stored, &b.member)));
     let entries: Vec<FriendJson> = found
@@ -241,7 +235,7 @@ pub(super) async fn rank_of(
 ) -> Result<Json<Value>, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
     if t.board.columns().is_some() {
-        return Err(columns::refuse("score", "rank-of", &t));
+        return Ok(Json(columns::rank_of(&s, &t, &q).await?));
     }
     let max = t.board.packing().max_value();
     let score = match q.get("score").map(|v| v.parse::<i64>()) {

@@ -9,14 +9,19 @@
 -- KEYS[1]   the period key
 -- KEYS[2]   its rows hash (player -> row)
 -- KEYS[3]   its shadow: the members of the tag's hidden players
--- ARGV[1]   "top" | "player" | "around" | "page"
+-- ARGV[1]   "top" | "player" | "around" | "page" | "players" | "rank_of"
 -- ARGV[2]   PREFIX, ARGV[3] ROW
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
 -- player:   ARGV[4] player
--- around:   ARGV[4] player, ARGV[5] radius
+-- around:   ARGV[4] player, ARGV[5] radius, ARGV[6] "1" to fill (the
+--           window moves away from an edge instead of shrinking)
 -- page:     ARGV[4] a member (where a cursor was made; it may have moved or
 --           left since), ARGV[5] limit, ARGV[6] "next" (the entries after
 --           it in board order) | "prev" (those before it)
+-- players:  ARGV[4] the rank policy ("ordinal" | "competition"), ARGV[5..]
+--           players
+-- rank_of:  ARGV[4] a row key, ARGV[5] the row key right after it (the
+--           smallest key greater than every member with that row)
 --
 -- Replies (better: the players whose row is strictly better than the first
 -- entry's, so that competition ranks follow from the rows of a page):
@@ -26,6 +31,10 @@
 --           would stand among the visible players) }
 -- around:   false if absent, else { total, start, better, member1, ... }
 -- page:     { total, start, better, member1, ... } (no entries at an end)
+-- players:  { total, then per player: member (false if absent or hidden)
+--           and the count its rank is one more than (position for
+--           "ordinal", better for "competition") }
+-- rank_of:  { total, better, better_or_equal } for the row
 
 local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local key, rows_key, shadow = KEYS[1], KEYS[2], KEYS[3]
@@ -76,6 +85,32 @@ if op == 'page' then
   for x = 1, #page do out[#out + 1] = page[x] end
   return out
 end
+if op == 'players' then
+  local out, ordinal = { total }, ARGV[4] == 'ordinal'
+  for s = 5, #ARGV, 1000 do
+    local e = math.min(s + 999, #ARGV)
+    local rows = call('HMGET', rows_key, unpack(ARGV, s, e))
+    for i = s, e do
+      local row, member, count = rows[i - s + 1], false, 0
+      if row then
+        member = sub(row, 1, prefix) .. ARGV[i]
+        local position = call('ZRANK', key, member)
+        if not position then
+          member = false
+        elseif ordinal then
+          count = position
+        else
+          count = better_than(member)
+        end
+      end
+      out[#out + 1], out[#out + 2] = member, count
+    end
+  end
+  return out
+end
+if op == 'rank_of' then
+  return { total, call('ZLEXCOUNT', key, '-', '(' .. ARGV[4]), call('ZLEXCOUNT', key, '-', '(' .. ARGV[5]) }
+end
 if op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
   if limit == 0 or offset >= total then return { total, offset, 0 } end
@@ -88,8 +123,14 @@ if op == 'player' then
 end
 if op == 'around' then
   local radius = tonumber(ARGV[5])
-  local start = math.max(0, position - radius)
   -- A hidden player is not in the key: the window around their place.
-  return listing(total, start, position + radius - (hidden and 1 or 0))
+  local start, stop = position - radius, position + radius - (hidden and 1 or 0)
+  if ARGV[6] == '1' then
+    if start < 0 then start, stop = 0, stop - start end
+    if stop > total - 1 then start, stop = start - (stop - (total - 1)), total - 1 end
+  end
+  start = math.max(0, start)
+  if stop < start then return { total, start, 0 } end
+  return listing(total, start, stop)
 end
 return redis.error_reply('unknown op ' .. tostring(op))

@@ -208,6 +208,11 @@ impl Fields {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
     }
 
+    /// A string's bytes, or `None` where the script answered false.
+    pub(super) fn opt_bytes(&mut self) -> Result<Option<Vec<u8>>, String> {
+        redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
+    }
+
     /// How many values are left.
     pub(super) fn left(&self) -> usize {
         self.values.len()

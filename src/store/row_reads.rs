@@ -66,6 +66,23 @@ pub struct RowFound {
     pub hidden: bool,
 }
 
+/// A friends read: the total, and per player asked their entry and the
+/// count their rank is one more than (`None`: no visible row here).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowPlayers {
+    pub total: i64,
+    pub rows: Vec<Option<(RowEntry, i64)>>,
+}
+
+/// What a row would rank by: the players strictly better than it, and
+/// those better or equal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    pub total: i64,
+    pub better: i64,
+    pub better_or_equal: i64,
+}
+
 /// A listing: total, start, better, then members.
 fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
     let mut f = Fields::of_array(reply)?;
@@ -131,16 +148,66 @@ impl Reader {
         parse().map_err(bad_reply)
     }
 
-    /// The entries within `radius` of `player`, `None` when they have no row here.
+    /// The entries within `radius` of `player`, `None` when they have no
+    /// row here; `fill`: the window moves away from an edge instead of
+    /// shrinking.
     pub async fn rows_around(
         &self,
         at: &RowsAt<'_>,
         player: &str,
         radius: usize,
+        fill: bool,
     ) -> Result<Option<RowListing>, StoreError> {
-        match self.rows_op(at, "around", &[player.as_bytes().to_vec(), radius.to_string().into_bytes()]).await? {
+        let args = [player.as_bytes().to_vec(), radius.to_string().into_bytes(), vec![if fill { b'1' } else { b'0' }]];
+        match self.rows_op(at, "around", &args).await? {
             Value::Nil => Ok(None),
             reply => listing(reply, &at.spec).map(Some).map_err(bad_reply),
         }
+    }
+
+    /// The named players' entries and ranks (`competition`: equal rows
+    /// share one; else ordinal), in one atomic read. A hidden player is
+    /// not found.
+    pub async fn rows_players(
+        &self,
+        at: &RowsAt<'_>,
+        players: &[String],
+        competition: bool,
+    ) -> Result<RowPlayers, StoreError> {
+        let policy = if competition { "competition" } else { "ordinal" };
+        let mut args = vec![policy.as_bytes().to_vec()];
+        args.extend(players.iter().map(|p| p.as_bytes().to_vec()));
+        let reply = self.rows_op(at, "players", &args).await?;
+        let parse = || -> Result<RowPlayers, String> {
+            let mut f = Fields::of_array(reply)?;
+            let total = f.int()?;
+            let mut rows = Vec::with_capacity(players.len());
+            for _ in players {
+                let member = f.opt_bytes()?;
+                let count = f.int()?;
+                rows.push(match member {
+                    None => None,
+                    Some(member) => {
+                        let (values, _, player) = at.spec.parse_member(&member).ok_or("a member of another layout")?;
+                        Some((RowEntry { player: player.to_string(), values, member }, count))
+                    }
+                });
+            }
+            f.end()?;
+            Ok(RowPlayers { total, rows })
+        };
+        parse().map_err(bad_reply)
+    }
+
+    /// The counts a row of `values` would rank by.
+    pub async fn rows_rank_of(&self, at: &RowsAt<'_>, values: &[i64]) -> Result<RowCounts, StoreError> {
+        let reply = self.rows_op(at, "rank_of", &[at.spec.row_key(values), at.spec.row_key_after(values)]).await?;
+        let parse = || -> Result<RowCounts, String> {
+            let mut f = Fields::of_array(reply)?;
+            let c = RowCounts { total: f.int()?, better: f.int()?, better_or_equal: f.int()? };
+            f.end()?;
+            Ok(c)
+        };
+        parse().map_err(bad_reply)
     }
 }
