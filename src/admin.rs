@@ -56,6 +56,8 @@ pub struct AdminRequest {
     pub period: Option<String>,
     /// `set`: the score; `adjust`: the delta.
     pub value: i64,
+    /// `set` on a board ranked by several columns: the row (then `value` is unused).
+    pub scores: Option<crate::event::Scores>,
     /// `tier`: the tier's name.
     pub tier: Option<String>,
     /// `approve`, `reject`: the held event, and why.
@@ -77,7 +79,11 @@ impl AdminRequest {
             boards: self.boards.clone(),
             split: self.split.clone(),
             period: self.period.clone(),
-            value: self.value,
+            value: match (&self.scores, self.kind) {
+                (Some(_), AdminKind::ScoreSet) => None,
+                _ => Some(self.value),
+            },
+            scores: self.scores.clone(),
             tier: self.tier.clone(),
             held_event_id: self.held_event_id,
             reason: self.reason.clone(),
@@ -105,10 +111,13 @@ pub fn event_json(e: &AdminEvent) -> Value {
     if let Some(boards) = &e.boards {
         v["boards"] = json!(boards);
     }
-    match e.kind {
-        AdminKind::ScoreSet => v["score"] = json!(e.value),
-        AdminKind::ScoreAdjusted => v["delta"] = json!(e.value),
+    match (e.kind, e.value) {
+        (AdminKind::ScoreSet, Some(score)) => v["score"] = json!(score),
+        (AdminKind::ScoreAdjusted, Some(delta)) => v["delta"] = json!(delta),
         _ => {}
+    }
+    if let Some(scores) = &e.scores {
+        v["scores"] = scores.json();
     }
     v
 }
@@ -253,6 +262,7 @@ mod tests {
             split: Some("eu".into()),
             period: Some("w:2026-W49".into()),
             value: -5,
+            scores: None,
             tier: None,
             held_event_id: None,
             reason: None,
@@ -267,7 +277,16 @@ mod tests {
         let hide = AdminRequest { kind: AdminKind::PlayerHidden, boards: Some(vec!["a".into()]), ..request };
         let event = hide.event();
         match crate::event::parse(event_json(&event).to_string().as_bytes(), Default::default(), |_| false) {
-            crate::event::Parsed::Admin(parsed) => assert_eq!(parsed, AdminEvent { value: 0, ..event }),
+            crate::event::Parsed::Admin(parsed) => assert_eq!(parsed, AdminEvent { value: Some(0), ..event }),
+            other => panic!("{other:?}"),
+        }
+        // A set of a row carries its scores and no score.
+        let scores = crate::event::Scores::from_pairs("wins=3,time_ms=53000").ok();
+        let row = AdminRequest { kind: AdminKind::ScoreSet, boards: None, scores, ..hide };
+        let event = row.event();
+        assert_eq!(event.value, None);
+        match crate::event::parse(event_json(&event).to_string().as_bytes(), Default::default(), |_| false) {
+            crate::event::Parsed::Admin(parsed) => assert_eq!(parsed, event),
             other => panic!("{other:?}"),
         }
     }

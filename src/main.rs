@@ -105,8 +105,11 @@ enum AdminAction {
     Set {
         #[command(flatten)]
         on: OnBoard,
-        #[arg(long, allow_hyphen_values = true)]
-        score: i64,
+        #[arg(long, allow_hyphen_values = true, required_unless_present = "scores", conflicts_with = "scores")]
+        score: Option<i64>,
+        /// A board ranked by several columns: its row, `wins=3,time_ms=53000`.
+        #[arg(long, allow_hyphen_values = true, value_parser = rankflow::event::Scores::from_pairs)]
+        scores: Option<rankflow::event::Scores>,
     },
     /// Add to a player's total on a sum board (score_adjusted).
     Adjust {
@@ -238,8 +241,21 @@ impl AdminAction {
         let req = |kind, common: AdminArgs, board, boards, split, period, value| {
             let wait = common.wait.then_some(common.timeout);
             let (player, tier, held_event_id, reason) = (common.player, None, None, None);
-            let r =
-                AdminRequest { kind, player, board, boards, split, period, value, tier, held_event_id, reason, wait };
+            let scores = None;
+            let r = AdminRequest {
+                kind,
+                player,
+                board,
+                boards,
+                split,
+                period,
+                value,
+                scores,
+                tier,
+                held_event_id,
+                reason,
+                wait,
+            };
             Ok((common.config, r))
         };
         let review = |kind, a: ReviewArgs| {
@@ -252,6 +268,7 @@ impl AdminAction {
                 split: a.split,
                 period: None,
                 value: 0,
+                scores: None,
                 tier: None,
                 held_event_id: Some(a.event),
                 reason: a.reason,
@@ -261,8 +278,10 @@ impl AdminAction {
         };
         let boards = |b: Vec<String>| (!b.is_empty()).then_some(b);
         match self {
-            AdminAction::Set { on, score } => {
-                req(AdminKind::ScoreSet, on.common, Some(on.board), None, on.split, on.period, score)
+            AdminAction::Set { on, score, scores } => {
+                let set =
+                    req(AdminKind::ScoreSet, on.common, Some(on.board), None, on.split, on.period, score.unwrap_or(0));
+                set.map(|(config, r)| (config, AdminRequest { scores, ..r }))
             }
             AdminAction::Adjust { on, delta } => {
                 req(AdminKind::ScoreAdjusted, on.common, Some(on.board), None, on.split, on.period, delta)

@@ -39,6 +39,12 @@ pub enum AdminOp {
         stored: i64,
         periods: Vec<Arc<PeriodWrite>>,
     },
+    /// A board ranked by several columns: `row` (the bytes the rows hash
+    /// keeps, see `board::columns`) replaces the player's row in each period.
+    SetRow {
+        row: Vec<u8>,
+        periods: Vec<Arc<PeriodWrite>>,
+    },
     /// Adds `delta` to the player's total in each period; `tie` is the
     /// tie-break component packed with the new total.
     Adjust {
@@ -69,6 +75,7 @@ impl AdminOp {
     pub fn script_name(&self) -> &'static str {
         match self {
             AdminOp::Set { .. } => "set",
+            AdminOp::SetRow { .. } => "set_row",
             AdminOp::Adjust { .. } => "adjust",
             AdminOp::Remove { .. } => "remove",
             AdminOp::Hide => "hide",
@@ -156,12 +163,31 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                 };
                 return Ok(AdminPlan { reach, op: AdminOp::Remove { period: event.period.clone() } });
             }
-            if board.columns().is_some() {
-                return Err(Rejection::new(
-                    Reason::NotAllowed,
-                    format!("{} is not available on board '{id}', which ranks by several columns", event.kind.as_str()),
-                ));
+            if let Some(c) = board.columns() {
+                if event.kind == ScoreAdjusted {
+                    return Err(Rejection::new(
+                        Reason::NotAllowed,
+                        format!("score_adjusted carries one delta; board '{id}' ranks by several columns"),
+                    ));
+                }
+                let scores = event.scores.as_ref().ok_or_else(|| {
+                    Rejection::new(
+                        Reason::MissingField,
+                        format!("field 'scores' is missing (board '{id}' ranks by several columns)"),
+                    )
+                })?;
+                let values = scores.values(c.names()).map_err(|why| Rejection::new(Reason::InvalidScore, why))?;
+                let base = router.base(board, split, &event.player_id);
+                let periods = correction_periods(router, i, split, &base, event, record_ts_ms)?;
+                let row = board.column_spec().expect("columns").stored_row(&values, event.ts_ms);
+                return Ok(AdminPlan { reach: Reach::Tag(base), op: AdminOp::SetRow { row, periods } });
             }
+            let value = event.value.ok_or_else(|| {
+                Rejection::new(
+                    Reason::MissingField,
+                    format!("field 'score' is missing (board '{id}' ranks by one score)"),
+                )
+            })?;
             if event.kind == ScoreAdjusted && board.mode() != Mode::Sum {
                 return Err(Rejection::new(
                     Reason::NotAllowed,
@@ -175,29 +201,40 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
             let out_of_range = || {
                 Rejection::new(
                     Reason::ScoreOutOfRange,
-                    format!("{} is outside the board's range ±{}", event.value, packing.max_value()),
+                    format!("{value} is outside the board's range ±{}", packing.max_value()),
                 )
             };
-            if event.value.abs() > packing.max_value() {
+            if value.abs() > packing.max_value() {
                 return Err(out_of_range());
             }
             let base = router.base(board, split, &event.player_id);
-            let periods = match &event.period {
-                Some(p) => vec![named_period(router, i, split, &base, p, record_ts_ms)?],
-                None => router
-                    .periods_at(i, split, &base, event.ts_ms, record_ts_ms)
-                    .map_err(|r| Rejection::new(r, "no period of the board holding the event's time takes it"))?,
-            };
+            let periods = correction_periods(router, i, split, &base, event, record_ts_ms)?;
             let tie = packing.tie(event.ts_ms).ok_or_else(out_of_range)?;
             let op = match (event.kind, board.mode()) {
-                (ScoreAdjusted, _) => AdminOp::Adjust { delta: event.value, tie, periods },
-                (_, Mode::Sum) => AdminOp::Set { stored: event.value * packing.shift() + tie, periods },
-                _ => {
-                    AdminOp::Set { stored: packing.encode(event.value, event.ts_ms).ok_or_else(out_of_range)?, periods }
-                }
+                (ScoreAdjusted, _) => AdminOp::Adjust { delta: value, tie, periods },
+                (_, Mode::Sum) => AdminOp::Set { stored: value * packing.shift() + tie, periods },
+                _ => AdminOp::Set { stored: packing.encode(value, event.ts_ms).ok_or_else(out_of_range)?, periods },
             };
             Ok(AdminPlan { reach: Reach::Tag(base), op })
         }
+    }
+}
+
+/// The periods a correction writes: the one it names, or every period
+/// holding its time.
+fn correction_periods(
+    router: &Router,
+    i: usize,
+    split: Option<&str>,
+    base: &str,
+    event: &AdminEvent,
+    record_ts_ms: i64,
+) -> Result<Vec<Arc<PeriodWrite>>, Rejection> {
+    match &event.period {
+        Some(p) => Ok(vec![named_period(router, i, split, base, p, record_ts_ms)?]),
+        None => router
+            .periods_at(i, split, base, event.ts_ms, record_ts_ms)
+            .map_err(|r| Rejection::new(r, "no period of the board holding the event's time takes it")),
     }
 }
 
@@ -295,6 +332,7 @@ mod tests {
     }
 
     fn admin(kind: AdminKind, board: Option<&str>, value: i64) -> AdminEvent {
+        let value = Some(value);
         AdminEvent {
             event_id: uuid::Uuid::nil(),
             kind,
@@ -305,6 +343,7 @@ mod tests {
             split: None,
             period: None,
             value,
+            scores: None,
             tier: None,
             held_event_id: None,
             reason: None,
@@ -353,6 +392,35 @@ mod tests {
         let mut hide = admin(AdminKind::PlayerHidden, None, 0);
         hide.boards = Some(vec!["pts".into(), "nope".into()]);
         assert_eq!(reason(&hide, &r), Reason::InvalidAdmin);
+    }
+
+    #[test]
+    fn a_set_on_a_board_with_columns_takes_a_value_for_every_column() {
+        use crate::board::columns::{Column, ColumnMode, Columns, RowMode};
+        let mut arena = BoardSpec::for_tests("arena", Mode::Best, &[PeriodKind::AllTime]);
+        let col = |name: &str, mode, order| Column { name: name.into(), mode, order };
+        arena.columns = Some(Columns {
+            list: vec![col("wins", ColumnMode::Sum, Order::Desc), col("time_ms", ColumnMode::Min, Order::Asc)],
+            row: RowMode::Columns,
+        });
+        arena.dense_rank = false;
+        let r = Router::new(vec![Board::new(arena)], "lb");
+        let mut e = admin(AdminKind::ScoreSet, Some("arena"), 0);
+        e.value = None;
+        e.scores = crate::event::Scores::from_pairs("time_ms=53000,wins=3").ok();
+        let AdminOp::SetRow { row, periods } = plan(&e, &r, e.ts_ms).unwrap().op else { panic!("a row set") };
+        let spec = r.board("arena").unwrap().column_spec().unwrap();
+        assert_eq!((row, periods.len()), (spec.stored_row(&[3, 53000], e.ts_ms), 1));
+        e.scores = crate::event::Scores::from_pairs("wins=3").ok();
+        let refused = plan(&e, &r, e.ts_ms).unwrap_err();
+        assert_eq!((refused.reason, refused.detail.as_str()), (Reason::InvalidScore, "scores.time_ms is missing"));
+        e.scores = None;
+        assert_eq!(reason(&e, &r), Reason::MissingField);
+        assert_eq!(reason(&admin(AdminKind::ScoreAdjusted, Some("arena"), 5), &r), Reason::NotAllowed);
+        // A board of one score needs `score`.
+        let mut only_scores = admin(AdminKind::ScoreSet, Some("pts"), 0);
+        only_scores.value = None;
+        assert_eq!(reason(&only_scores, &router()), Reason::MissingField);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! first); records missing a column dead-lettered naming it (unless another
 //! board takes them); the reads (top, player, around, cursors, fill,
 //! friends, rank-of) equal the model's in every period, and so do they after
-//! a hide, an unhide, an erasure and a rebuild.
+//! a hide, an unhide, an erasure, a `score_set` of whole rows and a
+//! rebuild.
 
 mod support;
 
@@ -99,6 +100,14 @@ impl Model {
                 .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
         });
         rows.into_iter().map(|(p, r)| (p.clone(), r.values.clone())).collect()
+    }
+
+    /// A `score_set`: the row replaces the player's in each period.
+    fn set(&mut self, board: &'static str, periods: &[String], player: &str, values: Vec<i64>, ts: i64) {
+        for p in periods {
+            let row = Row { values: values.clone(), reached: ts, newest: ts };
+            self.boards.entry((board, p.clone())).or_default().insert(player.to_string(), row);
+        }
     }
 
     fn erase(&mut self, player: &str) {
@@ -346,6 +355,30 @@ async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_r
     let row: Option<Vec<u8>> =
         redis::cmd("HGET").arg("lb:{arena}:_rows:all").arg(q).query_async(&mut conn).await.unwrap();
     assert_eq!(row, None, "an erasure takes the row too");
+
+    // A correction sets a whole row: in the period named, or in every
+    // period holding its time.
+    let now = chrono::Utc::now().timestamp_millis();
+    let today = chrono::DateTime::from_timestamp_millis(now).unwrap().format("d:%Y-%m-%d").to_string();
+    let set = |board: &str, player: &str, scores: Value, period: Option<&str>| {
+        let mut v = json!({ "event_id": uuid::Uuid::new_v4().to_string(), "type": "score_set", "board": board,
+                            "player_id": player, "scores": scores, "ts": now });
+        if let Some(p) = period {
+            v["period"] = json!(p);
+        }
+        v
+    };
+    let sets = vec![
+        set("speedrun", "p05", json!({ "deaths": 0, "time_ms": 1 }), Some("all")),
+        set("arena", "p06", json!({ "wins": 500, "time_ms": 7 }), None),
+        // Refused: a column missing.
+        set("arena", "p07", json!({ "wins": 900 }), None),
+    ];
+    stack.broker.produce(&admin, &admin_events(sets)).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
+    m.set("speedrun", &["all".into()], "p05", vec![0, 1], now);
+    m.set("arena", &["all".into(), today], "p06", vec![500, 7], now);
+    assert_reads(&w, &m, "after score_set").await;
 
     // A rebuild reproduces every board (the erasure is an admin event it reads too).
     let out = run_rankflow(&["rebuild"], &w.config_path).await;

@@ -54,6 +54,7 @@ fn admin_events_as_the_cli_makes_them_validate() {
             split: None,
             period: Some("w:2026-W49".into()),
             value: -5,
+            scores: None,
             tier: (kind == AdminKind::PlayerTierSet).then(|| "gold".to_string()),
             held_event_id: matches!(kind, AdminKind::ReviewApproved | AdminKind::ReviewRejected)
                 .then(|| uuid::Uuid::from_u128(7)),
@@ -69,6 +70,15 @@ fn admin_events_as_the_cli_makes_them_validate() {
         }
         assert!(matches!(parse(&v), Parsed::Admin(_)), "{v}");
         assert!(schema.is_valid(&v), "{kind}: {v}");
+        if kind == AdminKind::ScoreSet {
+            // A row's set, for a board ranked by several columns.
+            let scores = rankflow::event::Scores::from_pairs("wins=3,time_ms=53000").ok();
+            let v = event_json(&AdminRequest { scores, ..request }.event());
+            assert!(matches!(parse(&v), Parsed::Admin(_)) && schema.is_valid(&v), "{v}");
+            let mut no_value = v.clone();
+            no_value.as_object_mut().unwrap().remove("scores");
+            assert!(!schema.is_valid(&no_value), "a set without score or scores: {no_value}");
+        }
     }
 }
 

@@ -89,8 +89,11 @@ pub struct AdminEvent {
     pub split: Option<String>,
     /// A period id (`w:2026-W49`); `None`: see each kind.
     pub period: Option<String>,
-    /// `score_set`: the score; `score_adjusted`: the delta; otherwise 0.
-    pub value: i64,
+    /// `score_set`: the score (`None`: it carries `scores` only);
+    /// `score_adjusted`: the delta; otherwise `Some(0)`.
+    pub value: Option<i64>,
+    /// `score_set` on a board ranked by several columns: its row.
+    pub scores: Option<super::Scores>,
     /// `player_tier_set`: the tier's name.
     pub tier: Option<String>,
     /// `review_approved`, `review_rejected`: the held event.
@@ -144,10 +147,12 @@ pub(super) fn parse_admin(
     if tier.is_none() && kind == PlayerTierSet {
         return Err(Rejection::new(Reason::MissingField, "field 'tier' is missing (a player_tier_set names the tier)"));
     }
-    let value = match kind {
-        ScoreSet => required_number(raw.score, "score", Reason::InvalidScore)?,
-        ScoreAdjusted => required_number(raw.delta, "delta", Reason::InvalidScore)?,
-        _ => 0,
+    let scores = if kind == ScoreSet { super::scores::parse(raw.scores)? } else { None };
+    let value = match (kind, raw.score) {
+        (ScoreSet, None | Some(Value::Null)) if scores.is_some() => None,
+        (ScoreSet, score) => Some(required_number(score, "score", Reason::InvalidScore)?),
+        (ScoreAdjusted, _) => Some(required_number(raw.delta, "delta", Reason::InvalidScore)?),
+        _ => Some(0),
     };
     // A correction lands in the periods holding its time; the others need none.
     let ts_ms = match kind {
@@ -179,6 +184,7 @@ pub(super) fn parse_admin(
         split: admin_text(raw.split, "split")?,
         period: admin_text(raw.period, "period")?,
         value,
+        scores,
         tier,
         held_event_id,
         reason,
@@ -202,12 +208,18 @@ mod tests {
     fn admin_events_parse_with_the_fields_of_their_kind() {
         let id = r#""event_id":"0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11","player_id":"alice""#;
         let set = admin(&format!(r#"{{{id},"type":"score_set","board":"best","score":110,"ts":5}}"#)).unwrap();
-        assert_eq!((set.kind, set.board.as_deref(), set.value, set.ts_ms), (AdminKind::ScoreSet, Some("best"), 110, 5));
+        assert_eq!(
+            (set.kind, set.board.as_deref(), set.value, set.ts_ms),
+            (AdminKind::ScoreSet, Some("best"), Some(110), 5)
+        );
         let adj = admin(&format!(
             r#"{{{id},"type":"score_adjusted","board":"pts","delta":-7,"ts":5,"split":"eu","period":"w:2026-W49"}}"#
         ))
         .unwrap();
-        assert_eq!((adj.value, adj.split.as_deref(), adj.period.as_deref()), (-7, Some("eu"), Some("w:2026-W49")));
+        assert_eq!(
+            (adj.value, adj.split.as_deref(), adj.period.as_deref()),
+            (Some(-7), Some("eu"), Some("w:2026-W49"))
+        );
         let hide = admin(&format!(r#"{{{id},"type":"player_hidden","boards":["a","b"]}}"#)).unwrap();
         assert_eq!((hide.boards, hide.ts_ms), (Some(vec!["a".to_string(), "b".to_string()]), 0));
         assert_eq!(admin(&format!(r#"{{{id},"type":"player_unhidden"}}"#)).unwrap().boards, None);
@@ -221,6 +233,14 @@ mod tests {
         );
         assert_eq!(
             admin(&format!(r#"{{{id},"type":"score_set","board":"b","score":1.5,"ts":1}}"#)),
+            Err(Reason::InvalidScore)
+        );
+        // A set of a board with columns carries `scores` instead.
+        let row = admin(&format!(r#"{{{id},"type":"score_set","board":"b","scores":{{"wins":3,"t":-1}},"ts":1}}"#));
+        let row = row.unwrap();
+        assert_eq!((row.value, row.scores.unwrap().values(["wins", "t"].into_iter())), (None, Ok(vec![3, -1])));
+        assert_eq!(
+            admin(&format!(r#"{{{id},"type":"score_set","board":"b","scores":[1],"ts":1}}"#)),
             Err(Reason::InvalidScore)
         );
         assert_eq!(admin(&format!(r#"{{{id},"type":"player_removed"}}"#)), Err(Reason::MissingField));

@@ -29,6 +29,27 @@ impl Scores {
     }
 }
 
+impl Scores {
+    /// `name=value,...` (the command line's `--scores wins=3,time_ms=53000`).
+    pub fn from_pairs(text: &str) -> Result<Scores, String> {
+        let mut out = BTreeMap::new();
+        for pair in text.split(',') {
+            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}' is not name=value"))?;
+            let v = value.trim().parse::<i64>().ok().filter(|v| v.abs() <= crate::score::MAX_EXACT);
+            let v = v.ok_or_else(|| format!("{name}: '{value}' is not an integer within ±(2^53 - 1)"))?;
+            if out.insert(name.trim().to_string(), Some(v)).is_some() {
+                return Err(format!("{name} is given twice"));
+            }
+        }
+        Ok(Scores(out))
+    }
+
+    /// As a record carries them: `{column: value}`.
+    pub fn json(&self) -> Value {
+        Value::Object(self.0.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect())
+    }
+}
+
 /// The record's `scores` (`None` when it has none): an object whose values
 /// are read one by one; anything but an object refuses the record.
 pub(super) fn parse(v: Option<Value>) -> Result<Option<Scores>, Rejection> {
@@ -70,5 +91,14 @@ mod tests {
         assert_eq!(s.values(["deaths"].into_iter()), Err("scores.deaths is missing".into()));
         assert_eq!(parse(None).unwrap(), None);
         assert_eq!(parse(Some(serde_json::json!([1]))).unwrap_err().reason, Reason::InvalidScore);
+    }
+
+    #[test]
+    fn pairs_from_the_command_line_read_back_as_a_record_carries_them() {
+        let s = Scores::from_pairs("wins=3, time_ms=-53000").unwrap();
+        assert_eq!(parse(Some(s.json())).unwrap(), Some(s));
+        for bad in ["wins", "wins=x", "wins=1.5", "wins=9007199254740992", "a=1,a=2"] {
+            assert!(Scores::from_pairs(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -37,8 +37,10 @@
 --            the player id, found through its row
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest" | "cols"
 --   shift, desc, top_k, dense     as in apply.lua
---   op       "set" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
+--   op       "set" | "set_row" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
 --   set:     stored (the stored score), ts (event time, ms), periods
+--   set_row: row (boards ranked by several columns: the row as the rows
+--            hash keeps it), ts, periods
 --   adjust:  delta, ts, tie (tie component), max_value, periods
 --            periods: a list of {id, expire_at (EXPIREAT seconds, 0: none)}
 --   remove:  period (a period id, or "" for every period key of the tag)
@@ -212,11 +214,35 @@ local function correct()
   return nil
 end
 
+-- A correction of a board ranked by several columns: the row replaces the
+-- player's in each open period named (moved to the member it makes).
+local function set_row()
+  local open = {}
+  for _, p in ipairs(h.periods) do
+    local k = h.period .. p.id
+    if not h.sealed or call('HEXISTS', KEYS[h.sealed], k) == 0 then
+      open[#open + 1] = { k = k, id = p.id, at = p.expire_at }
+    end
+  end
+  if #open == 0 then return refuse(Codes.PERIOD_CLOSED) end
+  local new = string.sub(h.row, 1, h.row_prefix) .. member
+  for _, p in ipairs(open) do
+    local target = hidden and h.shadow .. p.id or p.k
+    local old = entry_of(p.id)
+    if old then call('ZREM', target, old) end
+    call('SADD', registry, p.k)
+    call('ZADD', target, 0, new)
+    call('HSET', h.rows .. p.id, member, h.row)
+    Expiry.at(p.at, { p.k, target, h.rows .. p.id }, true)
+  end
+  return nil
+end
+
 -- A removal, hiding, unhiding or erasure walks the tag's period keys and may
 -- change sealed snapshots and rolling boards: their version hashes rise
 -- (with their keys' expiry, taken while the keys still exist).
 local tag_keys = {}
-if op ~= 'set' and op ~= 'adjust' and op ~= 'tier' then
+if op ~= 'set' and op ~= 'set_row' and op ~= 'adjust' and op ~= 'tier' then
   tag_keys = period_keys()
   for _, p in ipairs(tag_keys) do
     local id, versions = p[2], KEYS[h.versions]
@@ -229,6 +255,9 @@ end
 
 if op == 'set' or op == 'adjust' then
   local refused = correct()
+  if refused then return refused end
+elseif op == 'set_row' then
+  local refused = set_row()
   if refused then return refused end
 elseif op == 'remove' then
   if h.period_id == '' then

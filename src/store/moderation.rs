@@ -110,6 +110,13 @@ pub fn admin_invocation(
             h.int("ts", call.ts_ms);
             h.raw("periods", &periods_list(periods));
         }
+        AdminOp::SetRow { row, periods } => {
+            let mut bytes = Vec::with_capacity(row.len() + 5);
+            msgpack::bytes_as_str(&mut bytes, row);
+            h.raw("row", &bytes);
+            h.int("ts", call.ts_ms);
+            h.raw("periods", &periods_list(periods));
+        }
         AdminOp::Adjust { delta, tie, periods } => {
             h.int("delta", *delta);
             h.int("ts", call.ts_ms);
