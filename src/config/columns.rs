@@ -61,7 +61,7 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
     let not_built = "is not available on a board with columns in this version";
-    let fields: [(&str, bool, &str); 11] = [
+    let fields: [(&str, bool, &str); 10] = [
         ("shards", b.shards.is_some(), not_built),
         ("league", b.league.is_some(), not_built),
         ("notify_top", b.notify_top.is_some(), not_built),
@@ -69,7 +69,6 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
         ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
         ("dense_rank", b.dense_rank == Some(true), not_built),
         ("rolling", !b.rolling.is_empty(), not_built),
-        ("close_after", b.close_after.is_some(), not_built),
         ("meta", b.meta, not_built),
         ("max_score", b.max_score.is_some(), "bounds one score; every column takes any integer within ±(2^53 - 1)"),
         (
@@ -224,13 +223,12 @@ mod tests {
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"all_time\"]\n\
                     columns = [{ name = \"a\", mode = \"sum\" }, { name = \"b\", mode = \"max\" }]\n\
                     shards = 4\nnotify_top = 10\nmax_members = 100\ndense_rank = true\nmeta = true\n\
-                    max_score = 10\ntie_resolution = \"1ms\"\nclose_after = \"1h\"\n";
+                    max_score = 10\ntie_resolution = \"1ms\"\n";
         let fields: Vec<String> = match crate::config::load_str(text, Vec::new()) {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in ["shards", "notify_top", "max_members", "dense_rank", "meta", "max_score", "tie_epoch", "close_after"]
-        {
+        for f in ["shards", "notify_top", "max_members", "dense_rank", "meta", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
     }

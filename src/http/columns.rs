@@ -26,7 +26,7 @@ fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
 }
 
 /// A row's values by column name.
-fn scores(c: &Columns, values: &[i64]) -> Value {
+pub(super) fn scores(c: &Columns, values: &[i64]) -> Value {
     Value::Object(c.names().zip(values).map(|(n, v)| (n.to_string(), json!(v))).collect::<Map<_, _>>())
 }
 

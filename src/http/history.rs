@@ -37,12 +37,16 @@ fn history_json(board: &Board, split: Option<&str>, player_id: &str, found: Play
     let periods: Vec<Value> = periods
         .iter()
         .map(|p| {
-            json!({
+            let mut entry = json!({
                 "period": p.period_id,
                 "rank": p.ordinal,
-                "score": board.packing().decode(p.stored),
                 "percentile": percentile(p.total, p.competition - 1),
-            })
+            });
+            match board.columns() {
+                Some(c) => entry["scores"] = super::columns::scores(c, &p.values),
+                None => entry["score"] = json!(board.packing().decode(p.stored)),
+            }
+            entry
         })
         .collect();
     let best: Map<String, Value> =
@@ -77,6 +81,7 @@ mod tests {
             competition,
             total,
             stored,
+            values: vec![],
         };
         let found = PlayerHistory {
             periods: vec![

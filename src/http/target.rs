@@ -121,6 +121,7 @@ impl PeriodKeys {
         self.dense_key = keys::absent_key(&self.dense_key);
         self.shadow_key = keys::absent_key(&self.shadow_key);
         self.meta_key = self.meta_key.as_deref().map(keys::absent_key);
+        self.rows_key = self.rows_key.as_deref().map(keys::absent_key);
     }
 }
 

@@ -16,7 +16,8 @@ use crate::board::{Board, Order};
 use crate::period::Period;
 use std::collections::VecDeque;
 
-use crate::store::{standing, HistoryPut, HistoryStep};
+use crate::board::columns::ColumnSpec;
+use crate::store::{row_standing, standing, HistoryPut, HistoryStep, SealedRows};
 
 /// Entries one step records (a step of 5,000 holds Redis a few milliseconds).
 const STEP_ENTRIES: usize = 5_000;
@@ -44,6 +45,51 @@ impl Scheduler<'_> {
             tokio::task::yield_now().await;
         }
         Ok(())
+    }
+
+    /// Records the history of sealed period `period` of a board ranked by
+    /// several columns, whose members are bytes a script does not decode:
+    /// the worker reads the snapshot in steps and hands its standings
+    /// (`<ordinal>:<competition>:<total>:<values>`) to `history_put.lua`,
+    /// recording how far it got as a sharded board's walk does.
+    pub(super) async fn record_row_history(
+        &self,
+        base: &str,
+        period: &Period,
+        spec: ColumnSpec,
+        expire_at: i64,
+    ) -> Result<(), JobError> {
+        let id = period.id.as_str();
+        let mut at = match self.store.history_progress(base, id).await?.as_deref() {
+            Some("done") => return Ok(()),
+            Some(n) => n.parse::<usize>().unwrap_or(0),
+            None => 0,
+        };
+        let sealed = SealedRows::of(base, id);
+        let reader = self.store.primary_reader();
+        loop {
+            let page = reader.rows_top(&sealed.at(spec), at, STEP_ENTRIES).await?;
+            let standings: Vec<(String, String)> = page
+                .entries
+                .iter()
+                .zip(page.ranks())
+                .map(|(e, (ordinal, competition))| {
+                    (e.player.clone(), row_standing(ordinal, competition, page.total, &e.values))
+                })
+                .collect();
+            if !standings.is_empty() {
+                let kind = period.kind_name();
+                let put = HistoryPut { base, period_id: id, kind, expire_at, first: at == 0, standings: &standings };
+                self.store.history_put(&put).await?;
+            }
+            at += standings.len();
+            if standings.len() < STEP_ENTRIES || at as i64 >= page.total {
+                self.store.set_history_progress(base, id, "done").await?;
+                return Ok(());
+            }
+            self.store.set_history_progress(base, id, &at.to_string()).await?;
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Records the history of sealed period `period` of a sharded board,

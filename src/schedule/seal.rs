@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use super::{now_ms, JobError, Outcome, Scheduler};
+use crate::board::columns::ColumnSpec;
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
-use crate::store::SealCall;
+use crate::store::{RowListing, SealCall, SealedRows};
 
 /// The published entries of a sealed top: ranks, values and each entry's metadata.
 fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Vec<Value> {
@@ -23,6 +24,21 @@ fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Ve
                 entry["meta"] = meta;
             }
             entry
+        })
+        .collect()
+}
+
+/// The first `n` entries of a sealed snapshot of a board ranked by several
+/// columns: ranks (ordinal) and each entry's `scores`.
+fn row_entries(board: &Board, top: &RowListing) -> Vec<Value> {
+    let names: Vec<&str> = board.columns().map(|c| c.names().collect()).unwrap_or_default();
+    top.entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let scores: serde_json::Map<String, Value> =
+                names.iter().zip(&e.values).map(|(n, v)| (n.to_string(), json!(v))).collect();
+            json!({ "rank": top.start as usize + i + 1, "player_id": e.player, "scores": scores })
         })
         .collect()
 }
@@ -77,6 +93,7 @@ impl Scheduler<'_> {
                 top: self.settings.sealing.top,
                 desc: board.order() == crate::board::Order::Desc,
                 meta: board.meta(),
+                rows: board.columns().is_some(),
             };
             let reply = self.store.seal(&call).await?;
             newly |= reply.newly;
@@ -91,16 +108,40 @@ impl Scheduler<'_> {
             info!(board = %board.id(), key = %live, members = total, "Period sealed.");
         }
         if !published {
-            self.publish_top(&board, base, &bases, period_id, close_at, total, tops).await?;
+            // A sharded top-K board's shards each keep their best K: the board holds the first K of them.
+            let kept = board.max_members().unwrap_or(u64::MAX);
+            let total = total.min(i64::try_from(kept).unwrap_or(i64::MAX));
+            let n = self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX));
+            let entries = match board.column_spec() {
+                Some(spec) => self.sealed_rows(&board, base, period_id, spec, n).await?,
+                None => published_entries(&board, &merged_top(&board, tops, n)),
+            };
+            self.publish_top(&board, base, &bases, period_id, close_at, total, entries).await?;
         }
-        match board.shards() {
-            None => self.record_history(base, &board, &period, expire_at).await?,
-            Some(_) => self.record_sharded_history(&bases, &board, &period, expire_at).await?,
+        match (board.shards(), board.column_spec()) {
+            (Some(_), _) => self.record_sharded_history(&bases, &board, &period, expire_at).await?,
+            (None, Some(spec)) => self.record_row_history(base, &period, spec, expire_at).await?,
+            (None, None) => self.record_history(base, &board, &period, expire_at).await?,
         }
         if board.is_round(&period) {
             return self.settle(base, &board, &period).await;
         }
         Ok(Outcome::Done)
+    }
+
+    /// The published entries of the sealed snapshot of period `period_id`
+    /// of a board ranked by several columns.
+    async fn sealed_rows(
+        &self,
+        board: &Board,
+        base: &str,
+        period_id: &str,
+        spec: ColumnSpec,
+        n: usize,
+    ) -> Result<Vec<Value>, JobError> {
+        let keys = SealedRows::of(base, period_id);
+        let top = self.store.primary_reader().rows_top(&keys.at(spec), 0, n).await?;
+        Ok(row_entries(board, &top))
     }
 
     /// Publishes a sealed period's top (merged over the shards) once, and records it.
@@ -113,14 +154,10 @@ impl Scheduler<'_> {
         period_id: &str,
         close_at: i64,
         total: i64,
-        tops: Vec<Vec<(String, f64, Option<String>)>>,
+        entries: Vec<Value>,
     ) -> Result<(), JobError> {
         let split = keys::split_of_base(base).map(|(_, s)| s);
         let live = keys::period_key(base, period_id);
-        // A sharded top-K board's shards each keep their best K: the board holds the first K of them.
-        let kept = board.max_members().unwrap_or(u64::MAX);
-        let total = total.min(i64::try_from(kept).unwrap_or(i64::MAX));
-        let top = merged_top(board, tops, self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX)));
         let final_id = keys::final_id(period_id);
         let mut payload = json!({
             "kind": "top",
@@ -130,7 +167,7 @@ impl Scheduler<'_> {
             "key": keys::period_key(base, &final_id),
             "closed_at": chrono::DateTime::from_timestamp_millis(close_at).map(|t| t.to_rfc3339()),
             "total": total,
-            "entries": published_entries(board, &top),
+            "entries": entries,
         });
         if board.shards().is_some() {
             payload["shard_keys"] = bases.iter().map(|b| keys::period_key(b, &final_id)).collect();

@@ -100,6 +100,8 @@ end
 -- member now holds it) or -1 (one no longer does). The dense index follows
 -- (dense.lua): counted on live keys, by what the key holds on the others.
 local function dense_moved(k, id, delta)
+  -- Boards ranked by several columns keep no dense index.
+  if h.rows then return end
   local index = h.dense .. id
   if is_live(id) then
     if not h.dense_on then return end
@@ -165,7 +167,7 @@ local function remove_from(k, id)
     local s = call('ZSCORE', k, e)
     if s then
       call('ZREM', k, e)
-      if not h.rows then dense_moved(k, id, { [s] = -1 }) end
+      dense_moved(k, id, { [s] = -1 })
     end
     call('ZREM', h.shadow .. id, e)
   end

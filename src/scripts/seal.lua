@@ -7,7 +7,7 @@
 -- with the period. The final key joins the tag's registry, so an erasure
 -- reaches it. A second call changes nothing and answers the same top.
 --
--- keys: live final live_dense final_dense sealed registry live_shadow final_shadow offsets final_versions live_meta? final_meta?
+-- keys: live final live_dense final_dense sealed registry live_shadow final_shadow offsets final_versions live_meta? final_meta? live_rows? final_rows?
 -- derives: (none)
 -- KEYS[1] live period key     KEYS[2] its final key
 -- KEYS[3] live dense index    KEYS[4] final dense index
@@ -15,7 +15,12 @@
 -- KEYS[7] live shadow (hidden players' values)    KEYS[8] final shadow
 -- KEYS[9] the tag's offsets hash (its "registered" field: see registered.lua)
 -- KEYS[10] the final key's version hash (its `seals` counter rises with the seal)
--- KEYS[11] live meta hash     KEYS[12] final meta hash (boards that keep metadata only)
+-- KEYS[11] live meta hash     KEYS[12] final meta hash (boards that keep
+--   metadata, and boards ranked by several columns, whose meta hashes never
+--   exist, so that their rows hashes come next)
+-- KEYS[13] live rows hash     KEYS[14] final rows hash (boards ranked by
+--   several columns: their members are bytes, which the worker reads back,
+--   so ARGV[3] is 0 there)
 -- ARGV[1] close time, ms      ARGV[2] EXPIREAT seconds, "0" for none
 -- ARGV[3] how many entries to return    ARGV[4] "desc" or "asc"
 -- ARGV[5] the sealed hash's field that says the period's top was published
@@ -27,7 +32,7 @@
 -- Hidden players are sealed in the final shadow, out of the snapshot and its top.
 
 local live, final = KEYS[1], KEYS[2]
-local versions, meta, final_meta = KEYS[10], KEYS[11], KEYS[12]
+local versions, meta, final_meta, rows, final_rows = KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 -- A period of a tag that lost its data is not sealed: its final key would
 -- freeze a board that misses every score before the loss.
 local lost = Registered.check(KEYS[9])
@@ -40,6 +45,14 @@ if redis.call('HEXISTS', KEYS[5], live) == 0 then
   Expiry.at(ARGV[2], { versions })
   redis.call('DEL', final, KEYS[4], KEYS[8])
   if meta then redis.call('DEL', final_meta) end
+  if rows then
+    -- Hidden players' rows too: their members are found through them.
+    redis.call('DEL', final_rows)
+    if redis.call('EXISTS', rows) == 1 then
+      redis.call('COPY', rows, final_rows)
+      Expiry.at(ARGV[2], { final_rows })
+    end
+  end
   if redis.call('EXISTS', KEYS[7]) == 1 then
     redis.call('COPY', KEYS[7], KEYS[8])
     Expiry.at(ARGV[2], { KEYS[8] })
@@ -60,8 +73,10 @@ if redis.call('HEXISTS', KEYS[5], live) == 0 then
 end
 local published = redis.call('HEXISTS', KEYS[5], ARGV[5])
 local n = tonumber(ARGV[3])
-local top
-if ARGV[4] == 'desc' then
+local top = {}
+if n < 1 then
+  -- (ZRANGE 0 -1 would read the whole board.)
+elseif ARGV[4] == 'desc' then
   top = redis.call('ZRANGE', final, 0, n - 1, 'REV', 'WITHSCORES')
 else
   top = redis.call('ZRANGE', final, 0, n - 1, 'WITHSCORES')

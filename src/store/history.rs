@@ -75,6 +75,9 @@ pub struct SealedStanding {
     /// Members of the sealed board.
     pub total: i64,
     pub stored: i64,
+    /// A board ranked by several columns: the row's values (`stored` 0);
+    /// empty on a board of one score.
+    pub values: Vec<i64>,
 }
 
 /// A player's best rank over the sealed periods of one kind.
@@ -98,15 +101,24 @@ pub fn standing(ordinal: u64, competition: u64, total: u64, stored: i64) -> Stri
     format!("{ordinal}:{competition}:{total}:{stored}")
 }
 
-/// A standing the history hashes hold (see [`standing`]).
+/// A standing on a board ranked by several columns:
+/// `<ordinal>:<competition>:<total>:<value1>,<value2>,...`.
+pub fn row_standing(ordinal: i64, competition: i64, total: i64, values: &[i64]) -> String {
+    let values: Vec<String> = values.iter().map(i64::to_string).collect();
+    format!("{ordinal}:{competition}:{total}:{}", values.join(","))
+}
+
+/// A standing the history hashes hold (see [`standing`], [`row_standing`]).
 fn parse_standing(period_id: &str, v: &str) -> Option<SealedStanding> {
-    let mut it = v.splitn(4, ':').map(str::parse::<i64>);
-    let (Some(Ok(ordinal)), Some(Ok(competition)), Some(Ok(total)), Some(Ok(stored))) =
-        (it.next(), it.next(), it.next(), it.next())
-    else {
-        return None;
+    let mut it = v.splitn(4, ':');
+    let mut int = || it.next()?.parse::<i64>().ok();
+    let (ordinal, competition, total) = (int()?, int()?, int()?);
+    let last = it.next()?;
+    let (stored, values) = match last.parse::<i64>() {
+        Ok(stored) => (stored, Vec::new()),
+        Err(_) => (0, last.split(',').map(str::parse).collect::<Result<Vec<i64>, _>>().ok()?),
     };
-    Some(SealedStanding { period_id: period_id.to_string(), ordinal, competition, total, stored })
+    Some(SealedStanding { period_id: period_id.to_string(), ordinal, competition, total, stored, values })
 }
 
 /// `<rank>:<period id>`, as `history.lua` records a best.
@@ -283,9 +295,14 @@ mod tests {
                 ordinal: 3,
                 competition: 2,
                 total: 40,
-                stored: 1200
+                stored: 1200,
+                values: vec![],
             })
         );
+        // A row's standing, on a board ranked by several columns.
+        let row = parse_standing("d", &row_standing(3, 2, 40, &[7, -53000])).unwrap();
+        assert_eq!((row.ordinal, row.stored, row.values), (3, 0, vec![7, -53000]));
+        assert_eq!(parse_standing("d", "3:2:40:7,x"), None);
         assert_eq!(parse_standing("d", &standing(3, 2, 40, 1200)).map(|s| s.stored), Some(1200));
         assert_eq!(parse_standing("d", "-1:1:1:-5").map(|s| s.stored), Some(-5));
         assert_eq!(parse_standing("d", "3:2:40"), None);

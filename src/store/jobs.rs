@@ -99,6 +99,9 @@ pub struct SealCall<'a> {
     pub desc: bool,
     /// The board keeps metadata: the final top carries it.
     pub meta: bool,
+    /// The board ranks by several columns: its rows hash is sealed too, and
+    /// the top is read by the worker (`Reader::rows_top`), not here.
+    pub rows: bool,
 }
 
 impl SealCall<'_> {
@@ -119,15 +122,17 @@ impl SealCall<'_> {
                 "final_shadow" => keys::shadow_key(base, &final_id),
                 "offsets" => keys::offsets_key(base),
                 "final_versions" => keys::version_key(base, &final_id),
-                "live_meta" if self.meta => keys::meta_key(base, period_id),
-                "final_meta" if self.meta => keys::meta_key(base, &final_id),
+                "live_meta" if self.meta || self.rows => keys::meta_key(base, period_id),
+                "final_meta" if self.meta || self.rows => keys::meta_key(base, &final_id),
+                "live_rows" if self.rows => keys::rows_key(base, period_id),
+                "final_rows" if self.rows => keys::rows_key(base, &final_id),
                 _ => return None,
             })
         });
         let args = vec![
             self.close_at.to_string(),
             self.expire_at.to_string(),
-            self.top.to_string(),
+            if self.rows { 0 } else { self.top }.to_string(),
             if self.desc { "desc" } else { "asc" }.to_string(),
             keys::published_field(&live),
         ];
@@ -238,14 +243,17 @@ mod seal_tests {
 
     #[test]
     fn a_seal_names_every_key_it_writes_in_keys_all_in_the_tag_slot() {
-        for meta in [false, true] {
+        for (meta, rows) in [(false, false), (true, false), (false, true)] {
             let (base, period_id) = ("lb:{p}", "d:2026-08-14");
-            let call = SealCall { base, period_id, close_at: 1, expire_at: 0, top: 10, desc: true, meta };
+            let call = SealCall { base, period_id, close_at: 1, expire_at: 0, top: 10, desc: true, meta, rows };
             let (k, args) = call.invocation();
-            assert_eq!(k.len(), if meta { 12 } else { 10 });
+            assert_eq!(k.len(), [10, 12, 14][usize::from(meta || rows) + usize::from(rows)]);
+            assert_eq!(args[2], if rows { "0" } else { "10" }, "a top of rows is read by the worker");
             assert!(k.iter().all(|k| keys::key_slot(k) == keys::key_slot(base)), "{k:?}");
             assert_eq!(k[9], "lb:{p}:_ver:d:2026-08-14:final");
-            assert_eq!(k.get(11).map(String::as_str), meta.then_some("lb:{p}:_meta:d:2026-08-14:final"));
+            let final_meta = (meta || rows).then_some("lb:{p}:_meta:d:2026-08-14:final");
+            assert_eq!(k.get(11).map(String::as_str), final_meta);
+            assert_eq!(k.get(13).map(String::as_str), rows.then_some("lb:{p}:_rows:d:2026-08-14:final"));
             // The version hash it raises is no longer an argument.
             assert!(args.iter().all(|a| !a.contains(":_ver:")), "{args:?}");
         }

@@ -49,7 +49,7 @@ mod writer;
 pub use changes::RankMove;
 pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 use gate::Gate;
-pub use history::{standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
+pub use history::{row_standing, standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
 pub use jobs::{RollCall, RollStep, SealCall, SealReply};
 pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
 pub use moderation::{admin_invocation, AdminCall};
@@ -63,7 +63,7 @@ pub use queries::{
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use reply::ApplyResult;
 pub use review::{decode_held, HeldEvent, HeldState};
-pub use row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowsAt};
+pub use row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowsAt, SealedRows};
 pub use sched::Claim;
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};

@@ -97,6 +97,14 @@ fn read_failed(source: redis::RedisError) -> StoreError {
     StoreError::Read(source)
 }
 
+impl super::Store {
+    /// A reader of the store's own connection (the primary): for the
+    /// worker's jobs, which read what they have just written.
+    pub fn primary_reader(&self) -> Reader {
+        Reader::new(self.conn.clone(), None).fresh(true)
+    }
+}
+
 impl Reader {
     pub fn new(conn: RedisConn, replicas: Option<Arc<Replicas>>) -> Reader {
         Reader { conn, replicas, fresh: false }

@@ -113,7 +113,7 @@ fn bad(event_id: &str) -> StoreError {
 impl super::Store {
     /// The held event `event_id` of the tag `base` (on the primary).
     pub async fn held_event(&self, base: &str, event_id: &str) -> Result<Option<HeldEvent>, StoreError> {
-        Reader::new(self.conn.clone(), None).held_event(base, event_id).await
+        self.primary_reader().held_event(base, event_id).await
     }
 }
 

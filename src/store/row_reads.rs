@@ -18,6 +18,30 @@ pub struct RowsAt<'a> {
     pub spec: ColumnSpec,
 }
 
+/// The keys of a sealed snapshot of a board with columns (`<id>:final`).
+#[derive(Clone, Debug)]
+pub struct SealedRows {
+    pub key: String,
+    pub rows_key: String,
+    pub shadow_key: String,
+}
+
+impl SealedRows {
+    /// The snapshot of live period `period_id` of the tag `base`.
+    pub fn of(base: &str, period_id: &str) -> SealedRows {
+        let id = crate::keys::final_id(period_id);
+        SealedRows {
+            key: crate::keys::period_key(base, &id),
+            rows_key: crate::keys::rows_key(base, &id),
+            shadow_key: crate::keys::shadow_key(base, &id),
+        }
+    }
+
+    pub fn at(&self, spec: ColumnSpec) -> RowsAt<'_> {
+        RowsAt { key: &self.key, rows_key: &self.rows_key, shadow_key: &self.shadow_key, spec }
+    }
+}
+
 /// An entry: the player and their row's values (column order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowEntry {

@@ -44,6 +44,8 @@ pub const SEAL: Touches = positional(
         "final_versions",
         "live_meta?",
         "final_meta?",
+        "live_rows?",
+        "final_rows?",
     ],
     &[],
 );

@@ -1,0 +1,221 @@
+//! Sealed periods of boards ranked by several columns, through a real
+//! worker, tansu and Redis, against the model in `board::columns`: three
+//! days of a wins-then-time board and of a best-run board (earliest ties)
+//! close and seal; each day's snapshot (top, player reads, cursors), its
+//! published top and every player's history (rank, scores, percentile,
+//! best) equal the model's; an erasure takes a player out of the
+//! snapshots (through their sealed rows) and out of the history.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::message::Message;
+
+use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
+use rankflow::board::Order;
+use serde_json::{json, Value};
+use support::league::wait_for;
+use support::periods::{quick_sealing, Lcg, DAY};
+use support::*;
+
+const BOARDS: &str = r#"
+[[board]]
+id = "arena"
+on = ["match"]
+columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
+periods = ["daily"]
+close_after = "1m"
+
+[[board]]
+id = "speedrun"
+on = ["run"]
+row = "best"
+columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc" }]
+tie_break = "earliest"
+periods = ["daily"]
+close_after = "1m"
+"#;
+
+fn columns(board: &str) -> (Columns, bool) {
+    let c = |name: &str, mode, order| Column { name: name.into(), mode, order };
+    match board {
+        "arena" => (
+            Columns {
+                list: vec![c("wins", ColumnMode::Sum, Order::Desc), c("time_ms", ColumnMode::Min, Order::Asc)],
+                row: RowMode::Columns,
+            },
+            false,
+        ),
+        _ => (
+            Columns {
+                list: vec![c("deaths", ColumnMode::Min, Order::Asc), c("time_ms", ColumnMode::Min, Order::Asc)],
+                row: RowMode::Best,
+            },
+            true,
+        ),
+    }
+}
+
+fn day_id(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap().format("d:%Y-%m-%d").to_string()
+}
+
+/// Per (board, day id): each player's row.
+type Model = BTreeMap<(&'static str, String), BTreeMap<String, Row>>;
+
+/// A day's standings in board order: (player, values).
+fn standings(m: &Model, board: &'static str, day: &str) -> Vec<(String, Vec<i64>)> {
+    let (c, earliest) = columns(board);
+    let mut rows: Vec<(&String, &Row)> =
+        m.get(&(board, day.to_string())).map(|r| r.iter().collect()).unwrap_or_default();
+    rows.sort_by(|(pa, a), (pb, b)| {
+        c.better(&a.values, &b.values)
+            .then_with(|| if earliest { a.reached.cmp(&b.reached) } else { std::cmp::Ordering::Equal })
+            .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
+    });
+    rows.into_iter().map(|(p, r)| (p.clone(), r.values.clone())).collect()
+}
+
+/// The entries of a listing (or a published top) as (player, values).
+fn entries_of(v: &Value, c: &Columns) -> Vec<(String, Vec<i64>)> {
+    v["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries: {v}"))
+        .iter()
+        .map(|e| {
+            let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
+            (e["player_id"].as_str().unwrap().to_string(), values)
+        })
+        .collect()
+}
+
+/// Three days of matches and runs by 14 players, values from few choices
+/// so that rows tie; each record produced a second after its event.
+fn stream(days: &[i64]) -> (Model, Vec<Record>) {
+    let mut rng = Lcg(29);
+    let (mut model, mut records) = (Model::new(), Vec::new());
+    for (d, start) in days.iter().enumerate() {
+        for i in 0..150 {
+            let ts = start + 60_000 * (i + 1);
+            let player = format!("p{:02}", rng.next(14));
+            let (board, kind, values) = match rng.next(2) {
+                0 => ("arena", "match", vec![rng.next(2) as i64, 50_000 + 1000 * rng.next(4) as i64]),
+                _ => ("speedrun", "run", vec![rng.next(3) as i64, 40_000 + 500 * rng.next(4) as i64]),
+            };
+            let (c, _) = columns(board);
+            let names: Vec<&str> = c.names().collect();
+            let rows = model.entry((board, day_id(days[d]))).or_default();
+            let mut row = rows.get(&player).cloned();
+            c.combine(&mut row, &values, ts);
+            rows.insert(player.clone(), row.expect("a row"));
+            let scores: serde_json::Map<String, Value> =
+                names.iter().zip(&values).map(|(n, v)| (n.to_string(), json!(v))).collect();
+            let v = json!({ "event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
+                            "ts": ts, "scores": scores });
+            records.push((player, v.to_string().into_bytes(), Some(ts + 1000)));
+        }
+    }
+    (model, records)
+}
+
+/// Every day's snapshot, published top and the players' histories agree
+/// with the model; `published`: the sealing topic's records.
+async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
+    for (board, day) in m.keys() {
+        let (c, _) = columns(board);
+        let want = standings(m, board, day);
+        let (status, top) = w.get_json(&format!("/v1/boards/{board}/top?period={day}:final&limit=100")).await;
+        assert_eq!(status, 200, "{top}");
+        assert_eq!(entries_of(&top, &c), want, "{when}: {board} {day}:final");
+        // Paged by cursors, as the live period is.
+        let (mut paged, mut path) = (Vec::new(), format!("/v1/boards/{board}/top?period={day}:final&limit=4"));
+        loop {
+            let (_, page) = w.get_json(&path).await;
+            paged.extend(entries_of(&page, &c));
+            let Some(next) = page["next_cursor"].as_str() else { break };
+            path = format!("/v1/boards/{board}/top?cursor={next}&limit=4");
+        }
+        assert_eq!(paged, want, "{when}: {board} {day}:final by cursors");
+        let record = published
+            .iter()
+            .find(|p| p["board"] == *board && p["period"] == day.as_str())
+            .unwrap_or_else(|| panic!("{board} {day} was published"));
+        assert_eq!(record["total"], json!(want.len()), "{record}");
+        assert_eq!(entries_of(record, &c), want[..want.len().min(10)], "{when}: {board} {day}'s published top");
+        for (i, (player, values)) in want.iter().enumerate() {
+            let better = want.iter().filter(|(_, v)| c.better(v, values).is_lt()).count();
+            let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
+            assert_eq!(read["rank"]["ordinal"], json!(i + 1), "{when}: {read}");
+            assert_eq!(read["rank"]["competition"], json!(better + 1), "{when}: {read}");
+            let (_, h) = w.get_json(&format!("/v1/boards/{board}/players/{player}/history")).await;
+            let entry = h["periods"].as_array().unwrap().iter().find(|p| p["period"] == day.as_str()).cloned();
+            let scores: serde_json::Map<String, Value> =
+                c.names().zip(values).map(|(n, v)| (n.into(), json!(v))).collect();
+            let want_entry =
+                json!({ "period": day, "rank": i + 1, "scores": scores, "percentile": read["percentile"] });
+            assert_eq!(entry, Some(want_entry), "{when}: {player}'s history of {board} {day}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_the_model_ranks_them() {
+    let stack = Stack::start(1).await;
+    let (admin, sealed) = (stack.admin_topic().await, stack.sealed_topic().await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let today = now - now.rem_euclid(DAY);
+    let days = [today - 3 * DAY, today - 2 * DAY, today - DAY];
+    let (mut model, records) = stream(&days);
+    stack.broker.produce(&stack.topic, &records).await;
+    let boards = quick_sealing(&sealed, "top = 10\n") + BOARDS;
+    let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, &boards);
+    cfg.admin_topics = vec![admin.clone()];
+    let w = Worker::spawn(&cfg);
+    wait_http(cfg.http_port, Duration::from_secs(30)).await;
+    let n = model.len() as i64;
+    support::periods::wait_records(&stack.broker, &sealed, n, Duration::from_secs(120), &|| w.log());
+    let published = || -> Vec<Value> {
+        stack
+            .broker
+            .read_all(&sealed, 1)
+            .iter()
+            .map(|m| serde_json::from_slice(m.payload().unwrap()).unwrap())
+            .collect()
+    };
+    // The history is recorded after the publication: wait for the last player's.
+    let (board, day) = model.keys().last().cloned().unwrap();
+    let last = standings(&model, board, &day).pop().unwrap().0;
+    wait_for(Duration::from_secs(60), &|| w.log(), || async {
+        let (_, h) = w.get_json(&format!("/v1/boards/{board}/players/{last}/history")).await;
+        h["periods"].as_array().is_some_and(|p| p.iter().any(|p| p["period"] == day.as_str()))
+    })
+    .await;
+    assert_sealed(&w, &model, &published(), "after the seals").await;
+
+    // An erasure: out of every snapshot (found through its sealed rows) and the history.
+    let erased = standings(&model, "arena", &day_id(days[0]))[0].0.clone();
+    let id = uuid::Uuid::new_v4().to_string();
+    let erase = json!({ "event_id": id, "type": "player_erased", "player_id": erased });
+    stack.broker.produce(&admin, &[admin_record(erase)]).await;
+    stack.broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));
+    let (_, h) = w.get_json(&format!("/v1/boards/arena/players/{erased}/history")).await;
+    assert_eq!(h["periods"], json!([]), "{h}");
+    for rows in model.values_mut() {
+        rows.remove(&erased);
+    }
+    for (board, day) in model.keys() {
+        let (c, _) = columns(board);
+        let (_, top) = w.get_json(&format!("/v1/boards/{board}/top?period={day}:final&limit=100")).await;
+        assert_eq!(entries_of(&top, &c), standings(&model, board, day), "{board} {day}:final after the erasure");
+    }
+    let mut conn = stack.redis.conn().await;
+    let row: Option<Vec<u8>> = redis::cmd("HGET")
+        .arg(format!("lb:{{arena}}:_rows:{}:final", day_id(days[0])))
+        .arg(&erased)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(row, None, "the erasure takes the sealed row too");
+}
