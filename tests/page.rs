@@ -2,7 +2,8 @@
 //! Chromium, installed by `scripts/setup.sh --test`), against a worker that
 //! consumed real events: the top with ranks, scores and metadata, the
 //! cursor to the next page, a player found with their ranks and the players
-//! around them, on a league board the player's cohort with its zones, and
+//! around them, a board ranked by several columns showing each column, on a
+//! league board the player's cohort with its zones, and
 //! the first page following the live top (a score produced while the page
 //! is open tops it, through the stream).
 //! A screenshot is left under the target directory
@@ -24,6 +25,12 @@ on = ["match"]
 mode = "best"
 periods = ["all_time", "daily"]
 meta = true
+
+[[board]]
+id = "arena"
+on = ["match"]
+columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
+periods = ["all_time"]
 
 [[board]]
 id = "laps"
@@ -55,8 +62,10 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     // p00 .. p14 with scores 1000, 990, ... and a display name each.
     let records: Vec<_> = (0..15)
         .map(|i| {
+            // On arena, p00 .. p14 tie on wins by threes and rank by time within.
+            let scores = json!({ "wins": 5 - i / 3, "time_ms": 50_000 + 1000 * i });
             let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "match", "player_id": format!("p{i:02}"),
-                           "score": 1000 - 10 * i, "ts": now - 1000, "meta": { "name": format!("Player {i}") }});
+                           "score": 1000 - 10 * i, "scores": scores, "ts": now - 1000, "meta": { "name": format!("Player {i}") }});
             (format!("p{i:02}"), v.to_string().into_bytes(), Some(now))
         })
         .collect();
@@ -100,6 +109,18 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     }
     assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
     assert!(dom.contains("<tr class=\"you\"><td class=\"rank\">8</td><td class=\"player\">p07</td>"), "{dom}");
+
+    // A board ranked by several columns: each column's value, in column
+    // order, in the top, the player's standing and around them.
+    let url = format!("http://127.0.0.1:{}/?board=arena&rank=competition&player=p07&live=0", w.http_port);
+    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(cells(&dom, "top", "player"), players);
+    assert_eq!(cells(&dom, "top", "score")[4], "wins 4 \u{b7} time_ms 54000");
+    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("score", "wins 3 \u{b7} time_ms 57000")] {
+        assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
+    }
+    assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
 
     // A split board without its split says what is missing, rather than showing nothing.
     let url = format!("http://127.0.0.1:{}/?board=laps&live=0", w.http_port);
