@@ -161,7 +161,7 @@ async fn send(
     assert!(got.results[0].iter().all(|r| *r != ApplyResult::Refused(0)));
     let mut out = vec![Vec::new(); events.len()];
     for m in &got.moves[0] {
-        let RankMove { event, period, old_rank, new_rank, stored, passed, pushed_out } = m.clone();
+        let RankMove { event, period, old_rank, new_rank, stored, passed, pushed_out, .. } = m.clone();
         out[event].push((period, old_rank, new_rank, stored, passed, pushed_out));
     }
     for o in &mut out {

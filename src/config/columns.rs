@@ -61,10 +61,9 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
     let not_built = "is not available on a board with columns in this version";
-    let fields: [(&str, bool, &str); 10] = [
+    let fields: [(&str, bool, &str); 9] = [
         ("shards", b.shards.is_some(), not_built),
         ("league", b.league.is_some(), not_built),
-        ("notify_top", b.notify_top.is_some(), not_built),
         ("max_members", b.max_members.is_some(), not_built),
         ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
         ("dense_rank", b.dense_rank == Some(true), not_built),
@@ -222,13 +221,13 @@ mod tests {
         let text = "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"all_time\"]\n\
                     columns = [{ name = \"a\", mode = \"sum\" }, { name = \"b\", mode = \"max\" }]\n\
-                    shards = 4\nnotify_top = 10\nmax_members = 100\ndense_rank = true\nmeta = true\n\
+                    shards = 4\nmax_members = 100\ndense_rank = true\nmeta = true\n\
                     max_score = 10\ntie_resolution = \"1ms\"\n";
         let fields: Vec<String> = match crate::config::load_str(text, Vec::new()) {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in ["shards", "notify_top", "max_members", "dense_rank", "meta", "max_score", "tie_epoch"] {
+        for f in ["shards", "max_members", "dense_rank", "meta", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
     }

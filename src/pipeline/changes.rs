@@ -36,18 +36,25 @@ pub fn change_id(event: &Event, base: &str, period: &str) -> String {
 
 /// The record of `event`'s move on `board` (whose tag's key base is `base`).
 pub fn change(board: &Board, base: &str, event: &Event, mv: &RankMove) -> Change {
-    let value = json!({
+    let mut value = json!({
         "board": board.id(),
         "period": mv.period,
         "split": keys::split_of_base(base).map(|(_, split)| split),
         "player_id": event.player_id,
         "old_rank": mv.old_rank,
         "new_rank": mv.new_rank,
-        "score": board.packing().decode(mv.stored),
         "passed": mv.passed,
         "pushed_out": mv.pushed_out,
         "event_id": event.event_id.to_string(),
     });
+    // A board ranked by several columns: each column's value, as reads answer them.
+    let values = board.column_spec().zip(mv.row.as_deref()).and_then(|(spec, row)| spec.values_of(row));
+    match (board.columns(), values) {
+        (Some(c), Some(values)) => {
+            value["scores"] = c.names().zip(values).map(|(n, v)| (n.to_string(), json!(v))).collect();
+        }
+        _ => value["score"] = json!(board.packing().decode(mv.stored)),
+    }
     let id = change_id(event, base, &mv.period);
     Change {
         key: event.player_id.clone(),
@@ -111,6 +118,7 @@ mod tests {
             old_rank: None,
             new_rank: 5,
             stored: 40,
+            row: None,
             passed: vec!["eve".into()],
             pushed_out: Some("eve".into()),
         };

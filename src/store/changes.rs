@@ -17,6 +17,9 @@ pub struct RankMove {
     pub new_rank: u32,
     /// The player's stored score after the event (see `score::Packing::decode`).
     pub stored: i64,
+    /// On a board ranked by several columns, the player's stored row after
+    /// the event instead (see `board::columns`; `stored` is 0).
+    pub row: Option<Vec<u8>>,
     /// The players passed: above the mover inside the top N before, below
     /// it after, nearest to its new rank first (at most 10).
     pub passed: Vec<String>,
@@ -38,23 +41,31 @@ pub(super) fn decode(mut rd: &[u8], n: usize) -> Option<Vec<RankMove>> {
         let period = string(rd)?;
         let old_rank: u32 = decode::read_int(rd).ok()?;
         let new_rank: u32 = decode::read_int(rd).ok()?;
-        let stored: i64 = decode::read_int(rd).ok()?;
+        let (stored, row) = match rd.first()? {
+            0xa0..=0xbf | 0xd9..=0xdb => (0, Some(bytes(rd)?)),
+            _ => (decode::read_int(rd).ok()?, None),
+        };
         let pushed_out = Some(string(rd)?).filter(|p| !p.is_empty());
         let passed = list(rd)?;
         if !(1..=n).contains(&i) || new_rank == 0 {
             return None;
         }
         let old_rank = (old_rank > 0).then_some(old_rank);
-        out.push(RankMove { event: i - 1, period, old_rank, new_rank, stored, passed, pushed_out });
+        out.push(RankMove { event: i - 1, period, old_rank, new_rank, stored, row, passed, pushed_out });
     }
     rd.is_empty().then_some(out)
 }
 
-fn string(rd: &mut &[u8]) -> Option<String> {
+/// A string's bytes as they are.
+fn bytes(rd: &mut &[u8]) -> Option<Vec<u8>> {
     let len = decode::read_str_len(rd).ok()? as usize;
-    let bytes = rd.get(..len)?;
+    let bytes = rd.get(..len)?.to_vec();
     *rd = &rd[len..];
-    String::from_utf8(bytes.to_vec()).ok()
+    Some(bytes)
+}
+
+fn string(rd: &mut &[u8]) -> Option<String> {
+    String::from_utf8(bytes(rd)?).ok()
 }
 
 /// An array of strings (`cmsgpack` writes an empty Lua table as an empty array).
@@ -103,6 +114,7 @@ mod tests {
                 old_rank: None,
                 new_rank: 5,
                 stored: 4_500,
+                row: None,
                 passed: vec!["eve".into()],
                 pushed_out: Some("eve".into()),
             }
@@ -114,5 +126,18 @@ mod tests {
         let mut longer = buf.clone();
         longer.push(0xc0);
         assert!(decode(&longer, 3).is_none());
+        // A row (bytes, any of them) where a stored score would be.
+        let mut rows = Vec::new();
+        array_len(&mut rows, 1);
+        array_len(&mut rows, 7);
+        int(&mut rows, 1);
+        str(&mut rows, "all");
+        int(&mut rows, 0);
+        int(&mut rows, 1);
+        crate::store::msgpack::bytes_as_str(&mut rows, &[1, 0, 0xff, 7]);
+        str(&mut rows, "");
+        array_len(&mut rows, 0);
+        let got = decode(&rows, 1).unwrap();
+        assert_eq!((got[0].stored, got[0].row.as_deref()), (0, Some(&[1u8, 0, 0xff, 7][..])));
     }
 }

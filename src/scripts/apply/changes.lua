@@ -4,8 +4,8 @@
 --
 -- A change is one event moving its player up into or inside the top N of a
 -- period: { i, period id, old rank (0: outside the top N), new rank, the
--- stored score, the player pushed out of the top N ("": none), the players
--- passed }. Ranks are ordinal in the board's order (the stored score, then
+-- stored score (on boards ranked by several columns, the stored row), the
+-- player pushed out of the top N ("": none), the players passed }. Ranks are ordinal in the board's order (the stored score, then
 -- the member's bytes, as ZREVRANK or ZRANK answer). The passed are the
 -- players who stood above the mover inside the top N before and below it
 -- after, nearest to its new rank first, at most PASSED.
@@ -186,13 +186,97 @@ do
     end
   end
 
+  -- Boards ranked by several columns (apply/columns.lua): period j's top
+  -- as its moves leave it, played as play() does on a copy of member bytes
+  -- (ascending bytes is the board's order; every score is 0), a player
+  -- found by their row's first bytes and their id. A change carries the
+  -- stored row instead of a stored score.
+  local function play_rows(A, j, moves, by_event)
+    local N, members, p, sub = A.h.notify, A.members, A.cols.prefix, string.sub
+    local function key(m, row) return sub(row, 1, p) .. members[m] end
+    local function above(a, b) return before(a, b, false) end
+    local nmv, d = #moves, 0
+    for x = 1, nmv, 4 do
+      local m, old = moves[x + 1], moves[x + 2]
+      if old and above(key(m, old), key(m, moves[x + 3])) then d = d + 1 end
+    end
+    local cap, k = N + 1 + d, A.pk[j]
+    local B = call('ZRANGE', k, cap - 1, cap - 1)[1]
+    if B then
+      local reaches = false
+      for x = 1, nmv, 4 do
+        if above(key(moves[x + 1], moves[x + 3]), B) then reaches = true break end
+      end
+      if not reaches then return end
+    end
+    local M = call('ZRANGE', k, 0, cap - 1)
+    local len, whole, at = #M, #M < cap, {}
+    for x = 1, len do at[sub(M[x], p + 1)] = true end
+    -- The first place whose entry e ranks above.
+    local function place(e)
+      local lo, hi = 1, len + 1
+      while lo < hi do
+        local mid = (lo + hi - (lo + hi) % 2) / 2
+        if above(e, M[mid]) then hi = mid else lo = mid + 1 end
+      end
+      return lo
+    end
+    local period = A.h.periods[j].id
+    for x = 1, nmv, 4 do
+      local i, m, row = moves[x], moves[x + 1], moves[x + 3]
+      local name, new, tail = members[m], key(m, row), M[len]
+      if at[name] or not tail or whole or above(new, tail) then
+        local from, to = nil, place(new)
+        if at[name] then
+          local was = key(m, moves[x + 2])
+          from = place(was) - 1
+          if M[from] ~= was then
+            for q = 1, len do
+              if M[q] == was then from = q end
+            end
+          end
+          -- Placed among the entries as they are, its old one included.
+          table.remove(M, from)
+          if to == len + 1 and not whole then
+            len, at[name], to = len - 1, nil, nil
+          else
+            if to > from then to = to - 1 end
+            table.insert(M, to, new)
+          end
+        elseif to > len and not whole then
+          to = nil
+        else
+          table.insert(M, to, new)
+          len, at[name] = len + 1, true
+          if len > cap then
+            at[sub(M[len], p + 1)], M[len] = nil, nil
+            len, whole = len - 1, false
+          end
+        end
+        if to and to <= N and (not from or from > N or to < from) then
+          local was_in = from and from <= N
+          local last = was_in and from or min(N + 1, len)
+          local passed = {}
+          for q = to + 1, min(last, to + PASSED) do passed[#passed + 1] = sub(M[q], p + 1) end
+          local pushed = ''
+          if not was_in and len > N then pushed = sub(M[N + 1], p + 1) end
+          local list = by_event[i] or {}
+          list[#list + 1] = { i, period, was_in and from or 0, to, row, pushed, passed }
+          by_event[i] = list
+        end
+      end
+    end
+  end
+
   -- The call's changes, as one MessagePack array in event order (nil for
   -- none); remembers each event's.
   function ApplyChanges.run(A)
     local h, by_event = A.h, {}
     for j = 1, A.np do
       local moves = A.trans[j]
-      if moves and #moves > 0 then play(A, j, moves, by_event) end
+      if moves and #moves > 0 then
+        if A.cols then play_rows(A, j, moves, by_event) else play(A, j, moves, by_event) end
+      end
     end
     local out = {}
     local pos, redone = A.pos, A.redone
