@@ -365,3 +365,66 @@ async fn five_columns_in_mixed_orders_in_both_row_modes() {
     check(&c, false, 23, 500).await;
     check(&c, true, 24, 500).await;
 }
+
+/// Top-K on best rows: each period keeps its best K members, their rows
+/// hash only theirs, event by event as the model trims.
+#[tokio::test]
+async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
+    use ColumnMode::*;
+    const K: usize = 3;
+    for (c, earliest, seed) in [
+        (board(&[(Min, Order::Asc), (Min, Order::Asc)], RowMode::Best), true, 31),
+        (board(&[(Max, Order::Desc), (Min, Order::Asc), (Max, Order::Desc)], RowMode::Best), false, 32),
+    ] {
+        let redis = Redis::start();
+        let s = store_with_ttl(&redis, 600, &[]).await;
+        let mut conn = redis.conn().await;
+        let p = WriteParams { top_k: K as u64, ..params(&c, earliest) };
+        let spec = c.spec(earliest);
+        let periods = vec![period_write("c", "d:1", None), period_write("c", "all", None)];
+        let (mut g, mut model) = (Gen(seed), Model::default());
+        for k in 0..200 {
+            let e = Ev {
+                offset: k + 1,
+                member: format!("p{}", g.below(9)),
+                id: Uuid::from_u128(k as u128 + 1),
+                ts: 1_000 + g.below(50) as i64,
+                values: (0..c.list.len()).map(|_| g.value()).collect(),
+                day: 0,
+            };
+            let item = ApplyItem {
+                field: "scores:0",
+                offset: e.offset,
+                member: &e.member,
+                num: 0,
+                tie: 0,
+                ts: e.ts,
+                event_id: &e.id,
+                periods: &periods,
+                meta: None,
+                record_ts: 0,
+                values: &e.values,
+            };
+            let want = model.apply(&c, &e, &["d:1", "all"]);
+            assert_eq!(apply(&s, p, vec![item]).await, [want], "seed {seed}: event {k}");
+            // The model keeps each period's best K.
+            for id in ["d:1", "all"] {
+                let kept: Vec<Vec<u8>> = model.members(&c, earliest, id).into_iter().take(K).collect();
+                let players: HashSet<String> =
+                    kept.iter().map(|m| spec.parse_member(m).unwrap().2.to_string()).collect();
+                model.periods.get_mut(id).unwrap().retain(|p, _| players.contains(p));
+                let got: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+                    .arg(format!("{BASE}:{id}"))
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(got, kept, "seed {seed}: {id} after event {k}");
+                let rows: HashSet<String> =
+                    redis::cmd("HKEYS").arg(format!("{BASE}:_rows:{id}")).query_async(&mut conn).await.unwrap();
+                assert_eq!(rows, players, "seed {seed}: {id}'s rows after event {k}");
+            }
+        }
+    }
+}

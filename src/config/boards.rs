@@ -93,7 +93,8 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         on: b.on,
         // Unused on a board with columns.
         mode: if columns.is_some() { Mode::Best } else { mode? },
-        order: if columns.is_some() { Order::Desc } else { order? },
+        // A board with columns orders its members by ascending bytes (best first).
+        order: if columns.is_some() { Order::Asc } else { order? },
         periods,
         timezone: timezone?,
         tie_break: tie_break?,

@@ -64,7 +64,12 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
     let fields: [(&str, bool, &str); 9] = [
         ("shards", b.shards.is_some(), not_built),
         ("league", b.league.is_some(), not_built),
-        ("max_members", b.max_members.is_some(), not_built),
+        (
+            "max_members",
+            b.max_members.is_some() && b.row.as_deref() != Some("best"),
+            "needs row = \"best\" on a board with columns: a trimmed row of columns aggregated on their own could not be \
+             rebuilt, so its later events would count from nothing",
+        ),
         ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
         ("dense_rank", b.dense_rank == Some(true), not_built),
         ("rolling", !b.rolling.is_empty(), not_built),
@@ -230,5 +235,13 @@ mod tests {
         for f in ["shards", "max_members", "dense_rank", "meta", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
+        // Top-K on best rows, sealing and rank changes are a board with columns' too.
+        let best =
+            "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\nchanges_topic = \"c\"\n\
+                    [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"daily\"]\nrow = \"best\"\n\
+                    columns = [{ name = \"a\", order = \"asc\" }, { name = \"b\" }]\n\
+                    max_members = 100\nclose_after = \"1h\"\nnotify_top = 10\n";
+        let s = crate::config::load_str(best, Vec::new()).unwrap();
+        assert_eq!(s.boards[0].write_params().top_k, 100);
     }
 }

@@ -123,14 +123,20 @@ local function dense_moved(k, id, delta)
   end
 end
 
--- Top-K: a live key over its limit drops its worst members, with their metadata.
+-- Top-K: a live key over its limit drops its worst members, with their
+-- metadata (on boards ranked by several columns, their rows).
 local function trim(k, id)
   if not is_live(id) then return end
-  local victims = TopK.trim(k, h.top_k, h.desc)
+  -- (A board with columns orders ascending bytes, best first.)
+  local victims = TopK.trim(k, h.top_k, h.desc and not h.rows)
   local gone = {}
   for i = 1, #victims, 2 do
     gone[victims[i + 1]] = (gone[victims[i + 1]] or 0) - 1
-    call('HDEL', h.meta .. id, victims[i])
+    if h.rows then
+      call('HDEL', h.rows .. id, string.sub(victims[i], h.row_prefix + 1))
+    else
+      call('HDEL', h.meta .. id, victims[i])
+    end
   end
   dense_moved(k, id, gone)
 end
@@ -236,6 +242,7 @@ local function set_row()
     call('ZADD', target, 0, new)
     call('HSET', h.rows .. p.id, member, h.row)
     Expiry.at(p.at, { p.k, target, h.rows .. p.id }, true)
+    if not hidden then trim(p.k, p.id) end
   end
   return nil
 end

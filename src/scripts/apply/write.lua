@@ -114,7 +114,14 @@ do
       if #set > 0 then variadic('HSET', mk, set, 2) end
       if #del > 0 then variadic('HDEL', mk, del, 1) end
     end
-    local victims = TopK.trim(k, A.h.top_k, A.h.desc)
+    -- (A board with columns orders ascending bytes, best first.)
+    local victims = TopK.trim(k, A.h.top_k, A.h.desc and not A.cols)
+    if A.cols and #victims > 0 then
+      -- Their rows go with them (the member is the row's first bytes and the player id).
+      local gone, p = {}, A.cols.prefix
+      for v = 1, #victims, 2 do gone[#gone + 1] = string.sub(victims[v], p + 1) end
+      variadic('HDEL', A.rows_keys[j], gone, 1)
+    end
     if #victims > 0 then
       for v = 2, #victims, 2 do
         local name = name_of(tonumber(victims[v]), victims[v])
