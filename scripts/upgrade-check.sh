@@ -5,7 +5,10 @@
 # Redis and consumer group and drains the rest; then every board key is
 # compared with a reference: the AFTER build alone, from the start of the
 # same topic, into a Redis of its own. Equal boards: every score counted
-# exactly once across the upgrade. Use:
+# exactly once across the upgrade. And the BEFORE build alone, from the
+# start, into a Redis of its own, must leave the same bytes as the AFTER
+# build alone: the AFTER build keeps every existing board's encoding (no
+# migration). Use:
 #   scripts/upgrade-check.sh BEFORE_DIR AFTER_DIR
 # where each directory holds a release `rankflow` and `rankflow-tools` (as for
 # scripts/bench-compare.sh). UPGRADE_EVENTS (default 60000).
@@ -22,13 +25,13 @@ redis_at() { # PORT: a Redis of its own
   pids+=($!)
   wait_port "$1"
 }
-kport=$(free_port); live=$(free_port); reference=$(free_port); hport=$(free_port)
+kport=$(free_port); live=$(free_port); reference=$(free_port); old_ref=$(free_port); hport=$(free_port)
 (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
   --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
 pids+=($!)
 wait_port "$kport"
 scripts/tansu-index.sh "$dir/broker.db"
-redis_at "$live"; redis_at "$reference"
+redis_at "$live"; redis_at "$reference"; redis_at "$old_ref"
 
 config="$dir/rankflow.toml"
 sed -e "s|^brokers = .*|brokers = \"127.0.0.1:$kport\"|" -e "s|^listen = .*|listen = \"127.0.0.1:$hport\"|" \
@@ -77,6 +80,12 @@ run "$after" reference
 drained "$events"
 echo "upgrade: the reference consumed $(consumed) records"
 kill -TERM "$worker"; wait "$worker" || true
+# The build before alone, from the start, into its own Redis.
+export RANKFLOW_REDIS__URL="redis://127.0.0.1:$old_ref" RANKFLOW_KAFKA__GROUP_ID=upgrade-before-alone
+run "$before" before-alone
+drained "$events"
+echo "upgrade: the build before alone consumed $(consumed) records"
+kill -TERM "$worker"; wait "$worker" || true
 
 # Every board key (sorted sets; rolling boards and the scheduler's due jobs
 # apart: they run on a clock), with its scores.
@@ -87,10 +96,15 @@ boards() {
     echo "$key $(redis-cli -p "$1" zrange "$key" 0 -1 withscores | tr '\n' ' ' | md5sum | cut -c1-12) $(redis-cli -p "$1" zcard "$key")"
   done
 }
-boards "$live" >"$dir/live.txt"; boards "$reference" >"$dir/reference.txt"
+boards "$live" >"$dir/live.txt"; boards "$reference" >"$dir/reference.txt"; boards "$old_ref" >"$dir/before.txt"
 if ! diff "$dir/reference.txt" "$dir/live.txt"; then
   echo "upgrade: FAILED: the boards differ from the reference's (above: < reference, > upgraded)" >&2
   exit 1
 fi
+if ! diff "$dir/before.txt" "$dir/reference.txt"; then
+  echo "upgrade: FAILED: the build after encodes boards otherwise than the build before (< before, > after)" >&2
+  exit 1
+fi
+echo "upgrade: the build before alone left the same bytes as the build after alone"
 echo "upgrade: the boards after the upgrade equal the reference's: $(wc -l <"$dir/live.txt") sorted sets," \
   "$(awk '{s+=$3} END {print s}' "$dir/live.txt") entries"

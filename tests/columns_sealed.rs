@@ -27,6 +27,7 @@ on = ["match"]
 columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
 periods = ["daily"]
 close_after = "1m"
+dense_rank = true
 
 [[board]]
 id = "speedrun"
@@ -149,6 +150,12 @@ async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
             let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
             assert_eq!(read["rank"]["ordinal"], json!(i + 1), "{when}: {read}");
             assert_eq!(read["rank"]["competition"], json!(better + 1), "{when}: {read}");
+            // arena keeps a dense index, sealed with the day.
+            let mut distinct: Vec<&Vec<i64>> =
+                want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+            distinct.dedup();
+            let dense = (*board == "arena").then_some(distinct.len() + 1);
+            assert_eq!(read["rank"]["dense"], json!(dense), "{when}: {read}");
             let (_, h) = w.get_json(&format!("/v1/boards/{board}/players/{player}/history")).await;
             let entry = h["periods"].as_array().unwrap().iter().find(|p| p["period"] == day.as_str()).cloned();
             let scores: serde_json::Map<String, Value> =
@@ -208,7 +215,19 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
     for (board, day) in model.keys() {
         let (c, _) = columns(board);
         let (_, top) = w.get_json(&format!("/v1/boards/{board}/top?period={day}:final&limit=100")).await;
-        assert_eq!(entries_of(&top, &c), standings(&model, board, day), "{board} {day}:final after the erasure");
+        let want = standings(&model, board, day);
+        assert_eq!(entries_of(&top, &c), want, "{board} {day}:final after the erasure");
+        // The sealed dense index follows: the erased row leaves it unless another player holds it.
+        for (i, (player, values)) in want.iter().enumerate().filter(|_| *board == "arena") {
+            let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
+            let mut distinct: Vec<&Vec<i64>> =
+                want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+            distinct.dedup();
+            assert_eq!(
+                (read["rank"]["ordinal"].clone(), read["rank"]["dense"].clone()),
+                (json!(i + 1), json!(distinct.len() + 1))
+            );
+        }
     }
     let mut conn = stack.redis.conn().await;
     let row: Option<Vec<u8>> = redis::cmd("HGET")

@@ -122,7 +122,9 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
     let redis = Redis::start();
     let s = store_with_ttl(&redis, 600, &[]).await;
     let mut conn = redis.conn().await;
-    let p = params(c, earliest);
+    // Every other seed keeps a dense index (distinct row keys).
+    let dense = seed.is_multiple_of(2);
+    let p = WriteParams { dense, ..params(c, earliest) };
     let days: Vec<Vec<Arc<PeriodWrite>>> =
         ["d:1", "d:2"].iter().map(|d| vec![period_write("c", d, None), period_write("c", "all", None)]).collect();
     let mut g = Gen(seed);
@@ -183,11 +185,21 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
     let spec = c.spec(earliest);
     let r = reader(&redis).await;
     for id in ["d:1", "d:2", "all"] {
-        reads_agree(&r, c, earliest, &model, id).await;
+        reads_agree(&r, c, earliest, dense, &model, id).await;
         let key = format!("{BASE}:{id}");
         let got: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
         let want = model.members(c, earliest, id);
         assert_eq!(got, want, "seed {seed}: {id}'s members in order");
+        let index: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(format!("{BASE}:_dense:{id}"))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let mut distinct: Vec<Vec<u8>> = want.iter().map(|m| m[..8 * c.list.len()].to_vec()).collect();
+        distinct.dedup();
+        assert_eq!(index, if dense { distinct } else { vec![] }, "seed {seed}: {id}'s dense index");
         let rows: BTreeMap<String, Vec<u8>> =
             redis::cmd("HGETALL").arg(format!("{BASE}:_rows:{id}")).query_async(&mut conn).await.unwrap();
         assert_eq!(rows.len(), want.len());
@@ -202,11 +214,16 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
 
 /// The reads of period `id` agree with the model: the top, a page, every
 /// player's standing (ordinal and competition) and a window around one.
-async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id: &str) {
+async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, dense: bool, model: &Model, id: &str) {
     let spec = c.spec(earliest);
-    let (key, rows_key, shadow_key) =
-        (format!("{BASE}:{id}"), format!("{BASE}:_rows:{id}"), format!("{BASE}:_hid:{id}"));
-    let at = RowsAt { key: &key, rows_key: &rows_key, shadow_key: &shadow_key, spec };
+    let (key, rows_key, shadow_key, dense_key) = (
+        format!("{BASE}:{id}"),
+        format!("{BASE}:_rows:{id}"),
+        format!("{BASE}:_hid:{id}"),
+        format!("{BASE}:_dense:{id}"),
+    );
+    let dense_key = dense.then_some(dense_key.as_str());
+    let at = RowsAt { key: &key, rows_key: &rows_key, shadow_key: &shadow_key, dense_key, spec };
     let want: Vec<(String, Vec<i64>)> = model
         .members(c, earliest, id)
         .iter()
@@ -216,6 +233,16 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
     let competition = |values: &[i64]| {
         1 + want.iter().filter(|(_, v)| c.better(v, values) == std::cmp::Ordering::Less).count() as i64
     };
+    // Dense: one more than the distinct rows strictly better (0 without an index).
+    let dense_better = |values: &[i64]| {
+        let mut rows: Vec<&Vec<i64>> = want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+        rows.dedup();
+        if dense {
+            rows.len() as i64
+        } else {
+            0
+        }
+    };
     let top = r.rows_top(&at, 0, 100).await.unwrap();
     assert_eq!(top.total, want.len() as i64);
     assert_eq!(
@@ -223,13 +250,18 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
         want,
         "{id}'s top"
     );
-    for (i, ((ordinal, comp), e)) in top.ranks().into_iter().zip(&top.entries).enumerate() {
-        assert_eq!((ordinal, comp), (i as i64 + 1, competition(&e.values)), "{id}: {}'s ranks", e.player);
+    for (i, (r, e)) in top.ranks().into_iter().zip(&top.entries).enumerate() {
+        // (Without an index a listing's dense ranks mean nothing.)
+        let want = (i as i64 + 1, competition(&e.values), if dense { dense_better(&e.values) + 1 } else { r.dense });
+        assert_eq!((r.ordinal, r.competition, r.dense), want, "{id}: {}'s ranks", e.player);
     }
     let page = r.rows_top(&at, 2, 3).await.unwrap();
     assert_eq!(page.entries, top.entries.iter().skip(2).take(3).cloned().collect::<Vec<_>>());
     if let Some(first) = page.entries.first() {
-        assert_eq!(page.ranks()[0].1, competition(&first.values), "a page's first competition rank");
+        assert_eq!(page.ranks()[0].competition, competition(&first.values), "a page's first competition rank");
+        if dense {
+            assert_eq!(page.ranks()[0].dense, dense_better(&first.values) + 1, "a page's first dense rank");
+        }
     }
     // Pages of 4 from the first entry on, and back from the last: the whole
     // board, each page ranked where it stands.
@@ -239,11 +271,15 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
             let page = r.rows_page(&at, &from, 4, true).await.unwrap();
             let Some(end) = page.entries.last() else { break };
             assert_eq!(page.start, forward.len() as i64, "{id}: a page's start");
+            let first = &page.ranks()[0];
             assert_eq!(
-                page.ranks()[0].1,
+                first.competition,
                 competition(&page.entries[0].values),
                 "{id}: a page's first competition rank"
             );
+            if dense {
+                assert_eq!(first.dense, dense_better(&page.entries[0].values) + 1, "{id}: a page's first dense rank");
+            }
             from = end.member.clone();
             forward.extend(page.entries);
         }
@@ -260,8 +296,8 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
     for (i, (player, values)) in want.iter().enumerate() {
         let found = r.rows_player(&at, player).await.unwrap().expect("a standing");
         assert_eq!(
-            (found.position, found.better + 1, &found.values, found.hidden),
-            (i as i64, competition(values), values, false)
+            (found.position, found.better + 1, found.dense_better, &found.values, found.hidden),
+            (i as i64, competition(values), dense_better(values), values, false)
         );
         let around = r.rows_around(&at, player, 1, false).await.unwrap().expect("a window");
         let lo = i.saturating_sub(1);
@@ -270,12 +306,19 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, model: &Model, id:
     }
     assert_eq!(r.rows_player(&at, "nobody").await.unwrap(), None);
     assert_eq!(r.rows_around(&at, "nobody", 1, false).await.unwrap(), None);
-    what_if_and_friends_agree(r, c, &at, &top.entries, id).await;
+    what_if_and_friends_agree(r, c, &at, &top.entries, &dense_better, id).await;
 }
 
 /// Filled windows, friends reads and rank-of of period `id` agree with its
 /// top (`all`, the model's order).
-async fn what_if_and_friends_agree(r: &Reader, c: &Columns, at: &RowsAt<'_>, all: &[RowEntry], id: &str) {
+async fn what_if_and_friends_agree(
+    r: &Reader,
+    c: &Columns,
+    at: &RowsAt<'_>,
+    all: &[RowEntry],
+    dense_better: &dyn Fn(&[i64]) -> i64,
+    id: &str,
+) {
     let n = all.len();
     let better = |values: &[i64]| all.iter().filter(|e| c.better(&e.values, values).is_lt()).count() as i64;
     let better_or_equal = |values: &[i64]| all.iter().filter(|e| c.better(&e.values, values).is_le()).count() as i64;
@@ -288,8 +331,8 @@ async fn what_if_and_friends_agree(r: &Reader, c: &Columns, at: &RowsAt<'_>, all
         // What the player's own row would rank: after everyone at it.
         let counts = r.rows_rank_of(at, &e.values).await.unwrap();
         assert_eq!(
-            (counts.total, counts.better, counts.better_or_equal),
-            (n as i64, better(&e.values), better_or_equal(&e.values))
+            (counts.total, counts.better, counts.better_or_equal, counts.dense_better),
+            (n as i64, better(&e.values), better_or_equal(&e.values), dense_better(&e.values))
         );
     }
     // Rows nobody has: each column's value moved one step, and the range's ends.
@@ -300,8 +343,8 @@ async fn what_if_and_friends_agree(r: &Reader, c: &Columns, at: &RowsAt<'_>, all
                 v[k] = (v[k] + d).clamp(-MAX, MAX);
                 let counts = r.rows_rank_of(at, &v).await.unwrap();
                 assert_eq!(
-                    (counts.better, counts.better_or_equal),
-                    (better(&v), better_or_equal(&v)),
+                    (counts.better, counts.better_or_equal, counts.dense_better),
+                    (better(&v), better_or_equal(&v), dense_better(&v)),
                     "{id}: rank-of {v:?}"
                 );
             }
@@ -311,18 +354,22 @@ async fn what_if_and_friends_agree(r: &Reader, c: &Columns, at: &RowsAt<'_>, all
         let counts = r.rows_rank_of(at, &v).await.unwrap();
         assert_eq!((counts.better, counts.better_or_equal), (better(&v), better_or_equal(&v)), "{id}: rank-of {v:?}");
     }
-    // Friends: every other player and one nobody, under both policies.
+    // Friends: every other player and one nobody, under each policy.
     let mut asked: Vec<String> = all.iter().step_by(2).map(|e| e.player.clone()).collect();
     asked.insert(asked.len() / 2, "nobody".into());
-    for competition in [false, true] {
-        let got = r.rows_players(at, &asked, competition).await.unwrap();
+    for policy in ["ordinal", "competition", "dense"] {
+        let got = r.rows_players(at, &asked, policy).await.unwrap();
         assert_eq!(got.total, n as i64);
         for (p, row) in asked.iter().zip(&got.rows) {
             let want = all.iter().position(|e| &e.player == p).map(|i| {
-                let count = if competition { better(&all[i].values) } else { i as i64 };
+                let count = match policy {
+                    "ordinal" => i as i64,
+                    "competition" => better(&all[i].values),
+                    _ => dense_better(&all[i].values),
+                };
                 (all[i].clone(), count)
             });
-            assert_eq!(row, &want, "{id}: friend {p} (competition: {competition})");
+            assert_eq!(row, &want, "{id}: friend {p} ({policy})");
         }
     }
 }

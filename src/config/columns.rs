@@ -61,7 +61,7 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
     let not_built = "is not available on a board with columns in this version";
-    let fields: [(&str, bool, &str); 9] = [
+    let fields: [(&str, bool, &str); 8] = [
         ("shards", b.shards.is_some(), not_built),
         ("league", b.league.is_some(), not_built),
         (
@@ -71,7 +71,6 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
              rebuilt, so its later events would count from nothing",
         ),
         ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
-        ("dense_rank", b.dense_rank == Some(true), not_built),
         ("rolling", !b.rolling.is_empty(), not_built),
         ("meta", b.meta, not_built),
         ("max_score", b.max_score.is_some(), "bounds one score; every column takes any integer within ±(2^53 - 1)"),
@@ -226,13 +225,13 @@ mod tests {
         let text = "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"all_time\"]\n\
                     columns = [{ name = \"a\", mode = \"sum\" }, { name = \"b\", mode = \"max\" }]\n\
-                    shards = 4\nmax_members = 100\ndense_rank = true\nmeta = true\n\
+                    shards = 4\nmax_members = 100\nmeta = true\n\
                     max_score = 10\ntie_resolution = \"1ms\"\n";
         let fields: Vec<String> = match crate::config::load_str(text, Vec::new()) {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in ["shards", "max_members", "dense_rank", "meta", "max_score", "tie_epoch"] {
+        for f in ["shards", "max_members", "meta", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
         // Top-K on best rows, sealing and rank changes are a board with columns' too.
@@ -240,8 +239,8 @@ mod tests {
             "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\nchanges_topic = \"c\"\n\
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"daily\"]\nrow = \"best\"\n\
                     columns = [{ name = \"a\", order = \"asc\" }, { name = \"b\" }]\n\
-                    max_members = 100\nclose_after = \"1h\"\nnotify_top = 10\n";
+                    max_members = 100\nclose_after = \"1h\"\nnotify_top = 10\ndense_rank = true\n";
         let s = crate::config::load_str(best, Vec::new()).unwrap();
-        assert_eq!(s.boards[0].write_params().top_k, 100);
+        assert_eq!((s.boards[0].write_params().top_k, s.boards[0].dense_rank()), (100, true));
     }
 }

@@ -1,8 +1,9 @@
 //! Reads of a board ranked by several columns (`board::columns`): the top
 //! by offset or cursor, a player, the window around a player, a set of
 //! players (friends) and the rank a row would have, each entry with its
-//! `scores` (column -> value) beside its rank. Ranks are ordinal and
-//! competition (equal rows share one); such a board keeps no dense index.
+//! `scores` (column -> value) beside its rank. Ranks are ordinal,
+//! competition (equal rows share one) and, with `dense_rank = true`, dense
+//! (one more than the distinct better rows).
 //! A cursor carries the bytes of the member it was made at (URL-safe
 //! base64), so a scan pages by that member as on a board of one score.
 
@@ -37,8 +38,12 @@ fn listing_json(t: &Target<'_>, l: &RowListing, policy: RankPolicy, player_id: O
         .entries
         .iter()
         .zip(l.ranks())
-        .map(|(e, (ordinal, competition))| {
-            let rank = if policy == RankPolicy::Competition { competition } else { ordinal };
+        .map(|(e, r)| {
+            let rank = match policy {
+                RankPolicy::Ordinal => r.ordinal,
+                RankPolicy::Competition => r.competition,
+                RankPolicy::Dense => r.dense,
+            };
             json!({ "rank": rank, "player_id": e.player, "scores": scores(c, &e.values) })
         })
         .collect();
@@ -124,7 +129,11 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
         "period": t.period,
         "player_id": player_id,
         "scores": scores(columns_of(t), &f.values),
-        "rank": { "ordinal": f.position + 1, "competition": f.better + 1, "dense": null },
+        "rank": {
+            "ordinal": f.position + 1,
+            "competition": f.better + 1,
+            "dense": t.board.dense_rank().then_some(f.dense_better + 1),
+        },
         "percentile": percentile(f.total, f.better),
         "total": f.total,
     });
@@ -157,8 +166,7 @@ pub(super) async fn players(
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
     let (at, reader) = rows_of(s, t)?;
-    let competition = policy == RankPolicy::Competition;
-    let reply = reader.rows_players(&at, &ids, competition).await.map_err(ApiError::unavailable)?;
+    let reply = reader.rows_players(&at, &ids, policy.name()).await.map_err(ApiError::unavailable)?;
     let mut found = Vec::new();
     let mut not_found = Vec::new();
     for (id, row) in ids.into_iter().zip(reply.rows) {
@@ -220,7 +228,11 @@ pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, q: &HashMap<String, St
         "period": t.period,
         "scores": scores(c, &values),
         "total": n.total,
-        "rank": { "ordinal": n.better_or_equal + 1, "competition": n.better + 1, "dense": null },
+        "rank": {
+            "ordinal": n.better_or_equal + 1,
+            "competition": n.better + 1,
+            "dense": t.board.dense_rank().then_some(n.dense_better + 1),
+        },
         "percentile": percentile(n.total + 1, n.better),
     }))
 }

@@ -37,7 +37,8 @@ pub(super) async fn target<'a>(
 pub(super) fn rows_at<'k>(t: &'k Target<'_>) -> Option<crate::store::RowsAt<'k>> {
     let (Layout::Single(keys), Some(spec)) = (&t.layout, t.board.column_spec()) else { return None };
     let rows_key = keys.rows_key.as_deref()?;
-    Some(crate::store::RowsAt { key: &keys.key, rows_key, shadow_key: &keys.shadow_key, spec })
+    let dense_key = t.board.dense_rank().then_some(keys.dense_key.as_str());
+    Some(crate::store::RowsAt { key: &keys.key, rows_key, shadow_key: &keys.shadow_key, dense_key, spec })
 }
 
 /// A page of the top, by offset or from a cursor.

@@ -73,9 +73,7 @@ impl Scheduler<'_> {
                 .entries
                 .iter()
                 .zip(page.ranks())
-                .map(|(e, (ordinal, competition))| {
-                    (e.player.clone(), row_standing(ordinal, competition, page.total, &e.values))
-                })
+                .map(|(e, r)| (e.player.clone(), row_standing(r.ordinal, r.competition, page.total, &e.values)))
                 .collect();
             if !standings.is_empty() {
                 let kind = period.kind_name();

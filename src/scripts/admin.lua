@@ -31,10 +31,11 @@
 --            of the tag's held events and their queue, the member's own
 --            queue, the tag's gain windows and the member's held events'
 --            times (integrity rules; an erasure removes the member's)
---   rows, row_prefix   boards ranked by several columns: the rows hashes'
---            prefix, and how many bytes of a row start its member (see
---            apply/columns.lua): a member's entry is then those bytes and
---            the player id, found through its row
+--   rows, row_prefix, row_len   boards ranked by several columns: the
+--            rows hashes' prefix, how many bytes of a row start its member
+--            (see apply/columns.lua): a member's entry is then those bytes
+--            and the player id, found through its row; and how many are its
+--            row key, what a dense index of such a board holds
 --   mode     the board's write op: "sum" | "gt" | "lt" | "latest" | "cols"
 --   shift, desc, top_k, dense     as in apply.lua
 --   op       "set" | "set_row" | "adjust" | "remove" | "hide" | "unhide" | "erase" | "tier"
@@ -96,13 +97,27 @@ local function has_shadow(id)
   return not starts(id, Const.ROLLING_PREFIX) and not is_build(id)
 end
 
--- Members of period key k (id) moved: delta maps stored scores to +1 (a
--- member now holds it) or -1 (one no longer does). The dense index follows
--- (dense.lua): counted on live keys, by what the key holds on the others.
+-- What a dense index counts of member e, stored score s: the stored score,
+-- or on boards ranked by several columns the member's row key.
+local function dense_of(e, s)
+  if h.rows then return string.sub(e, 1, h.row_len) end
+  return s
+end
+
+-- Members of period key k (id) moved: delta maps what the dense index
+-- counts (dense_of) to +1 (a member now holds it) or -1 (one no longer
+-- does). The dense index follows (dense.lua): counted on live keys, by what
+-- the key holds on the others.
 local function dense_moved(k, id, delta)
-  -- Boards ranked by several columns keep no dense index.
-  if h.rows then return end
   local index = h.dense .. id
+  if h.rows then
+    if not h.dense_on then return end
+    if is_live(id) then return Dense.settle(index, h.counts .. id, delta, true) end
+    for row, d in pairs(delta) do
+      if d < 0 then Dense.leave_uncounted_row(k, index, row) else call('ZADD', index, 0, row) end
+    end
+    return
+  end
   if is_live(id) then
     if not h.dense_on then return end
     local names = {}
@@ -131,7 +146,8 @@ local function trim(k, id)
   local victims = TopK.trim(k, h.top_k, h.desc and not h.rows)
   local gone = {}
   for i = 1, #victims, 2 do
-    gone[victims[i + 1]] = (gone[victims[i + 1]] or 0) - 1
+    local d = dense_of(victims[i], victims[i + 1])
+    gone[d] = (gone[d] or 0) - 1
     if h.rows then
       call('HDEL', h.rows .. id, string.sub(victims[i], h.row_prefix + 1))
     else
@@ -173,7 +189,7 @@ local function remove_from(k, id)
     local s = call('ZSCORE', k, e)
     if s then
       call('ZREM', k, e)
-      dense_moved(k, id, { [s] = -1 })
+      dense_moved(k, id, { [dense_of(e, s)] = -1 })
     end
     call('ZREM', h.shadow .. id, e)
   end
@@ -241,7 +257,12 @@ local function set_row()
     call('SADD', registry, p.k)
     call('ZADD', target, 0, new)
     call('HSET', h.rows .. p.id, member, h.row)
-    Expiry.at(p.at, { p.k, target, h.rows .. p.id }, true)
+    if not hidden then
+      local delta = { [dense_of(new)] = 1 }
+      if old then delta[dense_of(old)] = (delta[dense_of(old)] or 0) - 1 end
+      dense_moved(p.k, p.id, delta)
+    end
+    Expiry.at(p.at, { p.k, target, h.rows .. p.id, h.dense .. p.id, h.counts .. p.id }, true)
     if not hidden then trim(p.k, p.id) end
   end
   return nil
@@ -282,7 +303,7 @@ elseif op == 'hide' then
     local s = e and call('ZSCORE', k, e)
     if s then
       call('ZREM', k, e)
-      dense_moved(k, id, { [s] = -1 })
+      dense_moved(k, id, { [dense_of(e, s)] = -1 })
       -- A rolling board is rebuilt from the days, which no longer hold the player.
       if has_shadow(id) then
         call('ZADD', h.shadow .. id, s, e)
@@ -300,7 +321,7 @@ elseif op == 'unhide' then
     if s then
       call('ZREM', shadow, e)
       call('ZADD', k, s, e)
-      dense_moved(k, id, { [s] = 1 })
+      dense_moved(k, id, { [dense_of(e, s)] = 1 })
       -- The key (and its index) may have been made just now: they expire with the shadow.
       for _, key in ipairs({ k, h.dense .. id, h.counts .. id }) do Expiry.copy(shadow, key) end
       trim(k, id)

@@ -4,11 +4,13 @@
 -- order, best first, and a member is its row's first PREFIX bytes (the row
 -- key, ROW bytes, then the tie key) then the player id.
 --
--- keys: period rows shadow
+-- keys: period rows shadow dense?
 -- derives: (none)
 -- KEYS[1]   the period key
 -- KEYS[2]   its rows hash (player -> row)
 -- KEYS[3]   its shadow: the members of the tag's hidden players
+-- KEYS[4]   boards with dense_rank: its dense index (the distinct row keys
+--           of its visible players, each at score 0)
 -- ARGV[1]   "top" | "player" | "around" | "page" | "players" | "rank_of"
 -- ARGV[2]   PREFIX, ARGV[3] ROW
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
@@ -18,26 +20,28 @@
 -- page:     ARGV[4] a member (where a cursor was made; it may have moved or
 --           left since), ARGV[5] limit, ARGV[6] "next" (the entries after
 --           it in board order) | "prev" (those before it)
--- players:  ARGV[4] the rank policy ("ordinal" | "competition"), ARGV[5..]
---           players
+-- players:  ARGV[4] the rank policy ("ordinal" | "competition" | "dense"),
+--           ARGV[5..] players
 -- rank_of:  ARGV[4] a row key, ARGV[5] the row key right after it (the
 --           smallest key greater than every member with that row)
 --
 -- Replies (better: the players whose row is strictly better than the first
--- entry's, so that competition ranks follow from the rows of a page):
--- top:      { total, start, better, member1, member2, ... }
--- player:   false if absent, else { total, position (0-based), better, row,
---           hidden (1: hidden; the position and count are where the player
---           would stand among the visible players) }
--- around:   false if absent, else { total, start, better, member1, ... }
--- page:     { total, start, better, member1, ... } (no entries at an end)
+-- entry's, so that competition ranks follow from the rows of a page;
+-- dense_better: the distinct rows strictly better than it, 0 without a
+-- dense index):
+-- top:      { total, start, better, dense_better, member1, member2, ... }
+-- player:   false if absent, else { total, position (0-based), better,
+--           dense_better, row, hidden (1: hidden; the position and counts
+--           are where the player would stand among the visible players) }
+-- around:   false if absent, else { total, start, better, dense_better, member1, ... }
+-- page:     { total, start, better, dense_better, member1, ... } (no entries at an end)
 -- players:  { total, then per player: member (false if absent or hidden)
 --           and the count its rank is one more than (position for
---           "ordinal", better for "competition") }
--- rank_of:  { total, better, better_or_equal } for the row
+--           "ordinal", better for "competition", dense_better for "dense") }
+-- rank_of:  { total, better, better_or_equal, dense_better } for the row
 
 local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local key, rows_key, shadow = KEYS[1], KEYS[2], KEYS[3]
+local key, rows_key, shadow, dense = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local call, sub = redis.call, string.sub
 
 -- The players strictly better than a member's row: every member below its
@@ -46,11 +50,17 @@ local function better_than(member)
   return call('ZLEXCOUNT', key, '-', '(' .. sub(member, 1, row_len))
 end
 
--- { total, start, better, members... } of the entries start..stop.
+-- The distinct rows strictly better than a member's (0 without an index).
+local function dense_better(member)
+  if not dense then return 0 end
+  return call('ZLEXCOUNT', dense, '-', '(' .. sub(member, 1, row_len))
+end
+
+-- { total, start, better, dense_better, members... } of the entries start..stop.
 local function listing(total, start, stop)
   local page = call('ZRANGE', key, start, stop)
-  local out = { total, start, 0 }
-  if page[1] then out[3] = better_than(page[1]) end
+  local out = { total, start, 0, 0 }
+  if page[1] then out[3], out[4] = better_than(page[1]), dense_better(page[1]) end
   for x = 1, #page do out[#out + 1] = page[x] end
   return out
 end
@@ -80,13 +90,13 @@ if op == 'page' then
     local n = #page
     for x = 1, math.floor(n / 2) do page[x], page[n - x + 1] = page[n - x + 1], page[x] end
   end
-  if not page[1] then return { total, 0, 0 } end
-  local out = { total, call('ZLEXCOUNT', key, '-', '(' .. page[1]), better_than(page[1]) }
+  if not page[1] then return { total, 0, 0, 0 } end
+  local out = { total, call('ZLEXCOUNT', key, '-', '(' .. page[1]), better_than(page[1]), dense_better(page[1]) }
   for x = 1, #page do out[#out + 1] = page[x] end
   return out
 end
 if op == 'players' then
-  local out, ordinal = { total }, ARGV[4] == 'ordinal'
+  local out, policy = { total }, ARGV[4]
   for s = 5, #ARGV, 1000 do
     local e = math.min(s + 999, #ARGV)
     local rows = call('HMGET', rows_key, unpack(ARGV, s, e))
@@ -97,8 +107,10 @@ if op == 'players' then
         local position = call('ZRANK', key, member)
         if not position then
           member = false
-        elseif ordinal then
+        elseif policy == 'ordinal' then
           count = position
+        elseif policy == 'dense' then
+          count = dense_better(member)
         else
           count = better_than(member)
         end
@@ -109,17 +121,18 @@ if op == 'players' then
   return out
 end
 if op == 'rank_of' then
-  return { total, call('ZLEXCOUNT', key, '-', '(' .. ARGV[4]), call('ZLEXCOUNT', key, '-', '(' .. ARGV[5]) }
+  return { total, call('ZLEXCOUNT', key, '-', '(' .. ARGV[4]), call('ZLEXCOUNT', key, '-', '(' .. ARGV[5]),
+           dense_better(ARGV[4]) }
 end
 if op == 'top' then
   local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
-  if limit == 0 or offset >= total then return { total, offset, 0 } end
+  if limit == 0 or offset >= total then return { total, offset, 0, 0 } end
   return listing(total, offset, offset + limit - 1)
 end
 local member, position, hidden, row = find(ARGV[4])
 if not member then return false end
 if op == 'player' then
-  return { total, position, better_than(member), row, hidden and 1 or 0 }
+  return { total, position, better_than(member), dense_better(member), row, hidden and 1 or 0 }
 end
 if op == 'around' then
   local radius = tonumber(ARGV[5])
@@ -130,7 +143,7 @@ if op == 'around' then
     if stop > total - 1 then start, stop = start - (stop - (total - 1)), total - 1 end
   end
   start = math.max(0, start)
-  if stop < start then return { total, start, 0 } end
+  if stop < start then return { total, start, 0, 0 } end
   return listing(total, start, stop)
 end
 return redis.error_reply('unknown op ' .. tostring(op))

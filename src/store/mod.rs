@@ -63,7 +63,7 @@ pub use queries::{
 pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use reply::ApplyResult;
 pub use review::{decode_held, HeldEvent, HeldState};
-pub use row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowsAt, SealedRows};
+pub use row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowRanks, RowsAt, SealedRows};
 pub use sched::Claim;
 pub use send::BatchResults;
 pub use swap::{swap_invocation, Swap};

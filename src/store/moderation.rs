@@ -97,6 +97,7 @@ pub fn admin_invocation(
     if let Some(c) = board.and_then(Board::column_spec) {
         h.str("rows", &keys::rows_prefix(base));
         h.int("row_prefix", c.prefix_len() as i64);
+        h.int("row_len", (crate::board::columns::COLUMN_BYTES * c.n as usize) as i64);
     }
     h.str("mode", mode);
     h.int("shift", shift);

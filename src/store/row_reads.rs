@@ -15,6 +15,8 @@ pub struct RowsAt<'a> {
     pub key: &'a str,
     pub rows_key: &'a str,
     pub shadow_key: &'a str,
+    /// Boards with `dense_rank`: the period's dense index (distinct row keys).
+    pub dense_key: Option<&'a str>,
     pub spec: ColumnSpec,
 }
 
@@ -38,7 +40,7 @@ impl SealedRows {
     }
 
     pub fn at(&self, spec: ColumnSpec) -> RowsAt<'_> {
-        RowsAt { key: &self.key, rows_key: &self.rows_key, shadow_key: &self.shadow_key, spec }
+        RowsAt { key: &self.key, rows_key: &self.rows_key, shadow_key: &self.shadow_key, dense_key: None, spec }
     }
 }
 
@@ -58,21 +60,33 @@ pub struct RowListing {
     pub total: i64,
     pub start: i64,
     pub better: i64,
+    /// Distinct rows strictly better than the first entry's (0 without a dense index).
+    pub dense_better: i64,
     pub entries: Vec<RowEntry>,
 }
 
+/// An entry's ranks, 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowRanks {
+    pub ordinal: i64,
+    /// Equal rows share one: one more than the players with a better row.
+    pub competition: i64,
+    /// One more than the distinct better rows (meaningful with a dense index).
+    pub dense: i64,
+}
+
 impl RowListing {
-    /// Each entry's ranks: (ordinal, competition), 1-based; equal rows
-    /// share a competition rank.
-    pub fn ranks(&self) -> Vec<(i64, i64)> {
+    /// Each entry's ranks.
+    pub fn ranks(&self) -> Vec<RowRanks> {
         let mut out = Vec::with_capacity(self.entries.len());
-        let mut competition = self.better + 1;
+        let (mut competition, mut dense) = (self.better + 1, self.dense_better + 1);
         for (i, e) in self.entries.iter().enumerate() {
             let ordinal = self.start + i as i64 + 1;
             if i > 0 && e.values != self.entries[i - 1].values {
                 competition = ordinal;
+                dense += 1;
             }
-            out.push((ordinal, competition));
+            out.push(RowRanks { ordinal, competition, dense });
         }
         out
     }
@@ -86,6 +100,8 @@ pub struct RowFound {
     pub position: i64,
     /// Players with a strictly better row.
     pub better: i64,
+    /// Distinct rows strictly better (0 without a dense index).
+    pub dense_better: i64,
     pub values: Vec<i64>,
     pub hidden: bool,
 }
@@ -105,19 +121,21 @@ pub struct RowCounts {
     pub total: i64,
     pub better: i64,
     pub better_or_equal: i64,
+    /// Distinct rows strictly better (0 without a dense index).
+    pub dense_better: i64,
 }
 
 /// A listing: total, start, better, then members.
 fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
     let mut f = Fields::of_array(reply)?;
-    let (total, start, better) = (f.int()?, f.int()?, f.int()?);
+    let (total, start, better, dense_better) = (f.int()?, f.int()?, f.int()?, f.int()?);
     let mut entries = Vec::with_capacity(f.left());
     while f.left() > 0 {
         let member = f.bytes()?;
         let (values, _, player) = spec.parse_member(&member).ok_or("a member of another layout")?;
         entries.push(RowEntry { player: player.to_string(), values, member });
     }
-    Ok(RowListing { total, start, better, entries })
+    Ok(RowListing { total, start, better, dense_better, entries })
 }
 
 impl Reader {
@@ -128,6 +146,7 @@ impl Reader {
             "period" => Some(at.key.to_string()),
             "rows" => Some(at.rows_key.to_string()),
             "shadow" => Some(at.shadow_key.to_string()),
+            "dense" => at.dense_key.map(str::to_string),
             _ => None,
         });
         let (prefix, row) = (at.spec.prefix_len(), 8 * at.spec.n as usize);
@@ -163,11 +182,11 @@ impl Reader {
         let reply = self.rows_op(at, "player", &[player.as_bytes().to_vec()]).await?;
         let parse = || -> Result<Option<RowFound>, String> {
             let Some(mut f) = Fields::of(reply)? else { return Ok(None) };
-            let (total, position, better) = (f.int()?, f.int()?, f.int()?);
+            let (total, position, better, dense_better) = (f.int()?, f.int()?, f.int()?, f.int()?);
             let values = at.spec.values_of(&f.bytes()?).ok_or("a row of another layout")?;
             let hidden = f.int()? == 1;
             f.end()?;
-            Ok(Some(RowFound { total, position, better, values, hidden }))
+            Ok(Some(RowFound { total, position, better, dense_better, values, hidden }))
         };
         parse().map_err(bad_reply)
     }
@@ -189,16 +208,15 @@ impl Reader {
         }
     }
 
-    /// The named players' entries and ranks (`competition`: equal rows
-    /// share one; else ordinal), in one atomic read. A hidden player is
-    /// not found.
+    /// The named players' entries and the count their rank under `policy`
+    /// ("ordinal", "competition" or, with a dense index, "dense") is one
+    /// more than, in one atomic read. A hidden player is not found.
     pub async fn rows_players(
         &self,
         at: &RowsAt<'_>,
         players: &[String],
-        competition: bool,
+        policy: &str,
     ) -> Result<RowPlayers, StoreError> {
-        let policy = if competition { "competition" } else { "ordinal" };
         let mut args = vec![policy.as_bytes().to_vec()];
         args.extend(players.iter().map(|p| p.as_bytes().to_vec()));
         let reply = self.rows_op(at, "players", &args).await?;
@@ -228,7 +246,7 @@ impl Reader {
         let reply = self.rows_op(at, "rank_of", &[at.spec.row_key(values), at.spec.row_key_after(values)]).await?;
         let parse = || -> Result<RowCounts, String> {
             let mut f = Fields::of_array(reply)?;
-            let c = RowCounts { total: f.int()?, better: f.int()?, better_or_equal: f.int()? };
+            let c = RowCounts { total: f.int()?, better: f.int()?, better_or_equal: f.int()?, dense_better: f.int()? };
             f.end()?;
             Ok(c)
         };

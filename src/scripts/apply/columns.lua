@@ -21,7 +21,9 @@ do
   local SUM, MAX, MIN, LATEST = 1, 2, 3, 4
   local CODE = { sum = SUM, max = MAX, min = MIN, latest = LATEST }
 
-  -- The rows of header hc: r.next(old, ev, at, ts), r.prefix.
+  -- The rows of header hc: r.next(old, ev, at, ts), r.moves(A, j, c),
+  -- r.prefix (a member's bytes before the player id), r.row_len (the row
+  -- key's: what a dense index holds).
   function ApplyColumns.open(hc)
     local n, best, earliest = hc.n, hc.best, hc.earliest
     -- A latest column: a stored row keeps the newest event time it took.
@@ -33,7 +35,7 @@ do
     local fmt = '>' .. rep('BI7', fields)
     local neg, mode = {}, {}
     for i = 1, n do neg[i], mode[i] = hc.desc[i] == 1, CODE[hc.modes[i]] end
-    local r = { prefix = 8 * (n + (earliest and 1 or 0)) }
+    local r = { prefix = 8 * (n + (earliest and 1 or 0)), row_len = 8 * n }
 
     -- A stored row's fields as numbers: values, then the times.
     local function decode(s)
@@ -105,26 +107,35 @@ do
     end
 
     -- Phase 3, period j (values c, before the call b): the ZREM and ZADD
-    -- arguments of its key and its shadow, and the rows hash's HSET.
+    -- arguments of its key and its shadow, the rows hash's HSET, and with a
+    -- dense index the net change of the visible members holding each row key.
     function r.moves(A, j, c)
-      local members, hidden, any_hidden = A.members, A.hidden, A.any_hidden
-      local b, list, p = A.base[j], A.lists[j], r.prefix
-      local out = { rem = {}, add = {}, shadow_rem = {}, shadow_add = {}, rows = {} }
+      local members, hidden, any_hidden, dense = A.members, A.hidden, A.any_hidden, A.dense_on
+      local b, list, p, rl = A.base[j], A.lists[j], r.prefix, r.row_len
+      local delta = {}
+      local out = { rem = {}, add = {}, shadow_rem = {}, shadow_add = {}, rows = {}, dense = delta }
       for x = 1, A.list_len[j] do
         local m = x
         if list then m = list[x] end
         local old, new = b[m], c[m]
         if old ~= new then
-          local name = members[m]
-          local rows = out.rows
+          local name, rows = members[m], out.rows
           rows[#rows + 1], rows[#rows + 2] = name, new
           local was, now = old, new
           if #new ~= p then was, now = old and sub(old, 1, p), sub(new, 1, p) end
           if was ~= now then
             local rem, add = out.rem, out.add
-            if any_hidden and hidden[m] then rem, add = out.shadow_rem, out.shadow_add end
+            local shadowed = any_hidden and hidden[m]
+            if shadowed then rem, add = out.shadow_rem, out.shadow_add end
             if was then rem[#rem + 1] = was .. name end
             add[#add + 1], add[#add + 2] = 0, now .. name
+            if dense and not shadowed then
+              local kw, kn = was and sub(was, 1, rl), sub(now, 1, rl)
+              if kw ~= kn then
+                if kw then delta[kw] = (delta[kw] or 0) - 1 end
+                delta[kn] = (delta[kn] or 0) + 1
+              end
+            end
           end
         end
       end

@@ -27,7 +27,36 @@ do
     if #mv.shadow_rem > 0 then variadic('ZREM', shadow, mv.shadow_rem, 1) end
     if #mv.shadow_add > 0 then variadic('ZADD', shadow, mv.shadow_add, 2) end
     if #mv.rows > 0 then variadic('HSET', A.rows_keys[j], mv.rows, 2) end
-    return #mv.rows > 0, #mv.shadow_add > 0
+    return #mv.rows > 0, #mv.shadow_add > 0, mv.dense
+  end
+
+  -- Top-K: period j's key k over its limit drops its worst members, with
+  -- their metadata (on boards ranked by several columns, their rows), and
+  -- counts them out of delta (the dense index's changes).
+  local function trim(A, j, k, delta)
+    -- (A board with columns orders ascending bytes, best first.)
+    local victims = TopK.trim(k, A.h.top_k, A.h.desc and not A.cols)
+    if #victims == 0 then return end
+    local gone = {}
+    if A.cols then
+      -- Their rows go with them (the member is the row's first bytes and the player id).
+      local p, rl = A.cols.prefix, A.cols.row_len
+      for v = 1, #victims, 2 do
+        gone[#gone + 1] = string.sub(victims[v], p + 1)
+        local row = string.sub(victims[v], 1, rl)
+        delta[row] = (delta[row] or 0) - 1
+      end
+      variadic('HDEL', A.rows_keys[j], gone, 1)
+      return
+    end
+    for v = 2, #victims, 2 do
+      local name = A.value_name(tonumber(victims[v]), victims[v])
+      delta[name] = (delta[name] or 0) - 1
+    end
+    if A.meta_on then
+      for v = 1, #victims, 2 do gone[#gone + 1] = victims[v] end
+      variadic('HDEL', A.meta_keys[j], gone, 1)
+    end
   end
 
   -- Writes period j, whose values as the events left them are c. Returns
@@ -46,7 +75,7 @@ do
     local list = A.lists[j]
     local moved = latest and A.moved[j]
     local rows_moved, rows_shadowed = false, false
-    if A.cols then rows_moved, rows_shadowed = write_rows(A, j, c) end
+    if A.cols then rows_moved, rows_shadowed, delta = write_rows(A, j, c) end
     for x = 1, A.cols and 0 or A.list_len[j] do
       local m = x
       if list then m = list[x] end
@@ -114,26 +143,8 @@ do
       if #set > 0 then variadic('HSET', mk, set, 2) end
       if #del > 0 then variadic('HDEL', mk, del, 1) end
     end
-    -- (A board with columns orders ascending bytes, best first.)
-    local victims = TopK.trim(k, A.h.top_k, A.h.desc and not A.cols)
-    if A.cols and #victims > 0 then
-      -- Their rows go with them (the member is the row's first bytes and the player id).
-      local gone, p = {}, A.cols.prefix
-      for v = 1, #victims, 2 do gone[#gone + 1] = string.sub(victims[v], p + 1) end
-      variadic('HDEL', A.rows_keys[j], gone, 1)
-    end
-    if #victims > 0 then
-      for v = 2, #victims, 2 do
-        local name = name_of(tonumber(victims[v]), victims[v])
-        delta[name] = (delta[name] or 0) - 1
-      end
-      if meta_on then
-        local gone = {}
-        for v = 1, #victims, 2 do gone[#gone + 1] = victims[v] end
-        variadic('HDEL', mk, gone, 1)
-      end
-    end
-    if dense_on then Dense.settle(A.dense_keys[j], A.count_keys[j], delta) end
+    trim(A, j, k, delta)
+    if dense_on then Dense.settle(A.dense_keys[j], A.count_keys[j], delta, A.cols) end
     local at = A.h.periods[j].expire_at
     if at ~= 0 then
       local keys = { k }

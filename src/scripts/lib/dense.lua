@@ -34,7 +34,9 @@ do
   -- value's name to the net change of the members holding it. One HMGET of
   -- the counts and one ZMSCORE of the index for the values that changed
   -- (a value in the index without a count is held once), then variadic writes.
-  function Dense.settle(index, counts, delta)
+  -- rows: a board ranked by several columns, whose "values" are row keys
+  -- (bytes), each in the index at score 0 (ordered by their bytes).
+  function Dense.settle(index, counts, delta, rows)
     local vals, nv = {}, 0
     for v, d in pairs(delta) do
       if d ~= 0 then
@@ -74,7 +76,7 @@ do
           del[nd] = v
         end
         if new > 0 and old <= 0 then
-          add[na + 1], add[na + 2] = v, v
+          add[na + 1], add[na + 2] = rows and 0 or v, v
           na = na + 2
         elseif new <= 0 and old > 0 then
           nr = nr + 1
@@ -102,6 +104,14 @@ do
       end
     end
     if #pairs_ > 0 then variadic('ZADD', index, pairs_, 2) end
+  end
+
+  -- A member whose row key is row has left key (a board ranked by several
+  -- columns), whose index has no counts: the row leaves the index when no
+  -- member of key starts with it any more.
+  function Dense.leave_uncounted_row(key, index, row)
+    local next = call('ZRANGE', key, '[' .. row, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+    if not next or string.sub(next, 1, #row) ~= row then call('ZREM', index, row) end
   end
 
   -- A member of value v (named name) has left key, whose index has no

@@ -115,7 +115,7 @@ async fn capacity(conn: &RedisConn, settings: &Settings, player: &str) -> Result
     let (key, dense, shadow, rows, offsets) = (leak(key), leak(dense), leak(shadow), leak(rows), leak(offsets));
     let player: &'static str = leak(player.to_string());
     if let Some(spec) = board.column_spec() {
-        let at = RowsAt { key, rows_key: rows, shadow_key: shadow, spec };
+        let at = RowsAt { key, rows_key: rows, shadow_key: shadow, dense_key: None, spec };
         let r = reader.clone();
         let top = per_second(16, 3, move || {
             let r = r.clone();
