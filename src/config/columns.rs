@@ -60,10 +60,18 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// What a board with columns cannot have yet, each refusal naming its
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
-    let not_built = "is not available on a board with columns in this version";
     let fields: [(&str, bool, &str); 8] = [
-        ("shards", b.shards.is_some(), not_built),
-        ("league", b.league.is_some(), not_built),
+        (
+            "shards",
+            b.shards.is_some(),
+            "is not available on a board with columns in this version: a sharded board's reads merge its shards by \
+             stored score, and a board with columns orders members by their bytes",
+        ),
+        (
+            "league",
+            b.league.is_some(),
+            "is not available on a board with columns in this version: a round settles its cohorts by one score",
+        ),
         (
             "max_members",
             b.max_members.is_some() && b.row.as_deref() != Some("best"),
@@ -71,8 +79,17 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
              rebuilt, so its later events would count from nothing",
         ),
         ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
-        ("rolling", !b.rolling.is_empty(), not_built),
-        ("meta", b.meta, not_built),
+        (
+            "rolling",
+            !b.rolling.is_empty(),
+            "is not available on a board with columns in this version: a rolling board is rebuilt by summing or taking \
+             the best of its days' scores, one number each",
+        ),
+        (
+            "meta",
+            b.meta,
+            "is not available on a board with columns in this version: reads of rows carry no metadata",
+        ),
         ("max_score", b.max_score.is_some(), "bounds one score; every column takes any integer within ±(2^53 - 1)"),
         (
             "tie_epoch",
