@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMode};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
-use rankflow::store::{ApplyItem, RankMove, Store, TagBatch};
-use support::apply::{period_write, store_with_ttl};
+use rankflow::store::{RankMove, Store, TagBatch};
+use support::apply::{period_write, row_item, store_with_ttl};
+use support::changes::rank_move;
 use support::periods::Lcg;
 use support::Redis;
 use uuid::Uuid;
@@ -67,25 +68,7 @@ impl Model {
         if old.as_ref() == Some(&row) {
             return None;
         }
-        let after = self.ranks(p);
-        let rank = |list: &[String], m: &str| list.iter().position(|x| x == m).map(|i| i as u32 + 1);
-        let (was, now) = (rank(&before, &ev.member), rank(&after, &ev.member).unwrap());
-        let old_rank = was.filter(|&r| r <= N);
-        if now > N || old_rank.is_some_and(|r| now >= r) {
-            return None;
-        }
-        let mover_before = was.unwrap_or(u32::MAX);
-        let mut passed: Vec<(u32, String)> = before
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (i as u32 + 1, m))
-            .filter(|(r, m)| *r <= N && *r < mover_before && **m != ev.member)
-            .map(|(_, m)| (rank(&after, m).unwrap(), m.clone()))
-            .filter(|(r, _)| *r > now)
-            .collect();
-        passed.sort();
-        let pushed_out = passed.iter().find(|(r, _)| *r > N).map(|(_, m)| m.clone());
-        let passed = passed.into_iter().take(10).map(|(_, m)| m).collect();
+        let (old_rank, now, passed, pushed_out) = rank_move(&before, &self.ranks(p), &ev.member, N)?;
         Some((p.to_string(), old_rank, now, row.values, passed, pushed_out))
     }
 
@@ -112,19 +95,7 @@ impl Model {
 async fn send(store: &Store, params: WriteParams, events: &[Ev], periods: [&[Arc<PeriodWrite>]; 2]) -> Vec<Vec<Moved>> {
     let items = events
         .iter()
-        .map(|e| ApplyItem {
-            field: "scores:0",
-            offset: e.offset,
-            member: &e.member,
-            num: 0,
-            tie: 0,
-            ts: e.ts,
-            event_id: &e.id,
-            periods: periods[usize::from(e.daily)],
-            meta: None,
-            record_ts: 0,
-            values: &e.values,
-        })
+        .map(|e| row_item(e.offset, &e.member, &e.id, e.ts, periods[usize::from(e.daily)], &e.values))
         .collect();
     let got = store.apply_prepared(&store.prepare(&[TagBatch { base: "lb:{c}", params, items }])).await.unwrap();
     let spec = params.columns.expect("columns");

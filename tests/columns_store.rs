@@ -14,7 +14,7 @@ use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMo
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::event::Reason;
 use rankflow::store::{ApplyItem, ApplyResult, Reader, RowEntry, RowsAt, Store, TagBatch};
-use support::apply::{period_write, reader, store_with_ttl, MAX};
+use support::apply::{period_write, reader, row_item, store_with_ttl, MAX};
 use support::Redis;
 use uuid::Uuid;
 
@@ -156,22 +156,8 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
     }
     let mut model = Model::default();
     for chunk in events.chunks(37) {
-        let items: Vec<ApplyItem> = chunk
-            .iter()
-            .map(|e| ApplyItem {
-                field: "scores:0",
-                offset: e.offset,
-                member: &e.member,
-                num: 0,
-                tie: 0,
-                ts: e.ts,
-                event_id: &e.id,
-                periods: &days[e.day],
-                meta: None,
-                record_ts: 0,
-                values: &e.values,
-            })
-            .collect();
+        let items: Vec<ApplyItem> =
+            chunk.iter().map(|e| row_item(e.offset, &e.member, &e.id, e.ts, &days[e.day], &e.values)).collect();
         let want: Vec<ApplyResult> = chunk.iter().map(|e| model.apply(c, e, &[["d:1", "d:2"][e.day], "all"])).collect();
         let got = apply(&s, p, items.clone()).await;
         assert_eq!(got, want, "seed {seed}: the events' outcomes");
@@ -439,19 +425,7 @@ async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
                 values: (0..c.list.len()).map(|_| g.value()).collect(),
                 day: 0,
             };
-            let item = ApplyItem {
-                field: "scores:0",
-                offset: e.offset,
-                member: &e.member,
-                num: 0,
-                tie: 0,
-                ts: e.ts,
-                event_id: &e.id,
-                periods: &periods,
-                meta: None,
-                record_ts: 0,
-                values: &e.values,
-            };
+            let item = row_item(e.offset, &e.member, &e.id, e.ts, &periods, &e.values);
             let want = model.apply(&c, &e, &["d:1", "all"]);
             assert_eq!(apply(&s, p, vec![item]).await, [want], "seed {seed}: event {k}");
             // The model keeps each period's best K.

@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::store::{ApplyItem, ApplyResult, RankMove, Store, TagBatch};
 use support::apply::{period_write, store_with_ttl};
+use support::changes::rank_move;
 use support::Redis;
 use uuid::Uuid;
 
@@ -65,10 +66,6 @@ impl Model {
         all
     }
 
-    fn rank_of(list: &[(i64, String)], member: &str) -> Option<u32> {
-        list.iter().position(|(_, m)| m == member).map(|p| p as u32 + 1)
-    }
-
     /// Applies one event to one period; its move, if it made one, by the definition.
     fn apply_period(&mut self, period: &'static str, ev: &Ev) -> Option<Moved> {
         let before = self.ranks(period);
@@ -91,24 +88,8 @@ impl Model {
             WriteOp::Columns => unreachable!("rank changes are of boards of one score"),
         }?;
         board.insert(ev.member.clone(), new);
-        let after = self.ranks(period);
-        let (was, now) = (Self::rank_of(&before, &ev.member), Self::rank_of(&after, &ev.member).unwrap());
-        let old_rank = was.filter(|&r| r <= N);
-        if now > N || old_rank.is_some_and(|r| now >= r) {
-            return None;
-        }
-        let mover_before = was.unwrap_or(u32::MAX);
-        let mut passed: Vec<(u32, String)> = before
-            .iter()
-            .enumerate()
-            .map(|(p, (_, m))| (p as u32 + 1, m))
-            .filter(|(r, m)| *r <= N && *r < mover_before && **m != ev.member)
-            .map(|(_, m)| (Self::rank_of(&after, m).unwrap(), m.clone()))
-            .filter(|(r, _)| *r > now)
-            .collect();
-        passed.sort();
-        let pushed_out = passed.iter().find(|(r, _)| *r > N).map(|(_, m)| m.clone());
-        let passed = passed.into_iter().take(10).map(|(_, m)| m).collect();
+        let names = |list: Vec<(i64, String)>| list.into_iter().map(|(_, m)| m).collect::<Vec<_>>();
+        let (old_rank, now, passed, pushed_out) = rank_move(&names(before), &names(self.ranks(period)), &ev.member, N)?;
         Some((period.to_string(), old_rank, now, new, passed, pushed_out))
     }
 

@@ -70,16 +70,7 @@ fn rows_of<'k>(s: &AppState, t: &'k Target<'_>) -> Result<(RowsAt<'k>, Reader), 
 
 /// The cursor of `e` paging `direction` on the target.
 fn cursor_at(t: &Target<'_>, e: &RowEntry, direction: Direction) -> String {
-    Cursor {
-        direction,
-        board: t.board.id().to_string(),
-        split: t.split.clone(),
-        period: t.period.clone(),
-        stored: 0,
-        member: URL_SAFE_NO_PAD.encode(&e.member),
-        cohort: None,
-    }
-    .encode()
+    Cursor::on(t, direction, 0, URL_SAFE_NO_PAD.encode(&e.member)).encode()
 }
 
 /// The member bytes a cursor (already checked to be the target's) was made at.

@@ -57,6 +57,20 @@ pub struct Cursor {
 const VERSION: i64 = 1;
 
 impl Cursor {
+    /// The cursor of the top of `t` made at the entry (`stored`, `member`),
+    /// paging `direction`.
+    pub(super) fn on(t: &Target<'_>, direction: Direction, stored: i64, member: String) -> Cursor {
+        Cursor {
+            direction,
+            board: t.board.id().to_string(),
+            split: t.split.clone(),
+            period: t.period.clone(),
+            stored,
+            member,
+            cohort: None,
+        }
+    }
+
     pub fn encode(&self) -> String {
         let mut v =
             json!([VERSION, self.direction.name(), self.board, self.split, self.period, self.stored, self.member]);

@@ -28,16 +28,7 @@ fn listing_response(head: Value, entries: &[Entry], policy: RankPolicy) -> Respo
 
 /// The cursor of `e` paging `direction` on the target.
 fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
-    Cursor {
-        direction,
-        board: t.board.id().to_string(),
-        split: t.split.clone(),
-        period: t.period.clone(),
-        stored: e.stored,
-        member: e.member.clone(),
-        cohort: None,
-    }
-    .encode()
+    Cursor::on(t, direction, e.stored, e.member.clone()).encode()
 }
 
 pub(super) async fn top(

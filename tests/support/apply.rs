@@ -88,6 +88,19 @@ pub fn item<'a>(
     }
 }
 
+/// An item of a board ranked by several columns: `values` in column order,
+/// the event at time `ts`.
+pub fn row_item<'a>(
+    offset: i64,
+    member: &'a str,
+    id: &'a Uuid,
+    ts: i64,
+    periods: &'a [Arc<PeriodWrite>],
+    values: &'a [i64],
+) -> ApplyItem<'a> {
+    ApplyItem { ts, values, ..item(offset, member, 0, id, periods) }
+}
+
 /// `items` for tag `base` on a plain board of `op` up to [`MAX`].
 pub fn tag<'a>(base: &'a str, op: WriteOp, items: Vec<ApplyItem<'a>>) -> TagBatch<'a> {
     TagBatch { base, params: WriteParams::plain(op, 1, MAX), items }

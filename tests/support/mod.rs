@@ -9,6 +9,7 @@
 
 pub mod apply;
 pub mod browser;
+pub mod changes;
 pub mod curl;
 pub mod encode;
 mod http;

@@ -90,6 +90,28 @@ do
     return false
   end
 
+  -- Notes event i's change in period `period` (a top of N) in by_event,
+  -- if its move from place `from` (nil: outside the copy) to place `to`
+  -- of the copy M (len entries) is one: up into or inside the top N.
+  -- value: what the mover now holds; p: on boards ranked by several
+  -- columns, the bytes of an entry before its player id.
+  local function note(by_event, N, i, period, from, to, value, M, len, p)
+    if to > N or (from and from <= N and to >= from) then return end
+    local function who(q)
+      if p then return string.sub(M[q], p + 1) end
+      return M[q]
+    end
+    local was_in = from and from <= N
+    local last = was_in and from or min(N + 1, len)
+    local passed = {}
+    for q = to + 1, min(last, to + PASSED) do passed[#passed + 1] = who(q) end
+    local pushed = ''
+    if not was_in and len > N then pushed = who(N + 1) end
+    local list = by_event[i] or {}
+    list[#list + 1] = { i, period, was_in and from or 0, to, value, pushed, passed }
+    by_event[i] = list
+  end
+
   -- The copy C of a top: S, M (best first), at, len, whole (it is the whole
   -- board), cap (its most places). Shifting entries costs what the move
   -- spans (table.insert and table.remove shift the rest of the array).
@@ -171,17 +193,7 @@ do
         else
           to = enter(C, s, name, desc)
         end
-        if to and to <= N and (not from or from > N or to < from) then
-          local was_in = from and from <= N
-          local last = was_in and from or min(N + 1, C.len)
-          local passed = {}
-          for p = to + 1, min(last, to + PASSED) do passed[#passed + 1] = M[p] end
-          local pushed = ''
-          if not was_in and C.len > N then pushed = M[N + 1] end
-          local list = by_event[i] or {}
-          list[#list + 1] = { i, period, was_in and from or 0, to, new, pushed, passed }
-          by_event[i] = list
-        end
+        if to then note(by_event, N, i, period, from, to, new, M, C.len) end
       end
     end
   end
@@ -253,17 +265,7 @@ do
             len, whole = len - 1, false
           end
         end
-        if to and to <= N and (not from or from > N or to < from) then
-          local was_in = from and from <= N
-          local last = was_in and from or min(N + 1, len)
-          local passed = {}
-          for q = to + 1, min(last, to + PASSED) do passed[#passed + 1] = sub(M[q], p + 1) end
-          local pushed = ''
-          if not was_in and len > N then pushed = sub(M[N + 1], p + 1) end
-          local list = by_event[i] or {}
-          list[#list + 1] = { i, period, was_in and from or 0, to, row, pushed, passed }
-          by_event[i] = list
-        end
+        if to then note(by_event, N, i, period, from, to, row, M, len, p) end
       end
     end
   end
