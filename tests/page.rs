@@ -55,6 +55,20 @@ promote = 1
 demote = 1
 "#;
 
+/// A board ranked by several columns: each column's value, in column
+/// order, in the top, the player's standing and around them.
+fn columns_board_shows_each_column(port: u16, profile: &std::path::Path, players: &[String]) {
+    let url = format!("http://127.0.0.1:{port}/?board=arena&rank=competition&player=p07&live=0");
+    let out = chromium(profile, &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(cells(&dom, "top", "player"), players);
+    assert_eq!(cells(&dom, "top", "score")[4], "wins 4 \u{b7} time_ms 54000");
+    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("score", "wins 3 \u{b7} time_ms 57000")] {
+        assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
+    }
+    assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser() {
     let stack = Stack::start(1).await;
@@ -110,17 +124,7 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
     assert!(dom.contains("<tr class=\"you\"><td class=\"rank\">8</td><td class=\"player\">p07</td>"), "{dom}");
 
-    // A board ranked by several columns: each column's value, in column
-    // order, in the top, the player's standing and around them.
-    let url = format!("http://127.0.0.1:{}/?board=arena&rank=competition&player=p07&live=0", w.http_port);
-    let out = chromium(profile.path(), &["--virtual-time-budget=20000", "--dump-dom", &url]);
-    let dom = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(cells(&dom, "top", "player"), players);
-    assert_eq!(cells(&dom, "top", "score")[4], "wins 4 \u{b7} time_ms 54000");
-    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("score", "wins 3 \u{b7} time_ms 57000")] {
-        assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
-    }
-    assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
+    columns_board_shows_each_column(w.http_port, profile.path(), &players);
 
     // A split board without its split says what is missing, rather than showing nothing.
     let url = format!("http://127.0.0.1:{}/?board=laps&live=0", w.http_port);
