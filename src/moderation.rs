@@ -163,7 +163,7 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                 };
                 return Ok(AdminPlan { reach, op: AdminOp::Remove { period: event.period.clone() } });
             }
-            if let Some(c) = board.columns() {
+            if let (Some(c), Some(spec)) = (board.columns(), board.column_spec()) {
                 if event.kind == ScoreAdjusted {
                     return Err(Rejection::new(
                         Reason::NotAllowed,
@@ -179,7 +179,7 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                 let values = scores.values(c.names()).map_err(|why| Rejection::new(Reason::InvalidScore, why))?;
                 let base = router.base(board, split, &event.player_id);
                 let periods = correction_periods(router, i, split, &base, event, record_ts_ms)?;
-                let row = board.column_spec().expect("columns").stored_row(&values, event.ts_ms);
+                let row = spec.stored_row(&values, event.ts_ms);
                 return Ok(AdminPlan { reach: Reach::Tag(base), op: AdminOp::SetRow { row, periods } });
             }
             let value = event.value.ok_or_else(|| {

@@ -7,14 +7,14 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rankflow::board::columns::{Column, ColumnMode, Columns, Combined, Row, RowMode};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::store::{RankMove, Store, TagBatch};
 use support::apply::{period_write, row_item, store_with_ttl};
-use support::changes::rank_move;
+use support::changes::{rank_move, Deliveries};
 use support::periods::Lcg;
 use support::Redis;
 use uuid::Uuid;
@@ -37,9 +37,7 @@ struct Model {
     c: Columns,
     earliest: bool,
     periods: HashMap<&'static str, BTreeMap<String, Row>>,
-    seen: HashSet<Uuid>,
-    last_offset: i64,
-    by_offset: HashMap<i64, Vec<Moved>>,
+    deliveries: Deliveries<Moved>,
 }
 
 impl Model {
@@ -73,12 +71,8 @@ impl Model {
     }
 
     fn apply(&mut self, ev: &Ev) -> Vec<Moved> {
-        if ev.offset <= self.last_offset {
-            return self.by_offset.get(&ev.offset).cloned().unwrap_or_default();
-        }
-        self.last_offset = ev.offset;
-        if !self.seen.insert(ev.id) {
-            return Vec::new();
+        if let Some(again) = self.deliveries.answered(ev.offset, ev.id) {
+            return again;
         }
         let mut moved = Vec::new();
         if ev.daily {
@@ -86,7 +80,7 @@ impl Model {
         }
         moved.extend(self.apply_period("all", ev));
         moved.sort();
-        self.by_offset.insert(ev.offset, moved.clone());
+        self.deliveries.record(ev.offset, &moved);
         moved
     }
 }
@@ -120,8 +114,7 @@ async fn run(c: Columns, earliest: bool, seed: u64) {
     params.columns = Some(c.spec(earliest));
     let (all, day) = (period_write("c", "all", None), period_write("c", "d:1", None));
     let (only_all, both) = (vec![all.clone()], vec![day, all]);
-    let mut model =
-        Model { c, earliest, periods: HashMap::new(), seen: HashSet::new(), last_offset: 0, by_offset: HashMap::new() };
+    let mut model = Model { c, earliest, periods: HashMap::new(), deliveries: Deliveries::default() };
     let mut rng = Lcg(seed);
     let mut events: Vec<Ev> = Vec::new();
     let mut offset = 0;

@@ -113,6 +113,11 @@ impl Model {
     }
 }
 
+/// A sorted set's members in order, as bytes.
+async fn members_of(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Vec<u8>> {
+    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query_async(conn).await.unwrap()
+}
+
 async fn apply(s: &Store, params: WriteParams, items: Vec<ApplyItem<'_>>) -> Vec<ApplyResult> {
     s.apply(&[TagBatch { base: BASE, params, items }]).await.unwrap().remove(0)
 }
@@ -173,16 +178,10 @@ async fn check(c: &Columns, earliest: bool, seed: u64, n: usize) {
     for id in ["d:1", "d:2", "all"] {
         reads_agree(&r, c, earliest, dense, &model, id).await;
         let key = format!("{BASE}:{id}");
-        let got: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+        let got = members_of(&mut conn, &key).await;
         let want = model.members(c, earliest, id);
         assert_eq!(got, want, "seed {seed}: {id}'s members in order");
-        let index: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-            .arg(format!("{BASE}:_dense:{id}"))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let index = members_of(&mut conn, &format!("{BASE}:_dense:{id}")).await;
         let mut distinct: Vec<Vec<u8>> = want.iter().map(|m| m[..8 * c.list.len()].to_vec()).collect();
         distinct.dedup();
         assert_eq!(index, if dense { distinct } else { vec![] }, "seed {seed}: {id}'s dense index");
@@ -434,13 +433,7 @@ async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
                 let players: HashSet<String> =
                     kept.iter().map(|m| spec.parse_member(m).unwrap().2.to_string()).collect();
                 model.periods.get_mut(id).unwrap().retain(|p, _| players.contains(p));
-                let got: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-                    .arg(format!("{BASE}:{id}"))
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let got = members_of(&mut conn, &format!("{BASE}:{id}")).await;
                 assert_eq!(got, kept, "seed {seed}: {id} after event {k}");
                 let rows: HashSet<String> =
                     redis::cmd("HKEYS").arg(format!("{BASE}:_rows:{id}")).query_async(&mut conn).await.unwrap();

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rankflow::board::{Order, PeriodWrite, WriteOp, WriteParams};
 use rankflow::store::{ApplyItem, ApplyResult, RankMove, Store, TagBatch};
 use support::apply::{period_write, store_with_ttl};
-use support::changes::rank_move;
+use support::changes::{rank_move, Deliveries};
 use support::Redis;
 use uuid::Uuid;
 
@@ -49,10 +49,8 @@ struct Model {
     order: Order,
     boards: HashMap<&'static str, BTreeMap<String, i64>>,
     times: HashMap<&'static str, HashMap<String, i64>>,
-    seen: std::collections::HashSet<Uuid>,
-    last_offset: i64,
-    /// The moves each applied offset made: its redelivery answers them again.
-    by_offset: HashMap<i64, Vec<Moved>>,
+    /// What each record's deliveries answer.
+    deliveries: Deliveries<Moved>,
 }
 
 /// A move as compared: (period, old rank, new rank, stored, passed, pushed out).
@@ -95,12 +93,8 @@ impl Model {
 
     /// One event's moves, as the script must report them.
     fn apply(&mut self, ev: &Ev) -> Vec<Moved> {
-        if ev.offset <= self.last_offset {
-            return self.by_offset.get(&ev.offset).cloned().unwrap_or_default();
-        }
-        self.last_offset = ev.offset;
-        if !self.seen.insert(ev.id) {
-            return Vec::new();
+        if let Some(again) = self.deliveries.answered(ev.offset, ev.id) {
+            return again;
         }
         let mut moved = Vec::new();
         if ev.daily {
@@ -108,7 +102,7 @@ impl Model {
         }
         moved.extend(self.apply_period("all", ev));
         moved.sort();
-        self.by_offset.insert(ev.offset, moved.clone());
+        self.deliveries.record(ev.offset, &moved);
         moved
     }
 }
@@ -157,15 +151,8 @@ async fn run(op: WriteOp, seed: u64) {
     let store = store(&redis).await;
     let mut rng = StdRng::seed_from_u64(seed);
     let order = if op == WriteOp::Lt { Order::Asc } else { Order::Desc };
-    let mut model = Model {
-        op,
-        order,
-        boards: HashMap::new(),
-        times: HashMap::new(),
-        seen: Default::default(),
-        last_offset: -1,
-        by_offset: HashMap::new(),
-    };
+    let mut model =
+        Model { op, order, boards: HashMap::new(), times: HashMap::new(), deliveries: Deliveries::default() };
     let (both, all) = (vec![pw("d:1"), pw("all")], vec![pw("all")]);
     let mut sent: Vec<Vec<Ev>> = Vec::new();
     let (mut offset, mut moves_seen) = (0i64, 0usize);

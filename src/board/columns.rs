@@ -114,6 +114,12 @@ impl Columns {
         self.list.iter().map(|c| c.name.as_str())
     }
 
+    /// A row's values (column order) as every answer names them:
+    /// `{"wins": 3, "time_ms": 53000}`.
+    pub fn scores(&self, values: &[i64]) -> serde_json::Value {
+        self.names().zip(values).map(|(n, v)| (n.to_string(), serde_json::Value::from(*v))).collect()
+    }
+
     /// The board's order of two rows (`Less`: `a` ranks higher), column by
     /// column; equal rows are `Equal` (the tie rule decides).
     pub fn better(&self, a: &[i64], b: &[i64]) -> Ordering {

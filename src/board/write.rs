@@ -56,7 +56,8 @@ pub struct Review {
 
 impl WriteParams {
     /// A board that only writes: `op` on values packed by `shift` up to
-    /// `max_value`, ordered as `op` implies (descending but for `Lt`), with
+    /// `max_value`, ordered as `op` implies (descending but for `Lt`, and
+    /// `Columns`, whose members order by ascending bytes), with
     /// the dense index and none of the rest (no top-K, rate limit, sealing,
     /// metadata, attempts, league or rank changes). Tests and benchmarks
     /// start from it and set what they need.
@@ -65,7 +66,7 @@ impl WriteParams {
             op,
             shift,
             max_value,
-            desc: op != WriteOp::Lt,
+            desc: !matches!(op, WriteOp::Lt | WriteOp::Columns),
             top_k: 0,
             rate_events: 0,
             rate_window_ms: 0,

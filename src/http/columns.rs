@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
 use super::layout::rows_at;
@@ -24,11 +24,6 @@ use crate::store::{Reader, RowEntry, RowListing, RowsAt};
 
 fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
     t.board.columns().expect("a board with columns")
-}
-
-/// A row's values by column name.
-pub(super) fn scores(c: &Columns, values: &[i64]) -> Value {
-    Value::Object(c.names().zip(values).map(|(n, v)| (n.to_string(), json!(v))).collect::<Map<_, _>>())
 }
 
 /// A listing's answer: its head and its entries, ranked by `policy`.
@@ -44,7 +39,7 @@ fn listing_json(t: &Target<'_>, l: &RowListing, policy: RankPolicy, player_id: O
                 RankPolicy::Competition => r.competition,
                 RankPolicy::Dense => r.dense,
             };
-            json!({ "rank": rank, "player_id": e.player, "scores": scores(c, &e.values) })
+            json!({ "rank": rank, "player_id": e.player, "scores": c.scores(&e.values) })
         })
         .collect();
     let mut body = json!({ "board": t.board.id(), "period": t.period, "total": l.total, "entries": entries });
@@ -119,7 +114,7 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
         "board": t.board.id(),
         "period": t.period,
         "player_id": player_id,
-        "scores": scores(columns_of(t), &f.values),
+        "scores": columns_of(t).scores(&f.values),
         "rank": {
             "ordinal": f.position + 1,
             "competition": f.better + 1,
@@ -172,7 +167,7 @@ pub(super) async fn players(
         .iter()
         .enumerate()
         .map(|(i, (e, count))| {
-            json!({ "rank": count + 1, "rank_in_set": i + 1, "player_id": e.player, "scores": scores(c, &e.values) })
+            json!({ "rank": count + 1, "rank_in_set": i + 1, "player_id": e.player, "scores": c.scores(&e.values) })
         })
         .collect();
     Ok(json!({
@@ -217,7 +212,7 @@ pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, q: &HashMap<String, St
     Ok(json!({
         "board": t.board.id(),
         "period": t.period,
-        "scores": scores(c, &values),
+        "scores": c.scores(&values),
         "total": n.total,
         "rank": {
             "ordinal": n.better_or_equal + 1,

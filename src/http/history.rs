@@ -43,7 +43,7 @@ fn history_json(board: &Board, split: Option<&str>, player_id: &str, found: Play
                 "percentile": percentile(p.total, p.competition - 1),
             });
             match board.columns() {
-                Some(c) => entry["scores"] = super::columns::scores(c, &p.values),
+                Some(c) => entry["scores"] = c.scores(&p.values),
                 None => entry["score"] = json!(board.packing().decode(p.stored)),
             }
             entry

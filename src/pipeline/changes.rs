@@ -51,7 +51,7 @@ pub fn change(board: &Board, base: &str, event: &Event, mv: &RankMove) -> Change
     let values = board.column_spec().zip(mv.row.as_deref()).and_then(|(spec, row)| spec.values_of(row));
     match (board.columns(), values) {
         (Some(c), Some(values)) => {
-            value["scores"] = c.names().zip(values).map(|(n, v)| (n.to_string(), json!(v))).collect();
+            value["scores"] = c.scores(&values);
         }
         _ => value["score"] = json!(board.packing().decode(mv.stored)),
     }

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use super::{now_ms, JobError, Outcome, Scheduler};
-use crate::board::columns::ColumnSpec;
+use crate::board::columns::{ColumnSpec, Columns};
 use crate::board::Board;
 use crate::keys;
 use crate::metrics;
@@ -30,16 +30,11 @@ fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Ve
 
 /// The first `n` entries of a sealed snapshot of a board ranked by several
 /// columns: ranks (ordinal) and each entry's `scores`.
-fn row_entries(board: &Board, top: &RowListing) -> Vec<Value> {
-    let names: Vec<&str> = board.columns().map(|c| c.names().collect()).unwrap_or_default();
+fn row_entries(c: &Columns, top: &RowListing) -> Vec<Value> {
     top.entries
         .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let scores: serde_json::Map<String, Value> =
-                names.iter().zip(&e.values).map(|(n, v)| (n.to_string(), json!(v))).collect();
-            json!({ "rank": top.start as usize + i + 1, "player_id": e.player, "scores": scores })
-        })
+        .zip(top.ranks())
+        .map(|(e, r)| json!({ "rank": r.ordinal, "player_id": e.player, "scores": c.scores(&e.values) }))
         .collect()
 }
 
@@ -141,7 +136,7 @@ impl Scheduler<'_> {
     ) -> Result<Vec<Value>, JobError> {
         let keys = SealedRows::of(base, period_id);
         let top = self.store.primary_reader().rows_top(&keys.at(spec), 0, n).await?;
-        Ok(row_entries(board, &top))
+        Ok(row_entries(board.columns().expect("a board with columns"), &top))
     }
 
     /// Publishes a sealed period's top (merged over the shards) once, and records it.

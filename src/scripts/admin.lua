@@ -142,8 +142,7 @@ end
 -- metadata (on boards ranked by several columns, their rows).
 local function trim(k, id)
   if not is_live(id) then return end
-  -- (A board with columns orders ascending bytes, best first.)
-  local victims = TopK.trim(k, h.top_k, h.desc and not h.rows)
+  local victims = TopK.trim(k, h.top_k, h.desc)
   local gone = {}
   for i = 1, #victims, 2 do
     local d = dense_of(victims[i], victims[i + 1])

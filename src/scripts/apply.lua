@@ -41,6 +41,7 @@
 --               "latest" (newest event wins)
 --   shift       SHIFT (2^tie bits)          max_value  largest |value| allowed
 --   desc        true: the high end is best  top_k      members kept per period, 0: all
+--               (false on boards with columns: their members order by ascending bytes)
 --   dense       true: keep dense indexes    meta       true: keep metadata
 --   attempts    max_attempts, 0: no limit
 --   rate_events, rate_window  rate limit: events per window (ms) per member, 0: none

@@ -34,8 +34,7 @@ do
   -- their metadata (on boards ranked by several columns, their rows), and
   -- counts them out of delta (the dense index's changes).
   local function trim(A, j, k, delta)
-    -- (A board with columns orders ascending bytes, best first.)
-    local victims = TopK.trim(k, A.h.top_k, A.h.desc and not A.cols)
+    local victims = TopK.trim(k, A.h.top_k, A.h.desc)
     if #victims == 0 then return end
     local gone = {}
     if A.cols then
