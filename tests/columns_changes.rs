@@ -169,6 +169,9 @@ async fn rank_changes_of_rows_aggregated_column_by_column_are_the_models() {
     run(c, true, 2).await;
     // A latest column can move a row down.
     run(columns(&[(Latest, Order::Desc), (Sum, Order::Asc), (Max, Order::Desc)], RowMode::Columns), false, 3).await;
+    // Five columns, every mode, mixed orders.
+    let five = [(Sum, Order::Desc), (Max, Order::Asc), (Min, Order::Desc), (Latest, Order::Asc), (Sum, Order::Asc)];
+    run(columns(&five, RowMode::Columns), true, 6).await;
 }
 
 #[tokio::test]
@@ -176,6 +179,8 @@ async fn rank_changes_of_best_rows_are_the_models() {
     use ColumnMode::*;
     run(columns(&[(Min, Order::Asc), (Min, Order::Asc)], RowMode::Best), true, 4).await;
     run(columns(&[(Max, Order::Desc), (Min, Order::Asc)], RowMode::Best), false, 5).await;
+    let five = [(Min, Order::Asc), (Max, Order::Desc), (Min, Order::Asc), (Max, Order::Asc), (Min, Order::Desc)];
+    run(columns(&five, RowMode::Best), true, 7).await;
 }
 
 /// Through the worker and tansu: the change records of a board with columns

@@ -1,7 +1,8 @@
 //! Sealed periods of boards ranked by several columns, through a real
 //! worker, tansu and Redis, against the model in `board::columns`: three
-//! days of a wins-then-time board and of a best-run board (earliest ties)
-//! close and seal; each day's snapshot (top, player reads, cursors), its
+//! days of a wins-then-time board, of a best-run board (earliest ties) and
+//! of a five-column board (every mode, mixed orders, values at the range's
+//! ends) close and seal; each day's snapshot (top, player reads, cursors), its
 //! published top and every player's history (rank, scores, percentile,
 //! best) equal the model's; an erasure takes a player out of the
 //! snapshots (through their sealed rows) and out of the history.
@@ -15,6 +16,7 @@ use rdkafka::message::Message;
 
 use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
 use rankflow::board::Order;
+use rankflow::score::MAX_EXACT;
 use serde_json::{json, Value};
 use support::league::wait_for;
 use support::periods::{quick_sealing, Lcg, DAY};
@@ -37,6 +39,21 @@ columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc"
 tie_break = "earliest"
 periods = ["daily"]
 close_after = "1m"
+
+[[board]]
+id = "trial"
+on = ["trial"]
+columns = [
+  { name = "level", mode = "max" },
+  { name = "xp", mode = "sum" },
+  { name = "deaths", mode = "min", order = "asc" },
+  { name = "mood", mode = "latest" },
+  { name = "record", mode = "max", order = "asc" },
+]
+tie_break = "earliest"
+periods = ["daily"]
+close_after = "1m"
+dense_rank = true
 "#;
 
 fn columns(board: &str) -> (Columns, bool) {
@@ -49,14 +66,32 @@ fn columns(board: &str) -> (Columns, bool) {
             },
             false,
         ),
-        _ => (
+        "speedrun" => (
             Columns {
                 list: vec![c("deaths", ColumnMode::Min, Order::Asc), c("time_ms", ColumnMode::Min, Order::Asc)],
                 row: RowMode::Best,
             },
             true,
         ),
+        _ => (
+            Columns {
+                list: vec![
+                    c("level", ColumnMode::Max, Order::Desc),
+                    c("xp", ColumnMode::Sum, Order::Desc),
+                    c("deaths", ColumnMode::Min, Order::Asc),
+                    c("mood", ColumnMode::Latest, Order::Desc),
+                    c("record", ColumnMode::Max, Order::Asc),
+                ],
+                row: RowMode::Columns,
+            },
+            true,
+        ),
     }
+}
+
+/// The boards keeping a dense index.
+fn dense(board: &str) -> bool {
+    board != "speedrun"
 }
 
 fn day_id(ms: i64) -> String {
@@ -92,8 +127,8 @@ fn entries_of(v: &Value, c: &Columns) -> Vec<(String, Vec<i64>)> {
         .collect()
 }
 
-/// Three days of matches and runs by 14 players, values from few choices
-/// so that rows tie; each record produced a second after its event.
+/// Three days of matches, runs and trials by 14 players, values from few
+/// choices so that rows tie; each record produced a second after its event.
 fn stream(days: &[i64]) -> (Model, Vec<Record>) {
     let mut rng = Lcg(29);
     let (mut model, mut records) = (Model::new(), Vec::new());
@@ -101,9 +136,15 @@ fn stream(days: &[i64]) -> (Model, Vec<Record>) {
         for i in 0..150 {
             let ts = start + 60_000 * (i + 1);
             let player = format!("p{:02}", rng.next(14));
-            let (board, kind, values) = match rng.next(2) {
+            let (board, kind, values) = match rng.next(3) {
                 0 => ("arena", "match", vec![rng.next(2) as i64, 50_000 + 1000 * rng.next(4) as i64]),
-                _ => ("speedrun", "run", vec![rng.next(3) as i64, 40_000 + 500 * rng.next(4) as i64]),
+                1 => ("speedrun", "run", vec![rng.next(3) as i64, 40_000 + 500 * rng.next(4) as i64]),
+                _ => {
+                    let end = [-MAX_EXACT, 0, MAX_EXACT][rng.next(3) as usize];
+                    let mut v: Vec<i64> = (0..4).map(|_| rng.next(2) as i64).collect();
+                    v.push(end);
+                    ("trial", "trial", v)
+                }
             };
             let (c, _) = columns(board);
             let names: Vec<&str> = c.names().collect();
@@ -150,11 +191,11 @@ async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
             let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
             assert_eq!(read["rank"]["ordinal"], json!(i + 1), "{when}: {read}");
             assert_eq!(read["rank"]["competition"], json!(better + 1), "{when}: {read}");
-            // arena keeps a dense index, sealed with the day.
+            // arena and trial keep a dense index, sealed with the day.
             let mut distinct: Vec<&Vec<i64>> =
                 want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
             distinct.dedup();
-            let dense = (*board == "arena").then_some(distinct.len() + 1);
+            let dense = dense(board).then_some(distinct.len() + 1);
             assert_eq!(read["rank"]["dense"], json!(dense), "{when}: {read}");
             let (_, h) = w.get_json(&format!("/v1/boards/{board}/players/{player}/history")).await;
             let entry = h["periods"].as_array().unwrap().iter().find(|p| p["period"] == day.as_str()).cloned();
@@ -218,7 +259,7 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
         let want = standings(&model, board, day);
         assert_eq!(entries_of(&top, &c), want, "{board} {day}:final after the erasure");
         // The sealed dense index follows: the erased row leaves it unless another player holds it.
-        for (i, (player, values)) in want.iter().enumerate().filter(|_| *board == "arena") {
+        for (i, (player, values)) in want.iter().enumerate().filter(|_| dense(board)) {
             let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
             let mut distinct: Vec<&Vec<i64>> =
                 want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
