@@ -148,7 +148,7 @@ impl Encoding {
         let encoded = match self {
             Encoding::Json => None,
             Encoding::Avro(id, schema) => serde_json::from_slice::<serde_json::Value>(json).ok().and_then(|mut v| {
-                for field in ["attrs", "meta"] {
+                for field in ["attrs", "meta", "scores"] {
                     if v.get(field).is_none() {
                         v[field] = json!({});
                     }

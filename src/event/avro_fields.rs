@@ -34,6 +34,7 @@ pub struct EventFields {
     ts: Option<Value>,
     attrs: Option<Value>,
     meta: Option<Value>,
+    scores: Option<Value>,
 }
 
 impl EventFields {
@@ -47,6 +48,7 @@ impl EventFields {
             "ts" => &mut self.ts,
             "attrs" => &mut self.attrs,
             "meta" => &mut self.meta,
+            "scores" => &mut self.scores,
             _ => return None,
         };
         slot.take().filter(|v| !v.is_null())

@@ -94,6 +94,9 @@ pub fn decode(
 }
 
 /// A record's decoded body: a CloudEvent's JSON data, or a framed record.
+/// Not boxed: it lives on the stack for one record, and a box would cost
+/// an allocation per record on the formats' fast paths.
+#[allow(clippy::large_enum_variant)]
 enum Body {
     Json(Value),
     Framed(Decoded),

@@ -3,7 +3,8 @@
 //! it: prost-reflect's dynamic decoding costs about seven times a derived
 //! message's (1.65 against 0.23 µs a record, docs/benchmarks.md). Used
 //! only where the frame's message has exactly these fields, numbers and
-//! types, so a record decodes to the same values either way. Pure.
+//! types (with or without `scores`, which earlier versions of the file
+//! lack), so a record decodes to the same values either way. Pure.
 
 use std::collections::BTreeMap;
 
@@ -27,36 +28,46 @@ pub struct EventMessage {
     pub attrs: BTreeMap<String, String>,
     #[prost(btree_map = "string, string", tag = "7")]
     pub meta: BTreeMap<String, String>,
+    #[prost(btree_map = "string, int64", tag = "8")]
+    pub scores: BTreeMap<String, i64>,
 }
 
+/// The event's fields by name and number; `scores` may be left out.
+const FIELDS: [(&str, u32); 8] =
+    [("event_id", 1), ("type", 2), ("player_id", 3), ("score", 4), ("ts", 5), ("attrs", 6), ("meta", 7), ("scores", 8)];
+
 /// Whether `message` has exactly the event's fields: the same names,
-/// numbers and types, none with presence, nothing else.
-pub fn is_event_shaped(message: &MessageDescriptor) -> bool {
-    let string_map = |kind: &Kind| match kind {
+/// numbers and types, none with presence, nothing else. `Some(true)`: it
+/// has `scores` too; `Some(false)`: the seven others only.
+pub fn event_shape(message: &MessageDescriptor) -> Option<bool> {
+    let map_of = |kind: &Kind, value: Kind| match kind {
         Kind::Message(entry) if entry.is_map_entry() => {
-            entry.map_entry_key_field().kind() == Kind::String && entry.map_entry_value_field().kind() == Kind::String
+            entry.map_entry_key_field().kind() == Kind::String && entry.map_entry_value_field().kind() == value
         }
         _ => false,
     };
-    let want: [(&str, u32); 7] =
-        [("event_id", 1), ("type", 2), ("player_id", 3), ("score", 4), ("ts", 5), ("attrs", 6), ("meta", 7)];
-    message.fields().len() == want.len()
+    let with_scores = message.get_field_by_name("scores").is_some();
+    let want = &FIELDS[..if with_scores { 8 } else { 7 }];
+    let shaped = message.fields().len() == want.len()
         && want.iter().all(|(name, number)| {
             message.get_field_by_name(name).is_some_and(|f| {
                 let kind = f.kind();
                 let fits = match number {
                     1..=3 => kind == Kind::String && !f.is_list(),
                     4 | 5 => kind == Kind::Int64 && !f.is_list(),
-                    _ => f.is_map() && string_map(&kind),
+                    6 | 7 => f.is_map() && map_of(&kind, Kind::String),
+                    _ => f.is_map() && map_of(&kind, Kind::Int64),
                 };
                 f.number() == *number && fits && (f.is_map() || !f.supports_presence())
             })
-        })
+        });
+    shaped.then_some(with_scores)
 }
 
 impl EventMessage {
-    /// The value of one field, by its `.proto` name, moved out.
-    pub fn take(&mut self, name: &str) -> Option<Value> {
+    /// The value of one field, by its `.proto` name, moved out;
+    /// `with_scores`: the writer's message has `scores`.
+    pub fn take(&mut self, name: &str, with_scores: bool) -> Option<Value> {
         let object = |m: &mut BTreeMap<String, String>| {
             Value::Object(std::mem::take(m).into_iter().map(|(k, v)| (k, Value::String(v))).collect::<Map<_, _>>())
         };
@@ -68,13 +79,16 @@ impl EventMessage {
             "ts" => self.ts.into(),
             "attrs" => object(&mut self.attrs),
             "meta" => object(&mut self.meta),
+            "scores" if with_scores => {
+                Value::Object(std::mem::take(&mut self.scores).into_iter().map(|(k, v)| (k, v.into())).collect())
+            }
             _ => return None,
         })
     }
 
     /// The whole message as JSON.
-    pub fn into_json(mut self) -> Value {
-        let names = ["event_id", "type", "player_id", "score", "ts", "attrs", "meta"];
-        Value::Object(names.iter().filter_map(|n| Some((n.to_string(), self.take(n)?))).collect())
+    pub fn into_json(mut self, with_scores: bool) -> Value {
+        let object = FIELDS.iter().filter_map(|(n, _)| Some((n.to_string(), self.take(n, with_scores)?))).collect();
+        Value::Object(object)
     }
 }

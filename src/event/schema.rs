@@ -22,7 +22,7 @@ use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value;
 
 use super::avro_fields::{EventFields, FastAvro};
-use super::event_message::{is_event_shaped, EventMessage};
+use super::event_message::{event_shape, EventMessage};
 use super::fields::Record;
 use super::wire::Framed;
 
@@ -42,8 +42,9 @@ pub enum Schema {
     Avro(apache_avro::Schema, Arc<GenericSingleObjectReader>, Option<Arc<FastAvro>>),
     /// The `.proto` file the message indexes count messages in, and which
     /// of its top-level messages is shaped like rankflow's own event, if
-    /// one is (decoded the fast way, `event_message`).
-    Protobuf(FileDescriptor, Option<usize>),
+    /// one is (decoded the fast way, `event_message`), and whether that
+    /// one has `scores`.
+    Protobuf(FileDescriptor, Option<(usize, bool)>),
 }
 
 /// Which format a schema is for.
@@ -147,7 +148,7 @@ impl Schema {
 
     /// A Protobuf schema of `file`, its event-shaped message found.
     fn protobuf(file: FileDescriptor) -> Schema {
-        let fast = file.messages().position(|m| is_event_shaped(&m));
+        let fast = file.messages().enumerate().find_map(|(i, m)| Some((i, event_shape(&m)?)));
         Schema::Protobuf(file, fast)
     }
 
@@ -178,10 +179,10 @@ impl Schema {
                     _ => Err("the Avro schema is not a record".into()),
                 }
             }
-            Schema::Protobuf(_, Some(fast)) if framed.indexes == [*fast] => {
+            Schema::Protobuf(_, Some((fast, with_scores))) if framed.indexes == [*fast] => {
                 let message = EventMessage::decode(framed.body)
                     .map_err(|e| format!("the body does not match message rankflow.v1.Event: {e}"))?;
-                Ok(Decoded::Event(message))
+                Ok(Decoded::Event(message, *with_scores))
             }
             Schema::Protobuf(file, _) => {
                 let message = message_at(file, &framed.indexes)?;
@@ -213,8 +214,8 @@ impl HeaderBuilder for NoHeader {
 pub enum Decoded {
     Avro(AvroValue),
     Protobuf(DynamicMessage),
-    /// A message shaped like rankflow's own event.
-    Event(EventMessage),
+    /// A message shaped like rankflow's own event; whether its schema has `scores`.
+    Event(EventMessage, bool),
     /// An Avro record's event fields, read the fast way.
     Fields(EventFields),
 }
@@ -231,8 +232,8 @@ impl Record for Decoded {
                 let taken = std::mem::replace(at, AvroValue::Null);
                 Value::try_from(taken).ok().filter(|v| !v.is_null())
             }
-            Decoded::Event(message) => match path {
-                [name] => message.take(name),
+            Decoded::Event(message, with_scores) => match path {
+                [name] => message.take(name, *with_scores),
                 _ => None,
             },
             Decoded::Fields(fields) => match path {
@@ -263,7 +264,7 @@ impl Record for Decoded {
         match self {
             Decoded::Avro(record) => Value::try_from(record).unwrap_or_default(),
             Decoded::Protobuf(message) => message_json(&message),
-            Decoded::Event(message) => message.into_json(),
+            Decoded::Event(message, with_scores) => message.into_json(with_scores),
             Decoded::Fields(fields) => fields.into_json(),
         }
     }
@@ -383,6 +384,7 @@ mod tests {
         r.put("ts", apache_avro::types::Value::TimestampMillis(1_786_100_400_000));
         r.put("attrs", apache_avro::types::Value::Map([("region".to_string(), "eu".into())].into()));
         r.put("meta", apache_avro::types::Value::Map(Default::default()));
+        r.put("scores", apache_avro::types::Value::Map([("wins".to_string(), 3i64.into())].into()));
         let body = apache_avro::to_avro_datum(&schema, r).unwrap();
         // The fast way (every field by its own name) and the generic way read the same.
         for own_names in [true, false] {
@@ -390,7 +392,7 @@ mod tests {
             assert_eq!(
                 value,
                 json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "match_finished", "player_id": "alice",
-                       "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}})
+                       "score": 9_000_000_000_000i64, "ts": 1_786_100_400_000i64, "attrs": {"region": "eu"}, "meta": {}, "scores": {"wins": 3}})
             );
             let short = avro.decode(&framed(&body[..body.len() - 3], vec![]), own_names).unwrap_err();
             assert!(short.starts_with("the body does not match the Avro schema"), "{short}");
@@ -458,24 +460,35 @@ mod tests {
         assert!(Schema::from_registry(&refs).unwrap_err().contains("references"));
     }
 
+    /// The event's message as earlier versions of `event.proto` have it: no `scores`.
+    const SEVEN: &str = "string event_id = 1; string type = 2; string player_id = 3; int64 score = 4; \
+                         int64 ts = 5; map<string, string> attrs = 6; map<string, string> meta = 7;";
+
+    fn proto_of(body: &str) -> Schema {
+        Schema::proto(&format!("syntax = \"proto3\";\nmessage E {{ {body} }}\n")).unwrap()
+    }
+
     #[test]
     fn only_a_message_of_the_events_shape_is_taken_for_it() {
-        let Schema::Protobuf(file, fast) = Schema::proto(EVENT_PROTO).unwrap() else { panic!() };
-        assert!(is_event_shaped(&file.messages().next().unwrap()));
-        assert_eq!(fast, Some(0));
-        let other = |body: &str| {
-            let text = format!("syntax = \"proto3\";\nmessage E {{ {body} }}\n");
-            let Schema::Protobuf(file, fast) = Schema::proto(&text).unwrap() else { panic!() };
-            let first = file.messages().next().unwrap();
-            (is_event_shaped(&first), fast)
+        let fast = |schema: Schema| match schema {
+            Schema::Protobuf(_, fast) => fast,
+            _ => panic!(),
         };
-        let fields = "string event_id = 1; string type = 2; string player_id = 3; int64 score = 4; int64 ts = 5; \
-                      map<string, string> attrs = 6; map<string, string> meta = 7;";
-        assert_eq!(other(fields), (true, Some(0)));
-        assert_eq!(other(&fields.replace("int64 score", "sint64 score")), (false, None));
-        assert_eq!(other(&fields.replace("int64 score", "optional int64 score")), (false, None));
-        assert_eq!(other(&fields.replace("ts = 5", "ts = 9")), (false, None));
-        assert_eq!(other(&format!("{fields} string extra = 8;")), (false, None));
+        assert_eq!(fast(Schema::proto(EVENT_PROTO).unwrap()), Some((0, true)));
+        assert_eq!(fast(proto_of(SEVEN)), Some((0, false)));
+        let eight = format!("{SEVEN} map<string, int64> scores = 8;");
+        assert_eq!(fast(proto_of(&eight)), Some((0, true)));
+        for other in [
+            SEVEN.replace("int64 score", "sint64 score"),
+            SEVEN.replace("int64 score", "optional int64 score"),
+            SEVEN.replace("ts = 5", "ts = 9"),
+            format!("{SEVEN} string extra = 8;"),
+            eight.replace("int64> scores", "int32> scores"),
+            eight.replace("scores = 8", "scores = 9"),
+            format!("{eight} string extra = 9;"),
+        ] {
+            assert_eq!(fast(proto_of(&other)), None, "{other}");
+        }
     }
 
     #[test]
@@ -488,16 +501,28 @@ mod tests {
             ts: 1_786_100_400_000,
             attrs: [("track".to_string(), "monza".to_string())].into(),
             meta: std::collections::BTreeMap::new(),
+            scores: [("wins".to_string(), 3), ("time_ms".to_string(), -53_000)].into(),
         };
-        let body = prost::Message::encode_to_vec(&e);
-        let Schema::Protobuf(file, _) = Schema::proto(EVENT_PROTO).unwrap() else { panic!() };
-        let dynamic = prost_reflect::DynamicMessage::decode(file.messages().next().unwrap(), body.as_slice()).unwrap();
         let options = prost_reflect::SerializeOptions::new()
             .stringify_64_bit_integers(false)
             .use_proto_field_name(true)
             .skip_default_fields(false);
-        let want = dynamic.serialize_with_options(serde_json::value::Serializer, &options).unwrap();
-        assert_eq!(<EventMessage as prost::Message>::decode(body.as_slice()).unwrap().into_json(), want);
+        // The published file, and one without scores (whose bodies never carry them).
+        let no_scores = EventMessage { scores: Default::default(), ..e.clone() };
+        for (schema, e) in [(Schema::proto(EVENT_PROTO).unwrap(), e), (proto_of(SEVEN), no_scores)] {
+            let Schema::Protobuf(file, Some((0, with_scores))) = schema else { panic!() };
+            let body = prost::Message::encode_to_vec(&e);
+            let message = file.messages().next().unwrap();
+            let dynamic = prost_reflect::DynamicMessage::decode(message, body.as_slice()).unwrap();
+            let want = dynamic.serialize_with_options(serde_json::value::Serializer, &options).unwrap();
+            let derived = <EventMessage as prost::Message>::decode(body.as_slice()).unwrap();
+            assert_eq!(derived.clone().into_json(with_scores), want);
+            let (mut fast, mut slow) = (Decoded::Event(derived, with_scores), Decoded::Protobuf(dynamic));
+            for field in super::super::fields::FIELDS {
+                let path = [field.to_string()];
+                assert_eq!(fast.take(&path), slow.take(&path), "{field}");
+            }
+        }
     }
 
     /// A writer schema of a studio's own: the event fields typed otherwise,
@@ -511,6 +536,7 @@ mod tests {
         {"name": "score", "type": ["null", "int", "double", "string"]},
         {"name": "ts", "type": ["string", "long"]},
         {"name": "attrs", "type": ["null", {"type": "map", "values": "string"}]},
+        {"name": "scores", "type": ["null", {"type": "map", "values": ["long", "double"]}]},
         {"name": "where", "type": {"type": "record", "name": "Where", "fields": [{"name": "x", "type": "float"}]}}
     ]}"#;
 
@@ -524,6 +550,11 @@ mod tests {
         r.put("score", score);
         r.put("ts", ts);
         r.put("attrs", AvroValue::Union(1, Box::new(AvroValue::Map([("track".to_string(), "monza".into())].into()))));
+        let scores = [
+            ("wins".to_string(), AvroValue::Union(0, Box::new(AvroValue::Long(3)))),
+            ("time_ms".to_string(), AvroValue::Union(1, Box::new(AvroValue::Double(53000.0)))),
+        ];
+        r.put("scores", AvroValue::Union(1, Box::new(AvroValue::Map(scores.into()))));
         r.put("where", AvroValue::Record(vec![("x".into(), AvroValue::Float(1.5))]));
         apache_avro::to_avro_datum(schema, r).unwrap()
     }

@@ -51,10 +51,13 @@ impl Scores {
 }
 
 /// The record's `scores` (`None` when it has none): an object whose values
-/// are read one by one; anything but an object refuses the record.
+/// are read one by one; anything but an object refuses the record. An
+/// empty object is none (an Avro or Protobuf map left empty: rankflow's
+/// own schemas give every record the field).
 pub(super) fn parse(v: Option<Value>) -> Result<Option<Scores>, Rejection> {
     match v {
         None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) if map.is_empty() => Ok(None),
         Some(Value::Object(map)) => Ok(Some(Scores(
             map.into_iter()
                 .map(|(k, v)| {
@@ -90,6 +93,7 @@ mod tests {
         assert!(s.values(["s"].into_iter()).is_err());
         assert_eq!(s.values(["deaths"].into_iter()), Err("scores.deaths is missing".into()));
         assert_eq!(parse(None).unwrap(), None);
+        assert_eq!(parse(Some(serde_json::json!({}))).unwrap(), None);
         assert_eq!(parse(Some(serde_json::json!([1]))).unwrap_err().reason, Reason::InvalidScore);
     }
 
