@@ -1,11 +1,12 @@
 //! Sealed periods of boards ranked by several columns, through a real
 //! worker, tansu and Redis, against the model in `board::columns`: three
 //! days of a wins-then-time board, of a best-run board (earliest ties) and
-//! of a five-column board (every mode, mixed orders, values at the range's
-//! ends) close and seal; each day's snapshot (top, player reads, cursors), its
-//! published top and every player's history (rank, scores, percentile,
-//! best) equal the model's; an erasure takes a player out of the
-//! snapshots (through their sealed rows) and out of the history.
+//! of a five-column board (every mode, mixed orders, values at the
+//! range's ends) close and seal; each day's snapshot (top, player reads,
+//! cursors), its published top and every player's history (rank, scores,
+//! percentile, best) equal the model's, and again after a rebuild; an
+//! erasure takes a player out of the snapshots (through their sealed rows)
+//! and out of the history.
 
 mod support;
 
@@ -171,6 +172,9 @@ async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
         let (status, top) = w.get_json(&format!("/v1/boards/{board}/top?period={day}:final&limit=100")).await;
         assert_eq!(status, 200, "{top}");
         assert_eq!(entries_of(&top, &c), want, "{when}: {board} {day}:final");
+        // The sealed period itself answers as its snapshot does.
+        let (_, sealed) = w.get_json(&format!("/v1/boards/{board}/top?period={day}&limit=100")).await;
+        assert_eq!(entries_of(&sealed, &c), want, "{when}: {board} {day}");
         // Paged by cursors, as the live period is.
         let (mut paged, mut path) = (Vec::new(), format!("/v1/boards/{board}/top?period={day}:final&limit=4"));
         loop {
@@ -241,6 +245,12 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
     })
     .await;
     assert_sealed(&w, &model, &published(), "after the seals").await;
+
+    // A rebuild leaves every sealed day as the live workers sealed it
+    // (snapshots, their rows and dense index, the history).
+    let out = run_rankflow(&["rebuild"], &w.config_path).await;
+    assert!(out.status.success(), "rebuild: {}", String::from_utf8_lossy(&out.stderr));
+    assert_sealed(&w, &model, &published(), "after a rebuild").await;
 
     // An erasure: out of every snapshot (found through its sealed rows) and the history.
     let erased = standings(&model, "arena", &day_id(days[0]))[0].0.clone();
