@@ -1,6 +1,6 @@
 //! Live ops on a board ranked by several columns, through a real worker,
 //! tansu and Redis, scripted: splits (each region its own board), a season
-//! window beside the daily board, `max_attempts` (an attempt spent per
+//! window and a cron schedule beside the daily board, `max_attempts` (an attempt spent per
 //! period; a producer retry spends none) and `rate_limit`, each row as its
 //! own columns combine the events that count; and the live top, whose
 //! first event is the top read.
@@ -48,6 +48,7 @@ periods = ["daily"]
 split_by = "region"
 max_attempts = 3
 windows = [{{ name = "cup", from = "{}", to = "{}" }}]
+schedules = [{{ name = "ten", cron = "0 10 * * *", duration = "1h" }}]
 
 [[board]]
 id = "limited"
@@ -96,6 +97,10 @@ rate_limit = {{ events = 2, window = "60s" }}
     assert_eq!(eu_day, want(&[("bob", 3, 60_000), ("alice", 2, 40_000)]), "{}", w.log());
     let eu_cup = top("/v1/boards/arena/top?split=eu&period=cup".into()).await;
     assert_eq!(eu_cup, want(&[("alice", 2, 40_000)]));
+    // The scheduled hour (each day at ten) holds the same events as the cup.
+    let ten = chrono::DateTime::from_timestamp_millis(from).unwrap().format("c:ten:%Y-%m-%dT%H:%M").to_string();
+    assert_eq!(top(format!("/v1/boards/arena/top?split=eu&period={ten}")).await, want(&[("alice", 2, 40_000)]));
+    assert_eq!(top(format!("/v1/boards/arena/top?split=us&period={ten}")).await, want(&[("alice", 1, 70_000)]));
     assert_eq!(top(format!("/v1/boards/arena/top?split=us&period={day}")).await, want(&[("alice", 1, 70_000)]));
     assert_eq!(top("/v1/boards/limited/top".into()).await, want(&[("carol", 2, 20_000)]));
     let reasons: Vec<String> =
