@@ -386,6 +386,16 @@ async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_r
     m.set("speedrun", &["all".into()], "p05", vec![0, 1], now);
     m.set("arena", &["all".into(), today], "p06", vec![500, 7], now);
     assert_reads(&w, &m, "after score_set").await;
+    // The same through the command: `rankflow admin set --scores`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        .args(["admin", "set", "--config"])
+        .arg(&w.config_path)
+        .args(["--board", "arena", "--player", "p08", "--period", "all", "--scores", "wins=600,time_ms=5", "--wait"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "admin set: {}", String::from_utf8_lossy(&out.stderr));
+    m.set("arena", &["all".into()], "p08", vec![600, 5], now);
+    assert_reads(&w, &m, "after admin set --scores").await;
 
     // A rebuild reproduces every board (the erasure is an admin event it reads too).
     let out = run_rankflow(&["rebuild"], &w.config_path).await;
