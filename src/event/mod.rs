@@ -22,6 +22,8 @@ mod avro_fields;
 pub mod cloudevents;
 mod decode;
 mod event_message;
+#[cfg(test)]
+mod fast_avro_tests;
 pub mod fields;
 mod moderation;
 pub mod rule;
