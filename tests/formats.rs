@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::encode::{explicit_indexes, produce_with_headers, serialize, WithHeaders};
+use support::encode::{explicit_indexes, produce_with_headers, schemas_toml, serialize, WithHeaders};
 use support::{header, random_name, temp_dir, zset_values, Stack, Worker, WorkerConfig};
 
 const EVENT_AVSC: &str = include_str!("../schemas/event.avsc");
@@ -227,27 +227,23 @@ async fn a_topic_per_format_in_one_worker_counts_every_score_once_through_a_kill
         stack.broker.create_topic(name, 2).await;
     }
     let dir = temp_dir();
-    let file = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let schemas = schemas_toml(
+        dir.path(),
+        &[
+            (ids[0], "event.avsc", EVENT_AVSC),
+            (ids[1], "loose.avsc", LOOSE_AVSC),
+            (ids[2], "event.proto", EVENT_PROTO),
+            (ids[3], "match.proto", MATCH_PROTO),
+        ],
+    );
     let boards = "[[board]]\nid = \"points\"\non = [\"match_finished\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n";
     let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
     cfg.extra_topics = names[1..].to_vec();
     let (avro, proto, nested, ce) = (&names[1], &names[2], &names[3], &names[4]);
     cfg.kafka_extra = format!(
         "formats = {{ \"{avro}\" = \"avro\", \"{proto}\" = \"protobuf\", \"{nested}\" = \"protobuf\", \"{ce}\" = \"cloudevents\" }}\n\
-         schemas = {{ \"{}\" = \"{}\", \"{}\" = \"{}\", \"{}\" = \"{}\", \"{}\" = \"{}\" }}\n\
+         {schemas}\n\
          [kafka.fields.\"{nested}\"]\nevent_id = \"match_id\"\ntype = \"kind\"\nplayer_id = \"player.id\"\nscore = \"points\"\nts = \"finished_at\"",
-        ids[0],
-        file("event.avsc", EVENT_AVSC),
-        ids[1],
-        file("loose.avsc", LOOSE_AVSC),
-        ids[2],
-        file("event.proto", EVENT_PROTO),
-        ids[3],
-        file("match.proto", MATCH_PROTO),
     );
 
     // Half of every topic, a worker killed mid-stream, the other half, a worker

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::encode::{produce_with_headers, serialize, WithHeaders};
+use support::encode::{produce_with_headers, schemas_toml, serialize, WithHeaders};
 use support::{random_name, temp_dir, zset_values, Stack, Worker, WorkerConfig};
 
 const EVENT_AVSC: &str = include_str!("../schemas/event.avsc");
@@ -147,27 +147,21 @@ async fn avro_and_protobuf_records_carry_each_column_to_a_board_ranked_by_severa
         stack.broker.create_topic(name, 1).await;
     }
     let dir = temp_dir();
-    let file = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let schemas = schemas_toml(
+        dir.path(),
+        &[
+            (framed.avro[0].id, "event.avsc", EVENT_AVSC),
+            (framed.avro[1].id, "studio.avsc", STUDIO_AVSC),
+            (framed.protobuf[0].id, "event.proto", EVENT_PROTO),
+            (framed.protobuf[1].id, "old.proto", OLD_PROTO),
+        ],
+    );
     let mut cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, BOARDS);
     cfg.extra_topics = names.clone();
     let [a, s, p, o] = [&names[0], &names[1], &names[2], &names[3]];
-    let (ids, paths) = (
-        [framed.avro[0].id, framed.avro[1].id, framed.protobuf[0].id, framed.protobuf[1].id],
-        [
-            file("event.avsc", EVENT_AVSC),
-            file("studio.avsc", STUDIO_AVSC),
-            file("event.proto", EVENT_PROTO),
-            file("old.proto", OLD_PROTO),
-        ],
-    );
     cfg.kafka_extra = format!(
         "formats = {{ \"{a}\" = \"avro\", \"{s}\" = \"avro\", \"{p}\" = \"protobuf\", \"{o}\" = \"protobuf\" }}\n\
-         schemas = {{ {} }}\n[kafka.fields.\"{s}\"]\nscores = \"results\"",
-        ids.iter().zip(&paths).map(|(id, path)| format!("\"{id}\" = \"{path}\"")).collect::<Vec<_>>().join(", "),
+         {schemas}\n[kafka.fields.\"{s}\"]\nscores = \"results\"",
     );
     let parts = [&framed.avro[0], &framed.avro[1], &framed.protobuf[0], &framed.protobuf[1]];
     for (name, part) in names.iter().zip(parts) {

@@ -80,6 +80,20 @@ fn hex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
 }
 
+/// `[kafka.schemas]` of these schemas, each written to a file of `dir`:
+/// (schema id, file name, text) -> `schemas = { "<id>" = "<path>", ... }`.
+pub fn schemas_toml(dir: &Path, schemas: &[(u32, &str, &str)]) -> String {
+    let entries: Vec<String> = schemas
+        .iter()
+        .map(|(id, name, text)| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            format!("\"{id}\" = \"{}\"", path.display())
+        })
+        .collect();
+    format!("schemas = {{ {} }}", entries.join(", "))
+}
+
 /// A Protobuf frame's single `0` message index rewritten in the explicit
 /// form (count 1, index 0: zigzag bytes 2, 0), as other serializers write it.
 pub fn explicit_indexes(value: &[u8]) -> Vec<u8> {
