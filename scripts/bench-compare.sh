@@ -24,15 +24,6 @@ start_redis() {
   redis_pid=$!; pids+=($redis_pid)
   wait_port "$rport"
 }
-start_broker() {
-  kport=$(free_port)
-  rm -f "$dir/broker.db"
-  (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
-    --storage-engine sqlite://broker.db) >"$dir/broker-$kport.log" 2>&1 &
-  broker_pid=$!; pids+=($broker_pid)
-  wait_port "$kport"
-  scripts/tansu-index.sh "$dir/broker.db"
-}
 stop() { kill "$@" 2>/dev/null || true; wait "$@" 2>/dev/null || true; }
 
 echo "machine: $(nproc) cores, $(redis-server --version | awk '{print $3}'); before: $before; after: $after"
@@ -49,11 +40,11 @@ done
 for round in $(seq 1 "${BENCH_E2E_ROUNDS:-${BENCH_ROUNDS:-3}}"); do
   for build in before after; do
     bin=${!build}
-    start_redis; start_broker
+    start_redis; start_kafka
     echo "== round $round, $build: end to end"
     "$bin/rankflow-tools" bench --wipe-redis pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" \
       --events "${BENCH_EVENTS:-400000}" --seconds "${BENCH_LATENCY_SECONDS:-5}" --broker-pid "$broker_pid" --rounds 1 \
       | grep -E "ceiling|store path|end to end|drain"
-    stop "$redis_pid" "$broker_pid"
+    stop "$redis_pid"; stop_kafka
   done
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the benchmarks on a local stack: starts redis-server and tansu on free
-# ports in a temporary directory, builds rankflow in release mode, runs
+# Runs the benchmarks on a local stack: starts redis-server and Apache Kafka
+# (scripts/kafka.sh) on free ports in a temporary directory, builds rankflow in release mode, runs
 # `rankflow-tools bench pipeline` (ceilings, store path, end to end, latency,
 # memory), `rankflow-tools bench read` (read API on a 1,000,000-member board),
 # `rankflow-tools bench league` (a league board's cost, one round settled),
@@ -18,32 +18,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-scripts/setup.sh --test >/dev/null  # tansu, too
+scripts/setup.sh --test >/dev/null  # Java, Maven and Kafka's jars, too
 cargo build --release --quiet
 bin=$PWD/target/release/rankflow-tools
 
 . scripts/lib.sh
 scratch bench
 
-rport=$(free_port); kport=$(free_port); tport=$(free_port)
+rport=$(free_port); tport=$(free_port)
 # Certificates for Redis's TLS port (the same server: `bench tls` compares its two ports).
 deploy/tls/make-certs.sh "$dir/tls" >/dev/null
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmemory-policy noeviction --dir "$dir" \
   --tls-port "$tport" --tls-cert-file "$dir/tls/redis.crt" --tls-key-file "$dir/tls/redis.key" --tls-ca-cert-file "$dir/tls/ca.crt" --tls-auth-clients yes \
   >"$dir/redis.log" 2>&1 &
 pids+=($!)
-(cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
-  --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
-broker_pid=$!
-pids+=($broker_pid)
+start_kafka
 # A replica of it, for the reads from replicas.
 rrport=$(free_port)
 redis-server --port "$rrport" --bind 127.0.0.1 --save "" --appendonly no --replicaof 127.0.0.1 "$rport" --dir "$dir" >"$dir/replica.log" 2>&1 &
 pids+=($!)
-wait_port "$rport"; wait_port "$kport"; wait_port "$rrport"; wait_port "$tport"
-scripts/tansu-index.sh "$dir/broker.db"
+wait_port "$rport"; wait_port "$rrport"; wait_port "$tport"
 
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), tansu on sqlite"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), Apache Kafka $(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' scripts/kafka/pom.xml | head -1) (KRaft, one node)"
 "$bin" bench --wipe-redis pipeline --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --events "${BENCH_EVENTS:-1000000}" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}" \
   --broker-pid "$broker_pid" --rounds "${BENCH_ROUNDS:-3}"
 # TLS: the store path through the same Redis's TLS port (mutual TLS) against
@@ -88,6 +84,6 @@ fi
 # server's memory and CPU per stream and Redis's reads meanwhile.
 "$bin" bench --wipe-redis live --brokers "127.0.0.1:$kport" --redis "redis://127.0.0.1:$rport" --clients "${BENCH_LIVE_CLIENTS:-1000}"
 # The latency run again, against librdkafka's mock cluster (an in-memory
-# broker inside the bench process) instead of tansu: rankflow's own share
+# broker inside the bench process) instead of Apache Kafka: rankflow's own share
 # of the latency, with a broker that is not the bottleneck.
 "$bin" bench --wipe-redis latency --brokers mock --redis "redis://127.0.0.1:$rport" --rate "${BENCH_LATENCY_RATE:-5000}" --seconds "${BENCH_LATENCY_SECONDS:-30}"

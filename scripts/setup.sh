@@ -2,15 +2,17 @@
 # Installs what rankflow's demo and tests need and is missing on a Debian
 # machine with Rust: redis-server and redis-cli (apt), the C toolchain pieces
 # and libraries librdkafka's build uses (apt: OpenSSL for TLS and SASL,
-# libcurl for OAUTHBEARER's OIDC); with --test, also what only the tests
-# use: the tansu Kafka broker (crates.io), Chromium for the page test,
+# libcurl for OAUTHBEARER's OIDC); with --kafka, Java 17 and Maven for
+# Apache Kafka (scripts/kafka.sh); with --test, those and what only the
+# tests use: Apache Kafka's jars (fetched by Maven, once), Chromium for the page test,
 # openssl and socat (and kafka-python) for the secure-connection tests,
 # nginx for the cache-in-front test,
 # confluent-kafka's serializers for the event-format tests, and the offline
 # validators of the compose file, alert rules and Kubernetes manifests.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
-tests=0; [ "${1:-}" = "--test" ] && tests=1
+tests=0; kafka=0
+case "${1:-}" in --test) tests=1; kafka=1 ;; --kafka) kafka=1 ;; esac
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
@@ -30,8 +32,13 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 # librdkafka built with TLS, SASL (SCRAM, OAUTHBEARER) and OIDC: OpenSSL's and libcurl's headers.
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
 [ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -e /usr/include/curl/curl.h ] || missing+=(libcurl4-openssl-dev)
-# python3 (with its sqlite3 module): free ports in the scripts, and tansu's header index (scripts/tansu-index.sh).
+# python3: free ports in the scripts.
 command -v python3 >/dev/null || missing+=(python3)
+if [ "$kafka" = 1 ]; then
+  # Apache Kafka (scripts/kafka.sh): a Java 17 runtime, and Maven to fetch its jars.
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+fi
 if [ "$tests" = 1 ]; then
   # Offline validation of docker-compose.yml and the alert rules (tests/operations.rs).
   command -v docker-compose >/dev/null || missing+=(docker-compose)
@@ -40,8 +47,8 @@ if [ "$tests" = 1 ]; then
   # terminal for the progress bars (tests/demo.rs).
   command -v chromium >/dev/null || missing+=(chromium)
   command -v tmux >/dev/null || missing+=(tmux)
-  # Secure connections (tests/secure*.rs): certificates made by openssl, a
-  # TLS endpoint in front of tansu (socat).
+  # Secure connections (tests/secure*.rs): certificates made by openssl;
+  # HTTPS in front of the tests' own Schema Registry (socat).
   command -v openssl >/dev/null || missing+=(openssl)
   command -v socat >/dev/null || missing+=(socat)
   # A reverse-proxy cache in front of the read API (tests/browsers.rs, the cache benchmark).
@@ -79,8 +86,6 @@ if [ "$tests" = 0 ]; then
   echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
   exit 0
 fi
-if ! command -v tansu >/dev/null; then
-  echo "setup: installing the tansu broker from crates.io (10-25 minutes the first time)"
-  cargo install tansu --locked --features dynostore,libsql
-fi
-echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), tansu at $(command -v tansu)"
+# Apache Kafka's jars, fetched by Maven into scripts/kafka.sh's cache (once).
+kafka=$("$(dirname "$0")/kafka.sh" fetch)
+echo "setup: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), Apache Kafka's jars in $kafka"

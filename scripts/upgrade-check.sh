@@ -25,12 +25,8 @@ redis_at() { # PORT: a Redis of its own
   pids+=($!)
   wait_port "$1"
 }
-kport=$(free_port); live=$(free_port); reference=$(free_port); old_ref=$(free_port); hport=$(free_port)
-(cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$kport" --advertised-listener-url "tcp://127.0.0.1:$kport" \
-  --storage-engine sqlite://broker.db) >"$dir/broker.log" 2>&1 &
-pids+=($!)
-wait_port "$kport"
-scripts/tansu-index.sh "$dir/broker.db"
+live=$(free_port); reference=$(free_port); old_ref=$(free_port); hport=$(free_port)
+start_kafka
 redis_at "$live"; redis_at "$reference"; redis_at "$old_ref"
 
 config="$dir/rankflow.toml"

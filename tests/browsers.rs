@@ -1,4 +1,4 @@
-//! Reads for browsers and caches through a real worker, tansu and Redis,
+//! Reads for browsers and caches through a real worker, Apache Kafka and Redis,
 //! with curl as the client (not ours: it decodes gzip and br itself): CORS
 //! answers and preflights for a listed and an unlisted origin; an `ETag`
 //! that stays while the board does not change and changes when it does;

@@ -1,5 +1,5 @@
 //! Apply calls sized by time (`worker.max_call_time`), through a real
-//! worker, tansu and Redis: a board whose events cost Redis more per event
+//! worker, Apache Kafka and Redis: a board whose events cost Redis more per event
 //! gets smaller calls than a cheap one, both within `max_events_per_call`;
 //! a trickle of single events after the drain leaves the sizes alone; and
 //! the boards stay exact.

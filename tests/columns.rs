@@ -1,4 +1,4 @@
-//! Boards ranked by several columns through the real worker, tansu and
+//! Boards ranked by several columns through the real worker, Apache Kafka and
 //! Redis, against the model in `board::columns`: a stream over 4
 //! partitions with producer retries and a kill -9 mid-way, on a board whose
 //! columns aggregate each on its own (wins, then the fastest time) and one
@@ -314,7 +314,7 @@ async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_r
     let (events, records) = stream(2000);
     let mut m = model(&events);
 
-    let w = killed_mid_stream(&stack, &mut cfg, &records, PARTITIONS).await;
+    let w = killed_mid_stream(&stack, &cfg, &records, PARTITIONS).await;
     assert_reads(&w, &m, "after the stream").await;
 
     // Only records every board refused are dead letters: runs lacking

@@ -183,7 +183,7 @@ async fn rank_changes_of_best_rows_are_the_models() {
     run(columns(&five, RowMode::Best), true, 7).await;
 }
 
-/// Through the worker and tansu: the change records of a board with columns
+/// Through the worker and Apache Kafka: the change records of a board with columns
 /// carry `scores`, each column's value after the move.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_record_of_a_board_with_columns_carries_its_scores() {

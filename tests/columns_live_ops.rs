@@ -1,5 +1,5 @@
 //! Live ops on a board ranked by several columns, through a real worker,
-//! tansu and Redis, scripted: splits (each region its own board), a season
+//! Apache Kafka and Redis, scripted: splits (each region its own board), a season
 //! window and a cron schedule beside the daily board, `max_attempts` (an attempt spent per
 //! period; a producer retry spends none) and `rate_limit`, each row as its
 //! own columns combine the events that count; and the live top, whose

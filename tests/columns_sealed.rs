@@ -1,5 +1,5 @@
 //! Sealed periods of boards ranked by several columns, through a real
-//! worker, tansu and Redis, against the model in `board::columns`: three
+//! worker, Apache Kafka and Redis, against the model in `board::columns`: three
 //! days of a wins-then-time board, of a best-run board (earliest ties) and
 //! of a five-column board (every mode, mixed orders, values at the
 //! range's ends) close and seal; each day's snapshot (top, player reads,

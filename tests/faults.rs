@@ -1,13 +1,9 @@
 //! The fault suite of the exactly-once guarantee: each scenario runs the real worker
-//! against tansu and redis-server, injects a fault, and checks the boards
-//! against the independent model of `support/stream.rs`.
-//!
-//! Tansu's group coordinator may keep a SIGKILLed member forever; scenarios
-//! that kill a worker restart it under a fresh group whose committed offsets
-//! were first copied from the killed group (`Broker::copy_offsets`). That is
-//! a harness workaround for the broker, not something rankflow relies on:
-//! a redelivery is recognised by the offsets recorded in Redis whichever
-//! group replays.
+//! against Apache Kafka and redis-server, injects a fault, and checks the
+//! boards against the independent model of `support/stream.rs`. A killed
+//! worker is started again in the same group, as an operator's restart
+//! would: it takes its partitions back once the killed member's session
+//! has expired.
 
 mod support;
 
@@ -33,6 +29,16 @@ async fn setup(records: usize, seed: u64, redis: Redis) -> Setup {
 
 async fn setup_stream(stream: Stream, redis: Redis) -> Setup {
     let Stack { redis, broker, topic, dlq } = Stack::start_with(redis, PARTITIONS).await;
+    setup_on(stream, redis, broker, topic, dlq).await
+}
+
+/// A setup whose broker is the test's own (it stops or restarts it).
+async fn setup_own_broker(records: usize, seed: u64) -> Setup {
+    let Stack { redis, broker, topic, dlq } = Stack::start_on(Redis::start(), Broker::start_own(), PARTITIONS).await;
+    setup_on(stream::generate(records, seed), redis, broker, topic, dlq).await
+}
+
+async fn setup_on(stream: Stream, redis: Redis, broker: Broker, topic: String, dlq: String) -> Setup {
     broker.produce(&topic, &stream.records).await;
     Setup { redis, broker, topic, dlq, stream }
 }
@@ -97,9 +103,6 @@ async fn five_sigkills_at_random_moments_of_a_100k_stream_leave_the_boards_exact
         w.sigkill();
         let at_kill = committed_total(&s, &cfg.group);
         assert!(at_kill < total(&s), "kill {kill} landed after the stream ended; the stream must outlast five kills");
-        let next = random_name("group");
-        s.broker.copy_offsets(&cfg.group, &next, &s.topic, PARTITIONS);
-        cfg.group = next;
         last = applied(&mut conn, &s.topic).await;
     }
     let _w = Worker::spawn(&cfg);
@@ -210,7 +213,7 @@ async fn a_redis_restart_and_a_20s_outage_lose_nothing_and_commit_nothing_meanwh
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broker_restart_mid_stream_loses_nothing() {
-    let mut s = setup(60_000, 106, Redis::start()).await;
+    let mut s = setup_own_broker(60_000, 106).await;
     let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
     cfg.worker_section = "batch_size = 200\nmax_backoff = \"1s\"\n".into();
     let w = Worker::spawn(&cfg);
@@ -248,9 +251,6 @@ async fn sigterm_mid_stream_exits_zero_in_time_and_commits_nothing_redis_lacks()
     assert!(committed < total(&s), "SIGTERM must come mid-stream");
     // Had an offset been committed past what Redis holds, resuming from the
     // committed offsets would skip those records and the boards would differ.
-    let next = random_name("group");
-    s.broker.copy_offsets(&cfg.group, &next, &s.topic, PARTITIONS);
-    cfg.group = next;
     let _w = Worker::spawn(&cfg);
     s.broker.wait_committed_to_end(&cfg.group, &s.topic, PARTITIONS, Duration::from_secs(240));
     s.stream.assert_boards(&mut s.redis.conn().await).await;
@@ -398,7 +398,7 @@ async fn two_workers_on_a_three_master_redis_cluster_are_exact() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_with_the_broker_gone_still_exits_zero_within_the_shutdown_timeout() {
-    let s = setup(2_000, 109, Redis::start()).await;
+    let s = setup_own_broker(2_000, 109).await;
     let mut cfg = WorkerConfig::new(&s.broker, &s.redis, &s.topic, &s.dlq, BOARDS);
     cfg.worker_section = "shutdown_timeout = \"5s\"\n".into();
     let mut w = Worker::spawn(&cfg);

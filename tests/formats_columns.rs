@@ -2,7 +2,7 @@
 //! Schema Registry wire format, written by Confluent's own serializers
 //! (tests/serialize.py) with rankflow's published schemas, a studio's Avro
 //! record read through a field map, and a Protobuf writer of the event
-//! file's earlier version (no `scores`), against tansu and a real Redis:
+//! file's earlier version (no `scores`), against Apache Kafka and a real Redis:
 //! each record's `scores` reach the columns' board and its `score` the
 //! one-column board, once each through producer retries; a record without
 //! `scores` counts on the one-column board only, and no record is a dead

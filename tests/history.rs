@@ -1,4 +1,4 @@
-//! Players' history through a real worker, tansu and Redis: three sealed
+//! Players' history through a real worker, Apache Kafka and Redis: three sealed
 //! days give each player's rank, score and percentile in each, as the player
 //! reads of the sealed days answer, and their best rank; an erasure removes
 //! a player's history and leaves the others' as recorded at the seals; the

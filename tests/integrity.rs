@@ -1,4 +1,4 @@
-//! Score integrity through the real worker, tansu and Redis: rules that
+//! Score integrity through the real worker, Apache Kafka and Redis: rules that
 //! hold and refuse, the review queue (`GET /v1/review`, `held: n`), the
 //! review topic, approvals and rejections as admin events (each once;
 //! unknown and decided ids refused, a producer retry changing nothing),

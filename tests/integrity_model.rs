@@ -1,4 +1,4 @@
-//! Score integrity against a model, through the real worker, tansu and
+//! Score integrity against a model, through the real worker, Apache Kafka and
 //! Redis: a stream of honest and rule-breaking scores (and producer
 //! retries) over four partitions, the worker killed -9 mid-stream; every
 //! held event held once, listed and on the review topic; approvals and
@@ -200,7 +200,7 @@ async fn held_events_and_their_reviews_count_exactly_once_through_a_kill_and_a_r
         best.held.len()
     );
 
-    let w = killed_mid_stream(&stack, &mut cfg, &records, PARTITIONS).await;
+    let w = killed_mid_stream(&stack, &cfg, &records, PARTITIONS).await;
 
     let mut conn = stack.redis.conn().await;
     assert_boards(&mut conn, &pts, &best, "after the stream").await;

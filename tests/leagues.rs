@@ -1,4 +1,4 @@
-//! Leagues through real workers, tansu and Redis: players are placed in
+//! Leagues through real workers, Apache Kafka and Redis: players are placed in
 //! cohorts in arrival order, rounds settle at their seal into exactly the
 //! moves a model of the rules expects (promotion, demotion, the top and
 //! lowest tiers keeping their players, small cohorts, idle players), each

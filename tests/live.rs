@@ -1,5 +1,5 @@
 //! The live top (`GET .../live`, Server-Sent Events) through a real worker,
-//! tansu and Redis: two streams see the same top, the top read's answer;
+//! Apache Kafka and Redis: two streams see the same top, the top read's answer;
 //! a change reaches both; a stream resuming with `Last-Event-ID` gets the
 //! current top at once; 200 streams of one top cost Redis what one does
 //! (its read commands counted by `INFO commandstats`); past

@@ -1,4 +1,4 @@
-//! Live ops through the real worker, tansu and Redis: attempt limits
+//! Live ops through the real worker, Apache Kafka and Redis: attempt limits
 //! (`max_attempts`), counted in the same atomic step as the write, so that
 //! a redelivery, a producer retry or a SIGKILL never spends or frees an
 //! attempt twice.
@@ -131,7 +131,7 @@ async fn attempt_limits_stay_exact_across_five_sigkills() {
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut conn = stack.redis.conn().await;
     let total = records.len() as i64;
-    let kills = five_sigkills(&mut cfg, &stack.broker, &mut conn, &[(stack.topic.as_str(), 4)], total, 78).await;
+    let kills = five_sigkills(&cfg, &mut conn, &[(stack.topic.as_str(), 4)], total, 78).await;
     assert!(kills.iter().all(|k| k[0] < total), "a kill landed after the stream ended: {kills:?}");
     let w = Worker::spawn(&cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 4, Duration::from_secs(300));

@@ -1,4 +1,4 @@
-//! Entry metadata through the real worker, tansu and Redis: each board mode
+//! Entry metadata through the real worker, Apache Kafka and Redis: each board mode
 //! keeps the `meta` of the event that explains the stored score (best: the
 //! event that set the best, the first on a tie, through a lowered and then a
 //! raised score; latest: the newest by event time; sum: the last applied),

@@ -1,4 +1,4 @@
-//! Corrections and moderation through the real worker, tansu and Redis:
+//! Corrections and moderation through the real worker, Apache Kafka and Redis:
 //! admin events on their own topic, each exactly once. A lowered best (the
 //! seeds' Alice 120 -> 110), an adjusted total and its refusal on a best
 //! board, removal from one period; hiding the leader (everyone else moves
@@ -421,7 +421,7 @@ async fn an_admin_sequence_beside_a_score_stream_stays_exact_across_five_sigkill
     let mut conn = stack.redis.conn().await;
     let total = (scores.len() + records.len()) as i64;
     let topics = [(stack.topic.as_str(), 4), (admin_topic.as_str(), 1)];
-    let kills = five_sigkills(&mut cfg, &stack.broker, &mut conn, &topics, total, 242).await;
+    let kills = five_sigkills(&cfg, &mut conn, &topics, total, 242).await;
     let inside = kills.iter().filter(|k| k[1] < records.len() as i64).count();
     assert!(inside >= 3, "only {inside} of the kills landed while admin events were still being applied");
     let w = Worker::spawn(&cfg);

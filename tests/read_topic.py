@@ -13,8 +13,6 @@ from kafka import KafkaConsumer, TopicPartition
 bootstrap, ca_file, user, password, topic, partitions = sys.argv[1:7]
 consumer = KafkaConsumer(
     bootstrap_servers=bootstrap,
-    # tansu's ApiVersions answer is not probed: the versions are named.
-    api_version=(2, 5, 0),
     security_protocol="SASL_SSL",
     ssl_cafile=ca_file,
     sasl_mechanism="SCRAM-SHA-512",

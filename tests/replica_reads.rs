@@ -1,5 +1,5 @@
 //! Reads from replicas (`redis.read_from = "replica"`), through a real
-//! worker, tansu and Redis: once replication has caught up, every read kind
+//! worker, Apache Kafka and Redis: once replication has caught up, every read kind
 //! answers from a replica exactly what the primary answers (`fresh=true`),
 //! on single and sharded boards, sealed snapshots and the period listing; a
 //! replica paused by `CLIENT PAUSE` shows that `fresh` reads skip it and

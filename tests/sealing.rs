@@ -1,4 +1,4 @@
-//! Sealed periods and rolling boards through real workers, tansu and Redis:
+//! Sealed periods and rolling boards through real workers, Apache Kafka and Redis:
 //! the seal waits for every partition (a lagging one and an idle one), holds
 //! exactly the events produced before the close, happens once with two
 //! workers, survives a claim left by a dead worker, and refuses late events;

@@ -108,6 +108,12 @@ async fn kafka_tls_and_sasl_failures_stop_the_worker_naming_the_cause_and_write_
     set_option(&mut cfg, "sasl.password", "not-the-password");
     s.refused("a wrong SCRAM password", &cfg, &["Kafka authentication failed", "sasl.password"]).await;
 
+    // PLAIN's passwords are checked as SCRAM's are.
+    let mut cfg = s.config();
+    set_option(&mut cfg, "sasl.mechanism", "PLAIN");
+    set_option(&mut cfg, "sasl.password", "not-the-password");
+    s.refused("a wrong PLAIN password", &cfg, &["Kafka authentication failed", "sasl.password"]).await;
+
     let mut cfg = s.config();
     set_option(&mut cfg, "sasl.mechanism", "OAUTHBEARER");
     set_option(&mut cfg, "enable.sasl.oauthbearer.unsecure.jwt", "true");

@@ -188,7 +188,7 @@ async fn a_sharded_board_survives_five_sigkills_exactly() {
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     cfg.worker_section = "batch_size = 300\nmax_backoff = \"1s\"\n".into();
     let mut conn = redis.conn().await;
-    five_sigkills(&mut cfg, &broker, &mut conn, &[(&topic, PARTITIONS)], s.records.len() as i64, 85).await;
+    five_sigkills(&cfg, &mut conn, &[(&topic, PARTITIONS)], s.records.len() as i64, 85).await;
     let _w = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(300));
     // The shards, put back together, are exactly the model's board.

@@ -2,6 +2,7 @@
 //! value counts and the offsets the boards recorded.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 /// A sorted set's members and integer scores.
 pub async fn zset_values(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {
@@ -112,4 +113,20 @@ pub async fn applied_on(conns: &[redis::aio::MultiplexedConnection], topic: &str
         }
     }
     furthest.values().map(|o| o + 1).sum()
+}
+
+/// Waits up to 120 s until the boards have applied at least `at_least`
+/// records of `topic` (see `applied`); fails with `what` and the worker's log.
+pub async fn wait_applied(
+    conn: &mut redis::aio::MultiplexedConnection,
+    topic: &str,
+    at_least: i64,
+    worker: &super::Worker,
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while applied(conn, topic).await < at_least {
+        assert!(std::time::Instant::now() < deadline, "{what}\n{}", worker.log());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -1,5 +1,5 @@
 //! The one test harness every integration test uses: a real `redis-server`
-//! and a real Kafka-compatible broker (tansu) on free loopback ports in a
+//! and Apache Kafka (`scripts/kafka.sh`) on free loopback ports in a
 //! temporary directory, random topic and group names, the rankflow binary as
 //! a child process, and helpers that read committed offsets and topics.
 //! Everything started here is stopped on `Drop`. Every process's command line
@@ -13,13 +13,13 @@ pub mod changes;
 pub mod curl;
 pub mod encode;
 mod http;
+mod kafka;
 mod keys;
 pub mod league;
 pub mod nginx;
 pub mod periods;
 mod redis_server;
 pub mod stream;
-mod tansu;
 pub mod tls;
 mod worker;
 
@@ -27,9 +27,9 @@ mod worker;
 #[allow(unused_imports)]
 pub use self::{
     http::{http_get, http_post, wait_http, KeepAlive},
+    kafka::Broker,
     keys::*,
     redis_server::{Failover, Redis, RedisCluster},
-    tansu::{tansu_bin, Broker},
     worker::{run_rankflow, samples, sum, Worker, WorkerConfig},
 };
 
@@ -153,7 +153,11 @@ impl Stack {
     }
 
     pub async fn start_with(redis: Redis, partitions: i32) -> Stack {
-        let broker = Broker::start();
+        Stack::start_on(redis, Broker::start(), partitions).await
+    }
+
+    /// A stack on `broker` (one of the test's own, say).
+    pub async fn start_on(redis: Redis, broker: Broker, partitions: i32) -> Stack {
         let topic = random_name("scores");
         let dlq = random_name("dlq");
         broker.create_topic(&topic, partitions).await;
@@ -197,6 +201,18 @@ pub fn event_record(
         v["attrs"] = a;
     }
     (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
+}
+
+/// The first copy of each dead letter (by its source partition and
+/// offset): a dead letter produced just before a crash, its source offset
+/// not yet committed, is produced again after the restart (the dead-letter
+/// topic is at least once).
+pub fn first_copies(all: &[rdkafka::message::OwnedMessage]) -> Vec<rdkafka::message::OwnedMessage> {
+    let mut seen = std::collections::HashSet::new();
+    all.iter()
+        .filter(|m| seen.insert((header(m, "rankflow.source.partition"), header(m, "rankflow.source.offset"))))
+        .cloned()
+        .collect()
 }
 
 /// A record header's value as text.
@@ -250,17 +266,14 @@ split_by = "track"
 "#;
 
 /// Half of `records` on the stack's topic, a worker killed 2.5 s into them,
-/// the rest under a fresh group with the committed offsets copied (tansu can
-/// keep a SIGKILLed member); returns the worker that drained them all.
-pub async fn killed_mid_stream(stack: &Stack, cfg: &mut WorkerConfig, records: &[Record], partitions: i32) -> Worker {
+/// the rest to a worker restarted in the same group; returns the worker
+/// that drained them all.
+pub async fn killed_mid_stream(stack: &Stack, cfg: &WorkerConfig, records: &[Record], partitions: i32) -> Worker {
     let half = records.len() / 2;
     stack.broker.produce(&stack.topic, &records[..half]).await;
     let mut w = Worker::spawn(cfg);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     w.sigkill();
-    let group = random_name("group");
-    stack.broker.copy_offsets(&cfg.group, &group, &stack.topic, partitions);
-    cfg.group = group;
     stack.broker.produce(&stack.topic, &records[half..]).await;
     let w = Worker::spawn(cfg);
     stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, partitions, Duration::from_secs(120));
@@ -272,12 +285,10 @@ pub async fn killed_mid_stream(stack: &Stack, cfg: &mut WorkerConfig, records: &
 /// times at random moments once it applies again after each restart (a
 /// moment brought forward when it gets through its share of what is left of
 /// `total` records, so every kill lands inside the stream). After each kill
-/// it goes on under a fresh group with the committed offsets copied (tansu
-/// may keep a SIGKILLed member). Returns, per kill, what Redis had applied
-/// of each topic at that moment.
+/// it is started again in the same group. Returns, per kill, what Redis had
+/// applied of each topic at that moment.
 pub async fn five_sigkills(
-    cfg: &mut WorkerConfig,
-    broker: &Broker,
+    cfg: &WorkerConfig,
     conn: &mut redis::aio::MultiplexedConnection,
     topics: &[(&str, i32)],
     total: i64,
@@ -313,11 +324,6 @@ pub async fn five_sigkills(
         let at_kill = per_topic(conn).await;
         last = at_kill.iter().sum();
         kills.push(at_kill);
-        let next = random_name("group");
-        for (t, partitions) in topics {
-            broker.copy_offsets(&cfg.group, &next, t, *partitions);
-        }
-        cfg.group = next;
     }
     kills
 }

@@ -2,20 +2,11 @@
 //! `deploy/tls/make-certs.sh` (a CA, a certificate for 127.0.0.1 that
 //! servers and cluster peers use, a client certificate, and a second CA
 //! nobody trusts with a client certificate of its own), the ACL users of a secured Redis, and
-//! the TLS endpoint the tests put in front of tansu.
-//!
-//! Why an endpoint in front of tansu: tansu 0.6 does not terminate TLS. Its
-//! `--cert` and `--key` flags share a clap group, so giving both prints its
-//! usage, and the acceptor it builds from them is never used
-//! (`let _acceptor` in its broker.rs). `socat OPENSSL-LISTEN` terminates TLS
-//! for it; tansu advertises the TLS endpoint, so every client connection
-//! (metadata, group coordinator, fetches) goes through TLS. tansu itself
-//! enforces SASL (`--authentication`): SCRAM is checked against the users
-//! stored in its database. Its PLAIN accepts any password (its `check`
-//! never compares one), so the tests use SCRAM, and a wrong password is
-//! tested with SCRAM.
+//! the users and TLS settings of a secured Kafka broker (which terminates
+//! TLS itself and checks SCRAM and PLAIN passwords), and a TLS endpoint in
+//! front of the tests' own Schema Registry.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -30,10 +21,10 @@ pub const REDIS_ACL: &[&str] = &["~lb:*", "&*", "+@all", "-@admin", "-@dangerous
 pub const REDIS_ADMIN: &str = "admin";
 pub const REDIS_ADMIN_PASSWORD: &str = "adm-redis-pw";
 
-/// The SCRAM user rankflow authenticates as on the secured broker.
+/// The user rankflow authenticates as on the secured broker (SCRAM-SHA-512 or PLAIN).
 pub const KAFKA_USER: &str = "rankflow";
 pub const KAFKA_PASSWORD: &str = "rf-kafka-S3cret-pw";
-/// The harness's own SCRAM user (topics, producing, reading back).
+/// The harness's own user (topics, producing, reading back).
 pub const KAFKA_ADMIN: &str = "harness";
 pub const KAFKA_ADMIN_PASSWORD: &str = "harness-kafka-pw";
 
@@ -122,6 +113,28 @@ impl Pki {
         cfg.extra_kafka_options = self.kafka_options(KAFKA_USER, KAFKA_PASSWORD);
     }
 
+    /// The secured broker's lines of `server.properties`, for the client
+    /// listener `scripts/kafka.sh` names CLIENT: TLS with this PKI's
+    /// certificate for 127.0.0.1 and its key (one PEM file), SCRAM-SHA-512
+    /// checked against the users made when the store is formatted, and
+    /// PLAIN against the same users and passwords.
+    pub fn kafka_broker_properties(&self) -> String {
+        let pem = self.path("kafka-broker.pem");
+        let key = std::fs::read_to_string(self.path("redis.key")).unwrap();
+        let cert = std::fs::read_to_string(self.path("redis.crt")).unwrap();
+        std::fs::write(&pem, format!("{key}{cert}")).unwrap();
+        format!(
+            "listener.name.client.ssl.keystore.type=PEM\n\
+             listener.name.client.ssl.keystore.location={}\n\
+             listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN\n\
+             listener.name.client.scram-sha-512.sasl.jaas.config=\
+             org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+             listener.name.client.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+             required user_{KAFKA_USER}=\"{KAFKA_PASSWORD}\" user_{KAFKA_ADMIN}=\"{KAFKA_ADMIN_PASSWORD}\";\n",
+            pem.display()
+        )
+    }
+
     /// librdkafka options of a client of the secured broker: SASL_SSL with
     /// SCRAM-SHA-512, trusting this CA.
     pub fn kafka_options(&self, user: &str, password: &str) -> Vec<(String, String)> {
@@ -138,7 +151,8 @@ impl Pki {
 }
 
 /// A TLS endpoint (`socat OPENSSL-LISTEN`) on a port of its own that
-/// forwards each connection to `target` on loopback.
+/// forwards each connection to `target` on loopback: HTTPS in front of the
+/// tests' own Schema Registry (a plain axum server).
 pub struct TlsEndpoint {
     child: Option<Child>,
     pub port: u16,
@@ -172,17 +186,4 @@ impl Drop for TlsEndpoint {
     fn drop(&mut self) {
         end(&mut self.child);
     }
-}
-
-/// Creates a SCRAM-SHA-512 user in a tansu broker listening on `port`
-/// without authentication (tansu stores it in its database: the broker is
-/// then restarted with `--authentication`).
-pub fn tansu_user(tansu: &Path, port: u16, user: &str, password: &str) {
-    let out = Command::new(tansu)
-        .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{port}"), user, password])
-        .args(["--mechanism", "scram512"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("tansu user create runs");
-    assert!(out.status.success(), "tansu user create {user}: {}", String::from_utf8_lossy(&out.stderr));
 }

@@ -1,0 +1,419 @@
+//! The broker the tests run on: Apache Kafka in KRaft mode, started by
+//! `scripts/kafka.sh` (its jars from Maven Central), and what a test asks of
+//! it (topics, producing, committed offsets, reading a topic back).
+//!
+//! A JVM broker takes seconds to start, so tests that only use a broker
+//! share one: the suite's (`scripts/test.sh` starts it and names it in
+//! `TEST_KAFKA_BROKERS`), or else one per test binary, started on first use
+//! and stopped when the binary exits. Every test has topics and groups of
+//! its own (random names). A test that stops, kills or reconfigures a
+//! broker has one of its own ([`Broker::start_own`],
+//! [`Broker::start_cluster`], [`Broker::start_secured`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::tls::{Pki, KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD, KAFKA_PASSWORD, KAFKA_USER};
+use super::{random_name, temp_dir};
+
+/// A broker (or a cluster of them) and the harness's client options for it.
+pub struct Broker {
+    bootstrap: String,
+    /// The nodes of a broker of this test's own; `None` for the shared one.
+    own: Option<Nodes>,
+    /// The harness's own client options (SASL_SSL on a secured broker).
+    options: Vec<(String, String)>,
+    /// The replication factor of the topics the harness creates.
+    replication: i32,
+}
+
+/// Nodes `scripts/kafka.sh` started in a directory of their own: stopped
+/// on drop, and by the script itself once this test process ends (a
+/// binary's shared broker is never dropped).
+struct Nodes {
+    dir: tempfile::TempDir,
+}
+
+fn kafka_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+impl Nodes {
+    /// `scripts/kafka.sh start` with `args` in a new directory; the
+    /// bootstrap address. A start that fails (a port picked free and taken
+    /// before the broker bound it) is tried again in a new directory.
+    fn start(args: &[String]) -> (Nodes, String) {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let nodes = Nodes { dir: temp_dir() };
+            let dir = nodes.dir.path().display().to_string();
+            let pid = std::process::id().to_string();
+            match nodes.run(
+                &[&["start", "--dir", &dir, "--watch", &pid], &args.iter().map(String::as_str).collect::<Vec<_>>()[..]]
+                    .concat(),
+            ) {
+                Ok(out) => return (nodes, out.lines().last().unwrap_or_default().to_string()),
+                Err(why) => {
+                    eprintln!("scripts/kafka.sh start: {why}; starting it again");
+                    last = why;
+                }
+            }
+        }
+        panic!("Apache Kafka did not start: {last}")
+    }
+
+    /// `scripts/kafka.sh` with `args`: its standard output, or why it failed.
+    fn run(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(kafka_sh()).args(args).output().map_err(|e| format!("scripts/kafka.sh: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// `scripts/kafka.sh <cmd> --dir <dir>` and `args`, which must succeed.
+    fn must(&self, cmd: &str, args: &[&str]) {
+        let dir = self.dir.path().display().to_string();
+        if let Err(why) = self.run(&[&[cmd, "--dir", &dir], args].concat()) {
+            panic!("scripts/kafka.sh {cmd} {args:?}: {why}");
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        self.must("stop", &["--kill"]);
+    }
+}
+
+impl Broker {
+    /// The broker tests share: the suite's, or this binary's own.
+    pub fn start() -> Broker {
+        static SHARED: OnceLock<String> = OnceLock::new();
+        let bootstrap = SHARED.get_or_init(|| match std::env::var("TEST_KAFKA_BROKERS") {
+            Ok(b) if !b.is_empty() => b,
+            _ => {
+                let (nodes, bootstrap) = Nodes::start(&[]);
+                // Stopped, and its directory removed, by scripts/kafka.sh once this process ends.
+                std::mem::forget(nodes);
+                bootstrap
+            }
+        });
+        Broker { bootstrap: bootstrap.clone(), own: None, options: Vec::new(), replication: 1 }
+    }
+
+    /// A broker of this test's own, which it may stop, restart or kill.
+    pub fn start_own() -> Broker {
+        let (nodes, bootstrap) = Nodes::start(&[]);
+        Broker { bootstrap, own: Some(nodes), options: Vec::new(), replication: 1 }
+    }
+
+    /// A cluster of `nodes` brokers of this test's own (each also a KRaft
+    /// controller): topics replicated to all of them, `min.insync.replicas`
+    /// 2 when there are three or more.
+    pub fn start_cluster(nodes: usize) -> Broker {
+        let (own, bootstrap) = Nodes::start(&["--nodes".into(), nodes.to_string()]);
+        Broker { bootstrap, own: Some(own), options: Vec::new(), replication: nodes as i32 }
+    }
+
+    /// A broker every client reaches only over TLS (the broker's own, with
+    /// the PKI's certificate for 127.0.0.1) and must authenticate to, with
+    /// SCRAM-SHA-512 or PLAIN, as [`KAFKA_USER`] (rankflow) or the
+    /// harness's own user; the broker checks both mechanisms' passwords.
+    pub fn start_secured(pki: &Pki) -> Broker {
+        let props = pki.path("kafka-broker.properties");
+        std::fs::write(&props, pki.kafka_broker_properties()).expect("broker properties");
+        let mut args: Vec<String> =
+            ["--protocol", "SASL_SSL", "--properties", &props.display().to_string()].map(String::from).into();
+        for (user, password) in [(KAFKA_USER, KAFKA_PASSWORD), (KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD)] {
+            args.extend(["--scram".into(), format!("SCRAM-SHA-512:{user}:{password}")]);
+        }
+        let (nodes, bootstrap) = Nodes::start(&args);
+        Broker {
+            bootstrap,
+            own: Some(nodes),
+            options: pki.kafka_options(KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD),
+            replication: 1,
+        }
+    }
+
+    /// Waits until every partition of each of `topics` has all its
+    /// replicas in sync (after a node's restart), at most `timeout`.
+    pub fn wait_in_sync(&self, topics: &[&str], timeout: Duration) {
+        let c: BaseConsumer = self.client().create().expect("metadata client");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut behind = Vec::new();
+            for topic in topics {
+                let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+                for t in md.topics() {
+                    for p in t.partitions() {
+                        if p.isr().len() < p.replicas().len() || p.leader() < 0 {
+                            behind.push(format!("{}/{} isr {:?}", t.name(), p.id(), p.isr()));
+                        }
+                    }
+                }
+            }
+            if behind.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replicas out of sync after {timeout:?}: {behind:?}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn nodes(&self) -> &Nodes {
+        self.own.as_ref().expect("only a broker of the test's own (Broker::start_own) is stopped or killed")
+    }
+
+    pub fn brokers(&self) -> String {
+        self.bootstrap.clone()
+    }
+
+    /// Stops every node (SIGTERM, a clean shutdown).
+    pub fn stop(&mut self) {
+        self.nodes().must("stop", &[]);
+    }
+
+    /// Starts again every node that is not running, on the same ports with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.nodes().must("start", &[]);
+    }
+
+    /// SIGKILLs node `node` (1-based; its KRaft node id).
+    pub fn kill_node(&self, node: i32) {
+        self.nodes().must("stop", &["--node", &node.to_string(), "--kill"]);
+    }
+
+    /// Starts node `node` again (after [`Broker::kill_node`]) and waits until it has started.
+    pub fn start_node(&self, node: i32) {
+        self.nodes().must("start", &["--node", &node.to_string()]);
+    }
+
+    /// The node id leading each partition of `topic` (-1 where none does).
+    pub fn leaders(&self, topic: &str) -> Vec<i32> {
+        let c: BaseConsumer = self.client().create().expect("metadata client");
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+        let t = md.topics().iter().find(|t| t.name() == topic).expect("the topic's metadata");
+        let mut parts: Vec<(i32, i32)> = t.partitions().iter().map(|p| (p.id(), p.leader())).collect();
+        parts.sort();
+        parts.into_iter().map(|(_, leader)| leader).collect()
+    }
+
+    fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.brokers());
+        for (k, v) in &self.options {
+            c.set(k, v);
+        }
+        c
+    }
+
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let res = admin
+            .create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(self.replication))], &opts)
+            .await
+            .expect("create topic");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+
+    /// The harness's producer: idempotent, so a retry across a leader's
+    /// failover never writes a record twice (the tests' models count each
+    /// record they produce once).
+    pub fn producer(&self) -> FutureProducer {
+        self.client()
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "60000")
+            .set("enable.idempotence", "true")
+            .create()
+            .expect("producer")
+    }
+
+    /// A source topic of `partitions` partitions and a dead-letter topic, created: (topic, dlq).
+    pub async fn topics(&self, partitions: i32) -> (String, String) {
+        let (topic, dlq) = (random_name("scores"), random_name("dlq"));
+        self.create_topic(&topic, partitions).await;
+        self.create_topic(&dlq, 1).await;
+        (topic, dlq)
+    }
+
+    /// A topic of its own for sealed tops (`[sealing] topic`), one partition.
+    pub async fn sealed_topic(&self) -> String {
+        let sealed = random_name("sealed");
+        self.create_topic(&sealed, 1).await;
+        sealed
+    }
+
+    /// A one-partition topic for admin events (name it in `WorkerConfig::admin_topics`).
+    pub async fn admin_topic(&self) -> String {
+        let admin = random_name("admin");
+        self.create_topic(&admin, 1).await;
+        admin
+    }
+
+    /// Produces every record (key, value, optional record timestamp) in order
+    /// and waits for all acknowledgements.
+    pub async fn produce(&self, topic: &str, records: &[(String, Vec<u8>, Option<i64>)]) {
+        let producer = self.producer();
+        for chunk in records.chunks(5000) {
+            let mut pending = Vec::with_capacity(chunk.len());
+            for (k, v, ts) in chunk {
+                let mut r = FutureRecord::to(topic).key(k.as_str()).payload(v.as_slice());
+                if let Some(ts) = ts {
+                    r = r.timestamp(*ts);
+                }
+                pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+            }
+            for p in pending {
+                p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+            }
+        }
+    }
+
+    /// Produces `records` in slices of `slice`, pausing `pause` after each,
+    /// on a task of its own: a stream that goes on while the test acts.
+    pub fn produce_paced(
+        &self,
+        topic: &str,
+        records: Vec<(String, Vec<u8>, Option<i64>)>,
+        slice: usize,
+        pause: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let producer = self.producer();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            for slice in records.chunks(slice) {
+                let mut pending = Vec::with_capacity(slice.len());
+                for (k, v, ts) in slice {
+                    let mut r = FutureRecord::to(&topic).key(k.as_str()).payload(v.as_slice());
+                    if let Some(ts) = ts {
+                        r = r.timestamp(*ts);
+                    }
+                    pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+                }
+                for p in pending {
+                    p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+                }
+                tokio::time::sleep(pause).await;
+            }
+        })
+    }
+
+    /// Produces `records` to one partition, in order.
+    pub async fn produce_to(&self, topic: &str, partition: i32, records: &[(String, Vec<u8>, Option<i64>)]) {
+        let producer = self.producer();
+        let mut pending = Vec::with_capacity(records.len());
+        for (k, v, ts) in records {
+            let mut r = FutureRecord::to(topic).partition(partition).key(k.as_str()).payload(v.as_slice());
+            if let Some(ts) = ts {
+                r = r.timestamp(*ts);
+            }
+            pending.push(producer.send_result(r).map_err(|(e, _)| e).expect("enqueue"));
+        }
+        for p in pending {
+            p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+        }
+    }
+
+    pub fn consumer(&self, group: &str) -> BaseConsumer {
+        self.client()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "30000")
+            .create()
+            .expect("consumer")
+    }
+
+    /// High watermark (log end) of every partition.
+    pub fn log_end(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let c = self.consumer(&random_name("watermarks"));
+        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+    }
+
+    /// A group's committed offset per partition (-1 where none).
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let c = self.consumer(group);
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        // A group coordinator still loading (the offsets topic is made on a
+        // broker's first group lookup, and moves with a failover) or a lookup
+        // timed out on a loaded machine: asked again, for 60 s at most.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let got = loop {
+            match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+                Ok(got) => break got,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("committed offsets of {group}: {e}; asking again");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => panic!("committed offsets: {e}"),
+            }
+        };
+        (0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => -1,
+            })
+            .collect()
+    }
+
+    /// Waits until `group` has committed the log end of every partition.
+    /// Panics naming what was behind, so a broker stall reads as one.
+    pub fn wait_committed_to_end(&self, group: &str, topic: &str, partitions: i32, timeout: Duration) {
+        let end = self.log_end(topic, partitions);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let committed = self.committed(group, topic, partitions);
+            // An empty partition has nothing to commit: none counts as its end.
+            if committed.iter().zip(&end).all(|(c, e)| c == e || (*e == 0 && *c < 0)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "group {group} committed {committed:?} of log end {end:?} after {timeout:?}: \
+                 if the worker log shows no progress and no error, the broker's group coordinator stalled"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Every record of a topic, read from the beginning.
+    pub fn read_all(&self, topic: &str, partitions: i32) -> Vec<OwnedMessage> {
+        let end = self.log_end(topic, partitions);
+        let total: i64 = end.iter().sum();
+        let c = self.consumer(&random_name("reader"));
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+        c.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (out.len() as i64) < total {
+            assert!(Instant::now() < deadline, "read {} of {total} records of {topic}", out.len());
+            if let Some(m) = c.poll(Duration::from_millis(200)) {
+                out.push(m.expect("read record").detach());
+            }
+        }
+        out
+    }
+}
