@@ -34,6 +34,12 @@ pub fn refusal(error: &KafkaError, reason: &str) -> Option<String> {
     };
     match code {
         RDKafkaErrorCode::SSL => Some(format!("Kafka TLS handshake failed (check {TLS_SETTINGS}): {reason}")),
+        // OpenSSL refusing the handshake, seen while reading the broker's
+        // answer, comes as a transport failure: its reason carries
+        // OpenSSL's own words. A connection merely lost mid-handshake does not.
+        RDKafkaErrorCode::BrokerTransportFailure if reason.contains("SSL routines") => {
+            Some(format!("Kafka TLS handshake failed (check {TLS_SETTINGS}): {reason}"))
+        }
         RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed => {
             Some(format!("Kafka authentication failed (check {SASL_SETTINGS}): {reason}"))
         }
@@ -79,13 +85,14 @@ pub async fn first_connection(kafka: &KafkaSettings, cancel: &CancellationToken)
         if answered {
             return Ok(true);
         }
-        probe.poll(Duration::ZERO);
+        // Serves every error queued meanwhile (a poll of no time serves one
+        // event, and a refusal can queue behind "all brokers down").
+        tokio::task::block_in_place(|| probe.poll(Duration::from_millis(100)));
         if let Some(why) = probe.context().refused.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(why);
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(false),
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        if cancel.is_cancelled() {
+            return Ok(false);
         }
     }
 }
@@ -117,5 +124,12 @@ mod tests {
         assert!(auth.contains("authentication") && auth.contains("sasl.password"));
         assert_eq!(refusal(&KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "down"), None);
         assert_eq!(refusal(&KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "reset"), None);
+        // As Apache Kafka's refusal of an untrusted certificate can come.
+        let read = "sasl_ssl://127.0.0.1:9093/bootstrap: error:0A000086:SSL routines::certificate verify failed \
+                    (after 13ms in state SSL_HANDSHAKE)";
+        let tls = refusal(&KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), read).unwrap();
+        assert!(tls.contains("TLS") && tls.contains("ssl.ca.location") && tls.contains("certificate verify failed"));
+        let lost = "sasl_ssl://127.0.0.1:9093/bootstrap: Disconnected (after 3ms in state SSL_HANDSHAKE)";
+        assert_eq!(refusal(&KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), lost), None);
     }
 }
