@@ -349,9 +349,7 @@ pub(super) fn run_to_end(
     Ok(Drain { total: end - started, drain: end - assigned, peak_kib: peak, cpu, reads, applied })
 }
 
-/// The bench producer's linger. tansu's cost is per produce request:
-/// at 5,000 events/s with a 5 ms linger the broker itself fell seconds
-/// behind (acks at p50 1.3 s); at 20 ms it keeps up (acks at p50 18 ms).
-/// The linger is part of every measured latency, rankflow's and the
-/// broker's alike, since record timestamps are taken when a record is sent.
-pub(super) const PRODUCER_LINGER_MS: &str = "20";
+/// The bench producer's linger, part of every measured latency
+/// (rankflow's and the broker's alike), since record timestamps are taken
+/// when a record is sent.
+pub(super) const PRODUCER_LINGER_MS: &str = "5";

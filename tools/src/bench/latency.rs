@@ -1,5 +1,5 @@
 //! The latency run: the broker's own latency and rankflow's at a steady
-//! produce rate, on tansu or librdkafka's mock cluster.
+//! produce rate, on Apache Kafka or librdkafka's mock cluster.
 
 use super::*;
 
@@ -60,9 +60,9 @@ pub(super) async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, Stri
     Ok(out)
 }
 
-/// Both consumers' `fetch.wait.max.ms` in the latency run. tansu answers a
-/// fetch only after its full wait, data or not, so this is part of the
-/// latency; a shorter wait means more fetches, each costing tansu CPU.
+/// Both consumers' `fetch.wait.max.ms` in the latency run. A broker answers
+/// a fetch as soon as it has a record for it; this bounds the wait of a
+/// fetch that finds none (each answered fetch costs the broker CPU).
 pub(super) const LATENCY_FETCH_WAIT_MS: u32 = 5;
 
 /// The result of the latency runs: rankflow's record-timestamp-to-applied
@@ -232,7 +232,7 @@ pub(super) type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer:
 /// `rankflow-tools bench latency`: the latency run alone. With `brokers` =
 /// "mock", against librdkafka's mock cluster, an in-memory Kafka broker that
 /// this process runs on a loopback port for the run: the same run with a
-/// broker far faster than tansu, to show rankflow's own share.
+/// broker inside this process, to show rankflow's own share.
 pub async fn latency_only(
     brokers: &str,
     redis_url: &str,
