@@ -101,7 +101,9 @@ format() {
     voters+="${voters:+,}$i@127.0.0.1:${ports[$((3 * i - 1))]}"
   done
   local bootstrap="" id
-  id=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+  # A cluster id as Kafka makes them (16 random bytes, base64url), without a JVM.
+  id=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+  local formats=()
   for i in $(seq 1 "$nodes"); do
     client=${ports[$((3 * i - 3))]}; internal=${ports[$((3 * i - 2))]}; controller=${ports[$((3 * i - 1))]}
     [ -n "$port" ] && client=$((port + i - 1))
@@ -126,6 +128,13 @@ transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=10
 group.initial.rebalance.delay.ms=0
+# Sessions as short as 1 s allowed (Kafka's least is 6 s by default): a
+# consumer that wants a quick takeover after a crash may ask for one.
+group.min.session.timeout.ms=1000
+# A node that stops heartbeating is fenced by the controllers after 3 s (9 s
+# by default), so leadership moves off a crashed node within seconds.
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
 # Topics exist only when made (rankflow never relies on a producer or consumer creating one).
 auto.create.topics.enable=false
 EOF
@@ -135,8 +144,11 @@ EOF
       IFS=: read -r mech user pass <<<"$s"
       args+=(--add-scram "$mech=[name=$user,password=$pass]")
     done
-    "${java[@]}" kafka.tools.StorageTool "${args[@]}" >"$dir/node-$i/format.log" 2>&1 ||
-      { cat "$dir/node-$i/format.log" >&2; exit 1; }
+    "${java[@]}" kafka.tools.StorageTool "${args[@]}" >"$dir/node-$i/format.log" 2>&1 &
+    formats+=($!)
+  done
+  for i in $(seq 1 "$nodes"); do
+    wait "${formats[$((i - 1))]}" || { cat "$dir/node-$i/format.log" >&2; exit 1; }
   done
   echo "$bootstrap" >"$dir/bootstrap"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a clean clone: installs what is missing
-# (scripts/setup.sh), checks formatting, and runs every unit and integration
+# (scripts/setup.sh), checks formatting and clippy's lints (warnings are
+# errors), and runs every unit and integration
 # test. It starts one Apache Kafka broker (scripts/kafka.sh) that the tests
 # share, each with topics and groups of its own, and names it in
 # TEST_KAFKA_BROKERS; a test that stops or kills a broker, or needs a
@@ -15,18 +16,23 @@ scripts/setup.sh --test
 kafka_dir=$(mktemp -d /tmp/rankflow-test-kafka-XXXXXX)
 cleanup() {
   scripts/kafka.sh stop --dir "$kafka_dir" --kill >/dev/null 2>&1 || true
-  rm -rf "$kafka_dir"
+  rm -rf "$kafka_dir" "$kafka_dir.out"
   pkill -f 'rankflow-test-' 2>/dev/null || true
 }
 trap cleanup EXIT
 
+# The broker starts while the code is checked.
+scripts/kafka.sh start --dir "$kafka_dir" --watch $$ >"$kafka_dir.out" 2>&1 &
+kafka_start=$!
 cargo fmt --all -- --check
+# What is held by habit is held here: no clippy warning in any target.
+cargo clippy --workspace --all-targets -- -D warnings
+wait "$kafka_start" || { cat "$kafka_dir.out" >&2; exit 1; }
+TEST_KAFKA_BROKERS=$(tail -1 "$kafka_dir.out")
+export TEST_KAFKA_BROKERS
+echo "test: Apache Kafka at $TEST_KAFKA_BROKERS"
 # One build from scratch: incremental compilation's caches would only add
 # gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-started=$(date +%s)
-TEST_KAFKA_BROKERS=$(scripts/kafka.sh start --dir "$kafka_dir" --watch $$ | tail -1)
-export TEST_KAFKA_BROKERS
-echo "test: Apache Kafka at $TEST_KAFKA_BROKERS, started in $(($(date +%s) - started)) s"
 # TEST_THREADS, not RANKFLOW_...: rankflow reads RANKFLOW_ variables as config.
 cargo test --workspace --all-targets -- --test-threads "${TEST_THREADS:-2}"

@@ -1,6 +1,13 @@
 //! The `rankflow` command: parses arguments, sets up logging, and calls into
-//! the library. Only bad configuration at start-up exits non-zero here;
-//! faults after start-up are retried by the worker.
+//! the library. Exit status: 0 on success and after a clean stop
+//! (SIGTERM); 2 when a configuration has errors (every command that loads
+//! one, `check-config` included) or `run` cannot start (a listen address it
+//! cannot take, Redis or a broker refusing the TLS handshake or the
+//! credentials); 1 when an operator's command fails (`create-topics`,
+//! `close`, `admin`, `rebuild`, `accept-loss`, `forget-offsets`), the demo
+//! cannot set up its broker and topics, or the worker's task fails. Faults
+//! after start-up (Redis or Kafka away for a while) are retried by the
+//! worker, not exits.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -37,7 +37,7 @@ async fn the_source_partitions_leaders_killed_in_turn_leave_the_boards_and_dead_
     let producing = broker.produce_paced(&topic, s.records.clone(), 1500, Duration::from_millis(400));
     let mut conn = redis.conn().await;
     let mut killed = Vec::new();
-    for (step, share) in [(1, total / 5), (2, total / 2)] {
+    for (step, share) in [(1, total / 10), (2, total / 2)] {
         wait_applied(&mut conn, &topic, share, &w, &format!("no progress before kill {step}")).await;
         let node = busiest_leader(&broker, &topic, &killed);
         broker.kill_node(node);

@@ -1,5 +1,8 @@
-//! A Kafka producer whose deliveries are awaited as futures, for the
-//! dead-letter topic and the sealed-periods topic.
+//! A Kafka producer whose deliveries are awaited as futures, for every
+//! record rankflow writes: dead letters, rank changes, held events for
+//! review and the `player_hidden` events of `hold_hides_after` (the
+//! pipeline), sealed tops and league results (the scheduler), and the
+//! admin command's events.
 //!
 //! rdkafka's `FutureProducer` serves delivery reports from a thread that
 //! calls `poll(100 ms)` in a loop. In the last millisecond of each call the

@@ -1,6 +1,8 @@
 //! What rankflow produces for a source record: its dead letter (a record no
-//! board applied, with its reasons) or its rank changes (`notify_top`), and
-//! the partitions that wait while their topic fails.
+//! board applied, with its reasons), its rank changes (`notify_top`), the
+//! event held for review (`kafka.review_topic`) and the `player_hidden` a
+//! board's `hold_hides_after` sends to the admin topic; and the partitions
+//! that wait while their topic fails.
 //!
 //! A partition whose produced records the broker has not acknowledged is
 //! held: its stored offset stopped at its first held record (and paused

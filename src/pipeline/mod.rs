@@ -13,8 +13,9 @@
 //!    their offset; `store::Writer` states the contract);
 //! 3. [`settle`](Pipeline::settle), once it has landed: each record's
 //!    outcome (`outcome::fold`); the records no board applied (and that were
-//!    no duplicate) handed to the producer as dead letters, and the rank
-//!    changes the calls reported (`changes`) as change records, their
+//!    no duplicate) handed to the producer as dead letters, the rank
+//!    changes the calls reported (`changes`) as change records and the
+//!    events held for review (`review`) as review records, their
 //!    acknowledgements looked at as the loop goes on
 //!    ([`check_held`](Pipeline::check_held)); a partition whose produced
 //!    records failed is paused until they land (`held::Held`), while every
@@ -28,8 +29,9 @@
 //! Batches overlap Redis: up to two are on their way at once, so that Redis
 //! starts on the next the moment it is done with one, while the loop reads,
 //! parses and encodes a third; `inflight` states the ordering rules that keep
-//! this exact. An erasure is a batch of its own, sent once every batch
-//! before it has settled, so it stays ordered with the player's other events.
+//! this exact. Every admin event (a correction, a hide, an erasure, a
+//! review's decision) is a batch of its own, sent once every batch before
+//! it has settled, so it stays ordered with the player's other events.
 //!
 //! The pipeline never stores an offset past a record whose outcome is not
 //! final. While Redis is retried it holds at most two more batches, and a

@@ -72,9 +72,9 @@ impl WorkerConfig {
     pub fn render(&self) -> String {
         // A worker killed with SIGKILL holds its partitions until its
         // session expires; the tests restart killed workers in the same
-        // group, so they take the broker's shortest session (6 s) as an
-        // operator wanting quick takeovers would.
-        let mut opts = String::from("\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 1000\n");
+        // group, so they ask for a short session (3 s, heartbeats every
+        // 0.5 s), as an operator wanting quick takeovers would.
+        let mut opts = String::from("\"session.timeout.ms\" = 3000\n\"heartbeat.interval.ms\" = 500\n");
         for (k, v) in &self.extra_kafka_options {
             opts.push_str(&format!("\"{k}\" = \"{v}\"\n"));
         }
