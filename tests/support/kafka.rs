@@ -54,14 +54,13 @@ impl Nodes {
     /// before the broker bound it) is tried again in a new directory.
     fn start(args: &[String]) -> (Nodes, String) {
         let mut last = String::new();
+        let pid = std::process::id().to_string();
         for _ in 0..3 {
             let nodes = Nodes { dir: temp_dir() };
             let dir = nodes.dir.path().display().to_string();
-            let pid = std::process::id().to_string();
-            match nodes.run(
-                &[&["start", "--dir", &dir, "--watch", &pid], &args.iter().map(String::as_str).collect::<Vec<_>>()[..]]
-                    .concat(),
-            ) {
+            let mut all = vec!["start", "--dir", &dir, "--watch", &pid];
+            all.extend(args.iter().map(String::as_str));
+            match nodes.run(&all) {
                 Ok(out) => return (nodes, out.lines().last().unwrap_or_default().to_string()),
                 Err(why) => {
                     eprintln!("scripts/kafka.sh start: {why}; starting it again");
@@ -92,8 +91,14 @@ impl Nodes {
 }
 
 impl Drop for Nodes {
+    /// Never panics (a drop while a failed test unwinds would abort): a stop
+    /// that fails is left to `--watch`, which stops the nodes when the
+    /// test process ends.
     fn drop(&mut self) {
-        self.must("stop", &["--kill"]);
+        let dir = self.dir.path().display().to_string();
+        if let Err(why) = self.run(&["stop", "--dir", &dir, "--kill"]) {
+            eprintln!("scripts/kafka.sh stop: {why}");
+        }
     }
 }
 
@@ -115,16 +120,22 @@ impl Broker {
 
     /// A broker of this test's own, which it may stop, restart or kill.
     pub fn start_own() -> Broker {
-        let (nodes, bootstrap) = Nodes::start(&[]);
-        Broker { bootstrap, own: Some(nodes), options: Vec::new(), replication: 1 }
+        Broker::own(&[], 1, Vec::new())
+    }
+
+    /// Nodes of this test's own, started with `scripts/kafka.sh start` and
+    /// `args`; the harness's topics get `replication` replicas and its
+    /// clients `options`.
+    fn own(args: &[String], replication: i32, options: Vec<(String, String)>) -> Broker {
+        let (nodes, bootstrap) = Nodes::start(args);
+        Broker { bootstrap, own: Some(nodes), options, replication }
     }
 
     /// A cluster of `nodes` brokers of this test's own (each also a KRaft
     /// controller): topics replicated to all of them, `min.insync.replicas`
     /// 2 when there are three or more.
     pub fn start_cluster(nodes: usize) -> Broker {
-        let (own, bootstrap) = Nodes::start(&["--nodes".into(), nodes.to_string()]);
-        Broker { bootstrap, own: Some(own), options: Vec::new(), replication: nodes as i32 }
+        Broker::own(&["--nodes".into(), nodes.to_string()], nodes as i32, Vec::new())
     }
 
     /// A broker every client reaches only over TLS (the broker's own, with
@@ -139,13 +150,7 @@ impl Broker {
         for (user, password) in [(KAFKA_USER, KAFKA_PASSWORD), (KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD)] {
             args.extend(["--scram".into(), format!("SCRAM-SHA-512:{user}:{password}")]);
         }
-        let (nodes, bootstrap) = Nodes::start(&args);
-        Broker {
-            bootstrap,
-            own: Some(nodes),
-            options: pki.kafka_options(KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD),
-            replication: 1,
-        }
+        Broker::own(&args, 1, pki.kafka_options(KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD))
     }
 
     /// Waits until every partition of each of `topics` has all its

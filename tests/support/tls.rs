@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{end, free_port, temp_dir, wait_listening, WorkerConfig};
+use super::{end, temp_dir, wait_listening, WorkerConfig};
 
 /// The ACL user rankflow runs under: its keys only, no admin or dangerous command.
 pub const REDIS_USER: &str = "rankflow";
@@ -174,11 +174,6 @@ impl TlsEndpoint {
         let mut e = TlsEndpoint { child: Some(child), port };
         wait_listening(&mut e.child, port, Duration::from_secs(10)).expect("socat listens");
         e
-    }
-
-    /// A free port for an endpoint (picked before the broker that advertises it starts).
-    pub fn pick_port() -> u16 {
-        free_port()
     }
 }
 
