@@ -35,4 +35,4 @@ echo "test: Apache Kafka at $TEST_KAFKA_BROKERS"
 # gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # TEST_THREADS, not RANKFLOW_...: rankflow reads RANKFLOW_ variables as config.
-cargo test --workspace --all-targets -- --test-threads "${TEST_THREADS:-2}"
+cargo test --workspace --all-targets --no-fail-fast -- --test-threads "${TEST_THREADS:-2}"
