@@ -67,6 +67,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if [ "$tests" = 1 ] && ! { command -v clippy-driver && cargo fmt --version; } >/dev/null 2>&1; then
+  # The test command checks formatting and clippy's lints.
+  echo "setup: adding rustup's clippy and rustfmt components"
+  rustup component add clippy rustfmt
+fi
 if [ "$tests" = 1 ] && ! command -v kubernetes-validate >/dev/null; then
   # The Kubernetes manifests, validated offline against the Kubernetes schemas (tests/deploy.rs).
   echo "setup: installing kubernetes-validate from PyPI"
