@@ -28,6 +28,14 @@ impl BatchOffsets {
         }
     }
 
+    /// The index [`note`](Self::note) gave `topic`/`partition`.
+    ///
+    /// # Panics
+    /// If the partition was never noted.
+    pub fn index_of(&self, topic: &str, partition: i32) -> usize {
+        self.entries.iter().position(|(t, p, _)| *p == partition && t == topic).expect("a noted partition")
+    }
+
     pub fn topic_partition(&self, index: usize) -> (&str, i32) {
         let (t, p, _) = &self.entries[index];
         (t, *p)

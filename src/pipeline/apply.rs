@@ -20,56 +20,54 @@ use crate::store::{push_write, Prepared, StoreError, TagBatch, Writer, WriterSet
 use super::inflight::Results;
 use super::lost::{lost_tag, retry_unless_lost};
 use super::outcome::Routes;
-use super::record::{Item, Record};
+use super::record::{Decided, Item, Record};
 use super::Context;
 
-/// A batch planned for Redis: its records, their offsets, what parsing made
-/// of them, and where each script result goes.
+/// A batch planned for Redis: its records, their offsets, and where each
+/// script result goes.
 pub struct Planned {
     pub records: Vec<Record>,
     pub offsets: BatchOffsets,
-    pub items: Vec<Item>,
     pub routes: Routes,
 }
 
-/// Notes a batch's records: their offsets, per-partition counts, each
-/// partition's offsets field and each record's partition index.
-pub fn note(records: &[Record]) -> (BatchOffsets, Vec<String>, Vec<usize>) {
+/// Notes a batch's records: their offsets and per-partition counts, and
+/// each partition's offsets field, in the order of `BatchOffsets`'s
+/// partition indices.
+pub fn note(records: &[Record]) -> (BatchOffsets, Vec<String>) {
     let m = metrics::get();
     m.batch_size.observe(records.len() as f64);
     let mut offsets = BatchOffsets::default();
     let mut fields: Vec<String> = Vec::new();
     let mut consumed: Vec<u64> = Vec::new();
-    let mut tp_of = Vec::with_capacity(records.len());
     for r in records {
-        let tp = offsets.note(&r.topic, r.partition, r.offset);
+        let tp = offsets.note(&r.origin.topic, r.origin.partition, r.origin.offset);
         if tp == fields.len() {
-            fields.push(keys::offsets_field(&r.topic, r.partition));
+            fields.push(keys::offsets_field(&r.origin.topic, r.origin.partition));
             consumed.push(0);
         }
         consumed[tp] += 1;
-        tp_of.push(tp);
     }
     // Counted per partition, not per record: one label lookup each.
     for (tp, n) in consumed.iter().enumerate() {
         m.records_consumed.with_label_values(&[offsets.topic_partition(tp).0]).inc_by(*n);
     }
-    (offsets, fields, tp_of)
+    (offsets, fields)
 }
 
 /// Plans a batch for Redis: every write grouped by board tag in record
 /// order, the scheduler jobs its periods need sent, and the script calls
 /// encoded. `None`: abandoned on shutdown while sending the jobs.
-pub async fn prepare(cx: &Context, records: Vec<Record>, items: Vec<Item>) -> Option<(Planned, Prepared)> {
-    let (offsets, fields, tp_of) = note(&records);
+pub async fn prepare(cx: &Context, records: Vec<Record>) -> Option<(Planned, Prepared)> {
+    let (offsets, fields) = note(&records);
     let mut tags: Vec<TagBatch<'_>> = Vec::new();
     let mut routes: Routes = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let Item::Event { event, decisions, .. } = item else { continue };
-        for (d, (_, decision)) in decisions.iter().enumerate() {
+    for (i, r) in records.iter().enumerate() {
+        let Item::Event { event, decided, .. } = &r.item else { continue };
+        let field = &fields[offsets.index_of(&r.origin.topic, r.origin.partition)];
+        for (d, Decided { decision, .. }) in decided.iter().enumerate() {
             let Decision::Write(w) = decision else { continue };
-            let record_ts = records[i].timestamp.unwrap_or(event.ts_ms);
-            let t = push_write(&mut tags, w, event, &fields[tp_of[i]], records[i].offset, record_ts);
+            let t = push_write(&mut tags, w, event, field, r.origin.offset, r.decided_at(event));
             if t == routes.len() {
                 routes.push(Vec::new());
             }
@@ -79,12 +77,12 @@ pub async fn prepare(cx: &Context, records: Vec<Record>, items: Vec<Item>) -> Op
     // The tags in the registry and the jobs first: a tag with data can
     // always be found by an erasure, and a period or rolling board with data
     // always has its job.
-    if !register_tags(cx, &tags).await || !enqueue_jobs(cx, &items).await {
+    if !register_tags(cx, &tags).await || !enqueue_jobs(cx, &records).await {
         return None;
     }
     let calls = cx.store.prepare(&tags);
     drop(tags);
-    Some((Planned { records, offsets, items, routes }, calls))
+    Some((Planned { records, offsets, routes }, calls))
 }
 
 /// Adds the batch's board tags that this worker has not registered yet to
@@ -117,17 +115,17 @@ async fn register_tags(cx: &Context, tags: &[TagBatch<'_>]) -> bool {
 
 /// Sends the scheduler jobs (seals, rolling refreshes) the batch's periods
 /// need and the cache has not sent lately. `false`: abandoned on shutdown.
-async fn enqueue_jobs(cx: &Context, items: &[Item]) -> bool {
+async fn enqueue_jobs(cx: &Context, records: &[Record]) -> bool {
     let now_ms = chrono::Utc::now().timestamp_millis();
     let mut jobs = Vec::new();
     {
         let mut cache = cx.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let mut seen = HashSet::new();
-        for item in items {
-            let Item::Event { decisions, .. } = item else { continue };
-            for (b, decision) in decisions {
+        for r in records {
+            let Item::Event { decided, .. } = &r.item else { continue };
+            for Decided { board, decision, .. } in decided {
                 let Decision::Write(w) = decision else { continue };
-                let board = &cx.router.boards()[*b];
+                let board = &cx.router.boards()[*board];
                 if board.close_after().is_none() && board.rolling().is_empty() {
                     continue;
                 }

@@ -14,8 +14,7 @@ use crate::keys;
 use crate::store::RankMove;
 
 use super::held::Outgoing;
-use super::outcome::Routes;
-use super::record::{Item, Record};
+use super::record::{Decided, Item, Record};
 
 /// The header that names a change the same way however often its record is
 /// redelivered: a notification service dedupes by it.
@@ -63,28 +62,16 @@ pub fn change(board: &Board, base: &str, event: &Event, mv: &RankMove) -> Change
     }
 }
 
-/// Every change record of a landed batch, for `to`: per tag batch
-/// (`routes`), each move of `moves` in the order the calls reported them.
-pub fn outgoing(
-    items: &[Item],
-    records: &[Record],
-    routes: &Routes,
-    moves: &[Vec<RankMove>],
-    boards: &[Board],
-    to: &Arc<str>,
-) -> Vec<Outgoing> {
+/// The change records of one landed record, for `to`: each move its
+/// writes made, in the order the calls reported them.
+pub fn outgoing(record: &Record, boards: &[Board], to: &Arc<str>) -> Vec<Outgoing> {
+    let Item::Event { event, decided, moves } = &record.item else { return Vec::new() };
     let mut out = Vec::new();
-    for (route, moved) in routes.iter().zip(moves) {
-        for mv in moved {
-            let Some(&(i, d)) = route.get(mv.event) else { continue };
-            let Item::Event { event, decisions, .. } = &items[i] else { continue };
-            let Some((b, Decision::Write(w))) = decisions.get(d) else { continue };
-            let board = &boards[*b];
-            let r = &records[i];
-            let source = (&r.topic, r.partition, r.offset);
-            let Change { key, value, headers } = change(board, &w.base, event, mv);
-            out.push(Outgoing::change(source, board.id(), to.clone(), (key, value, headers)));
-        }
+    for (d, mv) in moves {
+        let Some(Decided { board, decision: Decision::Write(w), .. }) = decided.get(*d) else { continue };
+        let board = &boards[*board];
+        let Change { key, value, headers } = change(board, &w.base, event, mv);
+        out.push(Outgoing::change(&record.origin, board.id(), to.clone(), (key, value, headers)));
     }
     out
 }

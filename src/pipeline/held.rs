@@ -23,7 +23,7 @@ use crate::event::{Reason, Rejection};
 use crate::kafka::producer::{Delivery, KafkaProducer};
 use crate::metrics;
 
-use super::record::{dead_letter_headers, Record};
+use super::record::{dead_letter_headers, Origin, Source};
 
 /// A record on its way to a topic for a source record: an owned copy, so
 /// that it can wait for the topic while its source partition is paused.
@@ -57,25 +57,26 @@ enum Kind {
 }
 
 impl Outgoing {
-    /// The dead letter of `record` for `to`, the dead-letter topic.
-    pub fn dead_letter(record: Record, reasons: &[Rejection], to: Arc<str>) -> Outgoing {
+    /// The dead letter of the record read at `origin`, whose key, value
+    /// and headers were `source`, for `to`, the dead-letter topic.
+    pub fn dead_letter(origin: Origin, source: Option<Box<Source>>, reasons: &[Rejection], to: Arc<str>) -> Outgoing {
         let mut reason_list: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
         reason_list.dedup();
         let reason = reason_list.join(",");
         let detail = reasons.iter().map(|r| r.detail.as_str()).collect::<Vec<_>>().join("; ");
-        let headers = dead_letter_headers(&record, &reason, &detail);
-        let (key, payload) = match record.source {
+        let headers = dead_letter_headers(&origin, source.as_deref(), &reason, &detail);
+        let (key, payload) = match source {
             Some(s) => (s.key, s.payload),
             None => (None, None),
         };
         Outgoing {
-            topic: record.topic,
-            partition: record.partition,
-            offset: record.offset,
+            topic: origin.topic,
+            partition: origin.partition,
+            offset: origin.offset,
             to,
             key,
             payload,
-            timestamp: record.timestamp,
+            timestamp: origin.timestamp,
             headers,
             kind: Kind::DeadLetter(reasons.first().map_or(Reason::InvalidJson, |r| r.reason)),
             inflight: None,
@@ -85,7 +86,7 @@ impl Outgoing {
     /// A rank change made by the source record at `source` on `board`, for
     /// `to`, the changes topic: its record's key, value and headers.
     pub fn change(
-        source: (&Arc<str>, i32, i64),
+        source: &Origin,
         board: &str,
         to: Arc<str>,
         (key, value, headers): (String, Vec<u8>, OwnedHeaders),
@@ -98,16 +99,15 @@ impl Outgoing {
     /// A held event of the source record at `source` on `board`, for `to`,
     /// the review topic: its record's key, value and headers.
     pub fn review(
-        source: (&Arc<str>, i32, i64),
+        source: &Origin,
         board: &str,
         to: Arc<str>,
         (key, value, headers): (String, Vec<u8>, OwnedHeaders),
     ) -> Outgoing {
-        let (topic, partition, offset) = source;
         Outgoing {
-            topic: topic.clone(),
-            partition,
-            offset,
+            topic: source.topic.clone(),
+            partition: source.partition,
+            offset: source.offset,
             to,
             key: Some(key.into_bytes()),
             payload: Some(value),
@@ -120,7 +120,7 @@ impl Outgoing {
 
     /// A `player_hidden` admin event made by a hold at `source`, for `to`,
     /// the first admin topic.
-    pub fn hide(source: (&Arc<str>, i32, i64), to: Arc<str>, record: (String, Vec<u8>, OwnedHeaders)) -> Outgoing {
+    pub fn hide(source: &Origin, to: Arc<str>, record: (String, Vec<u8>, OwnedHeaders)) -> Outgoing {
         let mut out = Outgoing::review(source, "", to, record);
         out.kind = Kind::Hide;
         out
@@ -364,8 +364,8 @@ mod tests {
     use super::*;
 
     fn dead(topic: &Arc<str>, partition: i32, offset: i64) -> Outgoing {
-        let record = Record { topic: topic.clone(), partition, offset, timestamp: Some(1), source: None };
-        Outgoing::dead_letter(record, &[Rejection::new(Reason::InvalidJson, "not JSON")], Arc::from("dlq"))
+        let origin = Origin { topic: topic.clone(), partition, offset, timestamp: Some(1) };
+        Outgoing::dead_letter(origin, None, &[Rejection::new(Reason::InvalidJson, "not JSON")], Arc::from("dlq"))
     }
 
     /// A record whose delivery is in flight; the sender settles it.
@@ -443,13 +443,13 @@ mod tests {
     fn a_dead_letter_carries_every_reason_and_its_source_position() {
         use rdkafka::message::Headers;
         let t: Arc<str> = Arc::from("scores");
-        let record = Record { topic: t, partition: 2, offset: 41, timestamp: None, source: None };
+        let origin = Origin { topic: t, partition: 2, offset: 41, timestamp: None };
         let reasons = [
             Rejection::new(Reason::RateLimited, "board points: rate_limited"),
             Rejection::new(Reason::RateLimited, "board best: rate_limited"),
             Rejection::new(Reason::MissingSplit, "board laps: missing_split"),
         ];
-        let d = Outgoing::dead_letter(record, &reasons, Arc::from("dlq"));
+        let d = Outgoing::dead_letter(origin, None, &reasons, Arc::from("dlq"));
         let headers: Vec<(String, String)> = d
             .headers
             .iter()

@@ -139,7 +139,7 @@ struct Pipeline {
     held: Held,
     /// A record read while a batch was open that must start a batch of its
     /// own (an erasure).
-    carry: Option<(Record, Item)>,
+    carry: Option<Record>,
     /// When the loop last committed on going idle.
     last_idle_commit: Instant,
     batch_no: u64,
@@ -147,7 +147,7 @@ struct Pipeline {
 
 /// What waiting for the next batch came to.
 enum Next {
-    Batch(Vec<Record>, Vec<Item>),
+    Batch(Vec<Record>),
     /// Something else was done (a batch settled, a commit, a retry): look again.
     Again,
     Stop,
@@ -255,12 +255,12 @@ pub async fn run_with(
             break;
         }
         p.check_held().await;
-        let (records, items) = match p.next_batch().await {
-            Next::Batch(records, items) => (records, items),
+        let records = match p.next_batch().await {
+            Next::Batch(records) => records,
             Next::Again => continue,
             Next::Stop => break,
         };
-        if !p.send(records, items).await && !lost::refused(&p.cx) {
+        if !p.send(records).await && !lost::refused(&p.cx) {
             break;
         }
     }
@@ -290,13 +290,15 @@ fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'
 impl Pipeline {
     /// Step 2: sends a batch to Redis behind those in flight (an admin
     /// event waits for them and runs alone). `false`: shutdown abandoned it.
-    async fn send(&mut self, records: Vec<Record>, items: Vec<Item>) -> bool {
+    async fn send(&mut self, records: Vec<Record>) -> bool {
         self.batch_no += 1;
         let span = info_span!("batch", n = self.batch_no, records = records.len());
-        if let [Item::Admin { .. }] = items.as_slice() {
-            return self.admin(records, items).instrument(span).await;
+        if let [record] = records.as_slice() {
+            if record.is_alone() {
+                return self.admin(records).instrument(span).await;
+            }
         }
-        let Some((planned, calls)) = apply::prepare(&self.cx, records, items).instrument(span.clone()).await else {
+        let Some((planned, calls)) = apply::prepare(&self.cx, records).instrument(span.clone()).await else {
             info!("Shutdown (or lost data) while registering tags or sending scheduler jobs: the batch is abandoned and its offsets are not stored.");
             return false;
         };
@@ -324,22 +326,22 @@ impl Pipeline {
 
     /// An admin event, alone in its batch: every batch before it settles
     /// first, so it stays ordered with the records before it.
-    async fn admin(&mut self, mut records: Vec<Record>, items: Vec<Item>) -> bool {
+    async fn admin(&mut self, mut records: Vec<Record>) -> bool {
         while !self.inflight.is_empty() {
             match self.inflight.oldest().await {
                 (planned, Some(results)) => self.settle_landed(planned, results).await,
                 (_, None) => return false,
             }
         }
-        let (offsets, fields, _) = apply::note(&records);
+        let (offsets, fields) = apply::note(&records);
         let mut dead = Vec::new();
-        if let ([record], [Item::Admin { event, plan }]) = (records.as_mut_slice(), items.as_slice()) {
+        if let [Record { origin, source, item: Item::Admin { event, plan } }] = records.as_mut_slice() {
             let done = match plan.op {
                 crate::moderation::AdminOp::Review { held, approve } => {
-                    let ts = record.timestamp.unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
-                    reviews::apply_review(&self.cx, (&fields[0], record.offset, ts), event, (held, approve)).await
+                    let ts = origin.timestamp.unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+                    reviews::apply_review(&self.cx, (&fields[0], origin.offset, ts), event, (held, approve)).await
                 }
-                _ => moderation::apply_admin(&self.cx, &fields[0], record.offset, event, plan).await,
+                _ => moderation::apply_admin(&self.cx, &fields[0], origin.offset, event, plan).await,
             };
             match done {
                 None => {
@@ -348,7 +350,7 @@ impl Pipeline {
                 }
                 Some(moderation::AdminOutcome::Refused(rejection)) => {
                     let to = self.cx.dead_letter_topic.clone();
-                    dead.push(Outgoing::dead_letter(record.take_for_dead_letter(), &[rejection], to));
+                    dead.push(Outgoing::dead_letter(origin.clone(), source.take(), &[rejection], to));
                 }
                 Some(_) => {}
             }
@@ -365,52 +367,51 @@ impl Pipeline {
 
     /// Folds a batch's script results into each record's final outcome and
     /// the metrics. Returns the batch's records, its offsets and the records
-    /// to produce for them: dead letters and rank changes.
+    /// to produce for them: rank changes, review records, dead letters.
     fn finish(&self, planned: Planned, results: BatchResults) -> (Vec<Record>, BatchOffsets, Vec<Outgoing>) {
-        let Planned { mut records, offsets, mut items, routes } = planned;
-        outcome::distribute(&mut items, &routes, results.results);
-        let mut out = match &self.cx.changes_topic {
-            Some(to) if results.moves.iter().any(|m| !m.is_empty()) => {
-                changes::outgoing(&items, &records, &routes, &results.moves, self.cx.router.boards(), to)
-            }
-            _ => Vec::new(),
-        };
-        if let Some(to) = &self.cx.review_topic {
-            let admin = self.cx.admin_topic.as_ref();
-            out.extend(review::outgoing(&items, &records, self.cx.router.boards(), to, admin));
-        }
-        let m = metrics::get();
-        let boards = self.cx.router.boards();
+        let Planned { mut records, offsets, routes } = planned;
+        outcome::distribute(&mut records, &routes, results);
         let now_ms = chrono::Utc::now().timestamp_millis();
-        let (from_event, from_record) =
-            (m.event_latency.with_label_values(&["event"]), m.event_latency.with_label_values(&["record"]));
-        let mut dead = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let tallies = match item {
-                Item::Event { decisions, results, .. } => outcome::tallies(decisions, results),
-                _ => Vec::new(),
-            };
-            count(&tallies, |b| boards[b].id());
-            let why = |b, e: &_| self.cx.router.refusal_detail(b, e);
-            match outcome::fold(item, &tallies, |b| boards[b].id(), why) {
-                Final::Applied => {
-                    if let Item::Event { event, .. } = item {
-                        from_event.observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
-                    }
-                    if let Some(ts) = records[i].timestamp {
-                        from_record.observe((now_ms - ts).max(0) as f64 / 1000.0);
-                    }
-                }
-                Final::Duplicate | Final::Held | Final::Skipped => {}
-                Final::DeadLetter(reasons) => dead.push((i, reasons)),
-            }
-        }
-        // Dead letters take their records' copies; the records keep their positions.
-        for (i, reasons) in dead {
-            let to = self.cx.dead_letter_topic.clone();
-            out.push(Outgoing::dead_letter(records[i].take_for_dead_letter(), &reasons, to));
+        let mut out = Vec::new();
+        for record in &mut records {
+            self.conclude(record, now_ms, &mut out);
         }
         (records, offsets, out)
+    }
+
+    /// One landed record: its boards' tallies counted, its outcome decided,
+    /// and what it produces added to `out`: its rank changes, its review
+    /// records and hides, its dead letter (which takes its source bytes).
+    fn conclude(&self, record: &mut Record, now_ms: i64, out: &mut Vec<Outgoing>) {
+        let boards = self.cx.router.boards();
+        let tallies = match &record.item {
+            Item::Event { decided, .. } => outcome::tallies(decided),
+            _ => Vec::new(),
+        };
+        count(&tallies, |b| boards[b].id());
+        if let Some(to) = &self.cx.changes_topic {
+            out.extend(changes::outgoing(record, boards, to));
+        }
+        if let Some(to) = &self.cx.review_topic {
+            out.extend(review::outgoing(record, boards, to, self.cx.admin_topic.as_ref()));
+        }
+        let why = |b, e: &_| self.cx.router.refusal_detail(b, e);
+        match outcome::fold(&record.item, &tallies, |b| boards[b].id(), why) {
+            Final::Applied => {
+                let latency = &metrics::get().event_latency;
+                if let Item::Event { event, .. } = &record.item {
+                    latency.with_label_values(&["event"]).observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
+                }
+                if let Some(ts) = record.origin.timestamp {
+                    latency.with_label_values(&["record"]).observe((now_ms - ts).max(0) as f64 / 1000.0);
+                }
+            }
+            Final::Duplicate | Final::Held | Final::Skipped => {}
+            Final::DeadLetter(reasons) => {
+                let to = self.cx.dead_letter_topic.clone();
+                out.push(Outgoing::dead_letter(record.origin.clone(), record.source.take(), &reasons, to));
+            }
+        }
     }
 
     /// Steps 3 and 4: watermarks, dead letters, held partitions, and each
@@ -420,7 +421,7 @@ impl Pipeline {
             // Applied (or final as dead letters): the partitions have reached
             // these record times.
             let mut latest: Vec<(&str, i32, i64)> = Vec::new();
-            for r in records {
+            for Record { origin: r, .. } in records {
                 let Some(ts) = r.timestamp else { continue };
                 match latest.iter_mut().find(|(t, p, _)| *p == r.partition && *t == &*r.topic) {
                     Some(l) => l.2 = l.2.max(ts),

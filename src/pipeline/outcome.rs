@@ -3,16 +3,16 @@
 //!
 //! A batch's script results come back per board tag, in the order the
 //! tag's writes were sent; [`distribute`] hands each back to its record and
-//! board. [`fold`] then decides the record: applied if any board applied
-//! it; held if none applied it and any held it for review; a duplicate if
-//! none applied or held it and any had seen it; otherwise dead-lettered
-//! with every board's reason.
+//! board, with the moves it made. [`fold`] then decides the record: applied
+//! if any board applied it; held if none applied it and any held it for
+//! review; a duplicate if none applied or held it and any had seen it;
+//! otherwise dead-lettered with every board's reason.
 
 use crate::board::Decision;
 use crate::event::{Event, Reason, Rejection, Rule};
-use crate::store::ApplyResult;
+use crate::store::{ApplyResult, BatchResults};
 
-use super::record::Item;
+use super::record::{Decided, Item, Record};
 
 /// What one board made of a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,24 +38,35 @@ pub enum Final {
 }
 
 /// Where each script result of a batch goes: per board tag, in the order
-/// the tag's writes were sent, (item index, decision index).
+/// the tag's writes were sent, (record index, index of the board's entry in
+/// the record's `decided`).
 pub type Routes = Vec<Vec<(usize, usize)>>;
 
-/// Writes each script result into the decision it answers.
-pub fn distribute(items: &mut [Item], routes: &Routes, results: Vec<Vec<ApplyResult>>) {
+/// Writes each script result into the board entry it answers, and each
+/// move into the record that made it.
+pub fn distribute(records: &mut [Record], routes: &Routes, landed: BatchResults) {
+    let BatchResults { results, moves } = landed;
     for (codes, route) in results.into_iter().zip(routes) {
         for (code, &(i, d)) in codes.into_iter().zip(route) {
-            if let Item::Event { results, .. } = &mut items[i] {
-                results[d] = Some(code);
+            if let Item::Event { decided, .. } = &mut records[i].item {
+                decided[d].result = Some(code);
+            }
+        }
+    }
+    for (moved, route) in moves.into_iter().zip(routes) {
+        for mv in moved {
+            let Some(&(i, d)) = route.get(mv.event) else { continue };
+            if let Item::Event { moves, .. } = &mut records[i].item {
+                moves.push((d, mv));
             }
         }
     }
 }
 
 /// Each board's tally of one record: (board index, tally), in decision order.
-pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>]) -> Vec<(usize, Tally)> {
-    let mut out = Vec::with_capacity(decisions.len());
-    for ((b, decision), result) in decisions.iter().zip(results) {
+pub fn tallies(decided: &[Decided]) -> Vec<(usize, Tally)> {
+    let mut out = Vec::with_capacity(decided.len());
+    for Decided { board, decision, result } in decided {
         let tally = match (decision, result) {
             (Decision::Refused(reason), _) => Tally::Refused(*reason),
             (Decision::Write(_), Some(ApplyResult::Applied)) => Tally::Applied,
@@ -70,7 +81,7 @@ pub fn tallies(decisions: &[(usize, Decision)], results: &[Option<ApplyResult>])
             }
             (Decision::Write(_), None) => continue, // cannot happen: every write has a result
         };
-        out.push((*b, tally));
+        out.push((*board, tally));
     }
     out
 }
@@ -119,6 +130,8 @@ mod tests {
     use super::*;
     use crate::board::{BoardWrite, WriteParams};
     use crate::event::Event;
+    use crate::store::RankMove;
+    use std::sync::Arc;
 
     fn write() -> Decision {
         let params = WriteParams::plain_sum();
@@ -133,8 +146,13 @@ mod tests {
         })
     }
 
-    fn event_item(decisions: Vec<(usize, Decision)>) -> Item {
-        let results = vec![None; decisions.len()];
+    fn record(item: Item) -> Record {
+        let origin =
+            super::super::record::Origin { topic: Arc::from("scores"), partition: 0, offset: 0, timestamp: None };
+        Record { origin, source: None, item }
+    }
+
+    fn event_record<const N: usize>(decisions: [(usize, Decision); N]) -> Record {
         let event = Event {
             event_id: uuid::Uuid::from_u128(1),
             kind: "match_finished".into(),
@@ -145,65 +163,92 @@ mod tests {
             attrs: Default::default(),
             meta: None,
         };
-        Item::Event { event, decisions, results }
+        let decided = decisions.into_iter().map(|(board, decision)| Decided { board, decision, result: None });
+        record(Item::Event { event, decided: decided.collect(), moves: Vec::new() })
+    }
+
+    fn landed(results: Vec<Vec<ApplyResult>>) -> BatchResults {
+        let moves = vec![Vec::new(); results.len()];
+        BatchResults { results, moves }
     }
 
     fn ids(b: usize) -> &'static str {
         ["points", "best", "laps"][b]
     }
 
-    fn outcome(item: &Item) -> Final {
-        let Item::Event { decisions, results, .. } = item else { return fold(item, &[], ids, |_, _| None) };
-        fold(item, &tallies(decisions, results), ids, |_, _| None)
+    fn result(r: &Record, d: usize) -> Option<ApplyResult> {
+        let Item::Event { decided, .. } = &r.item else { panic!("not an event") };
+        decided[d].result
+    }
+
+    fn outcome(r: &Record) -> Final {
+        let Item::Event { decided, .. } = &r.item else { return fold(&r.item, &[], ids, |_, _| None) };
+        fold(&r.item, &tallies(decided), ids, |_, _| None)
+    }
+
+    fn mv(event: usize, new_rank: u32) -> RankMove {
+        RankMove {
+            event,
+            period: "all".into(),
+            old_rank: None,
+            new_rank,
+            stored: 5,
+            row: None,
+            passed: Vec::new(),
+            pushed_out: None,
+        }
     }
 
     #[test]
-    fn results_come_back_per_tag_in_send_order_to_their_record_and_board() {
-        let mut items = vec![
-            event_item(vec![(0, write()), (1, write())]),
-            Item::Skipped,
-            event_item(vec![(0, write()), (2, Decision::Refused(Reason::MissingSplit)), (1, write())]),
+    fn results_and_moves_come_back_per_tag_in_send_order_to_their_record_and_board() {
+        let mut records = vec![
+            event_record([(0, write()), (1, write())]),
+            record(Item::Skipped),
+            event_record([(0, write()), (2, Decision::Refused(Reason::MissingSplit)), (1, write())]),
         ];
         // Tag 0 took the writes of board 0, tag 1 those of board 1.
         let routes: Routes = vec![vec![(0, 0), (2, 0)], vec![(0, 1), (2, 2)]];
-        let results = vec![
+        let mut batch = landed(vec![
             vec![ApplyResult::Applied, ApplyResult::DuplicateEvent],
             vec![ApplyResult::Refused(4), ApplyResult::DuplicateOffset],
-        ];
-        distribute(&mut items, &routes, results);
-        let Item::Event { results: r0, .. } = &items[0] else { panic!() };
-        assert_eq!(r0, &[Some(ApplyResult::Applied), Some(ApplyResult::Refused(4))]);
-        let Item::Event { results: r2, .. } = &items[2] else { panic!() };
-        assert_eq!(r2, &[Some(ApplyResult::DuplicateEvent), None, Some(ApplyResult::DuplicateOffset)]);
+        ]);
+        // Tag 1's second event (record 2) moved, then tag 0's first (record 0).
+        batch.moves = vec![vec![mv(0, 3)], vec![mv(1, 7)]];
+        distribute(&mut records, &routes, batch);
+        let r0 = [0, 1].map(|d| result(&records[0], d));
+        assert_eq!(r0, [Some(ApplyResult::Applied), Some(ApplyResult::Refused(4))]);
+        let r2 = [0, 1, 2].map(|d| result(&records[2], d));
+        assert_eq!(r2, [Some(ApplyResult::DuplicateEvent), None, Some(ApplyResult::DuplicateOffset)]);
+        let moves = |r: &Record| match &r.item {
+            Item::Event { moves, .. } => moves.iter().map(|(d, m)| (*d, m.new_rank)).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        assert_eq!((moves(&records[0]), moves(&records[2])), (vec![(0, 3)], vec![(2, 7)]));
     }
 
     #[test]
     fn a_record_is_applied_if_any_board_applied_it_even_when_others_refused() {
-        let mut item = event_item(vec![(0, write()), (1, write())]);
+        let mut r = [event_record([(0, write()), (1, write())])];
         distribute(
-            item_slice(&mut item),
+            &mut r,
             &vec![vec![(0, 0), (0, 1)]],
-            vec![vec![ApplyResult::Refused(5), ApplyResult::Applied]],
+            landed(vec![vec![ApplyResult::Refused(5), ApplyResult::Applied]]),
         );
-        assert_eq!(outcome(&item), Final::Applied);
-    }
-
-    fn item_slice(item: &mut Item) -> &mut [Item] {
-        std::slice::from_mut(item)
+        assert_eq!(outcome(&r[0]), Final::Applied);
     }
 
     #[test]
     fn a_record_no_board_applied_but_one_had_seen_is_a_duplicate_not_a_dead_letter() {
-        let mut item = event_item(vec![(0, write()), (1, write()), (2, Decision::Refused(Reason::MissingSplit))]);
+        let mut r = [event_record([(0, write()), (1, write()), (2, Decision::Refused(Reason::MissingSplit))])];
         distribute(
-            item_slice(&mut item),
+            &mut r,
             &vec![vec![(0, 0), (0, 1)]],
-            vec![vec![ApplyResult::Refused(4), ApplyResult::DuplicateOffset]],
+            landed(vec![vec![ApplyResult::Refused(4), ApplyResult::DuplicateOffset]]),
         );
-        assert_eq!(outcome(&item), Final::Duplicate);
-        let Item::Event { decisions, results, .. } = &item else { panic!() };
+        assert_eq!(outcome(&r[0]), Final::Duplicate);
+        let Item::Event { decided, .. } = &r[0].item else { panic!() };
         assert_eq!(
-            tallies(decisions, results),
+            tallies(decided),
             [
                 (0, Tally::Refused(Reason::ScoreOutOfRange)),
                 (1, Tally::Duplicate("offset")),
@@ -214,9 +259,9 @@ mod tests {
 
     #[test]
     fn a_record_every_board_refused_is_dead_lettered_with_each_boards_reason() {
-        let mut item = event_item(vec![(0, write()), (2, Decision::Refused(Reason::MissingSplit))]);
-        distribute(item_slice(&mut item), &vec![vec![(0, 0)]], vec![vec![ApplyResult::Refused(5)]]);
-        let Final::DeadLetter(reasons) = outcome(&item) else { panic!("not a dead letter") };
+        let mut r = [event_record([(0, write()), (2, Decision::Refused(Reason::MissingSplit))])];
+        distribute(&mut r, &vec![vec![(0, 0)]], landed(vec![vec![ApplyResult::Refused(5)]]));
+        let Final::DeadLetter(reasons) = outcome(&r[0]) else { panic!("not a dead letter") };
         let got: Vec<(Reason, &str)> = reasons.iter().map(|r| (r.reason, r.detail.as_str())).collect();
         assert_eq!(
             got,
@@ -226,8 +271,8 @@ mod tests {
 
     #[test]
     fn rejected_records_are_dead_letters_and_skipped_ones_are_final_at_once() {
-        let rejected = Item::Rejected(Rejection::new(Reason::InvalidJson, "not JSON"));
+        let rejected = record(Item::Rejected(Rejection::new(Reason::InvalidJson, "not JSON")));
         assert!(matches!(outcome(&rejected), Final::DeadLetter(r) if r[0].reason == Reason::InvalidJson));
-        assert_eq!(outcome(&Item::Skipped), Final::Skipped);
+        assert_eq!(outcome(&record(Item::Skipped)), Final::Skipped);
     }
 }

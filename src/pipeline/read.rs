@@ -13,7 +13,7 @@ use rdkafka::message::BorrowedMessage;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::record::{self, Item, Record, TopicNames};
+use super::record::{self, Record, TopicNames};
 use super::{lost, Context, Next, Pipeline};
 use crate::event::NotFetched;
 use crate::kafka::commit;
@@ -32,7 +32,7 @@ const IDLE_COMMIT_GAP: Duration = Duration::from_millis(200);
 /// Copies a message out of the consumer and parses it ([`record::take`]),
 /// first fetching the schema its frame names if need be; `None` if the
 /// worker is stopping meanwhile (the record is left unread, so uncommitted).
-async fn take(cx: &Context, topics: &mut TopicNames, m: &BorrowedMessage<'_>) -> Option<(Record, Item)> {
+async fn take(cx: &Context, topics: &mut TopicNames, m: &BorrowedMessage<'_>) -> Option<Record> {
     loop {
         match record::take(&cx.settings, &cx.router, &cx.schemas, topics, m) {
             Ok(taken) => return Some(taken),
@@ -48,30 +48,28 @@ async fn take(cx: &Context, topics: &mut TopicNames, m: &BorrowedMessage<'_>) ->
 impl Pipeline {
     /// Step 1: the next batch of records, or whatever else needs doing first.
     pub(super) async fn next_batch(&mut self) -> Next {
-        let (first, item) = match self.carry.take() {
+        let first = match self.carry.take() {
             Some(c) => c,
             None => match self.wait_for_record().await {
                 Ok(first) => first,
                 Err(next) => return next,
             },
         };
-        let alone = item.is_alone();
+        let alone = first.is_alone();
         let batch_size = self.cx.settings.worker.batch_size;
-        let (mut records, mut items) = (Vec::with_capacity(batch_size), Vec::with_capacity(batch_size));
+        let mut records = Vec::with_capacity(batch_size);
         records.push(first);
-        items.push(item);
         let deadline = Instant::now() + self.cx.settings.worker.batch_linger;
         while !alone && records.len() < batch_size {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => {
                     // Shutting down while a schema is fetched: the batch closes without the record.
-                    let Some((record, item)) = take(&self.cx, &mut self.topics, &m).await else { break };
-                    if item.is_alone() {
-                        self.carry = Some((record, item));
+                    let Some(record) = take(&self.cx, &mut self.topics, &m).await else { break };
+                    if record.is_alone() {
+                        self.carry = Some(record);
                         break;
                     }
                     records.push(record);
-                    items.push(item);
                 }
                 Ok(Err(e)) => {
                     warn!(error = %e, "Reading from Kafka failed; the batch closes early.");
@@ -80,14 +78,14 @@ impl Pipeline {
                 Err(_) => break,
             }
         }
-        Next::Batch(records, items)
+        Next::Batch(records)
     }
 
     /// Waits for the first record of a batch. Meanwhile it settles the
     /// oldest batch in flight once it lands, commits on going idle, retries
     /// held dead letters and flushes watermarks; each of those ends the wait
     /// with [`Next::Again`].
-    pub(super) async fn wait_for_record(&mut self) -> Result<(Record, Item), Next> {
+    pub(super) async fn wait_for_record(&mut self) -> Result<Record, Next> {
         let retry_at = self.held.next_try();
         let uncommitted = self.consumer.context().uncommitted.load(Ordering::Relaxed);
         let commit_at = (self.inflight.is_empty() && uncommitted)

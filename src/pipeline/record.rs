@@ -1,8 +1,10 @@
-//! What the pipeline keeps of one consumed record, and what parsing made of
-//! it. A broker message is copied out the moment it is read, so nothing
-//! the pipeline holds borrows the consumer: `(topic, partition, offset,
-//! timestamp)` always, and key, payload and headers only for a record that
-//! may yet be dead-lettered.
+//! One consumed record, one value from the moment it is read to the moment
+//! its offset is stored: where it was read, its bytes for a dead letter, and
+//! what became of it (what it decoded to, what each board decided, what
+//! Redis answered and which moves it made). A broker message is copied out
+//! the moment it is read, so nothing the pipeline holds borrows the
+//! consumer: the [`Origin`] always, and key, payload and headers only for a
+//! record that may yet be dead-lettered.
 
 use std::sync::Arc;
 
@@ -15,31 +17,38 @@ use crate::event::{self, AdminEvent, Event, Format, NotFetched, Parsed, Reason, 
 use crate::metrics;
 use crate::moderation::{self, AdminPlan};
 use crate::schemas::Schemas;
-use crate::store::ApplyResult;
+use crate::store::{ApplyResult, RankMove};
 
-/// One consumed record, owned.
-pub struct Record {
+/// Where a record was read, and its timestamp.
+#[derive(Clone, Debug)]
+pub struct Origin {
     pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     /// The record's timestamp, epoch ms.
     pub timestamp: Option<i64>,
+}
+
+/// One consumed record, owned, and what became of it.
+pub struct Record {
+    pub origin: Origin,
     /// Key, value and headers, for the dead-letter topic; `None` for a
-    /// record that cannot be dead-lettered (an event type no board takes).
+    /// record that cannot be dead-lettered (an event type no board takes),
+    /// and once its dead letter has taken them.
     pub source: Option<Box<Source>>,
+    pub item: Item,
 }
 
 impl Record {
-    /// The record for its dead letter: its position and the source, which
-    /// this copy takes (the record keeps its position for the offsets).
-    pub fn take_for_dead_letter(&mut self) -> Record {
-        Record {
-            topic: self.topic.clone(),
-            partition: self.partition,
-            offset: self.offset,
-            timestamp: self.timestamp,
-            source: self.source.take(),
-        }
+    /// Whether the record is sent to Redis in a batch of its own.
+    pub fn is_alone(&self) -> bool {
+        matches!(self.item, Item::Admin { .. })
+    }
+
+    /// The record time decisions use: the record's timestamp, or the event
+    /// time for a record without one.
+    pub fn decided_at(&self, event: &Event) -> i64 {
+        self.origin.timestamp.unwrap_or(event.ts_ms)
     }
 }
 
@@ -50,7 +59,8 @@ pub struct Source {
     pub headers: Option<OwnedHeaders>,
 }
 
-/// One record of a batch as parsing left it.
+/// What parsing made of a record, and, for an event, what the boards
+/// decided and Redis answered.
 pub enum Item {
     /// An event type no board takes: final at once, nothing to write.
     Skipped,
@@ -61,18 +71,21 @@ pub enum Item {
     Rejected(Rejection),
     Event {
         event: Event,
-        /// Per board that takes the event: (board index, write or refusal).
-        decisions: Vec<(usize, Decision)>,
-        /// Filled from Redis: one per write decision, in decision order.
-        results: Vec<Option<ApplyResult>>,
+        /// One per board that takes the event, in the router's order.
+        decided: Vec<Decided>,
+        /// Filled from Redis on boards with `notify_top`: the moves the
+        /// event made, each with the index of its board's entry in `decided`.
+        moves: Vec<(usize, RankMove)>,
     },
 }
 
-impl Item {
-    /// Whether the item is sent to Redis in a batch of its own.
-    pub fn is_alone(&self) -> bool {
-        matches!(self, Item::Admin { .. })
-    }
+/// What one board made of an event: its decision (a write, or a refusal
+/// before Redis) and, once the write has landed, Redis's answer.
+pub struct Decided {
+    /// The board's index in the router.
+    pub board: usize,
+    pub decision: Decision,
+    pub result: Option<ApplyResult>,
 }
 
 /// Topic names seen by the consumer, shared by every record of the topic
@@ -99,7 +112,7 @@ pub fn take(
     schemas: &Schemas,
     topics: &mut TopicNames,
     msg: &BorrowedMessage<'_>,
-) -> Result<(Record, Item), NotFetched> {
+) -> Result<Record, NotFetched> {
     let item = parse(settings, router, schemas, msg)?;
     let source = (!matches!(item, Item::Skipped)).then(|| {
         Box::new(Source {
@@ -108,14 +121,13 @@ pub fn take(
             headers: msg.headers().map(|h| h.detach()),
         })
     });
-    let record = Record {
+    let origin = Origin {
         topic: topics.get(msg.topic()),
         partition: msg.partition(),
         offset: msg.offset(),
         timestamp: msg.timestamp().to_millis(),
-        source,
     };
-    Ok((record, item))
+    Ok(Record { origin, source, item })
 }
 
 /// The record's value parsed by its topic's format.
@@ -205,26 +217,26 @@ fn item(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>, parsed:
         );
         return reject(r);
     }
-    let decisions = router.plan(&event, record_ts);
-    let results = vec![None; decisions.len()];
-    Item::Event { event, decisions, results }
+    let decided =
+        router.plan(&event, record_ts).into_iter().map(|(board, decision)| Decided { board, decision, result: None });
+    Item::Event { event, decided: decided.collect(), moves: Vec::new() }
 }
 
 /// The headers of a record's dead letter: the record's own, then rankflow's
 /// reason, detail and source position.
-pub fn dead_letter_headers(record: &Record, reason: &str, detail: &str) -> OwnedHeaders {
+pub fn dead_letter_headers(origin: &Origin, source: Option<&Source>, reason: &str, detail: &str) -> OwnedHeaders {
     use rdkafka::message::Header;
     let mut headers = OwnedHeaders::new();
-    if let Some(own) = record.source.as_ref().and_then(|s| s.headers.as_ref()) {
+    if let Some(own) = source.and_then(|s| s.headers.as_ref()) {
         for h in own.iter() {
             headers = headers.insert(Header { key: h.key, value: h.value });
         }
     }
-    let (partition, offset) = (record.partition.to_string(), record.offset.to_string());
+    let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
     headers
         .insert(Header { key: "rankflow.reason", value: Some(reason) })
         .insert(Header { key: "rankflow.detail", value: Some(detail) })
-        .insert(Header { key: "rankflow.source.topic", value: Some(&*record.topic) })
+        .insert(Header { key: "rankflow.source.topic", value: Some(&*origin.topic) })
         .insert(Header { key: "rankflow.source.partition", value: Some(partition.as_str()) })
         .insert(Header { key: "rankflow.source.offset", value: Some(offset.as_str()) })
 }

@@ -17,7 +17,7 @@ use crate::keys;
 use crate::store::ApplyResult;
 
 use super::held::Outgoing;
-use super::record::{Item, Record};
+use super::record::{Decided, Item, Record};
 
 /// The header naming the held event: `<event id>/<board>`.
 pub const HELD_ID: &str = "rankflow-held-id";
@@ -82,32 +82,23 @@ pub fn hide(board: &Board, event: &Event) -> (String, Vec<u8>, OwnedHeaders) {
     (event.player_id.clone(), body.to_string().into_bytes(), OwnedHeaders::new())
 }
 
-/// Every review record of a landed batch, for `to`, and the hides for `admin`
-/// (the first admin topic).
-pub fn outgoing(
-    items: &[Item],
-    records: &[Record],
-    boards: &[Board],
-    to: &Arc<str>,
-    admin: Option<&Arc<str>>,
-) -> Vec<Outgoing> {
+/// The review records of one landed record, for `to`, one per board that
+/// held it, and the hides for `admin` (the first admin topic).
+pub fn outgoing(record: &Record, boards: &[Board], to: &Arc<str>, admin: Option<&Arc<str>>) -> Vec<Outgoing> {
+    let Item::Event { event, decided, .. } = &record.item else { return Vec::new() };
     let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let Item::Event { event, decisions, results } = item else { continue };
-        for ((b, decision), result) in decisions.iter().zip(results) {
-            let (rule, value, past) = match result {
-                Some(ApplyResult::Held(rule, value)) => (rule, value, false),
-                Some(ApplyResult::HeldPastLimit(rule, value)) => (rule, value, true),
-                _ => continue,
-            };
-            let Decision::Write(w) = decision else { continue };
-            let board = &boards[*b];
-            let r = &records[i];
-            let source = (&r.topic, r.partition, r.offset);
-            out.push(Outgoing::review(source, board.id(), to.clone(), record(board, &w.base, event, *rule, *value)));
-            if let (true, Some(admin)) = (past, admin) {
-                out.push(Outgoing::hide(source, admin.clone(), hide(board, event)));
-            }
+    for Decided { board, decision, result } in decided {
+        let (rule, value, past) = match result {
+            Some(ApplyResult::Held(rule, value)) => (rule, value, false),
+            Some(ApplyResult::HeldPastLimit(rule, value)) => (rule, value, true),
+            _ => continue,
+        };
+        let Decision::Write(w) = decision else { continue };
+        let board = &boards[*board];
+        let source = &record.origin;
+        out.push(Outgoing::review(source, board.id(), to.clone(), self::record(board, &w.base, event, *rule, *value)));
+        if let (true, Some(admin)) = (past, admin) {
+            out.push(Outgoing::hide(source, admin.clone(), hide(board, event)));
         }
     }
     out
