@@ -298,25 +298,8 @@ pub fn published_field(period_key: &str) -> String {
     format!("{period_key}:published")
 }
 
-/// What ends a sealed snapshot's period id ([`final_id`]); the scripts get
-/// it in their prelude.
-pub const FINAL_SUFFIX: &str = ":final";
-
-/// What starts a rolling board's view id ([`rolling_id`]).
-pub const ROLLING_PREFIX: &str = "r:";
-
 /// What starts the id of a rolling board's build ([`rolling_build_id`]).
 pub const ROLL_BUILD_PREFIX: &str = "_roll:";
-
-/// The sealed snapshot of a period board: `lb:{points}:d:2026-08-14:final`.
-pub fn final_id(period_id: &str) -> String {
-    format!("{period_id}{FINAL_SUFFIX}")
-}
-
-/// The view id of a rolling board, `r:last7d`; its key is `period_key(base, id)`.
-pub fn rolling_id(name: &str) -> String {
-    format!("{ROLLING_PREFIX}{name}")
-}
 
 /// A key rankflow never writes, on the same hash tag as `key`: what a read
 /// of a snapshot not made yet reads (an empty board).
@@ -324,21 +307,11 @@ pub fn absent_key(key: &str) -> String {
     format!("{key}:_absent")
 }
 
-/// Whether a period id names a sealed snapshot ([`final_id`]).
-pub fn is_final_id(id: &str) -> bool {
-    id.ends_with(FINAL_SUFFIX)
-}
-
-/// Whether a period id names a rolling board ([`rolling_id`]).
-pub fn is_rolling_id(id: &str) -> bool {
-    id.starts_with(ROLLING_PREFIX)
-}
-
 /// The id of a rolling board's build in progress, `_roll:r:last7d`: its
 /// staged union is `period_key(base, id)`, the staged dense index
 /// `dense_key(base, id)`, and day `d`'s staged copy `period_key(base, "{id}:{d}")`.
 pub fn rolling_build_id(name: &str) -> String {
-    format!("{ROLL_BUILD_PREFIX}{}", rolling_id(name))
+    format!("{ROLL_BUILD_PREFIX}{}", crate::period::id::rolling_id(name))
 }
 
 /// The hash that records where a rolling board's build is (`roll.lua`).
@@ -474,6 +447,7 @@ pub fn topic_of_field(field: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::period::id::{final_id, is_final_id, is_rolling_id, rolling_id};
 
     #[test]
     fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::board::{Board, Mode, PeriodWrite, Router};
 use crate::event::{valid_split_value, AdminEvent, AdminKind, Reason, Rejection};
+use crate::period::id::PeriodRef;
 use crate::period::Period;
 
 /// Which board tags an admin event reaches.
@@ -276,10 +277,12 @@ fn board_period(id: &str, board: &Board) -> Result<Period, Rejection> {
 
 /// A removal's period: one the board keeps, or its sealed snapshot.
 fn removable_period(id: &str, board: &Board) -> Result<(), Rejection> {
-    match id.strip_suffix(":final") {
-        Some(live) if board.close_after().is_some() => board_period(live, board).map(|_| ()),
-        Some(_) => Err(invalid(format!("board '{}' does not seal its periods", board.id()))),
-        None => board_period(id, board).map(|_| ()),
+    match PeriodRef::parse(id) {
+        PeriodRef { sealed: true, text: live, .. } if board.close_after().is_some() => {
+            board_period(live, board).map(|_| ())
+        }
+        PeriodRef { sealed: true, .. } => Err(invalid(format!("board '{}' does not seal its periods", board.id()))),
+        PeriodRef { sealed: false, .. } => board_period(id, board).map(|_| ()),
     }
 }
 

@@ -4,7 +4,8 @@
 //! other, directly or round a longer cycle (the layers are read from
 //! `lib.rs` itself, so the documentation and this check cannot drift
 //! apart). Redis is called from `store` only (commands, scripts, the raw
-//! connection). No Rust file of the product, its tools or its tests is over
+//! connection). A batch travels through the pipeline as one vector of
+//! records, and period ids are taken apart in `src/period/id.rs` alone. No Rust file of the product, its tools or its tests is over
 //! 650 lines, and no function over 120.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -231,6 +232,44 @@ fn only_store_reads_redis_replies() {
         }
     }
     assert!(offenders.is_empty(), "Redis replies read outside store (parse them in store): {offenders:?}");
+}
+
+/// A batch is one vector of records, each carrying what it parsed to, what
+/// each board decided and answered, and the moves it made
+/// (`pipeline/record.rs`): nothing in the pipeline keeps a second vector of
+/// a batch's items, decisions or results to match with it by index.
+#[test]
+fn a_batch_travels_as_one_vector_of_records() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let parallel = ["Vec<Item>", "[Item]", "Vec<(usize, Decision)>", "Vec<Option<ApplyResult>>", "tp_of"];
+    let mut offenders = Vec::new();
+    for f in rust_files(&root.join("src/pipeline")) {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for p in parallel.iter().filter(|p| text.contains(*p)) {
+            offenders.push(format!("{}: {p}", f.strip_prefix(root).unwrap().display()));
+        }
+    }
+    assert!(offenders.is_empty(), "a batch's parts kept beside its records, matched by index: {offenders:?}");
+}
+
+/// Period ids are written and taken apart in `src/period/id.rs` only: no
+/// other file of the product spells a prefix or suffix of one.
+#[test]
+fn period_ids_are_taken_apart_in_one_place() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let literals = ["\":final\"", "\"r:\"", "\"s:\"", "\"c:\"", "'r:'", "'s:'", "'c:'"];
+    let mut offenders = Vec::new();
+    for f in rust_files(&root.join("src")) {
+        let rel = f.strip_prefix(root).unwrap().display().to_string();
+        if rel == "src/period/id.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for l in literals.iter().filter(|l| text.contains(*l)) {
+            offenders.push(format!("{rel}: {l}"));
+        }
+    }
+    assert!(offenders.is_empty(), "period ids taken apart outside src/period/id.rs (use PeriodRef): {offenders:?}");
 }
 
 /// Every `.rs` file under `dir`.

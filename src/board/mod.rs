@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 
+use crate::period::id::{Names, PeriodRef};
 use crate::period::{Period, PeriodKind};
 use crate::score::Packing;
 
@@ -264,11 +265,9 @@ impl Board {
     /// Whether `period` is one of the league's rounds.
     pub fn is_round(&self, period: &Period) -> bool {
         let Some(l) = &self.spec.league else { return false };
-        match period.kind {
-            PeriodKind::Window => period.id.strip_prefix("s:") == Some(l.rounds.as_str()),
-            PeriodKind::Schedule => {
-                period.id.strip_prefix("c:").and_then(|r| r.split_once(':')).is_some_and(|(n, _)| n == l.rounds)
-            }
+        match (period.kind, PeriodRef::parse(&period.id).names) {
+            (PeriodKind::Window, Names::Window(name)) => name == l.rounds,
+            (PeriodKind::Schedule, Names::Schedule { name, start: Some(_) }) => name == l.rounds,
             _ => false,
         }
     }
@@ -321,7 +320,7 @@ impl Board {
     /// The index of the window a read or an admin event names, by id
     /// (`s:season-1`) or by name (`season-1`).
     pub fn window_index(&self, text: &str) -> Option<usize> {
-        let name = text.strip_prefix("s:").unwrap_or(text);
+        let name = PeriodRef::parse(text).window_name()?;
         self.spec.windows.iter().position(|w| w.name == name)
     }
 
@@ -333,10 +332,7 @@ impl Board {
     /// The index of the schedule a read or an admin event names, by a
     /// period id (`c:weekend:2026-12-04T18:00`) or by name (`weekend`).
     pub fn schedule_index(&self, text: &str) -> Option<usize> {
-        let name = match text.strip_prefix("c:") {
-            Some(rest) => rest.split_once(':').map_or(rest, |(n, _)| n),
-            None => text,
-        };
+        let name = PeriodRef::parse(text).schedule_name()?;
         self.spec.schedules.iter().position(|s| s.name == name)
     }
 
@@ -344,14 +340,16 @@ impl Board {
     /// window's (`s:season-1`) or a schedule's (`c:weekend:2026-12-04T18:00`).
     pub fn period_by_id(&self, id: &str) -> Result<Period, crate::period::PeriodError> {
         let bad = || crate::period::PeriodError::BadId(id.to_string());
-        if let Some(name) = id.strip_prefix("s:") {
-            return self.spec.windows.iter().find(|w| w.name == name).map(Window::period).ok_or_else(bad);
+        match PeriodRef::parse(id).names {
+            Names::Window(name) => {
+                self.spec.windows.iter().find(|w| w.name == name).map(Window::period).ok_or_else(bad)
+            }
+            Names::Schedule { .. } => {
+                let s = self.schedule_index(id).ok_or_else(bad)?;
+                self.spec.schedules[s].period_by_id(self.spec.timezone, id).ok_or_else(bad)
+            }
+            _ => Period::from_id(id, self.spec.timezone),
         }
-        if id.starts_with("c:") {
-            let s = self.schedule_index(id).ok_or_else(bad)?;
-            return self.spec.schedules[s].period_by_id(self.spec.timezone, id).ok_or_else(bad);
-        }
-        Period::from_id(id, self.spec.timezone)
     }
 
     /// How long a period's key outlives the period; `None` never expires.
@@ -422,7 +420,7 @@ pub struct Window {
 impl Window {
     /// The period id, `s:<name>`.
     pub fn id(&self) -> String {
-        format!("{}:{}", PeriodKind::Window.code(), self.name)
+        crate::period::id::window_id(&self.name)
     }
 
     /// The window as a period (for keys, expiry and closing).

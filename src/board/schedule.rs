@@ -16,6 +16,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 
+use crate::period::id::{Names, PeriodRef};
 use crate::period::{Period, PeriodKind};
 
 /// One schedule of a board.
@@ -40,6 +41,9 @@ impl Eq for Schedule {}
 /// How far ahead a schedule is checked for overlapping periods: enough
 /// firings to cover any calendar pattern (leap days, weekdays of months).
 const OVERLAP_CHECK_FIRINGS: usize = 3000;
+
+/// How a schedule's period id writes its local start (`2026-12-04T18:00`).
+const LOCAL_START: &str = "%Y-%m-%dT%H:%M";
 
 impl Schedule {
     /// A schedule from its config, or why not. `tz` is the board's zone,
@@ -89,12 +93,7 @@ impl Schedule {
         let start_ms = start.timestamp_millis();
         Period {
             kind: PeriodKind::Schedule,
-            id: format!(
-                "{}:{}:{}",
-                PeriodKind::Schedule.code(),
-                self.name,
-                start.naive_local().format("%Y-%m-%dT%H:%M")
-            ),
+            id: crate::period::id::schedule_id(&self.name, &start.naive_local().format(LOCAL_START).to_string()),
             start_ms: Some(start_ms),
             end_ms: Some(start_ms.saturating_add(self.duration_ms())),
         }
@@ -127,9 +126,14 @@ impl Schedule {
     /// The period with this id (`c:<name>:2026-12-04T18:00`), if the
     /// schedule fires then.
     pub fn period_by_id(&self, tz: Tz, id: &str) -> Option<Period> {
-        let rest = id.strip_prefix(PeriodKind::Schedule.code())?.strip_prefix(':')?;
-        let local = rest.strip_prefix(self.name.as_str())?.strip_prefix(':')?;
-        let naive = NaiveDateTime::parse_from_str(local, "%Y-%m-%dT%H:%M").ok()?;
+        let (name, local) = match PeriodRef::parse(id) {
+            PeriodRef { sealed: false, names: Names::Schedule { name, start: Some(local) }, .. } => (name, local),
+            _ => return None,
+        };
+        if name != self.name {
+            return None;
+        }
+        let naive = NaiveDateTime::parse_from_str(local, LOCAL_START).ok()?;
         let candidates: Vec<DateTime<Tz>> = match tz.from_local_datetime(&naive) {
             LocalResult::Single(t) => vec![t],
             LocalResult::Ambiguous(a, b) => vec![a, b],

@@ -22,6 +22,8 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::period::id::PeriodRef;
+
 /// The `Cache-Control` of each kind of read, made once.
 #[derive(Clone, Debug)]
 pub(super) struct Caching {
@@ -59,7 +61,7 @@ fn kind(route: Option<&str>, query: Option<&str>) -> Kind {
     let params = || form_urlencoded::parse(query.unwrap_or("").as_bytes());
     if params().any(|(k, v)| k == "fresh" && v == "true") {
         Kind::Fresh
-    } else if route == Some(HISTORY_ROUTE) || params().any(|(k, v)| k == "period" && v.ends_with(":final")) {
+    } else if route == Some(HISTORY_ROUTE) || params().any(|(k, v)| k == "period" && PeriodRef::parse(&v).sealed) {
         Kind::Sealed
     } else {
         Kind::Read

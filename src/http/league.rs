@@ -17,6 +17,7 @@ use super::{ApiError, AppState};
 use crate::board::league::{self, League, Zone};
 use crate::board::{Board, Order};
 use crate::keys;
+use crate::period::id::PeriodRef;
 use crate::period::Period;
 use crate::store::Placement;
 
@@ -44,7 +45,7 @@ struct RoundRead<'a> {
 fn round_of<'a>(t: &Target<'a>, s: &AppState) -> Result<Option<RoundRead<'a>>, ApiError> {
     let Some(league) = t.board.league() else { return Ok(None) };
     let Some(keys) = t.layout.single() else { return Ok(None) };
-    let live = t.period.strip_suffix(":final").unwrap_or(&t.period);
+    let live = PeriodRef::parse(&t.period).text;
     let Ok(round) = t.board.period_by_id(live) else { return Ok(None) };
     if !t.board.is_round(&round) {
         return Ok(None);

@@ -22,7 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::board::Router;
 use crate::health::Health;
-use crate::keys;
 use crate::metrics;
 use crate::period::Period;
 use crate::store::{Reader, StoreError};
@@ -405,7 +404,7 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                 "periods": periods,
                 "rolling": b.rolling().iter().map(|r| json!({
                     "name": r.name,
-                    "period": keys::rolling_id(&r.name),
+                    "period": crate::period::id::rolling_id(&r.name),
                     "days": r.days,
                     "refresh_seconds": r.refresh.as_secs(),
                 })).collect::<Vec<_>>(),

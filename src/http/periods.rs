@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::{now_ms, ApiError, AppState};
 use crate::board::Board;
 use crate::keys;
+use crate::period::id::{Names, PeriodRef};
 use crate::period::{Period, PeriodKind};
 
 /// A period's state at `now`.
@@ -46,7 +47,10 @@ fn held(board: &Board, base: &str, keys_: &[String]) -> Vec<Period> {
     keys_
         .iter()
         .filter_map(|k| k.strip_prefix(&prefix))
-        .filter(|id| !id.ends_with(":final") && !id.starts_with("r:") && !id.starts_with('_'))
+        .filter(|id| {
+            let r = PeriodRef::parse(id);
+            !r.sealed && !matches!(r.names, Names::Rolling(_)) && !id.starts_with('_')
+        })
         .filter_map(|id| board.period_by_id(id).ok())
         .collect()
 }

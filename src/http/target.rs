@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDate, TimeZone};
 use super::{now_ms, ApiError, AppState};
 use crate::board::Board;
 use crate::keys;
+use crate::period::id::{Names, PeriodRef};
 use crate::period::{Period, PeriodKind};
 use crate::store::ReadKeys;
 /// The board, period and keys a read names.
@@ -97,7 +98,7 @@ impl PeriodKeys {
             shadow_key: keys::shadow_key(base, id),
             meta_key: board.meta().then(|| keys::meta_key(base, id)),
             rows_key: board.columns().map(|_| keys::rows_key(base, id)),
-            version_key: if keys::is_final_id(id) || keys::is_rolling_id(id) {
+            version_key: if crate::period::id::is_final_id(id) || crate::period::id::is_rolling_id(id) {
                 keys::version_key(base, id)
             } else {
                 keys::offsets_key(base)
@@ -156,18 +157,14 @@ pub(super) fn resolve<'a>(
     let default_kind =
         if board.periods().contains(&PeriodKind::AllTime) { PeriodKind::AllTime } else { board.periods()[0] };
     let base = keys::base(s.router.prefix(), board.id(), split);
-    let raw = q.get("period").map(String::as_str).unwrap_or("");
-    let (text, sealed) = match raw.strip_suffix(":final") {
-        Some(t) => (t, true),
-        None => (raw, false),
-    };
+    let named = PeriodRef::parse(q.get("period").map(String::as_str).unwrap_or(""));
+    let (text, sealed) = (named.text, named.sealed);
     // A rolling board, by name (`last7d`) or id (`r:last7d`).
-    let rolling_name = text.strip_prefix("r:").unwrap_or(text);
-    if board.rolling().iter().any(|r| r.name == rolling_name) {
+    if let Some(rolling) = named.rolling_name().filter(|n| board.rolling().iter().any(|r| r.name == *n)) {
         if sealed {
             return Err(ApiError::bad("period", "rolling boards are never sealed"));
         }
-        let id = keys::rolling_id(rolling_name);
+        let id = crate::period::id::rolling_id(rolling);
         let layout = layout(s, board, split, &base, &id, None);
         return Ok(Target {
             board,
@@ -177,15 +174,15 @@ pub(super) fn resolve<'a>(
             fresh: fresh_of(q)?,
         });
     }
-    if text.starts_with("r:") {
-        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{rolling_name}'", board.id())));
+    if let Names::Rolling(name) = named.names {
+        return Err(ApiError::bad("period", format!("board '{}' has no rolling board '{name}'", board.id())));
     }
     // A window, by name (`season-1`) or id (`s:season-1`); a schedule's
     // period by id (`c:weekend:2026-12-04T18:00`), or by the schedule's name
     // (the last of its periods to start at `at`, open or ended).
-    let named = match (board.window_index(text), board.schedule_index(text)) {
+    let by_name = match (board.window_index(text), board.schedule_index(text)) {
         (Some(w), _) => Some(board.windows()[w].period()),
-        (None, Some(_)) if text.starts_with("c:") => Some(
+        (None, Some(_)) if matches!(named.names, Names::Schedule { .. }) => Some(
             board
                 .period_by_id(text)
                 .map_err(|_| ApiError::bad("period", format!("'{text}' is not a period of this schedule")))?,
@@ -195,12 +192,12 @@ pub(super) fn resolve<'a>(
                 ApiError::bad("period", format!("schedule '{text}' has no period starting before then"))
             })?)
         }
-        (None, None) if text.starts_with("s:") || text.starts_with("c:") => {
+        (None, None) if !matches!(named.names, Names::Other(_)) => {
             return Err(ApiError::bad("period", format!("board '{}' has no window or schedule '{text}'", board.id())))
         }
         (None, None) => None,
     };
-    let period = match named {
+    let period = match by_name {
         Some(p) => p,
         None => match Some(text) {
             None | Some("") => Period::containing(default_kind, board.timezone(), at_ms)
@@ -233,7 +230,7 @@ pub(super) fn resolve<'a>(
         if period.kind == PeriodKind::AllTime {
             return Err(ApiError::bad("period", "all_time is never sealed"));
         }
-        keys::final_id(&period.id)
+        crate::period::id::final_id(&period.id)
     } else {
         period.id
     };

@@ -7,6 +7,8 @@
 //! holds the year's first Thursday), so 2026-12-31 lies in `2026-W53` and
 //! 2027-01-04 opens `2027-W01`.
 
+pub mod id;
+
 use std::fmt;
 use std::time::Duration;
 
@@ -126,12 +128,10 @@ impl Period {
     /// ranks: the calendar kind's (`daily`), a window's or a schedule's own
     /// name (ids `s:<name>`, `c:<name>:<start>`).
     pub fn kind_name(&self) -> &str {
+        let id = id::PeriodRef::parse(&self.id);
         match self.kind {
-            PeriodKind::Window => self.id.strip_prefix("s:").unwrap_or(&self.id),
-            PeriodKind::Schedule => {
-                let rest = self.id.strip_prefix("c:").unwrap_or(&self.id);
-                rest.split_once(':').map_or(rest, |(name, _)| name)
-            }
+            PeriodKind::Window => id.window_name().unwrap_or(&self.id),
+            PeriodKind::Schedule => id.schedule_name().unwrap_or(&self.id),
             kind => kind.name(),
         }
     }

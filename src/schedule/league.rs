@@ -136,7 +136,7 @@ impl Scheduler<'_> {
         let last = (n + take - 1).min(newest[tier]);
         let players = self.store.league_cohorts(base, round, league::code(tier, n), league::code(tier, last)).await?;
         let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();
-        let final_key = keys::period_key(base, &keys::final_id(round));
+        let final_key = keys::period_key(base, &crate::period::id::final_id(round));
         let scores = self.store.scores_of(&final_key, &names).await?;
         let mut by_cohort: Vec<Vec<(i64, String)>> = vec![Vec::new(); (last - n + 1) as usize];
         for ((member, code), score) in players.into_iter().zip(scores) {
@@ -233,7 +233,7 @@ impl Scheduler<'_> {
         last: i64,
     ) -> Result<Vec<(String, String)>, JobError> {
         let (base, board, league, round) = (at.base, at.board, at.league, &at.round.id);
-        let final_id = keys::final_id(round);
+        let final_id = crate::period::id::final_id(round);
         let players =
             self.store.league_cohorts(base, round, league::code(tier, first), league::code(tier, last)).await?;
         let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();

@@ -92,7 +92,7 @@ impl Refresh {
 /// still has its data), and last the rolling key's version hash, which
 /// each swap raises.
 pub fn rolling_keys(board: &Board, base: &str, name: &str, days: u32, now_ms: i64) -> Result<Vec<String>, PeriodError> {
-    let id = keys::rolling_id(name);
+    let id = crate::period::id::rolling_id(name);
     let build = keys::rolling_build_id(name);
     let mut out = vec![
         keys::period_key(base, &id),

@@ -153,7 +153,7 @@ impl Scheduler<'_> {
     ) -> Result<(), JobError> {
         let split = keys::split_of_base(base).map(|(_, s)| s);
         let live = keys::period_key(base, period_id);
-        let final_id = keys::final_id(period_id);
+        let final_id = crate::period::id::final_id(period_id);
         let mut payload = json!({
             "kind": "top",
             "board": board.id(),

@@ -36,7 +36,9 @@
 --   (rate-limit windows per member, refusals per record, marker buckets,
 --   remembered rank changes per record, pending held events and held
 --   events' times per member: each prefix is a header field)
--- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs):
+-- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs;
+--          its maps and fields declared in src/store/header.rs, read
+--          through apply/header.lua):
 --   op          "sum" (add to the total), "gt" / "lt" (keep the best),
 --               "latest" (newest event wins)
 --   shift       SHIFT (2^tie bits)          max_value  largest |value| allowed
@@ -92,7 +94,7 @@
 -- prefix it was given.
 
 local started = redis.call('TIME')
-local h = cmsgpack.unpack(ARGV[1])
+local h = Header.read(ARGV[1])
 local lost = Registered.check(KEYS[h.offsets])
 if lost then return lost end
 local offsets = Offsets.open(KEYS[h.offsets], h.fields, h.refused, h.ttl)

@@ -133,112 +133,128 @@ end
 local phase, d, at = st.phase, tonumber(st.d), st.at
 local done = 0
 
-while done < budget and phase ~= 'swap' do
-  if phase == 'copy' then
-    local r = redis.call('ZSCAN', day(d), at, 'COUNT', budget - done)
-    local items = r[2]
-    if #items > 0 then
-      zadd_pairs(copy(d), {}, items)
-      touched(copy(d))
-      if meta_on then put_metas(copy_meta(d), metas_of(day_meta(d), items)) end
-    end
-    done = done + #items / 2 + 1
-    at = r[1]
-    if at == '0' then
-      d = d + 1
-      if d > days then
-        phase, d, at = 'merge', 2, '0'
-        if redis.call('EXISTS', copy(1)) == 1 then
-          redis.call('RENAME', copy(1), staged)
-          redis.call('SREM', registry, copy(1))
-          touched(staged)
-          if meta_on and redis.call('EXISTS', copy_meta(1)) == 1 then
-            redis.call('RENAME', copy_meta(1), staged_meta)
-          end
-        end
-      end
-    end
-  elseif phase == 'merge' then
+-- Each phase's step reads or writes at most what is left of the budget and
+-- moves phase, d, at and done on.
+
+-- copy: a budget's worth of day d's members into its copy; after the last
+-- day, the first copy becomes the union.
+local function copy_step()
+  local r = redis.call('ZSCAN', day(d), at, 'COUNT', budget - done)
+  local items = r[2]
+  if #items > 0 then
+    zadd_pairs(copy(d), {}, items)
+    touched(copy(d))
+    if meta_on then put_metas(copy_meta(d), metas_of(day_meta(d), items)) end
+  end
+  done = done + #items / 2 + 1
+  at = r[1]
+  if at == '0' then
+    d = d + 1
     if d > days then
-      phase, at = 'trim', '0'
-    else
-      local from = tonumber(at)
-      local items = redis.call('ZRANGE', copy(d), from, from + budget - done - 1, 'WITHSCORES')
-      if #items == 0 then
-        redis.call('UNLINK', copy(d))
-        redis.call('SREM', registry, copy(d))
-        d, at = d + 1, '0'
-      else
-        -- Members whose meta this (older) day decides: for a SUM those not
-        -- on a newer day, for MAX and MIN those whose value here wins or ties.
-        local takes = {}
-        if meta_on then
-          local names = {}
-          for i = 1, #items, 2 do names[#names + 1] = items[i] end
-          local cur = redis.call('ZMSCORE', staged, unpack(names))
-          for i = 1, #names do
-            local old, new = cur[i] and tonumber(cur[i]), tonumber(items[2 * i])
-            takes[i] = not old or (agg == 'MAX' and new >= old) or (agg == 'MIN' and new <= old)
-          end
-        end
-        if agg == 'SUM' then
-          for i = 1, #items, 2 do
-            local sum = tonumber(redis.call('ZINCRBY', staged, items[i + 1], items[i]))
-            if math.abs(sum) > MAX_EXACT then
-              drop_staged()
-              redis.call('DEL', state)
-              return {'inexact', 0}
-            end
-          end
-        else
-          zadd_pairs(staged, {agg == 'MAX' and 'GT' or 'LT'}, items)
-        end
-        if meta_on then
-          local names, metas = metas_of(copy_meta(d), items)
-          local who, what = {}, {}
-          for i = 1, #names do
-            if takes[i] then
-              who[#who + 1] = names[i]
-              what[#who] = metas[i]
-            end
-          end
-          put_metas(staged_meta, who, what)
-        end
+      phase, d, at = 'merge', 2, '0'
+      if redis.call('EXISTS', copy(1)) == 1 then
+        redis.call('RENAME', copy(1), staged)
+        redis.call('SREM', registry, copy(1))
         touched(staged)
-        at = Value.fmt(from + #items / 2)
+        if meta_on and redis.call('EXISTS', copy_meta(1)) == 1 then
+          redis.call('RENAME', copy_meta(1), staged_meta)
+        end
       end
-      done = done + #items / 2 + 1
     end
-  elseif phase == 'trim' then
-    -- Top-K (topk.lua), a budget's worth of members at a time.
-    local gone = TopK.trim(staged, top_k, desc, budget - done)
-    if #gone == 0 then
-      phase, at = dense_on and 'dense' or 'swap', '0'
+  end
+end
+
+-- merge: a budget's worth of day d's copy merged into the union by rank;
+-- 'inexact' when a SUM passes MAX_EXACT.
+local function merge_step()
+  if d > days then
+    phase, at = 'trim', '0'
+  else
+    local from = tonumber(at)
+    local items = redis.call('ZRANGE', copy(d), from, from + budget - done - 1, 'WITHSCORES')
+    if #items == 0 then
+      redis.call('UNLINK', copy(d))
+      redis.call('SREM', registry, copy(d))
+      d, at = d + 1, '0'
     else
+      -- Members whose meta this (older) day decides: for a SUM those not
+      -- on a newer day, for MAX and MIN those whose value here wins or ties.
+      local takes = {}
       if meta_on then
         local names = {}
-        for i = 1, #gone, 2 do names[#names + 1] = gone[i] end
-        Calls.variadic('HDEL', staged_meta, names, 1)
+        for i = 1, #items, 2 do names[#names + 1] = items[i] end
+        local cur = redis.call('ZMSCORE', staged, unpack(names))
+        for i = 1, #names do
+          local old, new = cur[i] and tonumber(cur[i]), tonumber(items[2 * i])
+          takes[i] = not old or (agg == 'MAX' and new >= old) or (agg == 'MIN' and new <= old)
+        end
       end
-      done = done + #gone / 2
-    end
-  elseif phase == 'dense' then
-    local from = tonumber(at)
-    local items = redis.call('ZRANGE', staged, from, from + budget - done - 1, 'WITHSCORES')
-    if #items == 0 then
-      phase = 'swap'
-    else
-      -- A rolling board's index has no counts (dense.lua): it is built once, here.
-      local names = {}
-      for i = 2, #items, 2 do names[#names + 1] = Value.fmt(Value.of(items[i], shift)) end
-      Dense.add_uncounted(staged_dense, names)
-      redis.call('EXPIREAT', staged_dense, expire_at)
+      if agg == 'SUM' then
+        for i = 1, #items, 2 do
+          local sum = tonumber(redis.call('ZINCRBY', staged, items[i + 1], items[i]))
+          if math.abs(sum) > MAX_EXACT then return 'inexact' end
+        end
+      else
+        zadd_pairs(staged, {agg == 'MAX' and 'GT' or 'LT'}, items)
+      end
+      if meta_on then
+        local names, metas = metas_of(copy_meta(d), items)
+        local who, what = {}, {}
+        for i = 1, #names do
+          if takes[i] then
+            who[#who + 1] = names[i]
+            what[#who] = metas[i]
+          end
+        end
+        put_metas(staged_meta, who, what)
+      end
+      touched(staged)
       at = Value.fmt(from + #items / 2)
     end
     done = done + #items / 2 + 1
   end
 end
 
+-- trim: top-K (topk.lua), a budget's worth of members at a time.
+local function trim_step()
+  local gone = TopK.trim(staged, top_k, desc, budget - done)
+  if #gone == 0 then
+    phase, at = dense_on and 'dense' or 'swap', '0'
+  else
+    if meta_on then
+      local names = {}
+      for i = 1, #gone, 2 do names[#names + 1] = gone[i] end
+      Calls.variadic('HDEL', staged_meta, names, 1)
+    end
+    done = done + #gone / 2
+  end
+end
+
+-- dense: a budget's worth of the union's dense index, by rank.
+local function dense_step()
+  local from = tonumber(at)
+  local items = redis.call('ZRANGE', staged, from, from + budget - done - 1, 'WITHSCORES')
+  if #items == 0 then
+    phase = 'swap'
+  else
+    -- A rolling board's index has no counts (dense.lua): it is built once, here.
+    local names = {}
+    for i = 2, #items, 2 do names[#names + 1] = Value.fmt(Value.of(items[i], shift)) end
+    Dense.add_uncounted(staged_dense, names)
+    redis.call('EXPIREAT', staged_dense, expire_at)
+    at = Value.fmt(from + #items / 2)
+  end
+  done = done + #items / 2 + 1
+end
+
+local steps = { copy = copy_step, merge = merge_step, trim = trim_step, dense = dense_step }
+while done < budget and phase ~= 'swap' do
+  if steps[phase]() == 'inexact' then
+    drop_staged()
+    redis.call('DEL', state)
+    return {'inexact', 0}
+  end
+end
 if phase ~= 'swap' then
   redis.call('HSET', state, 'window', window, 'phase', phase, 'd', d, 'at', at)
   redis.call('EXPIREAT', state, expire_at)

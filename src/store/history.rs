@@ -31,7 +31,7 @@ impl HistoryStep<'_> {
         let (base, id) = (self.base, self.period_id);
         let k = touches::named(&touches::HISTORY, |name| {
             Some(match name {
-                "final" => keys::period_key(base, &keys::final_id(id)),
+                "final" => keys::period_key(base, &crate::period::id::final_id(id)),
                 "history" => keys::history_key(base, id),
                 "best" => keys::best_key(base, self.kind),
                 "sealed" => keys::sealed_key(base),
@@ -158,7 +158,9 @@ impl Store {
         desc: bool,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(keys::period_key(base, &keys::final_id(period_id))).arg(at).arg(at + count.max(1) as u64 - 1);
+        cmd.arg(keys::period_key(base, &crate::period::id::final_id(period_id)))
+            .arg(at)
+            .arg(at + count.max(1) as u64 - 1);
         if desc {
             cmd.arg("REV");
         }
@@ -180,7 +182,7 @@ impl Store {
         shift: i64,
         desc: bool,
     ) -> Result<(u64, u64), StoreError> {
-        let key = keys::period_key(base, &keys::final_id(period_id));
+        let key = keys::period_key(base, &crate::period::id::final_id(period_id));
         let (min, max) = match desc {
             true => (((value + 1) * shift).to_string(), "+inf".to_string()),
             false => ("-inf".to_string(), format!("({}", value * shift)),

@@ -108,7 +108,7 @@ impl SealCall<'_> {
     /// KEYS and ARGV, as `seal.lua` documents them.
     fn invocation(&self) -> (Vec<String>, Vec<String>) {
         let (base, period_id) = (self.base, self.period_id);
-        let final_id = keys::final_id(period_id);
+        let final_id = crate::period::id::final_id(period_id);
         let live = keys::period_key(base, period_id);
         let k = touches::named(&touches::SEAL, |name| {
             Some(match name {

@@ -22,6 +22,9 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 mod changes;
 mod conn;
 mod gate;
+mod header;
+#[cfg(test)]
+mod header_tests;
 mod history;
 mod jobs;
 mod league;

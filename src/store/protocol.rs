@@ -12,7 +12,8 @@ use crate::board::{BoardWrite, PeriodWrite, WriteOp, WriteParams};
 use crate::event::Event;
 use crate::keys;
 
-use super::msgpack::{self, MapWriter};
+use super::header::Fields;
+use super::msgpack;
 
 /// One event's writes on one tag, borrowed from the batch.
 #[derive(Clone, Copy, Debug)]
@@ -158,7 +159,7 @@ fn call_header(
         keys.push(k);
         keys.len() as i64
     };
-    let mut h = MapWriter::default();
+    let mut h = Fields::new("top");
     h.str("op", p.op.as_str());
     h.int("shift", p.shift);
     h.int("max_value", p.max_value);
@@ -180,7 +181,7 @@ fn call_header(
         h.int("sealed", push(&mut keys, keys::sealed_key(batch.base)));
     }
     if p.cohort_size > 0 {
-        let mut lg = MapWriter::default();
+        let mut lg = Fields::new("league");
         lg.int("tiers", push(&mut keys, keys::league_tiers_key(batch.base)));
         lg.int("overrides", push(&mut keys, keys::league_overrides_key(batch.base)));
         lg.int("state", push(&mut keys, keys::league_state_key(batch.base)));
@@ -203,7 +204,7 @@ fn call_header(
         h.raw("cols", &columns_header(&c));
     }
     if let Some(review) = p.review {
-        let mut r = MapWriter::default();
+        let mut r = Fields::new("review");
         r.str("id", &review.held.to_string());
         r.bool("approve", review.approve);
         r.bool("early", review.early);
@@ -218,7 +219,7 @@ fn call_header(
     list.clear();
     msgpack::array_len(&mut list, periods.len());
     for period in periods {
-        let mut m = MapWriter::default();
+        let mut m = Fields::new("period");
         m.int("key", push(&mut keys, period.key.clone()));
         m.int("dense", push(&mut keys, period.dense_key.clone()));
         m.int("counts", push(&mut keys, period.count_key.clone()));
@@ -243,7 +244,7 @@ fn call_header(
             m.str("id", &period.id);
         }
         if let (Some(r), true) = (&period.round, p.cohort_size > 0) {
-            let mut rm = MapWriter::default();
+            let mut rm = Fields::new("round");
             rm.int("cohorts", push(&mut keys, r.cohorts.clone()));
             rm.int("open", push(&mut keys, r.open.clone()));
             rm.int("pending", push(&mut keys, r.pending.clone()));
@@ -264,7 +265,7 @@ fn call_header(
 /// "best"`) and earliest (tie keys).
 fn columns_header(c: &crate::board::columns::ColumnSpec) -> Vec<u8> {
     let n = c.n as usize;
-    let mut m = MapWriter::default();
+    let mut m = Fields::new("cols");
     m.int("n", n as i64);
     let mut list = Vec::new();
     msgpack::array_len(&mut list, n);

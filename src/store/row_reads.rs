@@ -31,7 +31,7 @@ pub struct SealedRows {
 impl SealedRows {
     /// The snapshot of live period `period_id` of the tag `base`.
     pub fn of(base: &str, period_id: &str) -> SealedRows {
-        let id = crate::keys::final_id(period_id);
+        let id = crate::period::id::final_id(period_id);
         SealedRows {
             key: crate::keys::period_key(base, &id),
             rows_key: crate::keys::rows_key(base, &id),

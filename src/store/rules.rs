@@ -2,7 +2,7 @@
 //! `scripts/apply/rules.lua`): each rule's limit and whether it holds, and
 //! the keys and prefixes of held events and gain windows.
 
-use super::msgpack::MapWriter;
+use super::header::Fields;
 use crate::board::integrity::{Action, Integrity, Jump};
 use crate::keys;
 
@@ -10,22 +10,22 @@ use crate::keys;
 /// limit and whether it holds, and where held events go (`held`, `queue`:
 /// their KEYS indexes) and gain windows are (`gain_key`).
 pub(super) fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
-    let mut h = MapWriter::default();
+    let mut h = Fields::new("rules");
     if let Some((limit, action)) = r.score_over {
-        let mut m = MapWriter::default();
+        let mut m = Fields::new("rule");
         m.int("limit", limit);
         m.bool("hold", action == Action::Hold);
         h.raw("score", &m.finish());
     }
     if let Some((limit, window, action)) = r.gain_over {
-        let mut m = MapWriter::default();
+        let mut m = Fields::new("rule");
         m.int("limit", limit);
         m.int("window", window);
         m.bool("hold", action == Action::Hold);
         h.raw("gain", &m.finish());
     }
     if let Some((jump, action)) = r.jump_over {
-        let mut m = MapWriter::default();
+        let mut m = Fields::new("rule");
         match jump {
             Jump::Amount(n) => m.int("amount", n),
             Jump::Ratio(milli) => m.int("ratio", i64::from(milli)),
@@ -34,7 +34,7 @@ pub(super) fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64,
         h.raw("jump", &m.finish());
     }
     if let Some((count, window)) = r.hides_after {
-        let mut m = MapWriter::default();
+        let mut m = Fields::new("hides");
         m.int("count", i64::from(count));
         m.int("window", window);
         m.str("prefix", &keys::held_times_prefix(base));

@@ -42,8 +42,8 @@ fn prelude() -> String {
         crate::board::league::COHORT_SPAN,
         super::reply::LOST,
         super::reply::STALE,
-        crate::keys::FINAL_SUFFIX,
-        crate::keys::ROLLING_PREFIX,
+        crate::period::id::FINAL_SUFFIX,
+        crate::period::id::ROLLING_PREFIX,
         crate::keys::ROLL_BUILD_PREFIX,
     )
 }
@@ -93,9 +93,12 @@ impl Lua {
 }
 
 pub(super) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
+    let header = super::header::lua_declaration();
     Lua::new(assemble(
         &["calls", "value", "members", "registered", "offsets", "markers", "dense", "topk", "expiry", "league"],
         &[
+            &header,
+            include_str!("../scripts/apply/header.lua"),
             include_str!("../scripts/apply/batch.lua"),
             include_str!("../scripts/apply/read.lua"),
             include_str!("../scripts/apply/columns.lua"),
@@ -192,6 +195,40 @@ mod tests {
         out
     }
 
+    /// The lines of code (not blank, not a comment) of a Lua file outside
+    /// its functions: the script's top-level code.
+    fn lua_top_level_lines(source: &str) -> usize {
+        let lines: Vec<&str> = source.lines().collect();
+        let mut inside = vec![false; lines.len()];
+        for (i, line) in lines.iter().enumerate() {
+            let head = line.trim_start();
+            let indent = line.len() - head.len();
+            let opens = head.starts_with("local function ") || head.starts_with("function ");
+            if !opens || head.ends_with(" end") {
+                continue;
+            }
+            let end = (i + 1..lines.len())
+                .find(|&j| lines[j].len() - lines[j].trim_start().len() == indent && lines[j].trim() == "end")
+                .unwrap_or(i);
+            inside[i..=end].iter_mut().for_each(|x| *x = true);
+        }
+        lines
+            .iter()
+            .zip(inside)
+            .filter(|(l, inside)| !inside && !l.trim().is_empty() && !l.trim_start().starts_with("--"))
+            .count()
+    }
+
+    #[test]
+    fn a_scripts_top_level_code_is_held_to_120_lines_as_a_function_is() {
+        let sample = "-- head\nlocal a = 1\n\nlocal function f()\n  x()\nend\n-- note\nreturn f()\n";
+        assert_eq!(lua_top_level_lines(sample), 2);
+        for (path, text) in lua_files() {
+            let n = lua_top_level_lines(&text);
+            assert!(n <= 120, "{path}: {n} lines of code outside its functions (at most 120, as a function)");
+        }
+    }
+
     #[test]
     fn no_lua_file_is_over_400_lines_no_function_over_120_and_every_one_is_used() {
         let all = [
@@ -244,6 +281,8 @@ mod tests {
             ("History.", "local History = {}"),
             ("League.", "local League = {}"),
             ("Batch.", "local Batch = {}"),
+            ("Header.", "local Header = {}"),
+            ("HeaderFields", "local HeaderFields = {"),
             ("Codes.", "local Codes = {"),
             ("Const.", "local Const = {"),
         ];
@@ -273,11 +312,13 @@ mod tests {
         assert!(p.contains(&format!("MARKER_BYTES = {}", crate::markers::BYTES)));
         assert!(p.contains(&format!("REGISTERED_FIELD = '{}'", crate::keys::REGISTERED_FIELD)));
         assert!(p.contains(&format!("STALE = '{}'", super::super::reply::STALE)));
-        assert!(p.contains(&format!("FINAL_SUFFIX = '{}'", crate::keys::FINAL_SUFFIX)));
+        assert!(p.contains(&format!("FINAL_SUFFIX = '{}'", crate::period::id::FINAL_SUFFIX)));
         // No literal stands in for a shared constant in the scripts (their
         // comments aside), and Lua's own chunk size is written once.
+        let (fin, rolling) = (crate::period::id::FINAL_SUFFIX, crate::period::id::ROLLING_PREFIX);
+        let ids = [format!("'{fin}'"), format!("'{rolling}'")];
         let literals =
-            ["9007199254740991", "'registered'", "= 48, 12", "'LOST", "'STALE", "':final'", "'r:'", "'_roll:'"];
+            ["9007199254740991", "'registered'", "= 48, 12", "'LOST", "'STALE", &ids[0], &ids[1], "'_roll:'"];
         for (path, text) in lua_files() {
             let code: String =
                 text.lines().map(|l| l.split("--").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
