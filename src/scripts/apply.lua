@@ -101,7 +101,24 @@ local offsets = Offsets.open(KEYS[h.offsets], h.fields, h.refused, h.ttl)
 local stale = offsets.stale(cmsgpack.unpack(ARGV[2]))
 if stale then return stale end
 
--- A: the call's state, shared by the phases.
+-- A: the call's state, shared by the phases, which run in this order and
+-- may each write only what this table gives them (everything else they
+-- read; a phase reads nothing a later one writes):
+--   here         h (the header, read-only everywhere), np, at, the flags
+--                (latest, is_sum, unit, plain, dense_on, meta_on,
+--                attempts_on, seal_on), the batch (members, nm, lists,
+--                list_len, shapes, shape_len, ne, ids, reader), the KEYS
+--                per period (pk, dense_keys, count_keys, shadow_keys,
+--                times_keys, meta_keys, att_keys, rows_keys), cols, rounds,
+--                trans, pos, redone, dec, decimal, value_name
+--   read         sealed, closes, hidden, any_hidden; per period j cur,
+--                base, times, base_str, att, att_moved
+--   rules        rules (ApplyRules.open, here), its own windows
+--   decide       cur, times, att, att_moved (the decided values), rounds,
+--                trans, pos, redone (rank changes); moved, metas
+--   changes      nothing of A (it returns the changes string)
+--   write        nothing of A (it writes Redis from cur, moved, metas)
+--   league       nothing of A (it writes Redis from rounds)
 local np = #h.periods
 local batch = Batch.read(ARGV[3], np)
 local A = {

@@ -19,12 +19,9 @@
 -- ARGV[2]  the rebuilt period key prefix ("_rebuild:lb:{points}:")
 -- ARGV[3]  dedupe_ttl, seconds
 -- ARGV[4], ARGV[5]  the live and rebuilt dedupe hash prefixes ("..:_seen:")
--- ARGV[6]  the suffix of a sealed snapshot's period id (":final")
--- ARGV[7], ARGV[8]  what a rolling board's period id, and its build's,
---          start with ("r:", "_roll:r:")
--- ARGV[9], ARGV[10]  the live and rebuilt prefixes of the players' queues
+-- ARGV[6], ARGV[7]  the live and rebuilt prefixes of the players' queues
 --          of held events ("..:_heldp:")
--- ARGV[11..] pairs: a live and a rebuilt per-period key prefix (the rows
+-- ARGV[8..] pairs: a live and a rebuilt per-period key prefix (the rows
 --          of boards with columns, the dense index, its counts, event
 --          times, metadata, attempts, hidden
 --          players' values, a league round's cohorts, open cohorts and
@@ -53,9 +50,12 @@ local live_pp, built_pp = ARGV[1], ARGV[2]
 local ttl = tonumber(ARGV[3])
 local live_seen, built_seen = ARGV[4], ARGV[5]
 local aux = {}
-local final_suffix, rolling, building = ARGV[6], ARGV[7], ARGV[8]
-local live_pqueue, built_pqueue = ARGV[9], ARGV[10]
-for i = 11, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
+-- The period ids of sealed snapshots, rolling boards and rolling builds
+-- (the prelude's, from src/period/id.rs and src/keys.rs).
+local final_suffix, rolling = Const.FINAL_SUFFIX, Const.ROLLING_PREFIX
+local building = Const.ROLL_BUILD_PREFIX .. Const.ROLLING_PREFIX
+local live_pqueue, built_pqueue = ARGV[6], ARGV[7]
+for i = 8, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
 
 -- Only the partition fields ("<topic>:<partition>") compare: the field
 -- "registered" (keys::REGISTERED_FIELD) is not an offset.

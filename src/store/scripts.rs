@@ -147,7 +147,8 @@ pub(super) static READ_ROWS: LazyLock<Lua> =
 
 pub(super) static SCHED: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/sched.lua").into()));
 
-pub(super) static SWAP: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/swap.lua").into()));
+pub(super) static SWAP: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(assemble(&[], &[include_str!("../scripts/swap.lua")])));
 
 pub(super) static DEPLOY: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/deploy.lua").into()));
 
@@ -267,6 +268,7 @@ mod tests {
             ("settle", &*SETTLE),
             ("roll", &*ROLL),
             ("read", &*READ),
+            ("swap", &*SWAP),
         ];
         let modules = [
             ("Calls.", "local Calls = {}"),

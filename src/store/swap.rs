@@ -37,7 +37,6 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     }
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
-    inv.arg(crate::period::id::final_id("")).arg(crate::period::id::rolling_id("")).arg(keys::rolling_build_id(""));
     inv.arg(keys::held_player_prefix(live)).arg(keys::held_player_prefix(built));
     // A league round's cohorts, open cohorts and waiting players go with
     // its period key; its results exist only once it is sealed, and stay.
