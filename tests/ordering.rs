@@ -1,4 +1,4 @@
-//! The assumptions the write order rests on (see `store/writer.rs`), each
+//! The assumptions the write order rests on (see `store/write/writer.rs`), each
 //! held by a test that fails when it breaks: here, that redis-rs queues a
 //! command on the connection the first time its future is polled, so a
 //! command polled once is ahead of every command queued after it, on the

@@ -15,7 +15,7 @@
 --   (per period id: the period key and its per-period keys, each from its
 --   header prefix, and its version hash from KEYS[h.versions]; marker
 --   buckets and refusals as apply.lua's)
--- ARGV[1]  the header, a MessagePack map (built by src/store/moderation.rs):
+-- ARGV[1]  the header, a MessagePack map (built by src/store/moderation/admin.rs):
 --   offsets, registry, hidden, versions   KEYS indexes: the tag's offsets
 --            hash, its registry of period keys, its hidden set, and what the
 --            version hashes of its sealed snapshots and rolling boards start

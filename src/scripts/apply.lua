@@ -36,8 +36,8 @@
 --   (rate-limit windows per member, refusals per record, marker buckets,
 --   remembered rank changes per record, pending held events and held
 --   events' times per member: each prefix is a header field)
--- ARGV[1]  the header, a MessagePack map (built by src/store/protocol.rs;
---          its maps and fields declared in src/store/header.rs, read
+-- ARGV[1]  the header, a MessagePack map (built by src/store/write/protocol.rs;
+--          its maps and fields declared in src/store/write/header.rs, read
 --          through apply/header.lua):
 --   op          "sum" (add to the total), "gt" / "lt" (keep the best),
 --               "latest" (newest event wins)

@@ -6,7 +6,7 @@
 --
 -- keys by name: dest dest_dense registry state staged staged_dense key copy meta copy_meta dest_meta staged_meta offsets versions
 -- derives: (none)
--- ARGV[1]  the header, a MessagePack map (built by src/store/jobs.rs):
+-- ARGV[1]  the header, a MessagePack map (built by src/store/jobs/seal_roll.rs):
 --   dest, dest_dense, registry, state   KEYS indexes: the rolling key, its
 --            dense index, the tag's registry, the build's state
 --   staged, staged_dense                 the staged union and its dense index

@@ -1,76 +1,65 @@
-//! The only door to Redis: connections (`conn`), every script and command
-//! as a typed call, and the write path's sending of batches.
+//! The only door to Redis: every script and command as a typed call, in
+//! five parts, as `src/scripts/` shows the scripts' own:
 //!
-//! A batch is prepared into `EVALSHA` calls of `scripts/apply.lua`, each for
-//! one board tag and at most as many events as that tag's measured call
-//! size allows (`prepared`, `sizer`); a tag with more events gets calls
-//! chained on each other. The [`Writer`] owns the order in which batches
-//! reach Redis (its module doc is the contract); `send` sends a batch's
-//! calls in order, at most two in each node at a time (`gate`), on a
-//! cluster each to the node owning its tag's slot. The script cache is lost
-//! when Redis restarts: a `NOSCRIPT` reply loads the script (on every
-//! primary) and sends that call again. Sending again is always safe,
-//! because the script itself refuses a record at or below the tag's
-//! recorded offset. This module never decides what a record's outcome
-//! means for Kafka; it only reports what Redis did.
+//! - `write`: the write path. A batch is prepared into `EVALSHA` calls of
+//!   `scripts/apply.lua` (`protocol`, its header declared in `header`),
+//!   each for one board tag and at most as many events as that tag's
+//!   measured call size allows (`prepared`, `sizer`); a tag with more
+//!   events gets calls chained on each other. The [`Writer`] owns the order
+//!   in which batches reach Redis (its module doc is the contract); `send`
+//!   sends a batch's calls in order, at most two in each node at a time
+//!   (`gate`), on a cluster each to the node owning its tag's slot.
+//! - `read`: the read API's queries, on the HTTP server's own connection
+//!   and replicas.
+//! - `jobs`: the scheduler's and the operator commands' scripts (seals,
+//!   rolling builds, leagues' settlements, history, a rebuild's swap).
+//! - `moderation`: admin events, held events for review, and the
+//!   bookkeeping operators' commands read and write.
+//! - `conn`: connections, the scripts assembled from `src/scripts/`, what
+//!   each touches, MessagePack, and the registry of board tags.
+//!
+//! The script cache is lost when Redis restarts: a `NOSCRIPT` reply loads
+//! the script (on every primary) and sends that call again. Sending again
+//! is always safe, because the script itself refuses a record at or below
+//! the tag's recorded offset. This module never decides what a record's
+//! outcome means for Kafka; it only reports what Redis did.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-mod changes;
 mod conn;
-mod gate;
-mod header;
-#[cfg(test)]
-mod header_tests;
-mod history;
 mod jobs;
-mod league;
-pub mod maintenance;
 mod moderation;
-mod msgpack;
-mod operator;
-mod prepared;
-mod protocol;
-mod queries;
-mod reads;
-mod registry;
-mod reply;
-pub mod review;
-mod row_reads;
-mod rules;
-mod sched;
-mod scripts;
-mod send;
-mod sizer;
-mod swap;
-pub mod touches;
-mod writer;
+mod read;
+mod write;
 
-pub use changes::RankMove;
-pub use conn::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
-use gate::Gate;
-pub use history::{row_standing, standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
-pub use jobs::{RollCall, RollStep, SealCall, SealReply};
-pub use league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
-pub use moderation::{admin_invocation, AdminCall};
-pub use prepared::{prepare, Prepared, Tails};
-use protocol::ttl_secs;
-pub use protocol::{build_invocation, push_write, ApplyItem, Invocation, TagBatch};
-pub use queries::{
+pub use conn::touches;
+pub use moderation::{maintenance, review};
+
+pub use conn::connect::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
+pub use jobs::history::{row_standing, standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
+pub use jobs::league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
+pub use jobs::sched::Claim;
+pub use jobs::seal_roll::{RollCall, RollStep, SealCall, SealReply};
+pub use jobs::swap::{swap_invocation, Swap};
+pub use moderation::admin::{admin_invocation, AdminCall};
+pub use moderation::review::{decode_held, HeldEvent, HeldState};
+pub use read::queries::{
     Around, Counted, Found, Listing, Page, Player, Players, PlayersFound, Query, RankOf, ReadAt, Row, ShardCounted,
     ShardCounts, ShardRows, ShardSeek, ShardTop, Sought, Top, ValueCounts,
 };
-pub use reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
-pub use reply::ApplyResult;
-pub use review::{decode_held, HeldEvent, HeldState};
-pub use row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowRanks, RowsAt, SealedRows};
-pub use sched::Claim;
-pub use send::BatchResults;
-pub use swap::{swap_invocation, Swap};
-pub use writer::{Observer, Writer, WriterSettings, Written};
+pub use read::reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
+pub use read::row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowRanks, RowsAt, SealedRows};
+pub use write::changes::RankMove;
+use write::gate::Gate;
+pub use write::prepared::{prepare, Prepared, Tails};
+use write::protocol::ttl_secs;
+pub use write::protocol::{build_invocation, push_write, ApplyItem, Invocation, TagBatch};
+pub use write::reply::ApplyResult;
+pub use write::send::BatchResults;
+pub use write::writer::{Observer, Writer, WriterSettings, Written};
 
 pub use crate::config::DEFAULT_MAX_EVENTS_PER_CALL;
 
@@ -153,7 +142,7 @@ impl StoreError {
     /// (the tag is not registered: its data is gone), else as `other`.
     pub fn from_script(base: &str, source: RedisError, other: impl FnOnce(RedisError) -> StoreError) -> StoreError {
         match source.code() {
-            Some(reply::LOST) => StoreError::Lost {
+            Some(write::reply::LOST) => StoreError::Lost {
                 base: base.to_string(),
                 detail: source.detail().unwrap_or("the tag is not registered").to_string(),
             },
@@ -182,7 +171,7 @@ pub struct Store {
     conn: RedisConn,
     dedupe_ttl_secs: u64,
     /// How many events each tag's calls carry (`max_call_time`, `max_events_per_call`).
-    sizer: sizer::CallSizer,
+    sizer: write::sizer::CallSizer,
     gate: Arc<Gate>,
     /// `redis.min_replicas` and `redis.replica_wait`, when set.
     replicas: Option<(u32, Duration)>,
@@ -193,7 +182,7 @@ impl Store {
         Store {
             conn,
             dedupe_ttl_secs: ttl_secs(dedupe_ttl),
-            sizer: sizer::CallSizer::new(None, DEFAULT_MAX_EVENTS_PER_CALL),
+            sizer: write::sizer::CallSizer::new(None, DEFAULT_MAX_EVENTS_PER_CALL),
             gate: Arc::new(Gate::new()),
             replicas: None,
         }
@@ -224,13 +213,13 @@ impl Store {
     /// everything, so a batch can be sent while the caller gets on with the
     /// next one.
     pub fn prepare(&self, batches: &[TagBatch<'_>]) -> Prepared {
-        prepared::prepare(batches, self.dedupe_ttl_secs, |base| self.sizer.limit(base))
+        write::prepared::prepare(batches, self.dedupe_ttl_secs, |base| self.sizer.limit(base))
     }
 
     /// Sets the most events one apply-script call carries (see
     /// [`DEFAULT_MAX_EVENTS_PER_CALL`]).
     pub fn with_max_events_per_call(mut self, n: usize) -> Store {
-        self.sizer = sizer::CallSizer::new(None, n);
+        self.sizer = write::sizer::CallSizer::new(None, n);
         self
     }
 
@@ -238,14 +227,14 @@ impl Store {
     /// Redis time per event measured on the tag, at most `max_events_per_call`
     /// events (see `sizer`).
     pub fn with_call_sizes(mut self, max_call_time: Duration, max_events_per_call: usize) -> Store {
-        self.sizer = sizer::CallSizer::new(Some(max_call_time), max_events_per_call);
+        self.sizer = write::sizer::CallSizer::new(Some(max_call_time), max_events_per_call);
         self
     }
 
     /// `EVALSHA`, loading the script on `NOSCRIPT` (a restarted Redis) and retrying once.
     async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
-        lua: &scripts::Lua,
+        lua: &conn::scripts::Lua,
         keys: &[String],
         args: &[A],
     ) -> Result<Result<T, RedisError>, StoreError> {
@@ -289,7 +278,7 @@ impl Store {
         key: &str,
         entries: &[(String, Option<i64>, i64)],
     ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-        let mut inv = scripts::DEPLOY.script.key(key);
+        let mut inv = conn::scripts::DEPLOY.script.key(key);
         for (field, expected, new) in entries {
             inv.arg(field).arg(expected.unwrap_or(-1)).arg(new);
         }
@@ -300,7 +289,7 @@ impl Store {
             // failover that keeps every acknowledged write keeps the marker.
             Some((wanted, timeout)) => {
                 let mut eval = redis::cmd("EVAL");
-                eval.arg(&scripts::DEPLOY.source).arg(1).arg(key);
+                eval.arg(&conn::scripts::DEPLOY.source).arg(1).arg(key);
                 for (field, expected, new) in entries {
                     eval.arg(field).arg(expected.unwrap_or(-1)).arg(new);
                 }

@@ -2,7 +2,7 @@
 -- Header and runs nothing).
 --
 -- The header's maps and their fields are declared once, in
--- src/store/header.rs, which writes HeaderFields and HeaderNested before
+-- src/store/write/header.rs, which writes HeaderFields and HeaderNested before
 -- this file: per scope, HeaderFields[scope][field] is true for a value, a
 -- scope's name for a map and { scope } for a list of maps; HeaderNested
 -- holds only the fields that are maps or lists of maps. Header.read

@@ -3,7 +3,7 @@
 --
 -- Every tag is registered before its first write: the field
 -- Const.REGISTERED_FIELD ("registered", keys::REGISTERED_FIELD) of its
--- offsets hash, set by store/registry.rs.
+-- offsets hash, set by store/conn/registry.rs.
 -- A tag without it was never registered, which a worker never writes, or
 -- has lost its data since: Redis restarted without persistence, was
 -- flushed, or failed over to a replica that never had it. Writing to it

@@ -1,8 +1,8 @@
 //! `rankflow rebuild`'s last step on one board tag: the rebuilt keys take
 //! the live keys' places, atomically, where the two agree (`scripts/swap.lua`).
 
-use super::{RedisConn, StoreError};
 use crate::keys;
+use crate::store::{RedisConn, StoreError};
 
 /// What a swap came to.
 #[derive(Debug, PartialEq)]
@@ -16,7 +16,7 @@ pub enum Swap {
 
 /// The swap script's call for live key base `live` and rebuilt key base `built`.
 pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::ScriptInvocation<'static> {
-    let mut inv = super::scripts::SWAP.script.prepare_invoke();
+    let mut inv = crate::store::conn::scripts::SWAP.script.prepare_invoke();
     for base in [live, built] {
         inv.key(keys::offsets_key(base));
     }
@@ -58,7 +58,7 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     inv
 }
 
-impl super::Store {
+impl crate::store::Store {
     /// Copies a league tag's tiers, settlements and set tiers to the rebuilt
     /// tag, so that the rebuild places players in the tiers the live
     /// settlements gave them (see `rebuild`).

@@ -14,9 +14,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 
-use super::StoreError;
 use crate::config::secrets::RedisTls;
 use crate::config::RedisSettings;
+use crate::store::StoreError;
 
 /// `url` with `redis.password` (when set; the URL's own otherwise).
 fn connection_info(settings: &RedisSettings, url: &str) -> RedisResult<ConnectionInfo> {
@@ -138,7 +138,7 @@ impl ConnectionLike for RedisConn {
 pub async fn replica_connections(
     settings: &RedisSettings,
     timeout: Duration,
-) -> Result<Option<std::sync::Arc<super::reads::Replicas>>, StoreError> {
+) -> Result<Option<std::sync::Arc<crate::store::read::reads::Replicas>>, StoreError> {
     if settings.read_from != crate::config::ReadFrom::Replica {
         return Ok(None);
     }
@@ -159,7 +159,7 @@ pub async fn replica_connections(
         }
         conns
     };
-    Ok(Some(std::sync::Arc::new(super::reads::Replicas::new(conns))))
+    Ok(Some(std::sync::Arc::new(crate::store::read::reads::Replicas::new(conns))))
 }
 
 /// A cluster connection that routes reads to replicas. redis-rs learns a
@@ -186,7 +186,7 @@ pub const REPLICA_REFRESH: Duration = Duration::from_secs(10);
 /// first data) since are read from.
 pub async fn refresh_replicas(
     settings: RedisSettings,
-    replicas: std::sync::Arc<super::reads::Replicas>,
+    replicas: std::sync::Arc<crate::store::read::reads::Replicas>,
     timeout: Duration,
     cancel: tokio_util::sync::CancellationToken,
 ) {

@@ -3,11 +3,11 @@
 //! player's history (the tag's history registry, then one field of each
 //! key it lists).
 
-use super::operator::failed;
-use super::scripts::{HISTORY, HISTORY_PUT};
-use super::touches;
-use super::{Reader, Store, StoreError};
 use crate::keys;
+use crate::store::conn::scripts::{HISTORY, HISTORY_PUT};
+use crate::store::conn::touches;
+use crate::store::moderation::operator::failed;
+use crate::store::{Reader, Store, StoreError};
 
 /// One step of recording one sealed period of one tag in its players' history.
 #[derive(Clone, Copy, Debug)]

@@ -13,7 +13,7 @@ use crate::event::Event;
 use crate::keys;
 
 use super::header::Fields;
-use super::msgpack;
+use crate::store::conn::msgpack;
 
 /// One event's writes on one tag, borrowed from the batch.
 #[derive(Clone, Copy, Debug)]
@@ -96,17 +96,17 @@ pub struct Invocation {
     /// ARGV[3]: the batch, one MessagePack stream (see `scripts/apply/batch.lua`).
     pub events: Vec<u8>,
     /// Each partition field of the call, in the header's order, with its last offset.
-    pub(super) tails: Vec<(String, i64)>,
+    pub(in crate::store) tails: Vec<(String, i64)>,
 }
 
 impl Invocation {
     /// The call's last offset of a partition field, if it has the field.
-    pub(super) fn last_offset(&self, field: &str) -> Option<i64> {
+    pub(in crate::store) fn last_offset(&self, field: &str) -> Option<i64> {
         self.tails.iter().find(|(f, _)| f == field).map(|(_, o)| *o)
     }
 
     /// The `EVALSHA` of this call with `script`.
-    pub(super) fn cmd(&self, script: &redis::Script) -> redis::Cmd {
+    pub(in crate::store) fn cmd(&self, script: &redis::Script) -> redis::Cmd {
         let mut needs = Vec::with_capacity(2 + 9 * self.needs.len());
         msgpack::array_len(&mut needs, self.needs.len());
         for n in &self.needs {
@@ -198,7 +198,7 @@ fn call_header(
         let held = push(&mut keys, keys::held_key(batch.base));
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
         let gain = push(&mut keys, keys::gain_key(batch.base));
-        h.raw("rules", &super::rules::rules_header(&p.integrity, batch.base, (held, queue, gain)));
+        h.raw("rules", &crate::store::write::rules::rules_header(&p.integrity, batch.base, (held, queue, gain)));
     }
     if let Some(c) = p.columns {
         h.raw("cols", &columns_header(&c));
@@ -394,12 +394,12 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
 
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an
 /// event id stays a duplicate at least as long as configured.
-pub(super) fn ttl_secs(ttl: Duration) -> u64 {
+pub(in crate::store) fn ttl_secs(ttl: Duration) -> u64 {
     (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::store) mod tests {
     use super::*;
 
     pub(crate) fn pw(period: &str, expire_at: Option<i64>) -> Arc<PeriodWrite> {

@@ -9,7 +9,7 @@ use crate::keys;
 /// The header's `rules` (see `scripts/apply/rules.lua`): each rule's
 /// limit and whether it holds, and where held events go (`held`, `queue`:
 /// their KEYS indexes) and gain windows are (`gain_key`).
-pub(super) fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
+pub(in crate::store) fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
     let mut h = Fields::new("rules");
     if let Some((limit, action)) = r.score_over {
         let mut m = Fields::new("rule");
@@ -63,7 +63,7 @@ mod tests {
         };
         let h = rules_header(&r, "lb:{p}", (4, 5, 6));
         assert_eq!(
-            super::super::msgpack::render(&mut h.as_slice()),
+            crate::store::conn::msgpack::render(&mut h.as_slice()),
             "{score: {limit: 100, hold: true}, gain: {limit: 5000, window: 3600000, hold: false}, \
              jump: {ratio: 3000, hold: true}, hides: {count: 3, window: 86400000, prefix: lb:{p}:_heldt:}, \
              held: 4, queue: 5, gain_key: 6, pqueue: lb:{p}:_heldp:}"
@@ -71,7 +71,7 @@ mod tests {
         let amount = Integrity { jump_over: Some((Jump::Amount(250), Action::Reject)), ..Integrity::default() };
         let h = rules_header(&amount, "lb:{p}", (1, 2, 3));
         assert_eq!(
-            super::super::msgpack::render(&mut h.as_slice()),
+            crate::store::conn::msgpack::render(&mut h.as_slice()),
             "{jump: {amount: 250, hold: false}, held: 1, queue: 2, pqueue: lb:{p}:_heldp:}"
         );
     }

@@ -29,7 +29,7 @@ pub struct RankMove {
 
 /// The changes string of one call's reply, for a call of `n` events. `None`
 /// if it is not what the script writes.
-pub(super) fn decode(mut rd: &[u8], n: usize) -> Option<Vec<RankMove>> {
+pub(in crate::store) fn decode(mut rd: &[u8], n: usize) -> Option<Vec<RankMove>> {
     let rd = &mut rd;
     let count = decode::read_array_len(rd).ok()?;
     let mut out = Vec::with_capacity(count as usize);
@@ -83,7 +83,7 @@ fn list(rd: &mut &[u8]) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::msgpack::{array_len, int, str};
+    use crate::store::conn::msgpack::{array_len, int, str};
 
     fn change(buf: &mut Vec<u8>, i: i64, old: i64, new: i64, pushed: &str, passed: &[&str]) {
         array_len(buf, 7);
@@ -134,7 +134,7 @@ mod tests {
         str(&mut rows, "all");
         int(&mut rows, 0);
         int(&mut rows, 1);
-        crate::store::msgpack::bytes_as_str(&mut rows, &[1, 0, 0xff, 7]);
+        crate::store::conn::msgpack::bytes_as_str(&mut rows, &[1, 0, 0xff, 7]);
         str(&mut rows, "");
         array_len(&mut rows, 0);
         let got = decode(&rows, 1).unwrap();

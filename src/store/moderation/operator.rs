@@ -6,11 +6,11 @@
 
 use std::collections::HashMap;
 
-use super::{Store, StoreError};
 use crate::keys;
+use crate::store::{Store, StoreError};
 
 /// A bookkeeping command's failure, naming what it was for.
-pub(super) fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
+pub(in crate::store) fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
     move |source| StoreError::Bookkeeping { what, source }
 }
 

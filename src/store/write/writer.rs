@@ -64,8 +64,8 @@ use tracing::{debug, Instrument};
 
 use super::prepared::{Prepared, Tails};
 use super::send::{record, Answers, BatchResults, Landed};
-use super::{Store, StoreError};
 use crate::retry::{retry_unless, Retried};
+use crate::store::{Store, StoreError};
 
 /// What became of a batch handed to the writer.
 #[derive(Debug)]
@@ -241,12 +241,14 @@ impl Batch {
 /// its tag lost the offsets they name: `STALE` then means lost data.
 fn stale_is_lost(e: StoreError) -> StoreError {
     match e {
-        StoreError::Apply { base, source } if source.code() == Some(super::reply::STALE) => StoreError::Lost {
-            base,
-            detail: "it no longer holds the offsets the batch before this one recorded there (a restart without \
+        StoreError::Apply { base, source } if source.code() == Some(crate::store::write::reply::STALE) => {
+            StoreError::Lost {
+                base,
+                detail: "it no longer holds the offsets the batch before this one recorded there (a restart without \
                      persistence, or a failover to a replica without those writes)"
-                .into(),
-        },
+                    .into(),
+            }
+        }
         other => other,
     }
 }

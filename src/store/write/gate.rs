@@ -29,7 +29,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant as TokioInstant;
 
 /// Apply calls one worker has sent a Redis node and not had answered, at most.
-pub(super) const CALLS_IN_REDIS: usize = 2;
+pub(in crate::store) const CALLS_IN_REDIS: usize = 2;
 
 /// How long before a node's running call is expected to end the call
 /// behind it is sent (see [`start_in_order`]).
@@ -40,13 +40,13 @@ const MAP_MAX_AGE: Duration = Duration::from_secs(10);
 
 /// Which primary serves each hash slot: `(first, last, node)`, from `CLUSTER SLOTS`.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct SlotMap(Vec<(u16, u16, String)>);
+pub(in crate::store) struct SlotMap(Vec<(u16, u16, String)>);
 
 impl SlotMap {
     /// Reads a `CLUSTER SLOTS` reply: per range, its first and last slot,
     /// then the primary as `[host, port, ...]`, then its replicas. `None`
     /// for a reply of another shape.
-    pub(super) fn parse(reply: &Value) -> Option<SlotMap> {
+    pub(in crate::store) fn parse(reply: &Value) -> Option<SlotMap> {
         let Value::Array(ranges) = reply else { return None };
         let mut out = Vec::with_capacity(ranges.len());
         for range in ranges {
@@ -77,9 +77,9 @@ impl SlotMap {
 }
 
 /// Orders apply calls across batches and bounds those in each node.
-pub(super) struct Gate {
+pub(in crate::store) struct Gate {
     /// Held while a batch's calls are started, so batches reach Redis in order.
-    pub(super) order: tokio::sync::Mutex<()>,
+    pub(in crate::store) order: tokio::sync::Mutex<()>,
     lanes: Mutex<Lanes>,
 }
 
@@ -93,7 +93,7 @@ struct Lanes {
 }
 
 impl Gate {
-    pub(super) fn new() -> Gate {
+    pub(in crate::store) fn new() -> Gate {
         Gate {
             order: tokio::sync::Mutex::new(()),
             lanes: Mutex::new(Lanes { map: None, read_at: None, nodes: HashMap::new() }),
@@ -105,13 +105,13 @@ impl Gate {
     }
 
     /// Whether the slot map is due to be read (again).
-    pub(super) fn map_due(&self) -> bool {
+    pub(in crate::store) fn map_due(&self) -> bool {
         self.lanes().read_at.is_none_or(|at| at.elapsed() >= MAP_MAX_AGE)
     }
 
     /// Records a reading of the slot map; a failed one (`None`) keeps the
     /// map there was, and is tried again only after [`MAP_MAX_AGE`].
-    pub(super) fn set_map(&self, map: Option<SlotMap>) {
+    pub(in crate::store) fn set_map(&self, map: Option<SlotMap>) {
         let mut lanes = self.lanes();
         lanes.read_at = Some(Instant::now());
         if let Some(map) = map {
@@ -121,7 +121,7 @@ impl Gate {
 
     /// The lane of each call, by its slot, and those lanes:
     /// `(lane of each call, lanes)`.
-    pub(super) fn assign(&self, slots: impl IntoIterator<Item = u16>) -> (Vec<usize>, Vec<Arc<Lane>>) {
+    pub(in crate::store) fn assign(&self, slots: impl IntoIterator<Item = u16>) -> (Vec<usize>, Vec<Arc<Lane>>) {
         let mut lanes = self.lanes();
         let Lanes { map, nodes, .. } = &mut *lanes;
         let mut names: Vec<String> = Vec::new();
@@ -142,7 +142,7 @@ impl Gate {
 }
 
 /// One node's lane: its places, and the calls it is running.
-pub(super) struct Lane {
+pub(in crate::store) struct Lane {
     places: Arc<Semaphore>,
     running: Mutex<Running>,
     /// Told whenever one of the lane's calls is answered.
@@ -161,7 +161,7 @@ struct Running {
 }
 
 impl Lane {
-    pub(super) fn new() -> Lane {
+    pub(in crate::store) fn new() -> Lane {
         Lane { places: Arc::new(Semaphore::new(CALLS_IN_REDIS)), running: Mutex::default(), answered: Notify::new() }
     }
 
@@ -226,7 +226,7 @@ impl Drop for Sent {
 /// that arrived meanwhile runs before it.
 /// Answers `(call, output)` for the calls that finished meanwhile, and
 /// those still running, to be awaited (their places are freed as each ends).
-pub(super) async fn start_in_order<T, F: Future<Output = T>>(
+pub(in crate::store) async fn start_in_order<T, F: Future<Output = T>>(
     order: &[(usize, usize, Duration)],
     lanes: &[Arc<Lane>],
     mut start: impl FnMut(usize) -> F,

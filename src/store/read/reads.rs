@@ -16,8 +16,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::queries::{Query, ReadAt};
-use super::{touches, RedisConn, StoreError};
 use crate::keys;
+use crate::store::{touches, RedisConn, StoreError};
 
 /// The keys of one period of one board tag that `read.lua` reads.
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +36,7 @@ pub struct ReadKeys<'a> {
 #[derive(Clone)]
 pub struct Reader {
     /// The primary (a cluster's primaries).
-    pub(super) conn: RedisConn,
+    pub(in crate::store) conn: RedisConn,
     replicas: Option<Arc<Replicas>>,
     /// This read goes to the primary (`fresh=true`).
     fresh: bool,
@@ -97,7 +97,7 @@ fn read_failed(source: redis::RedisError) -> StoreError {
     StoreError::Read(source)
 }
 
-impl super::Store {
+impl crate::store::Store {
     /// A reader of the store's own connection (the primary): for the
     /// worker's jobs, which read what they have just written.
     pub fn primary_reader(&self) -> Reader {
@@ -117,7 +117,7 @@ impl Reader {
 
     /// Runs `read` on a replica (unless the read is fresh or there is
     /// none), and on the primary when no replica answers.
-    pub(super) async fn run<T, F, Fut>(&self, read: F) -> Result<T, StoreError>
+    pub(in crate::store) async fn run<T, F, Fut>(&self, read: F) -> Result<T, StoreError>
     where
         F: Fn(RedisConn) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
@@ -143,12 +143,12 @@ impl Reader {
         read(self.conn.clone()).await.map_err(read_failed)
     }
 
-    /// One query of `read.lua` (see its header and [`super::queries`]) on
+    /// One query of `read.lua` (see its header and [`crate::store::read::queries`]) on
     /// one period: sent as `EVALSHA_RO`, which a replica runs and a cluster
     /// routes to a replica; a node without the script gets it with
     /// `EVAL_RO` once. A reply of another shape is a [`StoreError::Reply`].
     pub async fn read<Q: Query>(&self, at: &ReadAt<'_>, query: &Q) -> Result<Q::Reply, StoreError> {
-        let lua = &*super::scripts::READ;
+        let lua = &*crate::store::conn::scripts::READ;
         let keys = at.keys;
         let key_list = touches::named(&touches::READ, |name| match name {
             "period" => Some(keys.key.to_string()),
@@ -162,16 +162,16 @@ impl Reader {
         let mut args = vec![Q::OP.as_bytes().to_vec(), order.as_bytes().to_vec(), at.shift.to_string().into_bytes()];
         args.extend(query.args().into_iter().map(String::into_bytes));
         let reply = self.eval_ro(lua, &key_list, &args).await?;
-        query.parse(reply, keys.meta_key.is_some()).map_err(super::queries::bad_reply)
+        query.parse(reply, keys.meta_key.is_some()).map_err(crate::store::read::queries::bad_reply)
     }
 
     /// Runs the read-only script `lua` (see [`Reader::run`] for where):
     /// `EVALSHA_RO`, which a replica runs and a cluster routes to a
     /// replica; a node without the script gets its source with `EVAL_RO`
     /// once.
-    pub(super) async fn eval_ro(
+    pub(in crate::store) async fn eval_ro(
         &self,
-        lua: &super::scripts::Lua,
+        lua: &crate::store::conn::scripts::Lua,
         keys: &[String],
         args: &[Vec<u8>],
     ) -> Result<redis::Value, StoreError> {

@@ -3,11 +3,11 @@
 //! builds their keys and arguments and reads their replies; each script's
 //! header says what they are.
 
-use super::msgpack::{self, MapWriter};
-use super::scripts::{Lua, ROLL, SEAL};
-use super::touches;
-use super::{Store, StoreError};
 use crate::keys;
+use crate::store::conn::msgpack::{self, MapWriter};
+use crate::store::conn::scripts::{Lua, ROLL, SEAL};
+use crate::store::conn::touches;
+use crate::store::{Store, StoreError};
 /// What one step of a refresh did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RollStep {
@@ -179,7 +179,7 @@ fn parse_seal_reply(reply: &[redis::Value], with_meta: bool) -> Result<SealReply
 impl Store {
     /// One call of a script on `keys` (the first names what it is about),
     /// its error reply typed: `LOST` as [`StoreError::Lost`].
-    pub(super) async fn script<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+    pub(in crate::store) async fn script<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         lua: &Lua,
         keys: &[String],

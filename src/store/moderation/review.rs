@@ -5,9 +5,9 @@
 
 use rmp::decode;
 
-use super::{Reader, StoreError};
 use crate::event::Rule;
 use crate::keys;
+use crate::store::{Reader, StoreError};
 
 /// A held event's stamp: 16 digits of µs and 4 of its place in its call.
 pub const STAMP_DIGITS: usize = 20;
@@ -110,7 +110,7 @@ fn bad(event_id: &str) -> StoreError {
     }
 }
 
-impl super::Store {
+impl crate::store::Store {
     /// The held event `event_id` of the tag `base` (on the primary).
     pub async fn held_event(&self, base: &str, event_id: &str) -> Result<Option<HeldEvent>, StoreError> {
         self.primary_reader().held_event(base, event_id).await

@@ -27,21 +27,21 @@ pub enum ApplyResult {
 }
 
 /// The error code a script answers when its tag is not registered: the
-/// tag's data is gone (`lib/registered.lua`, [`super::StoreError::Lost`]).
-pub(super) const LOST: &str = "LOST";
+/// tag's data is gone (`lib/registered.lua`, [`crate::store::StoreError::Lost`]).
+pub(in crate::store) const LOST: &str = "LOST";
 /// The error code an apply call answers when a precondition on the offsets
 /// the call before records does not hold; it did nothing (`lib/offsets.lua`).
-pub(super) const STALE: &str = "STALE";
+pub(in crate::store) const STALE: &str = "STALE";
 
 /// The scripts' codes for an event applied, a duplicate event id and a
 /// redelivered offset (the scripts' `Codes`, made from these by
 /// `scripts.rs`); a refusal's code is its `event::Reason::script_code`.
-pub(super) const APPLIED: i64 = 1;
-pub(super) const DUPLICATE: i64 = 2;
-pub(super) const REDELIVERED: i64 = 3;
+pub(in crate::store) const APPLIED: i64 = 1;
+pub(in crate::store) const DUPLICATE: i64 = 2;
+pub(in crate::store) const REDELIVERED: i64 = 3;
 
 impl ApplyResult {
-    pub(super) fn from_code(code: i64) -> ApplyResult {
+    pub(in crate::store) fn from_code(code: i64) -> ApplyResult {
         match code {
             APPLIED => ApplyResult::Applied,
             DUPLICATE => ApplyResult::DuplicateEvent,
@@ -55,7 +55,7 @@ impl ApplyResult {
 /// the call held Redis, then (event number, code) for each event not
 /// applied, an integrity rule's code followed by the value that broke it.
 /// `None` if it does not describe `n` events.
-pub(super) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>, i64)> {
+pub(in crate::store) fn decode_reply(reply: &[i64], n: usize) -> Option<(Vec<ApplyResult>, i64)> {
     let (&seen, rest) = reply.split_first()?;
     let (&took_us, mut rest) = rest.split_first()?;
     if seen != n as i64 {

@@ -158,7 +158,7 @@ pub const ALL: [Touches; 12] =
 /// The KEYS of a positional script, in its declared order, each made by
 /// `key` from its name (`None`: an optional key not given, left out).
 /// A required name `key` does not know is a bug the script's tests catch.
-pub(super) fn named(t: &Touches, key: impl Fn(&str) -> Option<String>) -> Vec<String> {
+pub(in crate::store) fn named(t: &Touches, key: impl Fn(&str) -> Option<String>) -> Vec<String> {
     debug_assert!(!t.by_name, "{} names its keys in its header", t.script);
     t.keys
         .iter()
@@ -243,7 +243,7 @@ mod tests {
             .filter(|n| n.ends_with(".lua"))
             .collect();
         let table: BTreeSet<String> = ALL.iter().map(|t| t.script.to_string()).collect();
-        assert_eq!(scripts, table, "every script has a row in store/touches.rs");
+        assert_eq!(scripts, table, "every script has a row in store/conn/touches.rs");
         for t in ALL {
             let label = if t.by_name { "keys by name" } else { "keys" };
             assert_eq!(declared(t.script, label), t.keys, "{}: its '-- {label}:' line", t.script);

@@ -2,9 +2,9 @@
 //! finding every board tag, and forgetting a topic's recorded offsets.
 //! Both `SCAN` the keyspace, so neither runs on the hot path.
 
-use super::{scan_keys, RedisConn};
 use crate::config::RedisSettings;
 use crate::keys;
+use crate::store::{scan_keys, RedisConn};
 
 /// The key base of every board tag that has recorded an offset.
 pub async fn tag_bases(settings: &RedisSettings) -> Result<Vec<String>, String> {

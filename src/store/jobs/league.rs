@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 
-use super::msgpack::{self, MapWriter};
-use super::operator::failed;
-use super::reads::Reader;
-use super::scripts::SETTLE;
-use super::{RedisConn, Store, StoreError};
 use crate::board::league::{self, COHORT_SPAN};
 use crate::keys;
+use crate::store::conn::msgpack::{self, MapWriter};
+use crate::store::conn::scripts::SETTLE;
+use crate::store::moderation::operator::failed;
+use crate::store::read::reads::Reader;
+use crate::store::{RedisConn, Store, StoreError};
 
 /// Where a round's settlement stands (field `<round>:step` of the tag's
 /// settlements hash; see `settle.lua`).

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-use super::scripts::SCHED;
-use super::{touches, Store, StoreError};
 use crate::keys;
+use crate::store::conn::scripts::SCHED;
+use crate::store::{touches, Store, StoreError};
 
 /// A claimed job, and the token that finishes it (the claim's lapse time).
 #[derive(Clone, Debug, PartialEq, Eq)]

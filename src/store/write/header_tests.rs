@@ -15,7 +15,7 @@ fn every_option() {
     use crate::board::columns::{ColumnMode, ColumnSpec, MAX_COLUMNS};
     use crate::board::integrity::{Action, Integrity, Jump};
     use crate::board::{Review, RoundKeys, WriteOp, WriteParams};
-    use crate::store::protocol::{build_invocation, tests::pw, ApplyItem, TagBatch};
+    use crate::store::write::protocol::{build_invocation, tests::pw, ApplyItem, TagBatch};
     let mut p = WriteParams::plain_sum();
     (p.op, p.top_k, p.rate_events, p.rate_window_ms, p.sealed, p.meta, p.attempts) =
         (WriteOp::Latest, 10, 5, 1000, true, true, 3);

@@ -16,8 +16,8 @@ use super::gate;
 use super::prepared::Prepared;
 use super::protocol::Invocation;
 use super::reply::{decode_reply, ApplyResult};
-use super::scripts::APPLY;
-use super::{wait_cmd, RedisConn, Store, StoreError};
+use crate::store::conn::scripts::APPLY;
+use crate::store::{wait_cmd, RedisConn, Store, StoreError};
 
 /// One call's answers: each event's result, and the rank changes it made.
 type CallReply = (Vec<ApplyResult>, Vec<RankMove>);
@@ -35,7 +35,7 @@ pub struct BatchResults {
 }
 
 /// The answers of calls started in order, once they have all ended.
-pub(super) type Answers = BoxFuture<'static, Vec<(usize, CallAnswer)>>;
+pub(in crate::store) type Answers = BoxFuture<'static, Vec<(usize, CallAnswer)>>;
 
 /// Which calls of a prepared batch Redis has applied, with their answers.
 pub struct Landed {
@@ -99,7 +99,11 @@ impl Store {
     /// its tag, see `Prepared::to_send`, and its new answers are dropped:
     /// they would report its events as redeliveries, counted as duplicates
     /// instead of applied.)
-    pub(super) async fn apply_pending(&self, prepared: &Arc<Prepared>, landed: &mut Landed) -> Result<(), StoreError> {
+    pub(in crate::store) async fn apply_pending(
+        &self,
+        prepared: &Arc<Prepared>,
+        landed: &mut Landed,
+    ) -> Result<(), StoreError> {
         let answers = self.start_pending(prepared, landed).await.await;
         let attempt = record(prepared, landed, answers);
         self.reload_if_lost(prepared, landed, attempt).await
@@ -109,7 +113,7 @@ impl Store {
     /// calls that found the script missing may have been overtaken by later
     /// ones that then found their preconditions unmet, so all that did not
     /// land go again, in order, once the script is loaded.
-    pub(super) async fn reload_if_lost(
+    pub(in crate::store) async fn reload_if_lost(
         &self,
         prepared: &Arc<Prepared>,
         landed: &mut Landed,
@@ -130,7 +134,7 @@ impl Store {
     /// started before it (batches take the gate's order lock one at a time,
     /// and each call waits for a place in its node's lane). The answers come
     /// from the future it returns, which owns what it needs.
-    pub(super) async fn start_pending(&self, prepared: &Arc<Prepared>, landed: &Landed) -> Answers {
+    pub(in crate::store) async fn start_pending(&self, prepared: &Arc<Prepared>, landed: &Landed) -> Answers {
         let to_send = prepared.to_send(&landed.durable);
         let (answers, mut running) = {
             let _order = self.gate.order.lock().await;
@@ -239,7 +243,7 @@ fn split_reply(reply: &[redis::Value]) -> Option<(Vec<i64>, Option<&[u8]>)> {
 }
 
 /// Records an attempt's answers in `landed`: the first error, if any call failed.
-pub(super) fn record(
+pub(in crate::store) fn record(
     prepared: &Prepared,
     landed: &mut Landed,
     answers: Vec<(usize, CallAnswer)>,

@@ -1,17 +1,17 @@
 //! `read.lua`'s queries, typed: one request type per op (its arguments, as
 //! the script's header lists them) and one reply type, read by a parser
 //! that refuses a reply of another shape instead of indexing past it.
-//! [`Reader::read`](super::Reader::read) runs them; nothing outside `store`
+//! [`Reader::read`](crate::store::Reader::read) runs them; nothing outside `store`
 //! names an op or takes a reply apart.
 
 use redis::Value;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// The period a query reads: its keys, and the board's order and packing.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadAt<'a> {
-    pub keys: super::ReadKeys<'a>,
+    pub keys: crate::store::ReadKeys<'a>,
     pub desc: bool,
     /// The board's score packing (see `score.rs`).
     pub shift: i64,
@@ -177,13 +177,13 @@ pub struct ShardCounted {
 }
 
 /// A reply's values read in order, each read refusing the wrong type.
-pub(super) struct Fields {
+pub(in crate::store) struct Fields {
     values: std::vec::IntoIter<Value>,
 }
 
 impl Fields {
     /// An array reply (`None`: the script answered false).
-    pub(super) fn of(reply: Value) -> Result<Option<Fields>, String> {
+    pub(in crate::store) fn of(reply: Value) -> Result<Option<Fields>, String> {
         match reply {
             Value::Nil => Ok(None),
             Value::Array(values) => Ok(Some(Fields { values: values.into_iter() })),
@@ -191,7 +191,7 @@ impl Fields {
         }
     }
 
-    pub(super) fn of_array(reply: Value) -> Result<Fields, String> {
+    pub(in crate::store) fn of_array(reply: Value) -> Result<Fields, String> {
         Fields::of(reply)?.ok_or_else(|| "false, not an array".to_string())
     }
 
@@ -199,22 +199,22 @@ impl Fields {
         self.values.next().ok_or_else(|| "a reply that ends early".to_string())
     }
 
-    pub(super) fn int(&mut self) -> Result<i64, String> {
+    pub(in crate::store) fn int(&mut self) -> Result<i64, String> {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
     }
 
     /// A string's bytes as they are (a member of a board with columns).
-    pub(super) fn bytes(&mut self) -> Result<Vec<u8>, String> {
+    pub(in crate::store) fn bytes(&mut self) -> Result<Vec<u8>, String> {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
     }
 
     /// A string's bytes, or `None` where the script answered false.
-    pub(super) fn opt_bytes(&mut self) -> Result<Option<Vec<u8>>, String> {
+    pub(in crate::store) fn opt_bytes(&mut self) -> Result<Option<Vec<u8>>, String> {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
     }
 
     /// How many values are left.
-    pub(super) fn left(&self) -> usize {
+    pub(in crate::store) fn left(&self) -> usize {
         self.values.len()
     }
 
@@ -247,7 +247,7 @@ impl Fields {
         }
     }
 
-    pub(super) fn end(mut self) -> Result<(), String> {
+    pub(in crate::store) fn end(mut self) -> Result<(), String> {
         match self.values.next() {
             None => Ok(()),
             Some(v) => Err(format!("{v:?} past the reply's end")),
@@ -406,7 +406,7 @@ impl Query for ShardCounts<'_> {
 }
 
 /// A parse failure as the store's error.
-pub(super) fn bad_reply(got: String) -> StoreError {
+pub(in crate::store) fn bad_reply(got: String) -> StoreError {
     StoreError::Reply { script: "read.lua", got }
 }
 

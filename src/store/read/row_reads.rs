@@ -6,8 +6,8 @@
 use redis::Value;
 
 use super::queries::{bad_reply, Fields};
-use super::{Reader, StoreError};
 use crate::board::columns::ColumnSpec;
+use crate::store::{Reader, StoreError};
 
 /// A period of a board with columns: its keys and its columns.
 #[derive(Clone, Copy, Debug)]
@@ -141,8 +141,8 @@ fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
 impl Reader {
     /// Runs one op of `read_rows.lua` on period `at`.
     async fn rows_op(&self, at: &RowsAt<'_>, op: &str, args: &[Vec<u8>]) -> Result<Value, StoreError> {
-        let lua = &*super::scripts::READ_ROWS;
-        let keys = super::touches::named(&super::touches::READ_ROWS, |name| match name {
+        let lua = &*crate::store::conn::scripts::READ_ROWS;
+        let keys = crate::store::conn::touches::named(&crate::store::conn::touches::READ_ROWS, |name| match name {
             "period" => Some(at.key.to_string()),
             "rows" => Some(at.rows_key.to_string()),
             "shadow" => Some(at.shadow_key.to_string()),

@@ -5,27 +5,27 @@ fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
     r.expect("writing to a Vec cannot fail")
 }
 
-pub(super) fn int(buf: &mut Vec<u8>, n: i64) {
+pub(in crate::store) fn int(buf: &mut Vec<u8>, n: i64) {
     ok(rmp::encode::write_sint(buf, n));
 }
 
-pub(super) fn str(buf: &mut Vec<u8>, s: &str) {
+pub(in crate::store) fn str(buf: &mut Vec<u8>, s: &str) {
     ok(rmp::encode::write_str(buf, s));
 }
 
 /// A string of raw bytes (a dedupe marker): `cmsgpack` reads no bin formats.
-pub(super) fn bytes_as_str(buf: &mut Vec<u8>, b: &[u8]) {
+pub(in crate::store) fn bytes_as_str(buf: &mut Vec<u8>, b: &[u8]) {
     ok(rmp::encode::write_str_len(buf, b.len() as u32));
     buf.extend_from_slice(b);
 }
 
-pub(super) fn array_len(buf: &mut Vec<u8>, n: usize) {
+pub(in crate::store) fn array_len(buf: &mut Vec<u8>, n: usize) {
     ok(rmp::encode::write_array_len(buf, n as u32));
 }
 
 /// A map written entry by entry, its length put in front when finished.
 #[derive(Default)]
-pub(super) struct MapWriter {
+pub(in crate::store) struct MapWriter {
     body: Vec<u8>,
     len: u32,
 }
@@ -36,20 +36,20 @@ impl MapWriter {
         str(&mut self.body, k);
         &mut self.body
     }
-    pub(super) fn int(&mut self, k: &str, v: i64) {
+    pub(in crate::store) fn int(&mut self, k: &str, v: i64) {
         int(self.key(k), v);
     }
-    pub(super) fn str(&mut self, k: &str, v: &str) {
+    pub(in crate::store) fn str(&mut self, k: &str, v: &str) {
         str(self.key(k), v);
     }
-    pub(super) fn bool(&mut self, k: &str, v: bool) {
+    pub(in crate::store) fn bool(&mut self, k: &str, v: bool) {
         ok(rmp::encode::write_bool(self.key(k), v));
     }
     /// A value already encoded.
-    pub(super) fn raw(&mut self, k: &str, v: &[u8]) {
+    pub(in crate::store) fn raw(&mut self, k: &str, v: &[u8]) {
         self.key(k).extend_from_slice(v);
     }
-    pub(super) fn finish(self) -> Vec<u8> {
+    pub(in crate::store) fn finish(self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.body.len() + 5);
         ok(rmp::encode::write_map_len(&mut out, self.len));
         out.extend_from_slice(&self.body);

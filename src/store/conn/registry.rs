@@ -13,8 +13,8 @@
 
 use futures::future::try_join_all;
 
-use super::{Store, StoreError};
 use crate::keys;
+use crate::store::{Store, StoreError};
 
 impl Store {
     /// Registers board tags before their first write (see the module

@@ -2,12 +2,12 @@
 //! (pure, so it is unit tested) and the calls, one per board tag, each
 //! atomic. What an admin event does is decided before, in `moderation`.
 
-use super::msgpack::{self, MapWriter};
-use super::scripts::ADMIN;
-use super::{ApplyResult, Store, StoreError};
 use crate::board::Board;
 use crate::keys;
 use crate::moderation::AdminOp;
+use crate::store::conn::msgpack::{self, MapWriter};
+use crate::store::conn::scripts::ADMIN;
+use crate::store::{ApplyResult, Store, StoreError};
 
 /// One admin event on one board tag, as the script's caller knows it.
 #[derive(Clone, Copy, Debug)]
@@ -186,7 +186,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::protocol::tests::pw;
+    use crate::store::write::protocol::tests::pw;
 
     #[test]
     fn an_adjustment_names_its_tag_keys_prefixes_and_periods_as_the_script_reads_them() {

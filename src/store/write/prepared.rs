@@ -7,25 +7,25 @@ use super::protocol::{build_invocation, Invocation, TagBatch};
 
 /// One script call of a prepared batch.
 #[derive(Clone)]
-pub(super) struct Call {
+pub(in crate::store) struct Call {
     /// Which of the batch's tag batches its events are from.
-    pub(super) batch: usize,
-    pub(super) base: String,
-    pub(super) inv: Invocation,
+    pub(in crate::store) batch: usize,
+    pub(in crate::store) base: String,
+    pub(in crate::store) inv: Invocation,
     /// How many events it carries.
-    pub(super) n: usize,
+    pub(in crate::store) n: usize,
     /// Per partition field of the call: whether its precondition is on an
     /// earlier call of the same batch and tag (a tag's events split over
     /// several calls), which always holds once that call has run, rather
     /// than on the batch before (see [`Prepared::after`]).
-    pub(super) chained: Vec<bool>,
+    pub(in crate::store) chained: Vec<bool>,
 }
 
 /// A batch's encoded script calls: each tag's events in calls of at most
 /// `max_events` events, a tag's calls one after the other.
 #[derive(Clone)]
 pub struct Prepared {
-    pub(super) calls: Vec<Call>,
+    pub(in crate::store) calls: Vec<Call>,
 }
 
 /// Encodes a batch's calls. A tag with more than `max_events` events gets
@@ -122,7 +122,7 @@ impl Prepared {
     /// have not, and, before each, the calls of its tag it is chained to
     /// that have (sent again, they change nothing; on a tag that lost its
     /// data they answer `LOST`, as the pending call would).
-    pub(super) fn to_send(&self, landed: &[bool]) -> Vec<usize> {
+    pub(in crate::store) fn to_send(&self, landed: &[bool]) -> Vec<usize> {
         let pending = |i: usize| !landed[i];
         (0..self.calls.len())
             .filter(|&i| {
@@ -141,8 +141,8 @@ pub struct Tails(Vec<(String, Vec<(String, i64)>)>);
 mod tests {
     use super::*;
     use crate::board::WriteParams;
-    use crate::store::protocol::tests::{pw, two_event_invocation};
-    use crate::store::protocol::ApplyItem;
+    use crate::store::write::protocol::tests::{pw, two_event_invocation};
+    use crate::store::write::protocol::ApplyItem;
 
     #[test]
     fn a_call_sent_behind_another_waits_for_its_last_offset_of_each_shared_partition() {
