@@ -272,6 +272,13 @@ pub async fn run_with(
     Ok(())
 }
 
+/// A landed batch's clock and its latency histograms (`rankflow_event_latency_seconds`).
+struct Latency {
+    now_ms: i64,
+    from_event: prometheus::Histogram,
+    from_record: prometheus::Histogram,
+}
+
 /// Counts each board's tally of a record in the metrics.
 fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'a str) {
     use outcome::Tally;
@@ -371,10 +378,16 @@ impl Pipeline {
     fn finish(&self, planned: Planned, results: BatchResults) -> (Vec<Record>, BatchOffsets, Vec<Outgoing>) {
         let Planned { mut records, offsets, routes } = planned;
         outcome::distribute(&mut records, &routes, results);
-        let now_ms = chrono::Utc::now().timestamp_millis();
+        // The latency histograms looked up once per batch, not per record.
+        let m = metrics::get();
+        let latency = Latency {
+            now_ms: chrono::Utc::now().timestamp_millis(),
+            from_event: m.event_latency.with_label_values(&["event"]),
+            from_record: m.event_latency.with_label_values(&["record"]),
+        };
         let mut out = Vec::new();
         for record in &mut records {
-            self.conclude(record, now_ms, &mut out);
+            self.conclude(record, &latency, &mut out);
         }
         (records, offsets, out)
     }
@@ -382,7 +395,7 @@ impl Pipeline {
     /// One landed record: its boards' tallies counted, its outcome decided,
     /// and what it produces added to `out`: its rank changes, its review
     /// records and hides, its dead letter (which takes its source bytes).
-    fn conclude(&self, record: &mut Record, now_ms: i64, out: &mut Vec<Outgoing>) {
+    fn conclude(&self, record: &mut Record, latency: &Latency, out: &mut Vec<Outgoing>) {
         let boards = self.cx.router.boards();
         let tallies = match &record.item {
             Item::Event { decided, .. } => outcome::tallies(decided),
@@ -398,12 +411,12 @@ impl Pipeline {
         let why = |b, e: &_| self.cx.router.refusal_detail(b, e);
         match outcome::fold(&record.item, &tallies, |b| boards[b].id(), why) {
             Final::Applied => {
-                let latency = &metrics::get().event_latency;
+                let secs = |since_ms: i64| (latency.now_ms - since_ms).max(0) as f64 / 1000.0;
                 if let Item::Event { event, .. } = &record.item {
-                    latency.with_label_values(&["event"]).observe((now_ms - event.ts_ms).max(0) as f64 / 1000.0);
+                    latency.from_event.observe(secs(event.ts_ms));
                 }
                 if let Some(ts) = record.origin.timestamp {
-                    latency.with_label_values(&["record"]).observe((now_ms - ts).max(0) as f64 / 1000.0);
+                    latency.from_record.observe(secs(ts));
                 }
             }
             Final::Duplicate | Final::Held | Final::Skipped => {}
