@@ -9,8 +9,6 @@
 //! 10 seconds cost rankflow about one read a second, and no client is
 //! handed an answer older than max-age plus one refresh.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

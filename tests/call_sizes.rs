@@ -4,8 +4,6 @@
 //! a trickle of single events after the drain leaves the sizes as they were; and
 //! the boards stay exact.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::json;

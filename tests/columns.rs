@@ -9,8 +9,6 @@
 //! a hide, an unhide, an erasure, a `score_set` of whole rows and a
 //! rebuild.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -5,8 +5,6 @@
 //! many events with ties through every column, producer retries and
 //! redeliveries, in both row modes and both tie rules.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

@@ -5,8 +5,6 @@
 //! own columns combine the events that count; and the live top, whose
 //! first event is the top read.
 
-mod support;
-
 use std::time::Duration;
 
 use rdkafka::message::Message;

@@ -8,8 +8,6 @@
 //! erasure takes a player out of the snapshots (through their sealed rows)
 //! and out of the history.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

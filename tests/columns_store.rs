@@ -5,8 +5,6 @@
 //! modes; every period key's members, byte for byte and in order, and
 //! every event's outcome, as the model has them.
 
-mod support;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 

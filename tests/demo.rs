@@ -6,8 +6,6 @@
 //! boards as in JSON. Producing shows a progress bar on a terminal (a tmux
 //! session, read with capture-pane) and nothing in a log file.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

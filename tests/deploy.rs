@@ -3,8 +3,6 @@
 //! installed by `scripts/setup.sh --test`), their ConfigMap holds a config
 //! rankflow accepts, and the Deployment's probes and grace period fit it.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -6,8 +6,6 @@
 //! command and ACL file run in a `redis-server`, and every setting the
 //! overlays give rankflow passes `check-config` with the files in place.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! (the writes are applied, their acknowledgement awaited and counted), and
 //! its return lets them go on, with the boards exact.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use support::stream::{self, BOARDS};

@@ -9,8 +9,6 @@
 //! failover may lose acknowledged writes: the test reports how many, and
 //! asserts nothing about it.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use support::stream::{self, Stream, BOARDS};

@@ -5,8 +5,6 @@
 //! would: it takes its partitions back once the killed member's session
 //! has expired.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use rand::Rng;

@@ -1,8 +1,6 @@
 //! The seeds' other sorted-set systems, through the real worker: the
 //! sliding-window rate limiter, top-K trimming and `latest` boards.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

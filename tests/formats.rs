@@ -6,8 +6,6 @@
 //! producer duplicates and a kill -9 mid-stream: every score applied
 //! exactly once, every bad record dead-lettered with its reason.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

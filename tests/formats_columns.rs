@@ -8,8 +8,6 @@
 //! `scores` counts on the one-column board only, and no record is a dead
 //! letter.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! The harness the other tests stand on: a server it hands over is the one
 //! it started, not another process that took the port first.
 
-mod support;
-
 use support::*;
 
 #[test]

@@ -5,8 +5,6 @@
 //! best outlives the days' expiry; a day of 12,000 players, recorded in
 //! three steps, ranks every player exactly.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};

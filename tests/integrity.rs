@@ -5,8 +5,6 @@
 //! `rankflow admin approve --wait`, and an erasure of a player with held
 //! events.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;

@@ -6,8 +6,6 @@
 //! applied once; the boards equal the model's in every period; then a
 //! rebuild reproduces the boards and the queue.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! through once held. (The whole flow, from Kafka to the review topic and
 //! the reviews, is `integrity.rs`.)
 
-mod support;
-
 use std::sync::Arc;
 
 use rankflow::board::integrity::{Action, Integrity, Jump};

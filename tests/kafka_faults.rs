@@ -6,8 +6,6 @@
 //! under load, one SIGKILLed and one SIGTERMed. Records arrive while the
 //! faults land (a paced producer), so every fault comes mid-stream.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use support::stream::{self, BOARDS};

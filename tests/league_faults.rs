@@ -3,8 +3,6 @@
 //! killed midway and taken over by another worker leaves the model's tiers
 //! and one record per cohort.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 

@@ -5,8 +5,6 @@
 //! cohort's result is published once, and the next round places every
 //! player in the tier the settlement gave them.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 

@@ -4,8 +4,6 @@
 //! exit status that keeps a start-up failure, and clients that cannot hold
 //! or flood the server.
 
-mod support;
-
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};

@@ -5,8 +5,6 @@
 //! (its read commands counted by `INFO commandstats`); past
 //! `http.max_streams` a stream is refused 503, and `limit` over 100 is a 400.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::Value;

@@ -3,8 +3,6 @@
 //! a redelivery, a producer retry or a SIGKILL never spends or frees an
 //! attempt twice.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,6 @@
 //! (`rankflow rebuild`, then a restart) the boards equal the model over every
 //! record; after `rankflow accept-loss` the workers go on from the commits.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

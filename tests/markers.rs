@@ -3,8 +3,6 @@
 //! two, whichever way that clock moves, and a marker hash grows its
 //! buckets as the layout `rankflow::markers` states.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,8 +7,6 @@
 //! (Sealed snapshots, published tops, rolling boards, top-K trimming and
 //! erasure: tests/sealing.rs.)
 
-mod support;
-
 use std::time::Duration;
 
 use rdkafka::message::Message;

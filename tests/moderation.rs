@@ -7,8 +7,6 @@
 //! admin types on the score topic dead-lettered `not_allowed`; a producer
 //! retry at a later offset; and `rankflow admin` end to end.
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 

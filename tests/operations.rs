@@ -2,8 +2,6 @@
 //! the stream it read, the names the dashboard and alert rules use, and
 //! offline validation of the compose stack and the rules.
 
-mod support;
-
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;

@@ -5,8 +5,6 @@
 //! connection types the store uses (a `ConnectionManager` on one Redis, a
 //! cluster connection on a cluster).
 
-mod support;
-
 use futures::FutureExt;
 use support::{Redis, RedisCluster};
 

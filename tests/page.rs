@@ -9,8 +9,6 @@
 //! A screenshot is left under the target directory
 //! (`page/leaderboard.png`) for a person to look at.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 

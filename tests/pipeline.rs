@@ -2,8 +2,6 @@
 //! real redis-server, checked against the independent model of
 //! `support/stream.rs`.
 
-mod support;
-
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};

@@ -3,8 +3,6 @@
 //! rank fixture (alice 90, bob 100, carol 100) and on a board being written
 //! while it is paged.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

@@ -3,8 +3,6 @@
 //! N, its players passed and pushed out, by the board's order and ties,
 //! through calls of many events, duplicates and redeliveries.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

@@ -2,8 +2,6 @@
 //! fixture (alice 90, bob 100, carol 100), earliest-first ties, around-me at
 //! both edges, unranked players and bad parameters.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};

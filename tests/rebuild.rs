@@ -5,8 +5,6 @@
 //! nothing and counts nothing twice: at the end every board is exactly the
 //! model's.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use support::stream::{self, BOARDS};

@@ -7,8 +7,6 @@
 //! the primary, counted and logged once; and on a Redis Cluster the reads go
 //! to the replicas of the keys' nodes.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};

@@ -2,8 +2,6 @@
 //! the new union swapped in whole, and a build that writes, an erasure or a
 //! new day meet halfway.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use rankflow::board::Board;

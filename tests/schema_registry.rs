@@ -7,8 +7,6 @@
 //! Confluent's registry answers it; behind TLS (socat in front of it), it
 //! is trusted through `ca_file`.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

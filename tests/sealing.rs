@@ -5,8 +5,6 @@
 //! rolling boards equal the union of their days; an erasure reaches sealed
 //! and rolling keys.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 

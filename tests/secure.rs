@@ -7,8 +7,6 @@
 //! and a cluster; clients that are not rankflow (`redis-cli`, kafka-python)
 //! read the boards and the dead letters back over TLS.
 
-mod support;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;

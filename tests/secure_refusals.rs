@@ -6,8 +6,6 @@
 //! in the log (at debug level), `/metrics`, `/readyz`, `/healthz` or
 //! `check-config`'s output.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 

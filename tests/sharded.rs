@@ -7,8 +7,6 @@
 //! percentiles, around at the edges and in ties, rank-of and totals. Reads
 //! made during the drain say whether every shard stood still.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};

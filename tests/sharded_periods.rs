@@ -6,8 +6,6 @@
 //! rank-of); an erasure reaches every shard's snapshots and rolling boards;
 //! `rankflow close` closes a period on every shard.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -231,8 +229,9 @@ async fn histories_match(w: &Worker, url: &str, hours: usize, days: usize) {
 /// produced after it is refused on each, and the period is sealed.
 async fn close_the_current_hour(w: &Worker, broker: &Broker, topic: &str, group: &str, offset: i64) {
     let t = chrono::Utc::now().timestamp_millis();
-    if t.rem_euclid(HOUR) > HOUR - 120_000 {
-        // Not at the end of an hour: the events before and after the close share it.
+    if t.rem_euclid(HOUR) > HOUR - 60_000 {
+        // Not in the last minute of an hour (what follows takes seconds):
+        // the events before and after the close share it.
         tokio::time::sleep(Duration::from_millis((HOUR - t.rem_euclid(HOUR) + 1000) as u64)).await;
     }
     let t = chrono::Utc::now().timestamp_millis();

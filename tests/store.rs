@@ -2,8 +2,6 @@
 //! every score count once. (How long a duplicate's marker lasts, and how
 //! marker hashes grow, is `markers.rs`.)
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;

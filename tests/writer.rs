@@ -2,8 +2,6 @@
 //! all at once reach every tag in the order they were sent, each behind
 //! the one before with preconditions, and answer in that order.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 

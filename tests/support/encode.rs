@@ -39,7 +39,7 @@ pub fn serialize(avro: &[(&str, Vec<Value>)], protos: &[(&str, &str)], protobuf:
         "descriptors": descriptors,
         "protobuf": protobuf.iter().map(|(m, records)| json!({"message": m, "records": records})).collect::<Vec<_>>(),
     });
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serialize.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../serialize.py");
     let mut child = Command::new("python3")
         .arg(script)
         .stdin(Stdio::piped())

@@ -10,7 +10,7 @@
 //! broker has one of its own ([`Broker::start_own`],
 //! [`Broker::start_cluster`], [`Broker::start_secured`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ struct Nodes {
 }
 
 fn kafka_sh() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+    crate::repo_path("scripts/kafka.sh")
 }
 
 impl Nodes {

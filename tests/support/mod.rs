@@ -52,6 +52,22 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A path in the repository (this crate is `tests/support`).
+pub fn repo_path(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(rel)
+}
+
+/// The `rankflow` binary cargo built for the test running now: beside the
+/// `deps/` folder that holds the test binary (where `CARGO_BIN_EXE_rankflow`
+/// points, which only a test of the rankflow package itself is given).
+pub fn rankflow_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
+    let bin = dir.join(format!("rankflow{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} is built by `cargo test` before the integration tests", bin.display());
+    bin
+}
+
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("rankflow-test-").tempdir().expect("temp dir")
 }

@@ -24,7 +24,7 @@ fn nginx_bin() -> PathBuf {
 
 /// The example with rankflow at `upstream`, nginx on `port` and its cache in `cache`.
 fn example(upstream: u16, port: u16, cache: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx/rankflow-cache.conf");
+    let path = crate::repo_path("deploy/nginx/rankflow-cache.conf");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = text.clone();
     for (from, to) in [

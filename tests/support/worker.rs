@@ -115,7 +115,7 @@ pub fn hermetic(mut command: Command) -> Command {
 pub async fn run_rankflow(args: &[&str], config: &std::path::Path) -> std::process::Output {
     let (args, config): (Vec<String>, PathBuf) = (args.iter().map(|a| a.to_string()).collect(), config.into());
     tokio::task::spawn_blocking(move || {
-        hermetic(Command::new(env!("CARGO_BIN_EXE_rankflow")))
+        hermetic(Command::new(crate::rankflow_bin()))
             .args(&args)
             .arg("--config")
             .arg(config)
@@ -150,7 +150,7 @@ impl Worker {
         std::fs::write(&config_path, cfg.render()).expect("write config");
         let log_path = dir.path().join("worker.log");
         let log = std::fs::File::create(&log_path).expect("worker log");
-        let child = hermetic(Command::new(env!("CARGO_BIN_EXE_rankflow")))
+        let child = hermetic(Command::new(crate::rankflow_bin()))
             .arg("run")
             .arg("--config")
             .arg(&config_path)
@@ -184,7 +184,7 @@ impl Worker {
     /// `rankflow close --wait` on this worker's config: closes `period` of
     /// `board` and waits (60 s at most) until it is sealed; asserts it did.
     pub fn close_and_wait(&self, board: &str, period: &str) {
-        let out = Command::new(env!("CARGO_BIN_EXE_rankflow"))
+        let out = Command::new(crate::rankflow_bin())
             .args(["close", "--config"])
             .arg(&self.config_path)
             .args(["--board", board, "--period", period, "--wait", "--timeout", "60s"])
