@@ -234,21 +234,29 @@ fn only_store_reads_redis_replies() {
     assert!(offenders.is_empty(), "Redis replies read outside store (parse them in store): {offenders:?}");
 }
 
+/// Each `needle` found in a Rust file under `dir` (a path in the
+/// repository), but for the file `except`: "<file>: <needle>".
+fn spelled(dir: &str, needles: &[&str], except: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for f in rust_files(&root.join(dir)) {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if rel != except {
+            found.extend(needles.iter().filter(|n| text.contains(*n)).map(|n| format!("{rel}: {n}")));
+        }
+    }
+    found
+}
+
 /// A batch is one vector of records, each carrying what it parsed to, what
 /// each board decided and answered, and the moves it made
 /// (`pipeline/record.rs`): nothing in the pipeline keeps a second vector of
 /// a batch's items, decisions or results to match with it by index.
 #[test]
 fn a_batch_travels_as_one_vector_of_records() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let parallel = ["Vec<Item>", "[Item]", "Vec<(usize, Decision)>", "Vec<Option<ApplyResult>>", "tp_of"];
-    let mut offenders = Vec::new();
-    for f in rust_files(&root.join("src/pipeline")) {
-        let text = std::fs::read_to_string(&f).unwrap_or_default();
-        for p in parallel.iter().filter(|p| text.contains(*p)) {
-            offenders.push(format!("{}: {p}", f.strip_prefix(root).unwrap().display()));
-        }
-    }
+    let offenders = spelled("src/pipeline", &parallel, "");
     assert!(offenders.is_empty(), "a batch's parts kept beside its records, matched by index: {offenders:?}");
 }
 
@@ -256,19 +264,8 @@ fn a_batch_travels_as_one_vector_of_records() {
 /// other file of the product spells a prefix or suffix of one.
 #[test]
 fn period_ids_are_taken_apart_in_one_place() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let literals = ["\":final\"", "\"r:\"", "\"s:\"", "\"c:\"", "'r:'", "'s:'", "'c:'"];
-    let mut offenders = Vec::new();
-    for f in rust_files(&root.join("src")) {
-        let rel = f.strip_prefix(root).unwrap().display().to_string();
-        if rel == "src/period/id.rs" {
-            continue;
-        }
-        let text = std::fs::read_to_string(&f).unwrap_or_default();
-        for l in literals.iter().filter(|l| text.contains(*l)) {
-            offenders.push(format!("{rel}: {l}"));
-        }
-    }
+    let offenders = spelled("src", &literals, "src/period/id.rs");
     assert!(offenders.is_empty(), "period ids taken apart outside src/period/id.rs (use PeriodRef): {offenders:?}");
 }
 
