@@ -8,6 +8,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY tools ./tools
+# A workspace member (the integration tests' harness): cargo reads its manifest.
+COPY tests/support ./tests/support
 RUN cargo build --release --locked --bin rankflow --bin rankflow-tools
 
 FROM debian:bookworm-slim
