@@ -447,7 +447,7 @@ pub fn topic_of_field(field: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::period::id::{final_id, is_final_id, is_rolling_id, rolling_id};
+    use crate::period::id::{final_id, rolling_id, PeriodRef};
 
     #[test]
     fn every_script_that_writes_to_a_tag_checks_its_registration_by_the_same_name() {
@@ -516,8 +516,9 @@ mod tests {
         assert_eq!(unsharded_base("lb:{laps:monza#3.1}").as_deref(), Some("lb:{laps:monza}"));
         assert_eq!(unsharded_base("lb:{points}").as_deref(), Some("lb:{points}"));
         assert_eq!(version_key(&b, "r:last7d"), "lb:{points}:_ver:r:last7d");
-        assert!(is_final_id(&final_id("d:2026-08-14")) && !is_final_id("d:2026-08-14"));
-        assert!(is_rolling_id(&rolling_id("last7d")) && !is_rolling_id("all"));
+        assert!(PeriodRef::parse(&final_id("d:2026-08-14")).sealed && !PeriodRef::parse("d:2026-08-14").sealed);
+        assert_eq!(PeriodRef::parse(&rolling_id("last7d")).names, crate::period::id::Names::Rolling("last7d"));
+        assert!(!matches!(PeriodRef::parse("all").names, crate::period::id::Names::Rolling(_)));
         assert_eq!(published_field("lb:{points}:d:2026-08-14"), "lb:{points}:d:2026-08-14:published");
         assert_eq!(base_of_offsets_key(&offsets_key(&b)), b);
         assert_eq!(topic_of_field(&offsets_field("scores", 3)), Some("scores"));

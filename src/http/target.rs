@@ -98,7 +98,10 @@ impl PeriodKeys {
             shadow_key: keys::shadow_key(base, id),
             meta_key: board.meta().then(|| keys::meta_key(base, id)),
             rows_key: board.columns().map(|_| keys::rows_key(base, id)),
-            version_key: if crate::period::id::is_final_id(id) || crate::period::id::is_rolling_id(id) {
+            version_key: if matches!(
+                PeriodRef::parse(id),
+                PeriodRef { sealed: true, .. } | PeriodRef { names: Names::Rolling(_), .. }
+            ) {
                 keys::version_key(base, id)
             } else {
                 keys::offsets_key(base)

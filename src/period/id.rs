@@ -122,16 +122,6 @@ pub fn schedule_id(name: &str, local_start: &str) -> String {
     format!("{}:{name}:{local_start}", PeriodKind::Schedule.code())
 }
 
-/// Whether a period id names a sealed snapshot ([`final_id`]).
-pub fn is_final_id(id: &str) -> bool {
-    PeriodRef::parse(id).sealed
-}
-
-/// Whether a period id names a rolling board ([`rolling_id`]).
-pub fn is_rolling_id(id: &str) -> bool {
-    matches!(PeriodRef::parse(id).names, Names::Rolling(_))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +157,7 @@ mod tests {
         }
         assert_eq!(schedule_id("weekend", "2026-12-04T18:00"), "c:weekend:2026-12-04T18:00");
         assert_eq!(window_id("season-1"), "s:season-1");
-        assert!(is_final_id("d:2026-08-14:final") && !is_final_id("d:2026-08-14"));
-        assert!(is_rolling_id("r:last7d") && !is_rolling_id("s:x"));
+        assert!(p("d:2026-08-14:final").sealed && !p("d:2026-08-14").sealed);
+        assert!(matches!(p("r:last7d").names, Names::Rolling(_)) && !matches!(p("s:x").names, Names::Rolling(_)));
     }
 }
