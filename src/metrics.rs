@@ -25,6 +25,10 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     pub dead_letter_errors: IntCounter,
     pub commits: IntCounterVec,
+    /// Kafka transactions (`kafka.transactions`) by outcome: committed, aborted.
+    pub transactions: IntCounterVec,
+    /// How long each transaction's commit took (offsets sent, then committed).
+    pub transaction_commit: Histogram,
     pub rebalances: IntCounterVec,
     pub consumer_lag: IntGaugeVec,
     pub event_latency: HistogramVec,
@@ -154,6 +158,8 @@ pub const FAMILIES: &[&str] = &[
     "rankflow_redis_errors_total",
     "rankflow_dead_letter_errors_total",
     "rankflow_commits_total",
+    "rankflow_transactions_total",
+    "rankflow_transaction_commit_seconds",
     "rankflow_rebalances_total",
     "rankflow_consumer_lag",
     "rankflow_event_latency_seconds",
@@ -297,6 +303,18 @@ impl Metrics {
             redis_errors: counter_vec(&r, "rankflow_redis_errors_total", "Failed Redis operations (retried).", &["op"]),
             dead_letter_errors,
             commits: counter_vec(&r, "rankflow_commits_total", "Offset commits by result.", &["result"]),
+            transactions: counter_vec(
+                &r,
+                "rankflow_transactions_total",
+                "Kafka transactions (kafka.transactions) by outcome: committed (their records and source offsets), aborted (their source records read again).",
+                &["outcome"],
+            ),
+            transaction_commit: histogram(
+                &r,
+                "rankflow_transaction_commit_seconds",
+                "Time to commit one Kafka transaction: its source offsets sent, its records flushed, the commit acknowledged.",
+                LATENCY_BUCKETS.to_vec(),
+            ),
             rebalances: counter_vec(
                 &r,
                 "rankflow_rebalances_total",
@@ -367,6 +385,9 @@ impl Metrics {
         self.jobs.with_label_values(&["roll", "continued"]);
         for r in ["ok", "error"] {
             self.commits.with_label_values(&[r]);
+        }
+        for o in ["committed", "aborted"] {
+            self.transactions.with_label_values(&[o]);
         }
         for k in ["assign", "revoke"] {
             self.rebalances.with_label_values(&[k]);

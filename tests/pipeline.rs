@@ -96,23 +96,35 @@ async fn a_worker_killed_mid_stream_and_restarted_leaves_the_boards_exact() {
     let _worker = Worker::spawn(&cfg);
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(180));
     s.assert_boards(&mut conn).await;
+    // Dead letters go out in the transactions that commit their records'
+    // offsets: a record dead-lettered before a kill whose transaction had not
+    // committed is dead-lettered again, and only that copy is committed.
     let dead = broker.read_all(&dlq, 1);
-    // A record dead-lettered just before a kill, whose offset was not yet
-    // committed, is dead-lettered again after the restart (at-least-once for
-    // the dead-letter topic); the boards themselves stay exact.
-    assert!(dead.len() >= s.dead.len(), "every bad record reached the dead-letter topic");
+    s.assert_dead_letters(&dead, &topic);
+    assert_eq!(dead.len(), s.dead.len(), "each bad record dead-lettered exactly once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drained_backlog_is_committed_without_waiting_for_the_commit_interval() {
+    drained_backlog_committed(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drained_backlog_is_committed_by_a_transaction_on_going_idle() {
+    drained_backlog_committed(true).await;
+}
+
+/// Without transactions, librdkafka's own commits would come ten minutes
+/// apart: only the worker's commit on going idle can bring the group to the
+/// log end. With them, the open transaction commits on going idle.
+async fn drained_backlog_committed(transactions: bool) {
     let Stack { redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(3_000, 11);
     broker.produce(&topic, &s.records).await;
 
-    // librdkafka's own commits would come ten minutes apart: only the
-    // worker's commit on going idle can bring the group to the log end.
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
     cfg.extra_kafka_options.push(("auto.commit.interval.ms".into(), "600000".into()));
+    cfg.kafka_extra = format!("transactions = {transactions}");
     let mut worker = Worker::spawn(&cfg);
     let mut conn = redis.conn().await;
     let total = s.records.len() as i64;
@@ -121,8 +133,13 @@ async fn a_drained_backlog_is_committed_without_waiting_for_the_commit_interval(
     broker.wait_committed_to_end(&cfg.group, &topic, PARTITIONS, Duration::from_secs(60));
     s.assert_boards(&mut conn).await;
     // The idle commit's outcome is counted like librdkafka's own commits.
+    let (family, label) = if transactions {
+        ("rankflow_transactions_total", ("outcome", "committed"))
+    } else {
+        ("rankflow_commits_total", ("result", "ok"))
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while worker.metric("rankflow_commits_total", &[("result", "ok")]).await < 1.0 {
+    while worker.metric(family, &[label]).await < 1.0 {
         assert!(
             std::time::Instant::now() < deadline,
             "no successful commit counted:\n{}",

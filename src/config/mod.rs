@@ -27,6 +27,7 @@ mod settings;
 
 pub use field::parse_duration;
 pub use raw::DEFAULT_MAX_EVENTS_PER_CALL;
+pub use sections::{transaction_timeout_ms, SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS};
 pub use settings::{
     redact_url, EventSettings, HttpSettings, KafkaSettings, ReadFrom, RedisSettings, RegistrySettings, SealingSettings,
     Settings, WorkerSettings,

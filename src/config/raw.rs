@@ -60,6 +60,12 @@ pub struct RawKafka {
     /// hold); required by them.
     #[serde(default)]
     pub review_topic: Option<String>,
+    /// Every record rankflow produces goes out in Kafka transactions that
+    /// commit the offsets of exactly the records it was made for: a
+    /// `read_committed` consumer sees each once. Default true; false:
+    /// outputs at least once (offsets committed by the consumer).
+    #[serde(default = "default_true")]
+    pub transactions: bool,
     /// Per source topic, how its records are written: `"json"` (the
     /// default for a topic not listed), `"avro"` or `"protobuf"` (the
     /// Schema Registry wire format) or `"cloudevents"` (binary or
@@ -86,6 +92,10 @@ pub struct RawKafka {
     /// `ssl.*`, ...). Values may be strings, numbers or booleans.
     #[serde(default)]
     pub options: BTreeMap<String, toml::Value>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_group_id() -> String {

@@ -21,6 +21,42 @@ pub fn is_topic_name(s: &str) -> bool {
 /// Options rankflow sets itself, which `[kafka.options]` may not override.
 const OWN_OPTIONS: &[&str] = &["enable.auto.offset.store", "group.id", "bootstrap.servers"];
 
+/// librdkafka's `session.timeout.ms` when not set.
+pub const SESSION_TIMEOUT_MS: u64 = 45_000;
+
+/// rankflow's `transaction.timeout.ms` when not set (and the session
+/// timeout allows it, see [`transaction_timeout_ms`]): a worker killed with
+/// a transaction open holds back `read_committed` readers of its output
+/// topics at most this long.
+pub const TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+
+/// The transaction timeout: `transaction.timeout.ms` if set, else
+/// [`TRANSACTION_TIMEOUT_MS`] or two thirds of `session.timeout.ms`,
+/// whichever is less (at least 1 s).
+pub fn transaction_timeout_ms(options: &BTreeMap<String, String>) -> u64 {
+    let session = options.get("session.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(SESSION_TIMEOUT_MS);
+    match options.get("transaction.timeout.ms").and_then(|v| v.parse().ok()) {
+        Some(set) => set,
+        None => TRANSACTION_TIMEOUT_MS.min(session * 2 / 3).max(1000),
+    }
+}
+
+/// A transaction must time out before the group gives its partitions away
+/// (a worker that stopped answering): else the next owner's outputs could
+/// wait behind its open transaction for a whole session.
+fn transaction_timeout_check(options: &BTreeMap<String, String>, e: &mut Errors) {
+    let Some(set) = options.get("transaction.timeout.ms") else { return };
+    let session = options.get("session.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(SESSION_TIMEOUT_MS);
+    match set.parse::<u64>() {
+        Err(_) => e.push("kafka.options.transaction.timeout.ms", "must be a number of milliseconds"),
+        Ok(t) if t < 1000 || t >= session => e.push(
+            "kafka.options.transaction.timeout.ms",
+            format!("must be at least 1000 and below session.timeout.ms ({session}) with kafka.transactions = true"),
+        ),
+        Ok(_) => {}
+    }
+}
+
 pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
     if k.brokers.trim().is_empty() {
         e.push("kafka.brokers", "must name at least one broker");
@@ -94,6 +130,9 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
         }
         options.insert(key, text);
     }
+    if k.transactions {
+        transaction_timeout_check(&options, e);
+    }
     KafkaSettings {
         brokers: k.brokers,
         topics: k.topics,
@@ -102,6 +141,7 @@ pub fn kafka(k: RawKafka, e: &mut Errors) -> KafkaSettings {
         dead_letter_topic: k.dead_letter_topic,
         changes_topic: k.changes_topic,
         review_topic: k.review_topic,
+        transactions: k.transactions,
         options,
         formats: formats.formats,
         fields: formats.fields,

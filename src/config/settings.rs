@@ -52,6 +52,8 @@ pub struct KafkaSettings {
     pub changes_topic: Option<String>,
     /// Where held events go for review (boards whose rules hold).
     pub review_topic: Option<String>,
+    /// Outputs in Kafka transactions with the offsets of their source records.
+    pub transactions: bool,
     /// librdkafka options as strings, applied after rankflow's own defaults.
     pub options: BTreeMap<String, String>,
     /// Source topics not written as JSON, and their formats.
@@ -100,6 +102,7 @@ impl std::fmt::Debug for KafkaSettings {
             .field("dead_letter_topic", &self.dead_letter_topic)
             .field("changes_topic", &self.changes_topic)
             .field("review_topic", &self.review_topic)
+            .field("transactions", &self.transactions)
             .field("options", &redacted_options(&self.options))
             .field("formats", &self.formats)
             .field("fields", &self.fields)

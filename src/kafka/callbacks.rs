@@ -32,11 +32,21 @@ pub struct ConsumerCallbacks {
     /// on they keep `rankflow_consumer_lag`; until then `commit::store_offset`
     /// does, so the series exist from the first stored offset.
     pub(crate) lag_reported: AtomicBool,
+    /// Offsets are committed by Kafka transactions (`kafka.transactions`):
+    /// the consumer commits none, and its stored offsets (stored once
+    /// committed) are what lag is measured from.
+    pub(crate) transactional: bool,
 }
 
 impl ConsumerCallbacks {
-    pub fn new(health: Arc<Health>, idle: Option<(Arc<Watermarks>, i64)>) -> ConsumerCallbacks {
-        ConsumerCallbacks { health, idle, uncommitted: AtomicBool::new(false), lag_reported: AtomicBool::new(false) }
+    pub fn new(health: Arc<Health>, idle: Option<(Arc<Watermarks>, i64)>, transactional: bool) -> ConsumerCallbacks {
+        ConsumerCallbacks {
+            health,
+            idle,
+            uncommitted: AtomicBool::new(false),
+            lag_reported: AtomicBool::new(false),
+            transactional,
+        }
     }
 }
 
@@ -52,8 +62,11 @@ impl ClientContext for ConsumerCallbacks {
         let now = chrono::Utc::now().timestamp_millis();
         for (topic, t) in &stats.topics {
             for p in t.partitions.values() {
-                if p.partition >= 0 && p.consumer_lag >= 0 {
-                    m.consumer_lag.with_label_values(&[topic.as_str(), &p.partition.to_string()]).set(p.consumer_lag);
+                // With transactions the consumer learns of no commit: its
+                // stored offsets are the committed ones.
+                let lag = if self.transactional { p.consumer_lag_stored } else { p.consumer_lag };
+                if p.partition >= 0 && lag >= 0 {
+                    m.consumer_lag.with_label_values(&[topic.as_str(), &p.partition.to_string()]).set(lag);
                     self.lag_reported.store(true, Ordering::Relaxed);
                 }
                 // Every record of an assigned partition is applied (its stored
@@ -88,7 +101,12 @@ impl ConsumerContext for ConsumerCallbacks {
         if let Rebalance::Revoke(tpl) = rebalance {
             metrics::get().rebalances.with_label_values(&["revoke"]).inc_by(tpl.count() as u64);
             // Batches are processed between polls, so every stored offset is
-            // final here: commit them before the partitions move on.
+            // final here: commit them before the partitions move on (with
+            // transactions, they are committed already).
+            if self.transactional {
+                info!(partitions = tpl.count(), "Partitions revoked.");
+                return;
+            }
             match consumer.commit_consumer_state(CommitMode::Sync) {
                 Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
                 Err(e) => {

@@ -40,8 +40,9 @@ pub fn bare(brokers: &str) -> ClientConfig {
 }
 
 /// The worker's consumer. `statistics_ms`: how often librdkafka reports
-/// statistics (lag, and the watermarks of boards that seal periods).
-pub fn consumer(kafka: &KafkaSettings, statistics_ms: u64) -> ClientConfig {
+/// statistics (lag, and the watermarks of boards that seal periods);
+/// `transactional`: its offsets are committed by the producer's transactions.
+pub fn consumer(kafka: &KafkaSettings, statistics_ms: u64, transactional: bool) -> ClientConfig {
     let mut c = bare(&kafka.brokers);
     c.set("group.id", &kafka.group_id)
         .set("enable.auto.commit", "true")
@@ -55,6 +56,29 @@ pub fn consumer(kafka: &KafkaSettings, statistics_ms: u64) -> ClientConfig {
     }
     // Never overridable: offsets are stored by rankflow only.
     c.set("enable.auto.offset.store", "false");
+    if transactional {
+        // Offsets are committed by the producer's transactions, with the
+        // outputs of their records; and the admin topic carries records of
+        // those transactions (hold_hides_after), read once committed.
+        c.set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+    }
+    c
+}
+
+/// The transaction timeout (see `config::transaction_timeout_ms`).
+pub fn transaction_timeout_ms(kafka: &KafkaSettings) -> u64 {
+    crate::config::transaction_timeout_ms(&kafka.options)
+}
+
+/// The worker's transactional producer, `id` its `transactional.id`: a
+/// record given up on no later than its transaction times out.
+pub fn transactional_producer(kafka: &KafkaSettings, id: &str) -> ClientConfig {
+    let mut c = producer(kafka);
+    let timeout = transaction_timeout_ms(kafka);
+    let message: u64 = c.get("message.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    c.set("transactional.id", id)
+        .set("transaction.timeout.ms", timeout.to_string())
+        .set("message.timeout.ms", message.min(timeout).to_string());
     c
 }
 
@@ -102,6 +126,7 @@ mod tests {
             dead_letter_topic: "d".into(),
             changes_topic: None,
             review_topic: None,
+            transactions: true,
             options: [
                 ("sasl.username", "u"),
                 ("session.timeout.ms", "30000"),
@@ -124,7 +149,7 @@ mod tests {
 
     #[test]
     fn the_consumer_takes_every_option_but_never_stores_offsets_itself() {
-        let c = consumer(&kafka(), 5000);
+        let c = consumer(&kafka(), 5000, false);
         assert_eq!(c.get("session.timeout.ms"), Some("30000"));
         assert_eq!(c.get("sasl.username"), Some("u"));
         assert_eq!(c.get("enable.auto.offset.store"), Some("false"));

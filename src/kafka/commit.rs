@@ -116,9 +116,11 @@ pub fn commit_stored<C: ConsumerContext>(consumer: &StreamConsumer<C>) -> KafkaR
 /// timers, to another thread meanwhile, so the shutdown deadline still fires.
 pub fn close(consumer: WorkerConsumer, producer: &KafkaProducer) {
     tokio::task::block_in_place(|| {
-        match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),
+        // With transactions, the last one committed the offsets.
+        let commit = !consumer.context().transactional;
+        match commit.then(|| consumer.commit_consumer_state(CommitMode::Sync)) {
+            None | Some(Ok(())) | Some(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
+            Some(Err(e)) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),
         }
         consumer.unsubscribe();
         drop(consumer);

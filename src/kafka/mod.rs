@@ -16,3 +16,4 @@ pub mod offsets;
 pub mod producer;
 pub mod readback;
 pub mod topics;
+pub mod transaction;

@@ -49,7 +49,7 @@ impl ProducerContext for Deliveries {
 
 /// A producer with its own polling thread, stopped when the producer is dropped.
 pub struct KafkaProducer {
-    inner: Arc<BaseProducer<Deliveries>>,
+    pub(super) inner: Arc<BaseProducer<Deliveries>>,
     stop: Arc<AtomicBool>,
 }
 

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::board::{Board, Decision};
 use crate::event::Event;
+use crate::kafka::transaction::OUTPUT_ID;
 use crate::keys;
 use crate::store::RankMove;
 
@@ -58,7 +59,9 @@ pub fn change(board: &Board, base: &str, event: &Event, mv: &RankMove) -> Change
     Change {
         key: event.player_id.clone(),
         value: value.to_string().into_bytes(),
-        headers: OwnedHeaders::new().insert(Header { key: CHANGE_ID, value: Some(id.as_str()) }),
+        headers: OwnedHeaders::new()
+            .insert(Header { key: CHANGE_ID, value: Some(id.as_str()) })
+            .insert(Header { key: OUTPUT_ID, value: Some(format!("change/{id}").as_str()) }),
     }
 }
 

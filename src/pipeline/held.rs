@@ -126,6 +126,68 @@ impl Outgoing {
         out
     }
 
+    /// Hands it to `producer` (inside a transaction, if one is open).
+    pub fn queue(&self, producer: &KafkaProducer) -> rdkafka::error::KafkaResult<Delivery> {
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.to).headers(self.headers.clone());
+        if let Some(k) = &self.key {
+            record = record.key(k.as_slice());
+        }
+        if let Some(p) = &self.payload {
+            record = record.payload(p.as_slice());
+        }
+        if let Some(ts) = self.timestamp {
+            record = record.timestamp(ts);
+        }
+        producer.send(record)
+    }
+
+    /// Hands it to `producer` inside the open transaction, keeping its
+    /// delivery to tell, if the transaction fails, whether it was the cause.
+    pub fn queue_in_transaction(&mut self, producer: &KafkaProducer) -> rdkafka::error::KafkaResult<()> {
+        self.inflight = Some(self.queue(producer)?);
+        Ok(())
+    }
+
+    /// After its transaction failed: whether it was not delivered (its
+    /// delivery failed, or had not come when the commit gave up); then
+    /// counted and logged, naming its topic.
+    /// Only the first of a topic's is logged (`log`).
+    pub fn failed_in_transaction(&mut self, log: bool) -> bool {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let why = match self.inflight.as_mut().map(|d| d.try_recv()) {
+            Some(Ok(Err(e))) => e.to_string(),
+            Some(Err(TryRecvError::Empty)) => "not acknowledged when the commit gave up".to_string(),
+            _ => return false,
+        };
+        let m = metrics::get();
+        match self.kind {
+            Kind::DeadLetter(_) => m.dead_letter_errors.inc(),
+            Kind::Change(_) => m.rank_change_errors.inc(),
+            Kind::Review(_) | Kind::Hide => m.review.record_errors.inc(),
+        }
+        if log {
+            warn!(error = why, topic = %self.to, source_partition = self.partition, source_offset = self.offset,
+                "Could not produce to the {}; the transaction is aborted and its records read again.", self.what());
+        }
+        true
+    }
+
+    /// Counts it in its kind's metric, once its topic has it.
+    pub fn count_delivered(&self) {
+        let m = metrics::get();
+        match &self.kind {
+            Kind::DeadLetter(reason) => m.dead_letters.with_label_values(&[reason.as_str()]).inc(),
+            Kind::Change(board) => m.rank_changes.with_label_values(&[board]).inc(),
+            Kind::Review(board) => m.review.records.with_label_values(&[board]).inc(),
+            Kind::Hide => {}
+        }
+    }
+
+    /// The topic it goes to, by name.
+    pub fn destination(&self) -> &Arc<str> {
+        &self.to
+    }
+
     /// The topic it goes to.
     fn what(&self) -> &'static str {
         match self.kind {
@@ -146,17 +208,7 @@ pub async fn send(producer: &KafkaProducer, mut records: Vec<Outgoing>, wait: Op
         if r.inflight.is_some() {
             continue;
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.to).headers(r.headers.clone());
-        if let Some(k) = &r.key {
-            record = record.key(k.as_slice());
-        }
-        if let Some(p) = &r.payload {
-            record = record.payload(p.as_slice());
-        }
-        if let Some(ts) = r.timestamp {
-            record = record.timestamp(ts);
-        }
-        match producer.send(record) {
+        match r.queue(producer) {
             Ok(f) => r.inflight = Some(f),
             Err(e) => warn!(error = %e, topic = %r.to, "Could not queue a record for the {}.", r.what()),
         }
@@ -174,12 +226,7 @@ pub async fn send(producer: &KafkaProducer, mut records: Vec<Outgoing>, wait: Op
         };
         match outcome {
             None => waiting.push(r), // still in flight: checked again next time, never sent twice
-            Some(Ok(Ok(_))) => match &r.kind {
-                Kind::DeadLetter(reason) => m.dead_letters.with_label_values(&[reason.as_str()]).inc(),
-                Kind::Change(board) => m.rank_changes.with_label_values(&[board]).inc(),
-                Kind::Review(board) => m.review.records.with_label_values(&[board]).inc(),
-                Kind::Hide => {}
-            },
+            Some(Ok(Ok(_))) => r.count_delivered(),
             Some(Ok(Err(e))) => {
                 match r.kind {
                     Kind::DeadLetter(_) => m.dead_letter_errors.inc(),

@@ -50,6 +50,7 @@ mod read;
 mod record;
 mod review;
 mod reviews;
+mod txn;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -96,6 +97,10 @@ pub enum WorkerError {
     Refused(String),
     #[error("{0}")]
     Schemas(String),
+    /// The brokers refused transactions (`kafka.transactions`), or a
+    /// producer to replace a failed one.
+    #[error("{0}")]
+    Transactions(String),
 }
 
 /// Everything the steps share and never change.
@@ -137,6 +142,9 @@ struct Pipeline {
     /// Sends the batches to Redis, in order (see `store::Writer`).
     writer: crate::store::Writer,
     held: Held,
+    /// With `kafka.transactions`: the transactions outputs and offsets go in
+    /// (`held` is then unused).
+    txn: Option<txn::Txn>,
     /// A record read while a batch was open that must start a batch of its
     /// own (an erasure).
     carry: Option<Record>,
@@ -188,8 +196,10 @@ pub async fn run_with(
     // Every second: consumer lag and broker health are fresh within a
     // second of start, and boards that seal periods raise watermarks from it.
     let statistics_ms = 1000;
-    let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms)
-        .create_with_context(ConsumerCallbacks::new(health.clone(), idle))
+    // A rebuild produces nothing: its offsets are committed as without transactions.
+    let transactional = settings.kafka.transactions && produce == Produce::Send;
+    let consumer: WorkerConsumer = client::consumer(&settings.kafka, statistics_ms, transactional)
+        .create_with_context(ConsumerCallbacks::new(health.clone(), idle, transactional))
         .map_err(WorkerError::Consumer)?;
     let topics: Vec<&str> =
         settings.kafka.topics.iter().chain(&settings.kafka.admin_topics).map(String::as_str).collect();
@@ -207,6 +217,17 @@ pub async fn run_with(
         Ok(false) => return Ok(()),
         Err(why) => return Err(WorkerError::Refused(why)),
     }
+    let txn = match transactional {
+        false => None,
+        true => match crate::kafka::transaction::Transactional::start(&settings.kafka, &cancel).await {
+            Ok(Some(t)) => {
+                info!(transactional_id = t.id(), "Kafka transactions initialised.");
+                Some(txn::Txn::new(t))
+            }
+            Ok(None) => return Ok(()),
+            Err(why) => return Err(WorkerError::Transactions(why)),
+        },
+    };
 
     let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());
     let changes_topic = settings.kafka.changes_topic.as_deref().map(Arc::from);
@@ -242,6 +263,7 @@ pub async fn run_with(
         topics: TopicNames::default(),
         inflight: Queue::default(),
         held: Held::default(),
+        txn,
         carry: None,
         last_idle_commit: Instant::now(),
         batch_no: 0,
@@ -253,6 +275,15 @@ pub async fn run_with(
             p.inflight.abandon();
             p.cx.cancel.cancelled().await;
             break;
+        }
+        if p.txn.as_ref().is_some_and(txn::Txn::is_broken) {
+            if let Err(why) = p.rewind().await {
+                p.inflight.abandon();
+                let Pipeline { cx, consumer, .. } = p;
+                commit::close(consumer, &cx.producer);
+                return Err(WorkerError::Transactions(why));
+            }
+            continue;
         }
         p.check_held().await;
         let records = match p.next_batch().await {
@@ -266,6 +297,9 @@ pub async fn run_with(
     }
     p.drain().await;
     info!("Worker stopping: committing final offsets and leaving the group.");
+    if let Some(t) = p.txn.as_mut() {
+        t.close(&p.consumer, &p.cx.cancel).await;
+    }
     let Pipeline { cx, consumer, .. } = p;
     commit::close(consumer, &cx.producer);
     info!("Worker stopped.");
@@ -446,6 +480,10 @@ impl Pipeline {
             }
             self.flush_watermarks().await;
         }
+        if self.txn.is_some() {
+            self.settle_in_txn(offsets, produced).await;
+            return;
+        }
         // Dead letters and rank changes go to the producer at once; their
         // acknowledgements are looked at as the loop goes on (see `check_held`).
         if !produced.is_empty() && self.cx.produce == Produce::Send {
@@ -526,7 +564,7 @@ impl Pipeline {
                 break;
             };
             let (records, offsets, produced) = self.finish(planned, results);
-            if !produced.is_empty() && self.cx.produce == Produce::Send {
+            if !produced.is_empty() && self.cx.produce == Produce::Send && self.txn.is_none() {
                 break;
             }
             self.settle(&records, offsets, produced).await;

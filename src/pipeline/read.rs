@@ -87,7 +87,11 @@ impl Pipeline {
     /// with [`Next::Again`].
     pub(super) async fn wait_for_record(&mut self) -> Result<Record, Next> {
         let retry_at = self.held.next_try();
-        let uncommitted = self.consumer.context().uncommitted.load(Ordering::Relaxed);
+        // Without transactions, the consumer commits stored offsets; with
+        // them, the transaction commits (see `txn`).
+        let uncommitted = self.txn.is_none() && self.consumer.context().uncommitted.load(Ordering::Relaxed);
+        let txn_at = self.commit_at(IDLE_COMMIT);
+        let committing = self.txn.as_ref().is_some_and(|t| t.is_committing());
         let commit_at = (self.inflight.is_empty() && uncommitted)
             .then(|| (Instant::now() + IDLE_COMMIT).max(self.last_idle_commit + IDLE_COMMIT_GAP));
         let seals = self.cx.settings.seals();
@@ -105,6 +109,11 @@ impl Pipeline {
                 None if lost::refused(&self.cx) => Err(Next::Again),
                 None => Err(Next::Stop),
             },
+            // A transaction's commit is done: the next one opens.
+            result = super::txn::committed(self.txn.as_mut()), if committing => {
+                self.concluded(result).await;
+                Err(Next::Again)
+            }
             m = self.consumer.recv() => match m {
                 Ok(m) => {
                     // A record came from a broker: Kafka is up.
@@ -120,6 +129,10 @@ impl Pipeline {
             // Idle with offsets stored since the last commit: commit them now.
             _ = sleep_until(commit_at), if commit_at.is_some() => {
                 self.commit_on_idle();
+                Err(Next::Again)
+            }
+            _ = sleep_until(txn_at), if txn_at.is_some() => {
+                self.commit_now();
                 Err(Next::Again)
             }
             _ = sleep_until(retry_at), if retry_at.is_some() => Err(Next::Again),

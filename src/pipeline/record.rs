@@ -14,6 +14,7 @@ use rdkafka::Message;
 use crate::board::{Decision, Router};
 use crate::config::Settings;
 use crate::event::{self, AdminEvent, Event, Format, NotFetched, Parsed, Reason, Rejection};
+use crate::kafka::transaction::OUTPUT_ID;
 use crate::metrics;
 use crate::moderation::{self, AdminPlan};
 use crate::schemas::Schemas;
@@ -224,16 +225,21 @@ fn item(settings: &Settings, router: &Router, msg: &BorrowedMessage<'_>, parsed:
 
 /// The headers of a record's dead letter: the record's own, then rankflow's
 /// reason, detail and source position.
+/// A dead letter's headers: the source record's own, its reasons, its
+/// source position, and its output id (`dead-letter/<topic>/<partition>/<offset>`).
 pub fn dead_letter_headers(origin: &Origin, source: Option<&Source>, reason: &str, detail: &str) -> OwnedHeaders {
     use rdkafka::message::Header;
     let mut headers = OwnedHeaders::new();
     if let Some(own) = source.and_then(|s| s.headers.as_ref()) {
-        for h in own.iter() {
+        // A source record's own output id would name another output.
+        for h in own.iter().filter(|h| h.key != OUTPUT_ID) {
             headers = headers.insert(Header { key: h.key, value: h.value });
         }
     }
     let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
+    let id = format!("dead-letter/{}/{partition}/{offset}", origin.topic);
     headers
+        .insert(Header { key: OUTPUT_ID, value: Some(id.as_str()) })
         .insert(Header { key: "rankflow.reason", value: Some(reason) })
         .insert(Header { key: "rankflow.detail", value: Some(detail) })
         .insert(Header { key: "rankflow.source.topic", value: Some(&*origin.topic) })

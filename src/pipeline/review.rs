@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::board::integrity::{Integrity, Jump};
 use crate::board::{Board, Decision};
 use crate::event::{Event, Rule};
+use crate::kafka::transaction::OUTPUT_ID;
 use crate::keys;
 use crate::store::ApplyResult;
 
@@ -62,7 +63,10 @@ pub fn record(board: &Board, base: &str, event: &Event, rule: Rule, value: i64) 
         "value": value,
     });
     let id = format!("{}/{}", event.event_id, board.id());
-    let headers = OwnedHeaders::new().insert(Header { key: HELD_ID, value: Some(id.as_str()) });
+    let output = format!("review/{id}");
+    let headers = OwnedHeaders::new()
+        .insert(Header { key: HELD_ID, value: Some(id.as_str()) })
+        .insert(Header { key: OUTPUT_ID, value: Some(output.as_str()) });
     (event.player_id.clone(), body.to_string().into_bytes(), headers)
 }
 
@@ -79,7 +83,9 @@ pub fn hide(board: &Board, event: &Event) -> (String, Vec<u8>, OwnedHeaders) {
         "boards": [board.id()],
         "ts": event.ts_ms,
     });
-    (event.player_id.clone(), body.to_string().into_bytes(), OwnedHeaders::new())
+    let output = format!("hide/{id}");
+    let headers = OwnedHeaders::new().insert(Header { key: OUTPUT_ID, value: Some(output.as_str()) });
+    (event.player_id.clone(), body.to_string().into_bytes(), headers)
 }
 
 /// The review records of one landed record, for `to`, one per board that

@@ -401,11 +401,25 @@ impl Broker {
         }
     }
 
-    /// Every record of a topic, read from the beginning.
+    /// Every record of a topic, read from the beginning, as a
+    /// `read_committed` consumer sees them (librdkafka's default): only
+    /// records of committed transactions. Read until every partition's
+    /// position passes the log end taken first (the end counts commit
+    /// markers and aborted records, which are never read).
     pub fn read_all(&self, topic: &str, partitions: i32) -> Vec<OwnedMessage> {
+        self.read_all_as(topic, partitions, "read_committed")
+    }
+
+    /// [`Broker::read_all`] at `isolation` (`read_committed` or `read_uncommitted`).
+    pub fn read_all_as(&self, topic: &str, partitions: i32, isolation: &str) -> Vec<OwnedMessage> {
         let end = self.log_end(topic, partitions);
-        let total: i64 = end.iter().sum();
-        let c = self.consumer(&random_name("reader"));
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .set("group.id", random_name("reader"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", isolation)
+            .create()
+            .expect("consumer");
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
@@ -413,10 +427,22 @@ impl Broker {
         c.assign(&tpl).expect("assign");
         let mut out = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while (out.len() as i64) < total {
-            assert!(Instant::now() < deadline, "read {} of {total} records of {topic}", out.len());
-            if let Some(m) = c.poll(Duration::from_millis(200)) {
-                out.push(m.expect("read record").detach());
+        let reached = |c: &BaseConsumer| {
+            let at = c.position().expect("position");
+            (0..partitions).all(|p| {
+                let e = end[p as usize];
+                e == 0 || matches!(at.find_partition(topic, p).map(|x| x.offset()), Some(Offset::Offset(o)) if o >= e)
+            })
+        };
+        loop {
+            match c.poll(Duration::from_millis(200)) {
+                Some(m) => out.push(m.expect("read record").detach()),
+                None if reached(&c) => break,
+                None => assert!(
+                    Instant::now() < deadline,
+                    "read {} records of {topic}, not yet at its end {end:?}",
+                    out.len()
+                ),
             }
         }
         out
