@@ -98,6 +98,9 @@ pub async fn run(settings: Settings) -> i32 {
     if settings.schedules() {
         tokio::spawn(schedule::run(settings.clone(), router.clone(), store.clone(), health.clone(), cancel.clone()));
     }
+    if settings.seals() && settings.kafka.transactions {
+        tokio::spawn(schedule::outbox::run(settings.clone(), store.clone(), cancel.clone()));
+    }
     let worker_task = tokio::spawn(pipeline::run(settings.clone(), router, store, health, cancel.clone()));
     let mut worker_task = std::pin::pin!(worker_task);
     let result = tokio::select! {

@@ -377,6 +377,13 @@ pub fn sched_keys(prefix: &str) -> (String, String, String) {
     (format!("{prefix}:{{.sched}}:due"), format!("{prefix}:{{.sched}}:lease"), format!("{prefix}:{{.sched}}:wm"))
 }
 
+/// The outbox of scheduled jobs' records (`scripts/outbox.lua`), all under
+/// one hash tag: `(seq, items, lease, epoch, ids prefix)`.
+pub fn outbox_keys(prefix: &str) -> (String, String, String, String, String) {
+    let k = |name: &str| format!("{prefix}:{{.outbox}}:{name}");
+    (k("seq"), k("items"), k("lease"), k("epoch"), k("id:"))
+}
+
 /// What `rankflow rebuild` puts before the key prefix.
 const REBUILD: &str = "_rebuild:";
 

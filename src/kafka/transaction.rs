@@ -94,6 +94,15 @@ impl Transactional {
     /// naming `kafka.transactions`; `Ok(None)`: shutdown came first.
     pub async fn start(kafka: &KafkaSettings, cancel: &CancellationToken) -> Result<Option<Transactional>, String> {
         let id = format!("{}-{}", kafka.group_id, uuid::Uuid::new_v4());
+        Transactional::start_as(kafka, id, cancel).await
+    }
+
+    /// [`Transactional::start`] with a `transactional.id` of the caller's.
+    pub async fn start_as(
+        kafka: &KafkaSettings,
+        id: String,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Transactional>, String> {
         let config = client::transactional_producer(kafka, &id);
         let timeout = Duration::from_millis(client::transaction_timeout_ms(kafka));
         let producer = init(&config, &id, &kafka.group_id, cancel).await?;
@@ -149,6 +158,40 @@ impl Transactional {
             }
             None => Ok(false),
         }
+    }
+}
+
+/// A consumer of `group` that never joins it: the group's metadata for
+/// `send_offsets_to_transaction` (no generation, so the broker checks
+/// none) and the offsets committed to it, for a producer that keeps its
+/// own position in a group's offsets (the outbox's publisher).
+pub struct Standalone {
+    consumer: rdkafka::consumer::BaseConsumer,
+}
+
+impl Standalone {
+    pub fn new(kafka: &KafkaSettings, group: &str) -> Result<Standalone, KafkaError> {
+        let mut config = client::observer(kafka);
+        config.set("group.id", group).set("isolation.level", "read_committed");
+        Ok(Standalone { consumer: config.create()? })
+    }
+
+    pub fn metadata(&self) -> Option<ConsumerGroupMetadata> {
+        use rdkafka::consumer::Consumer;
+        self.consumer.group_metadata()
+    }
+
+    /// The offset committed to the group for `topic`/`partition`, with its
+    /// metadata; `None` if none. Blocking: call from `block_in_place`.
+    pub fn committed(&self, topic: &str, partition: i32) -> Result<Option<(i64, String)>, KafkaError> {
+        use rdkafka::consumer::Consumer;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        let got = self.consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        Ok(got.elements().first().and_then(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some((o, e.metadata().to_string())),
+            _ => None,
+        }))
     }
 }
 

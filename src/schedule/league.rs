@@ -9,8 +9,6 @@
 
 use std::collections::HashSet;
 
-use futures::future::try_join_all;
-use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tracing::info;
 
@@ -204,19 +202,22 @@ impl Scheduler<'_> {
             Some(s) => format!("{}:{s}", board.id()),
             None => board.id().to_string(),
         };
-        let already = self.published_before(base, &board_name, &round.id, done < all.len()).await?;
+        // Without transactions, records sent before a crash are read back
+        // (with them, the outbox appends each id once).
+        let unfinished = done < all.len() && !self.settings.kafka.transactions;
+        let already = self.published_before(base, &board_name, &round.id, unfinished).await?;
         let at = Publication { base, board, league, round, split, board_name: &board_name };
         while done < all.len() {
             // Cohorts of one tier, so that their players are one range of codes.
             let (tier, first) = all[done];
             let count = all[done..].iter().take(PUBLISH_COHORTS).take_while(|(t, _)| *t == tier).count();
             let records = self.cohort_records(&at, tier, first, first + count as i64 - 1).await?;
-            let records: Vec<_> = records.into_iter().filter(|(key, _)| !already.contains(key)).collect();
-            let topic = &self.settings.sealing.topic;
-            let sends = records.iter().map(|(key, payload)| {
-                self.producer.deliver(FutureRecord::to(topic).key(key.as_str()).payload(payload.as_str()))
-            });
-            try_join_all(sends).await.map_err(|source| JobError::Publish { topic: topic.clone(), source })?;
+            let records = records
+                .into_iter()
+                .filter(|(key, _)| !already.contains(key))
+                .map(|(key, payload)| (format!("league/{key}"), key, payload))
+                .collect();
+            self.publish(records).await?;
             done += count;
             self.store.note_league_published(base, &round.id, done as u64).await?;
         }

@@ -40,15 +40,19 @@ use crate::board::{Board, Router};
 use crate::config::Settings;
 use crate::health::Health;
 use crate::kafka::producer::KafkaProducer;
+use crate::kafka::transaction::OUTPUT_ID;
 use crate::keys;
 use crate::metrics;
 use crate::period::PeriodError;
-use crate::store::{Claim, Store, StoreError};
+use crate::store::{Claim, OutboxRecord, Store, StoreError};
 pub use crate::watermarks::Watermarks;
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
 
 mod history;
 mod league;
+pub mod outbox;
 mod rolling;
 mod seal;
 mod supervisor;
@@ -323,6 +327,30 @@ impl Scheduler<'_> {
     async fn claim(&self) -> Result<Vec<Claim>, JobError> {
         let lease = self.settings.sealing.lease.as_millis();
         Ok(self.store.sched_claim(self.router.prefix(), lease, 16).await?)
+    }
+
+    /// Publishes records (output id, key, value) to the seal topic: with
+    /// `kafka.transactions`, appended to the outbox (once per id, however
+    /// often the job runs; `outbox` publishes it exactly once); without,
+    /// produced and acknowledged.
+    async fn publish(&self, records: Vec<(String, String, String)>) -> Result<(), JobError> {
+        let topic = &self.settings.sealing.topic;
+        if self.settings.kafka.transactions {
+            let records: Vec<OutboxRecord> = records
+                .into_iter()
+                .map(|(id, key, payload)| OutboxRecord { id, topic: topic.clone(), key, payload })
+                .collect();
+            self.store.outbox_append(self.router.prefix(), &records).await?;
+            return Ok(());
+        }
+        let sends = records.iter().map(|(id, key, payload)| {
+            let headers = OwnedHeaders::new().insert(Header { key: OUTPUT_ID, value: Some(id.as_str()) });
+            self.producer.deliver(FutureRecord::to(topic).key(key.as_str()).payload(payload.as_str()).headers(headers))
+        });
+        futures::future::try_join_all(sends)
+            .await
+            .map_err(|source| JobError::Publish { topic: topic.clone(), source })?;
+        Ok(())
     }
 
     fn board_of(&self, base: &str) -> Result<&Board, JobError> {

@@ -2,7 +2,6 @@
 //! its final snapshot (at most once), and its top is published to
 //! `[sealing] topic` once, the publication recorded in the tag's sealed hash.
 
-use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tracing::info;
 
@@ -171,12 +170,8 @@ impl Scheduler<'_> {
             Some(s) => format!("{}:{s}|{period_id}", board.id()),
             None => format!("{}|{period_id}", board.id()),
         };
-        let payload = payload.to_string();
-        let record = FutureRecord::to(&self.settings.sealing.topic).key(&record_key).payload(&payload);
-        self.producer
-            .deliver(record)
-            .await
-            .map_err(|source| JobError::Publish { topic: self.settings.sealing.topic.clone(), source })?;
+        let id = format!("top/{record_key}");
+        self.publish(vec![(id, record_key, payload.to_string())]).await?;
         self.store.note_published(&bases[0], period_id).await?;
         info!(board = %board.id(), key = %live, topic = %self.settings.sealing.topic, "Sealed period published.");
         Ok(())

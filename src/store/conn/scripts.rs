@@ -154,6 +154,9 @@ pub(in crate::store) static SWAP: LazyLock<Lua> =
 pub(in crate::store) static DEPLOY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../scripts/deploy.lua").into()));
 
+pub(in crate::store) static OUTBOX: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../scripts/outbox.lua").into()));
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +250,7 @@ mod tests {
             &*SCHED,
             &*SWAP,
             &*DEPLOY,
+            &*OUTBOX,
         ];
         let sample = "local function a()\n  x()\nend\n  function T.b(y)\n    if y then z() end\n  end\n";
         assert_eq!(lua_function_lengths(sample), [("a".to_string(), 3), ("T.b".to_string(), 3)]);

@@ -57,6 +57,7 @@ pub const READ: Touches = positional("read.lua", &["period", "dense", "shadow", 
 pub const READ_ROWS: Touches = positional("read_rows.lua", &["period", "rows", "shadow", "dense?"], &[]);
 pub const SCHED: Touches = positional("sched.lua", &["due", "lease", "watermarks"], &[]);
 pub const DEPLOY: Touches = positional("deploy.lua", &["marker"], &[]);
+pub const OUTBOX: Touches = positional("outbox.lua", &["seq", "items", "lease", "epoch"], &["ids"]);
 pub const SWAP: Touches = positional(
     "swap.lua",
     &[
@@ -152,8 +153,8 @@ pub const SETTLE: Touches = by_name(
 );
 
 /// Every script's.
-pub const ALL: [Touches; 12] =
-    [SEAL, HISTORY, HISTORY_PUT, READ, READ_ROWS, SCHED, DEPLOY, SWAP, APPLY, ADMIN, ROLL, SETTLE];
+pub const ALL: [Touches; 13] =
+    [SEAL, HISTORY, HISTORY_PUT, READ, READ_ROWS, SCHED, DEPLOY, OUTBOX, SWAP, APPLY, ADMIN, ROLL, SETTLE];
 
 /// The KEYS of a positional script, in its declared order, each made by
 /// `key` from its name (`None`: an optional key not given, left out).

@@ -5,6 +5,7 @@
 
 pub(super) mod history;
 pub(super) mod league;
+pub(super) mod outbox;
 pub(super) mod sched;
 pub(super) mod seal_roll;
 pub(super) mod swap;
