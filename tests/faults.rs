@@ -301,8 +301,21 @@ async fn a_poison_record_is_dead_lettered_and_an_unavailable_dead_letter_topic_h
     assert_eq!(dead[0].payload(), Some(&b"{ poison"[..]));
 }
 
+/// Without transactions, a partition whose dead letter fails waits alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it() {
+    unwritable_dead_letter_topic(false).await;
+}
+
+/// With transactions, one transaction holds every partition's outputs: an
+/// output topic that refuses its records holds them all (nothing committed
+/// past the poison), and once it takes them, each is there once.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_transactions_an_unwritable_dead_letter_topic_commits_nothing_past_the_poison() {
+    unwritable_dead_letter_topic(true).await;
+}
+
+async fn unwritable_dead_letter_topic(transactions: bool) {
     let redis = Redis::start();
     let broker = Broker::start();
     let topic = random_name("scores");
@@ -316,10 +329,11 @@ async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it(
     broker.produce_to(&topic, 1, &p1).await;
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
     cfg.worker_section = "batch_size = 100\nmax_backoff = \"1s\"\n".into();
+    cfg.kafka_extra = format!("transactions = {transactions}");
     let w = Worker::spawn(&cfg);
     // Partition 1 needs no dead letter: it reaches its end while partition 0 waits at the poison.
     let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    while !transactions {
         let c = broker.committed(&cfg.group, &topic, 2);
         assert!(c[0] <= 500, "partition 0 committed {} past its poison record at 500", c[0]);
         if c[1] == 1000 {
@@ -334,6 +348,12 @@ async fn an_unwritable_dead_letter_topic_holds_only_the_partition_that_needs_it(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(broker.committed(&cfg.group, &topic, 2)[0] <= 500);
+    if transactions {
+        // Aborted and read again, with backoff, while the topic is missing.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(broker.committed(&cfg.group, &topic, 2)[0] <= 500);
+        assert!(w.metric("rankflow_transactions_total", &[("outcome", "aborted")]).await >= 1.0);
+    }
     broker.create_topic(&dlq, 1).await;
     broker.wait_committed_to_end(&cfg.group, &topic, 2, Duration::from_secs(90));
     let mut conn = redis.conn().await;

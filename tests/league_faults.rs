@@ -101,6 +101,19 @@ demote = 5
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_settlement_killed_midway_and_taken_over_leaves_the_same_tiers_and_one_record_per_cohort() {
+    settlement_killed_midway(true).await;
+}
+
+/// Without transactions, the job taken over reads back what the topic got
+/// since the publication began, and sends the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_transactions_a_settlement_taken_over_reads_back_and_sends_each_cohort_once() {
+    settlement_killed_midway(false).await;
+}
+
+/// With transactions, a job taken over appends to the outbox what is not
+/// in it yet, and the outbox's publisher publishes each record once.
+async fn settlement_killed_midway(transactions: bool) {
     const PLAYERS: u64 = 30_000;
     let Stack { redis, broker, topic, dlq } = Stack::start(1).await;
     let sealed = broker.sealed_topic().await;
@@ -145,6 +158,7 @@ lease = "2s"
 
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, &boards);
     cfg.worker_section = "batch_size = 1000\nshutdown_timeout = \"20s\"\nmax_backoff = \"1s\"\n".into();
+    cfg.kafka_extra = format!("transactions = {transactions}");
     let mut w1 = Worker::spawn(&cfg);
     // Killed once the settlement has begun and before it has ended.
     let step = format!("{round}:step");
@@ -169,9 +183,9 @@ lease = "2s"
     assert_eq!(got.len(), tiers.len());
     let wrong: Vec<_> = tiers.iter().filter(|(p, t)| got.get(*p) != Some(t)).take(5).collect();
     assert!(wrong.is_empty(), "killed at {at_kill}: tiers differ from the model, e.g. {wrong:?}");
-    std::thread::sleep(Duration::from_secs(1));
-    let keys: Vec<String> =
-        broker.read_all(&sealed, 1).iter().map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned()).collect();
+    // Published after the settlement appended them (with kafka.transactions, by the outbox's publisher).
+    let published = broker.read_at_least(&sealed, 1, cohort_count + 1, Duration::from_secs(60));
+    let keys: Vec<String> = published.iter().map(|m| String::from_utf8_lossy(m.key().unwrap()).into_owned()).collect();
     let distinct: HashSet<&String> = keys.iter().collect();
     assert_eq!(keys.len(), distinct.len(), "killed at {at_kill}: a record published twice");
     assert_eq!(keys.len(), cohort_count + 1, "every cohort and the top");

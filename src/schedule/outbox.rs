@@ -31,9 +31,6 @@ use crate::kafka::transaction::{classify, Fault, Standalone, Transactional, OUTP
 use crate::metrics;
 use crate::store::{OutboxRecord, Store};
 
-/// How long the lease lasts unless renewed (each round renews it).
-const LEASE_MS: u64 = 10_000;
-
 /// How often a publisher with nothing to publish looks again, and a
 /// worker without the lease tries to take it.
 const POLL: Duration = Duration::from_millis(200);
@@ -41,6 +38,13 @@ const FOLLOW: Duration = Duration::from_secs(1);
 
 /// Records in one transaction, at most.
 const BATCH: usize = 500;
+
+/// The publisher's lease (each round renews it): `sealing.lease`, as jobs'
+/// claims, at most 10 s (a worker that dies holding it delays the seal
+/// topic's records at most that long).
+fn lease_ms(settings: &Settings) -> u64 {
+    (settings.sealing.lease.as_millis() as u64).min(10_000)
+}
 
 /// The group (and `transactional.id`) of the publisher of `group`'s outbox.
 pub fn publisher_group(group: &str) -> String {
@@ -61,12 +65,13 @@ pub async fn run(settings: Arc<Settings>, store: Store, cancel: CancellationToke
 async fn follow(settings: &Settings, store: &Store, cancel: &CancellationToken) -> Result<(), String> {
     let me = uuid::Uuid::new_v4().to_string();
     let prefix = &settings.redis.key_prefix;
+    let lease = lease_ms(settings);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             _ = tokio::time::sleep(FOLLOW) => {}
         }
-        match store.outbox_lease(prefix, &me, LEASE_MS).await {
+        match store.outbox_lease(prefix, &me, lease).await {
             Ok(true) => lead(settings, store, &me, cancel).await?,
             Ok(false) => {}
             Err(e) => warn!(error = %e, "Could not take the outbox's lease; trying again."),
@@ -87,7 +92,7 @@ async fn lead(settings: &Settings, store: &Store, me: &str, cancel: &Cancellatio
     let mut next = position(&standalone, &topic, &epoch)?;
     info!(next, "Publishing the outbox of scheduled jobs' records.");
     while !cancel.is_cancelled() {
-        if !store.outbox_lease(prefix, me, LEASE_MS).await.map_err(|e| e.to_string())? {
+        if !store.outbox_lease(prefix, me, lease_ms(settings)).await.map_err(|e| e.to_string())? {
             info!("Another worker holds the outbox's lease now.");
             return Ok(());
         }

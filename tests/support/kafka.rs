@@ -410,6 +410,23 @@ impl Broker {
         self.read_all_as(topic, partitions, "read_committed")
     }
 
+    /// [`Broker::read_all`] once it holds at least `n` records (outputs
+    /// published apart from the records that made them: the outbox of
+    /// scheduled jobs), read again a second later so that a copy published
+    /// after the `n`th is seen too.
+    pub fn read_at_least(&self, topic: &str, partitions: i32, n: usize, timeout: Duration) -> Vec<OwnedMessage> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.read_all(topic, partitions).len();
+            if got >= n {
+                std::thread::sleep(Duration::from_secs(1));
+                return self.read_all(topic, partitions);
+            }
+            assert!(Instant::now() < deadline, "{topic} holds {got} records, not the {n} awaited");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// [`Broker::read_all`] at `isolation` (`read_committed` or `read_uncommitted`).
     pub fn read_all_as(&self, topic: &str, partitions: i32, isolation: &str) -> Vec<OwnedMessage> {
         let end = self.log_end(topic, partitions);
