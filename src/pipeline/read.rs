@@ -132,7 +132,7 @@ impl Pipeline {
                 Err(Next::Again)
             }
             _ = sleep_until(txn_at), if txn_at.is_some() => {
-                self.commit_now();
+                self.commit_now().await;
                 Err(Next::Again)
             }
             _ = sleep_until(retry_at), if retry_at.is_some() => Err(Next::Again),

@@ -80,6 +80,9 @@ pub struct Txn {
     begun: bool,
     /// Transactions aborted since the last commit: the rewind after one waits longer each time.
     aborts_in_a_row: u32,
+    /// Per partition, the highest offset put in a transaction since the
+    /// last abort (see [`Txn::behind`]).
+    sent: std::collections::HashMap<(Arc<str>, i32), i64>,
 }
 
 struct Open {
@@ -97,7 +100,16 @@ struct Committing {
 
 impl Txn {
     pub fn new(kafka: Transactional) -> Txn {
-        Txn { kafka, open: None, committing: None, queued: Vec::new(), broken: None, begun: false, aborts_in_a_row: 0 }
+        Txn {
+            kafka,
+            open: None,
+            committing: None,
+            queued: Vec::new(),
+            broken: None,
+            begun: false,
+            aborts_in_a_row: 0,
+            sent: Default::default(),
+        }
     }
 
     /// Adds a settled batch: to the open transaction (opened if need be),
@@ -141,6 +153,8 @@ impl Txn {
         let open = self.open.as_mut().expect("opened above");
         open.outputs.extend(outputs);
         for (topic, partition, next) in offsets {
+            let sent = self.sent.entry((topic.clone(), partition)).or_insert(next);
+            *sent = (*sent).max(next);
             let at = open.offsets.entry((topic, partition)).or_insert(next);
             *at = (*at).max(next);
         }
@@ -152,6 +166,14 @@ impl Txn {
             (Some(open), None, None) => Some(open.since + COMMIT_INTERVAL),
             _ => None,
         }
+    }
+
+    /// Whether a partition's position is past every offset put in a
+    /// transaction: the consumer stepped over transaction markers (or
+    /// aborted records) after the last record it returned.
+    pub fn behind(&self, topic: &str, partition: i32, position: i64) -> bool {
+        let sent = self.sent.iter().find(|((t, p), _)| *p == partition && &**t == topic).map(|(_, o)| *o);
+        sent.is_none_or(|o| o < position)
     }
 
     pub fn is_committing(&self) -> bool {
@@ -258,6 +280,7 @@ impl Txn {
         let broken = self.broken.take().unwrap_or(Broken::Abort("shutdown".into()));
         self.open = None;
         self.queued.clear();
+        self.sent.clear();
         metrics::get().transactions.with_label_values(&["aborted"]).inc();
         self.aborts_in_a_row += 1;
         let fatal = match broken {
@@ -364,19 +387,62 @@ impl Pipeline {
         }
     }
 
-    /// Starts the open transaction's commit now (the loop is idle).
-    pub(super) fn commit_now(&mut self) {
+    /// Starts the open transaction's commit now (the loop is idle), with
+    /// the positions the consumer reached past the records it returned.
+    pub(super) async fn commit_now(&mut self) {
+        let ahead = self.positions_ahead();
+        if !ahead.is_empty() {
+            let marked: Vec<(String, i64)> = ahead.iter().map(|(t, p, n)| (keys::offsets_field(t, *p), *n)).collect();
+            if !lost::record(&self.cx, &marked).await {
+                return;
+            }
+        }
         if let Some(txn) = self.txn.as_mut() {
+            if !ahead.is_empty() {
+                txn.add(Settled { outputs: Vec::new(), offsets: ahead }).await;
+            }
             txn.start_commit(&self.consumer);
         }
     }
 
+    /// When the loop is idle (no record returned and not settled), the
+    /// partitions whose position is past every offset put in a
+    /// transaction: the last records of a topic written in transactions are
+    /// followed by a commit marker, which the consumer steps over without
+    /// returning it. Committing the position, not the last record's offset
+    /// + 1, brings the group to the log end (and its lag to zero).
+    fn positions_ahead(&self) -> Vec<(Arc<str>, i32, i64)> {
+        let Some(txn) = self.txn.as_ref() else { return Vec::new() };
+        // (Stopping, a record may have been returned and left unread.)
+        if !self.inflight.is_empty() || self.carry.is_some() || txn.is_broken() || self.cx.cancel.is_cancelled() {
+            return Vec::new();
+        }
+        let Ok(positions) = self.consumer.position() else { return Vec::new() };
+        positions
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) if txn.behind(e.topic(), e.partition(), o) => {
+                    Some((Arc::from(e.topic()), e.partition(), o))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// When the open transaction should commit: when due, or sooner once
     /// the loop is idle (nothing in flight), as offsets are committed
-    /// without transactions.
+    /// without transactions; or, idle, when a position is ahead of the
+    /// offsets committed ([`positions_ahead`](Self::positions_ahead)).
     pub(super) fn commit_at(&self, idle: Duration) -> Option<Instant> {
-        let due = self.txn.as_ref()?.due()?;
-        Some(if self.inflight.is_empty() { due.min(Instant::now() + idle) } else { due })
+        let txn = self.txn.as_ref()?;
+        let soon = Instant::now() + idle;
+        match txn.due() {
+            Some(due) if self.inflight.is_empty() => Some(due.min(soon)),
+            Some(due) => Some(due),
+            None if !txn.is_committing() && !self.positions_ahead().is_empty() => Some(soon),
+            None => None,
+        }
     }
 
     /// Waits for the commit in flight and concludes it.
