@@ -217,16 +217,10 @@ pub async fn run_with(
         Ok(false) => return Ok(()),
         Err(why) => return Err(WorkerError::Refused(why)),
     }
-    let txn = match transactional {
-        false => None,
-        true => match crate::kafka::transaction::Transactional::start(&settings.kafka, &cancel).await {
-            Ok(Some(t)) => {
-                info!(transactional_id = t.id(), "Kafka transactions initialised.");
-                Some(txn::Txn::new(t))
-            }
-            Ok(None) => return Ok(()),
-            Err(why) => return Err(WorkerError::Transactions(why)),
-        },
+    let Some(txn) =
+        txn::Txn::start(&settings.kafka, &cancel, transactional).await.map_err(WorkerError::Transactions)?
+    else {
+        return Ok(()); // shutdown first
     };
 
     let dead_letter_topic = Arc::from(settings.kafka.dead_letter_topic.as_str());

@@ -99,6 +99,23 @@ struct Committing {
 }
 
 impl Txn {
+    /// The pipeline's transactions, if `transactional`: `Ok(Some(None))`
+    /// without; `Ok(None)` if shutdown came first; `Err`: the brokers
+    /// refused them (naming `kafka.transactions` and the permission).
+    pub async fn start(
+        kafka: &crate::config::KafkaSettings,
+        cancel: &CancellationToken,
+        transactional: bool,
+    ) -> Result<Option<Option<Txn>>, String> {
+        if !transactional {
+            return Ok(Some(None));
+        }
+        Ok(Transactional::start(kafka, cancel).await?.map(|t| {
+            tracing::info!(transactional_id = t.id(), "Kafka transactions initialised.");
+            Some(Txn::new(t))
+        }))
+    }
+
     pub fn new(kafka: Transactional) -> Txn {
         Txn {
             kafka,
