@@ -78,7 +78,10 @@ async fn metrics_count_what_the_model_expects_and_cover_every_dashboard_and_aler
     assert!(sum(&m, "rankflow_event_latency_seconds_count", &[("source", "record")]) >= s.applied_records as f64);
     assert_eq!(sum(&m, "rankflow_redis_up", &[]), 1.0);
     assert!(sum(&m, "rankflow_rebalances_total", &[("kind", "assign")]) >= 2.0);
-    assert!(sum(&m, "rankflow_commits_total", &[("result", "ok")]) >= 1.0);
+    // Offsets are committed by transactions (kafka.transactions, the default), not the consumer.
+    assert!(sum(&m, "rankflow_transactions_total", &[("outcome", "committed")]) >= 1.0);
+    assert_eq!(sum(&m, "rankflow_transactions_total", &[("outcome", "aborted")]), 0.0);
+    assert!(sum(&m, "rankflow_transaction_commit_seconds_count", &[]) >= 1.0);
     assert_eq!(sum(&m, "rankflow_build_info", &[]), 1.0);
     // Lag and broker state come from librdkafka statistics every 5 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
