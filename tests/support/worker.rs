@@ -204,6 +204,12 @@ impl Worker {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill -{signal} {}", self.pid());
+    }
+
     pub fn sigkill(&mut self) {
         end(&mut self.child);
     }
