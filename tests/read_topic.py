@@ -20,21 +20,25 @@ consumer = KafkaConsumer(
     sasl_plain_password=password,
     enable_auto_commit=False,
     consumer_timeout_ms=10000,
+    # rankflow writes in transactions: what its consumers read.
+    isolation_level="read_committed",
 )
 parts = [TopicPartition(topic, p) for p in range(int(partitions))]
 consumer.assign(parts)
 consumer.seek_to_beginning(*parts)
+# The last stable offsets; commit markers take offsets too, so the reader is
+# done once its position passes them, whatever it read.
 end = consumer.end_offsets(parts)
-left = sum(end.values())
-for record in consumer:
-    headers = dict(record.headers or [])
-    reason = headers.get("rankflow.reason")
-    print(json.dumps({
-        "key": record.key.decode() if record.key is not None else None,
-        "reason": reason.decode() if reason is not None else None,
-    }))
-    left -= 1
-    if left == 0:
-        break
-if left != 0:
-    sys.exit(f"read_topic: {left} records of {topic} not read")
+done = lambda: all(consumer.position(tp) >= end[tp] for tp in parts)
+if not done():
+    for record in consumer:
+        headers = dict(record.headers or [])
+        reason = headers.get("rankflow.reason")
+        print(json.dumps({
+            "key": record.key.decode() if record.key is not None else None,
+            "reason": reason.decode() if reason is not None else None,
+        }))
+        if done():
+            break
+if not done():
+    sys.exit(f"read_topic: {topic} not read to its end {end}")

@@ -2,9 +2,13 @@
 //! producer, the calls of one transaction's life, and how their failures
 //! are classed.
 //!
-//! One producer per consumer, its `transactional.id` the group's name and a
-//! fresh UUID (so the ACL it needs is `TransactionalId Write` on the prefix
-//! `<group>-`, and `IdempotentWrite` on the cluster). A transaction holds
+//! One producer per consumer, its `transactional.id` the group's name, the
+//! host's and the worker's HTTP address (`<group>-<host>-<listen>`: the same
+//! when a worker is restarted in its place, whose first act is to end the
+//! transaction its predecessor left open, so readers do not wait for it to
+//! time out; and never the same for two live workers, which cannot listen on
+//! one address). The ACL it needs is `TransactionalId Write` on the prefix
+//! `<group>-`, and `IdempotentWrite` on the cluster. A transaction holds
 //! the records made for a run of source records and, through
 //! `send_offsets_to_transaction` with the consumer's group metadata, the
 //! offsets after them: both are committed or neither is, and a worker that
@@ -92,9 +96,12 @@ impl Transactional {
     /// A producer whose transactions are initialised (which fences an
     /// earlier producer of the same id). `Err`: why the brokers refused,
     /// naming `kafka.transactions`; `Ok(None)`: shutdown came first.
-    pub async fn start(kafka: &KafkaSettings, cancel: &CancellationToken) -> Result<Option<Transactional>, String> {
-        let id = format!("{}-{}", kafka.group_id, uuid::Uuid::new_v4());
-        Transactional::start_as(kafka, id, cancel).await
+    pub async fn start(
+        kafka: &KafkaSettings,
+        listen: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Transactional>, String> {
+        Transactional::start_as(kafka, worker_id(&kafka.group_id, listen), cancel).await
     }
 
     /// [`Transactional::start`] with a `transactional.id` of the caller's.
@@ -159,6 +166,18 @@ impl Transactional {
             None => Ok(false),
         }
     }
+}
+
+/// The `transactional.id` of the worker of `group` on this host listening
+/// on `listen`: `<group>-<host>-<listen>`.
+pub fn worker_id(group: &str, listen: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    format!("{group}-{host}-{listen}")
 }
 
 /// A consumer of `group` that never joins it: the group's metadata for

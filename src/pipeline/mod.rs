@@ -217,9 +217,7 @@ pub async fn run_with(
         Ok(false) => return Ok(()),
         Err(why) => return Err(WorkerError::Refused(why)),
     }
-    let Some(txn) =
-        txn::Txn::start(&settings.kafka, &cancel, transactional).await.map_err(WorkerError::Transactions)?
-    else {
+    let Some(txn) = txn::Txn::start(&settings, &cancel, transactional).await.map_err(WorkerError::Transactions)? else {
         return Ok(()); // shutdown first
     };
 

@@ -103,14 +103,15 @@ impl Txn {
     /// without; `Ok(None)` if shutdown came first; `Err`: the brokers
     /// refused them (naming `kafka.transactions` and the permission).
     pub async fn start(
-        kafka: &crate::config::KafkaSettings,
+        settings: &crate::config::Settings,
         cancel: &CancellationToken,
         transactional: bool,
     ) -> Result<Option<Option<Txn>>, String> {
         if !transactional {
             return Ok(Some(None));
         }
-        Ok(Transactional::start(kafka, cancel).await?.map(|t| {
+        let listen = settings.http.listen.to_string();
+        Ok(Transactional::start(&settings.kafka, &listen, cancel).await?.map(|t| {
             tracing::info!(transactional_id = t.id(), "Kafka transactions initialised.");
             Some(Txn::new(t))
         }))
@@ -187,10 +188,13 @@ impl Txn {
 
     /// Whether a partition's position is past every offset put in a
     /// transaction: the consumer stepped over transaction markers (or
-    /// aborted records) after the last record it returned.
+    /// aborted records) after the last record it returned. Only for a
+    /// partition with a record settled since the last abort: after a
+    /// rewind, the position only counts once a record read since has
+    /// moved it.
     pub fn behind(&self, topic: &str, partition: i32, position: i64) -> bool {
         let sent = self.sent.iter().find(|((t, p), _)| *p == partition && &**t == topic).map(|(_, o)| *o);
-        sent.is_none_or(|o| o < position)
+        sent.is_some_and(|o| o < position)
     }
 
     pub fn is_committing(&self) -> bool {

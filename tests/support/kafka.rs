@@ -346,6 +346,18 @@ impl Broker {
             .expect("consumer")
     }
 
+    /// The high watermark of every partition, as a `read_uncommitted`
+    /// client sees it (a `read_committed` one is told the last stable offset).
+    pub fn high_watermarks(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let c: BaseConsumer = self
+            .client()
+            .set("group.id", random_name("watermarks"))
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .expect("consumer");
+        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+    }
+
     /// High watermark (log end) of every partition.
     pub fn log_end(&self, topic: &str, partitions: i32) -> Vec<i64> {
         let c = self.consumer(&random_name("watermarks"));
@@ -429,9 +441,11 @@ impl Broker {
 
     /// [`Broker::read_all`] at `isolation` (`read_committed` or `read_uncommitted`).
     pub fn read_all_as(&self, topic: &str, partitions: i32, isolation: &str) -> Vec<OwnedMessage> {
-        let end = self.log_end(topic, partitions);
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", self.brokers())
+        // The high watermark, not the last stable offset: a transaction still
+        // open (a killed producer's, until it times out) is waited for.
+        let end = self.high_watermarks(topic, partitions);
+        let c: BaseConsumer = self
+            .client()
             .set("group.id", random_name("reader"))
             .set("enable.auto.commit", "false")
             .set("isolation.level", isolation)

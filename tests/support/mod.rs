@@ -219,18 +219,6 @@ pub fn event_record(
     (player.to_string(), v.to_string().into_bytes(), Some(record_ts))
 }
 
-/// The first copy of each dead letter (by its source partition and
-/// offset): a dead letter produced just before a crash, its source offset
-/// not yet committed, is produced again after the restart (the dead-letter
-/// topic is at least once).
-pub fn first_copies(all: &[rdkafka::message::OwnedMessage]) -> Vec<rdkafka::message::OwnedMessage> {
-    let mut seen = std::collections::HashSet::new();
-    all.iter()
-        .filter(|m| seen.insert((header(m, "rankflow.source.partition"), header(m, "rankflow.source.offset"))))
-        .cloned()
-        .collect()
-}
-
 /// A record header's value as text.
 pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     use rdkafka::message::{Headers, Message};
