@@ -4,13 +4,14 @@
 //! cause and the setting, and nothing is written (no key in Redis, no
 //! offset committed, no dead letter). And secrets stay secret: no password
 //! in the log (at debug level), `/metrics`, `/readyz`, `/healthz` or
-//! `check-config`'s output.
+//! `check-config`'s output. A broker that refuses transactions stops the
+//! worker naming `kafka.transactions` and the permission.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use support::stream::{self, BOARDS};
-use support::tls::{Pki, KAFKA_PASSWORD, REDIS_PASSWORD};
+use support::tls::{Pki, KAFKA_PASSWORD, KAFKA_USER, REDIS_PASSWORD};
 use support::*;
 
 const PARTITIONS: i32 = 2;
@@ -168,4 +169,42 @@ async fn no_secret_reaches_the_log_metrics_health_answers_or_check_config() {
             assert!(!text.contains(secret), "{place} shows a secret:\n{text}");
         }
     }
+}
+
+/// A broker that authorizes every request, the worker's user granted all it
+/// needs but transactions: the worker stops at start naming
+/// `kafka.transactions` and the permission, having written nothing; granted
+/// that permission (on the prefix the error names), it runs and commits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_refusing_transactions_stops_the_worker_naming_kafka_transactions_and_the_permission() {
+    let pki = Arc::new(Pki::new());
+    let redis = Redis::start_secured(pki.clone());
+    let broker = Broker::start_authorizing(&pki);
+    let (topic, dlq) = broker.topics(PARTITIONS).await;
+    broker.produce(&topic, &stream::generate(500, 7).records).await;
+    let s = Secured { pki: pki.clone(), redis, broker, topic, dlq };
+    let cfg = s.config();
+    let user = format!("User:{KAFKA_USER}");
+    let allow = |resource: &str, pattern: &str, name: &str, operation: &str| {
+        format!("{resource}:{pattern}:{name}:{user}:{operation}")
+    };
+    s.broker.grant(
+        &pki,
+        &[
+            allow("TOPIC", "LITERAL", "*", "ALL"),
+            allow("GROUP", "LITERAL", "*", "ALL"),
+            allow("BROKER", "LITERAL", "kafka-cluster", "IDEMPOTENT_WRITE"),
+        ],
+    );
+    s.refused(
+        "no TransactionalId Write",
+        &cfg,
+        &["kafka.transactions", "TransactionalId Write", &format!("'{}-'", cfg.group)],
+    )
+    .await;
+    // Granted as the error says, the same worker starts and commits the stream.
+    s.broker.grant(&pki, &[allow("TRANSACTIONAL_ID", "PREFIXED", &format!("{}-", cfg.group), "ALL")]);
+    let w = Worker::spawn(&cfg);
+    s.broker.wait_committed_to_end(&cfg.group, &s.topic, PARTITIONS, Duration::from_secs(120));
+    assert!(w.metric("rankflow_transactions_total", &[("outcome", "committed")]).await >= 1.0, "{}", w.log());
 }

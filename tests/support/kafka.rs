@@ -143,14 +143,42 @@ impl Broker {
     /// SCRAM-SHA-512 or PLAIN, as [`KAFKA_USER`] (rankflow) or the
     /// harness's own user; the broker checks both mechanisms' passwords.
     pub fn start_secured(pki: &Pki) -> Broker {
+        Broker::secured_with(pki, "")
+    }
+
+    /// [`Broker::start_secured`] with more lines of `server.properties`.
+    fn secured_with(pki: &Pki, more: &str) -> Broker {
         let props = pki.path("kafka-broker.properties");
-        std::fs::write(&props, pki.kafka_broker_properties()).expect("broker properties");
+        std::fs::write(&props, pki.kafka_broker_properties() + more).expect("broker properties");
         let mut args: Vec<String> =
             ["--protocol", "SASL_SSL", "--properties", &props.display().to_string()].map(String::from).into();
         for (user, password) in [(KAFKA_USER, KAFKA_PASSWORD), (KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD)] {
             args.extend(["--scram".into(), format!("SCRAM-SHA-512:{user}:{password}")]);
         }
         Broker::own(&args, 1, pki.kafka_options(KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD))
+    }
+
+    /// [`Broker::start_secured`], authorizing every request: only the
+    /// harness's user (and the broker's own listeners) may do anything
+    /// before [`Broker::grant`] allows more.
+    pub fn start_authorizing(pki: &Pki) -> Broker {
+        Broker::secured_with(
+            pki,
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n\
+             super.users=User:ANONYMOUS;User:harness\nallow.everyone.if.no.acl.found=false\n",
+        )
+    }
+
+    /// Grants ACLs of a [`Broker::start_authorizing`] broker, as its super
+    /// user: each `RESOURCE:PATTERN:NAME:PRINCIPAL:OPERATION` (see tests/grant_acls.py).
+    pub fn grant(&self, pki: &Pki, specs: &[String]) {
+        let out = std::process::Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../grant_acls.py"))
+            .args([&self.brokers(), &pki.path("ca.crt").display().to_string(), KAFKA_ADMIN, KAFKA_ADMIN_PASSWORD])
+            .args(specs)
+            .output()
+            .expect("python3 runs");
+        assert!(out.status.success(), "grant_acls.py: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// Waits until every partition of each of `topics` has all its

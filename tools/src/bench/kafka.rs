@@ -163,6 +163,33 @@ pub(super) fn bare_read_latency(brokers: &str, topic: &str, partitions: i32, cou
     Ok(out)
 }
 
+/// How long each record of `topic` (one partition: dead letters, whose
+/// timestamp is their source record's) took from that timestamp to be read
+/// by a `read_committed` consumer, until `stop` is set: ms.
+pub(super) fn visibility(
+    brokers: &str,
+    topic: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Vec<f64>, String> {
+    let wait = LATENCY_FETCH_WAIT_MS.to_string();
+    let c = assigned_consumer(
+        brokers,
+        "bench-visible",
+        topic,
+        1,
+        &[("fetch.wait.max.ms", &wait), ("isolation.level", "read_committed")],
+    )?;
+    let mut out = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            if let Some(ts) = m.timestamp().to_millis() {
+                out.push((chrono::Utc::now().timestamp_millis() - ts) as f64);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Reads the topic back as parsed events with their coordinates, for the
 /// store-path and bare-write measurements (outside any timing).
 pub(super) fn read_events(

@@ -119,6 +119,11 @@ pub(super) fn bench_config(
     )
 }
 
+/// `cfg` (a [`bench_config`]) with `kafka.transactions = false`.
+pub(super) fn without_transactions(cfg: &str) -> String {
+    cfg.replacen("[kafka]\n", "[kafka]\ntransactions = false\n", 1)
+}
+
 pub(super) fn client(brokers: &str) -> ClientConfig {
     rankflow::kafka::client::bare(brokers)
 }

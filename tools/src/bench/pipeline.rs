@@ -24,7 +24,8 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let per = |secs: f64| secs * 1e6 / count as f64;
     let exe = rankflow_bin()?;
     let dir = tempfile_dir()?;
-    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let run = run_id.clone();
     let topic = format!("bench-{run}");
     let cfg_text = bench_config(brokers, redis_url, &topic, "unused", "127.0.0.1:0", "");
     let (settings, conn, store) = open_store(&cfg_text).await?;
@@ -46,6 +47,8 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     // group on a flushed Redis, reading the same topic from the start.
     let rounds = rounds.max(1);
     let (mut broker_rates, mut e2e_rates, mut joins, mut reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The same drain with kafka.transactions = false, each round right after.
+    let mut plain_rates = Vec::new();
     let (mut broker_alone_cpu, mut e2e_secs, mut peak_kib, mut worker_cpu, mut redis_cpu, mut broker_used) =
         (0.0, 0.0, 0, 0.0, 0.0, 0.0);
     // What the last round's drain left in Redis.
@@ -75,6 +78,13 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         if round == rounds {
             footprint = super::memory::Footprint::measure(&conn, &settings).await?.line(run.applied);
         }
+        eprintln!("bench: end to end with kafka.transactions = false (round {round} of {rounds})");
+        flush(&conn).await?;
+        let group = format!("bench-plain-{run_id}-{round}");
+        let listen = format!("127.0.0.1:{}", free_port()?);
+        let cfg = without_transactions(&bench_config(brokers, redis_url, &topic, &group, &listen, ""));
+        let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
+        plain_rates.push(rate(count, run_to_end(&exe, &dir, &cfg, &listen, redis_url, &at, count)?.drain));
     }
     // CPU per event over every round's events.
     let per_all = |secs: f64| per(secs) / rounds as f64;
@@ -109,6 +119,16 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         ),
     });
 
+    let (with, without) = (median(&e2e_rates), median(&plain_rates));
+    rows.push(Row {
+        what: "end to end, kafka.transactions = false",
+        per_sec: without,
+        note: format!(
+            "with transactions (the default, above) {:.2}x this (target: at least 0.9x); rates per round {}",
+            with / without,
+            plain_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ")
+        ),
+    });
     let lat = latency(
         brokers,
         redis_url,
@@ -127,8 +147,9 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     println!(
         "{}",
         json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
-        "store_lean": lean_rate, "e2e": e2e_rate, "peak_rss_mib": peak_kib / 1024, "p50_ms": lat.p50, "p99_ms": lat.p99,
-        "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99})
+        "store_lean": lean_rate, "e2e": e2e_rate, "e2e_without_transactions": without, "peak_rss_mib": peak_kib / 1024, "p50_ms": lat.p50, "p99_ms": lat.p99,
+        "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99,
+        "visible_p50_ms": lat.visible.0, "visible_p99_ms": lat.visible.1})
     );
     Ok(())
 }
