@@ -358,3 +358,39 @@ pub fn sealing(s: RawSealing, e: &mut Errors) -> Option<SealingSettings> {
         lease: lease?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{load_str, ConfigError};
+
+    fn kafka(extra: &str, options: &str) -> String {
+        format!(
+            "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"s\"]\ndead_letter_topic = \"d\"\n{extra}\n[kafka.options]\n{options}\n\
+             [redis]\nurl = \"redis://127.0.0.1:6379\"\n[[board]]\nid = \"p\"\non = [\"m\"]\nmode = \"sum\"\nperiods = [\"all_time\"]\n"
+        )
+    }
+
+    #[test]
+    fn transactions_are_on_by_default_and_time_out_below_the_session() {
+        let s = load_str(&kafka("", ""), Vec::new()).unwrap();
+        assert!(s.kafka.transactions);
+        assert_eq!(super::transaction_timeout_ms(&s.kafka.options), 10_000);
+        // A short session: two thirds of it.
+        let s = load_str(&kafka("", "\"session.timeout.ms\" = 3000"), Vec::new()).unwrap();
+        assert_eq!(super::transaction_timeout_ms(&s.kafka.options), 2_000);
+        // Set at or above the session: refused, naming the field.
+        let text = kafka("", "\"session.timeout.ms\" = 6000\n\"transaction.timeout.ms\" = 6000");
+        match load_str(&text, Vec::new()) {
+            Err(ConfigError::Invalid(errors)) => {
+                assert!(
+                    errors.iter().any(|e| e.to_string().contains("kafka.options.transaction.timeout.ms")),
+                    "{errors:?}"
+                )
+            }
+            other => panic!("expected the timeout refused, got {other:?}"),
+        }
+        // Without transactions, no such limit.
+        let s = load_str(&kafka("transactions = false", "\"transaction.timeout.ms\" = 60000"), Vec::new()).unwrap();
+        assert!(!s.kafka.transactions);
+    }
+}
