@@ -80,20 +80,14 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         }
         eprintln!("bench: end to end with kafka.transactions = false (round {round} of {rounds})");
         flush(&conn).await?;
-        let group = format!("bench-plain-{run_id}-{round}");
-        let listen = format!("127.0.0.1:{}", free_port()?);
-        let cfg = without_transactions(&bench_config(brokers, redis_url, &topic, &group, &listen, ""));
-        let at = GroupTopic { brokers, group: &group, topic: &topic, partitions };
-        plain_rates.push(rate(count, run_to_end(&exe, &dir, &cfg, &listen, redis_url, &at, count)?.drain));
+        let at = GroupTopic { brokers, group: &format!("bench-plain-{run_id}-{round}"), topic: &topic, partitions };
+        plain_rates.push(plain_drain(&exe, &dir, redis_url, &at, count)?);
     }
     // CPU per event over every round's events.
     let per_all = |secs: f64| per(secs) / rounds as f64;
     let broker = median(&broker_rates);
-    let mut note = "1.00x".to_string();
-    if broker_pid.is_some() {
-        note += &format!("; broker CPU {:.1} µs/record", per_all(broker_alone_cpu));
-    }
-    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note });
+    let note = broker_pid.map_or(String::new(), |_| format!("; broker CPU {:.1} µs/record", per_all(broker_alone_cpu)));
+    rows.push(Row { what: "broker ceiling: bare consumer read", per_sec: broker, note: format!("1.00x{note}") });
     rows.extend(store_rows);
 
     let (ratio, each) = round_ratios(&e2e_rates, &broker_rates);
@@ -119,16 +113,8 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
         ),
     });
 
-    let (with, without) = (median(&e2e_rates), median(&plain_rates));
-    rows.push(Row {
-        what: "end to end, kafka.transactions = false",
-        per_sec: without,
-        note: format!(
-            "with transactions (the default, above) {:.2}x this (target: at least 0.9x); rates per round {}",
-            with / without,
-            plain_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ")
-        ),
-    });
+    let without = median(&plain_rates);
+    rows.push(plain_row(e2e_rate, &plain_rates));
     let lat = latency(
         brokers,
         redis_url,
@@ -141,17 +127,36 @@ pub async fn pipeline(brokers: &str, redis_url: &str, run: PipelineRun) -> Resul
     let _ = std::fs::remove_dir_all(&dir);
     println!("\nstream: {count} records, {}", stream.describe());
     print_rows(&rows, &notes);
-    println!("\n{}", drain_reads_line(&reads));
-    println!("\nmemory after the drain: {footprint}");
-    println!("\n{}", lat.line());
-    println!(
-        "{}",
-        json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
-        "store_lean": lean_rate, "e2e": e2e_rate, "e2e_without_transactions": without, "peak_rss_mib": peak_kib / 1024, "p50_ms": lat.p50, "p99_ms": lat.p99,
-        "max_ms": lat.max, "broker_p50_ms": lat.floor_p50, "broker_p99_ms": lat.floor_p99,
-        "visible_p50_ms": lat.visible.0, "visible_p99_ms": lat.visible.1})
-    );
+    println!("\n{}\n\nmemory after the drain: {footprint}\n\n{}", drain_reads_line(&reads), lat.line());
+    let summary = json!({"produce": rows[0].per_sec, "broker": broker, "redis": redis_ceiling, "store": store_rate,
+        "store_lean": lean_rate, "e2e": e2e_rate, "e2e_without_transactions": without, "peak_rss_mib": peak_kib / 1024,
+        "p50_ms": lat.p50, "p99_ms": lat.p99, "max_ms": lat.max, "broker_p50_ms": lat.floor_p50,
+        "broker_p99_ms": lat.floor_p99, "visible_p50_ms": lat.visible.0, "visible_p99_ms": lat.visible.1});
+    println!("{summary}");
     Ok(())
+}
+
+/// One drain of the topic by the rankflow binary with `kafka.transactions =
+/// false`, in the group `at` names: its rate.
+fn plain_drain(exe: &Path, dir: &Path, redis_url: &str, at: &GroupTopic<'_>, count: u64) -> Result<f64, String> {
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let cfg = without_transactions(&bench_config(at.brokers, redis_url, at.topic, at.group, &listen, ""));
+    Ok(rate(count, run_to_end(exe, dir, &cfg, &listen, redis_url, at, count)?.drain))
+}
+
+/// The row of the drain without transactions, and the ratio of the drain
+/// with them (`with`, the end-to-end row's) to it.
+fn plain_row(with: f64, plain_rates: &[f64]) -> Row {
+    let without = median(plain_rates);
+    let each = plain_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+    Row {
+        what: "end to end, kafka.transactions = false",
+        per_sec: without,
+        note: format!(
+            "with transactions (the default, above) {:.2}x this (target: at least 0.9x); rates per round {each}",
+            with / without
+        ),
+    }
 }
 
 /// The reads made during each end-to-end round's drain: p50, p99 and max
