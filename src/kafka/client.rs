@@ -22,6 +22,7 @@ const SHARED_OPTION_PREFIXES: &[&str] = &[
     "broker.",
     "reconnect.",
     "message.timeout.ms",
+    "retry.backoff",
     "acks",
     "compression.",
     "debug",
@@ -73,7 +74,15 @@ pub fn transaction_timeout_ms(kafka: &KafkaSettings) -> u64 {
 /// The worker's transactional producer, `id` its `transactional.id`: a
 /// record given up on no later than its transaction times out.
 pub fn transactional_producer(kafka: &KafkaSettings, id: &str) -> ClientConfig {
-    let mut c = producer(kafka);
+    let mut c = bare(&kafka.brokers);
+    c.set("message.timeout.ms", "10000").set("acks", "all");
+    // A transaction begun right after the last one committed finds its
+    // coordinator still writing the last one's markers: the broker answers
+    // CONCURRENT_TRANSACTIONS and the client retries after this backoff.
+    // librdkafka's 100 ms default made every commit last 100 ms (the Java
+    // client waits 20 ms); it doubles from here on other retries.
+    c.set("retry.backoff.ms", TRANSACTION_RETRY_BACKOFF_MS.to_string());
+    shared_options(&mut c, kafka);
     let timeout = transaction_timeout_ms(kafka);
     let message: u64 = c.get("message.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(10_000);
     c.set("transactional.id", id)
@@ -81,6 +90,10 @@ pub fn transactional_producer(kafka: &KafkaSettings, id: &str) -> ClientConfig {
         .set("message.timeout.ms", message.min(timeout).to_string());
     c
 }
+
+/// The transactional producer's first retry backoff, unless
+/// `[kafka.options]` sets `retry.backoff.ms`.
+pub const TRANSACTION_RETRY_BACKOFF_MS: u32 = 10;
 
 /// A producer: every record acknowledged by all in-sync replicas, given up
 /// after 10 s unless `[kafka.options]` says otherwise.

@@ -473,7 +473,7 @@ impl Pipeline {
             self.flush_watermarks().await;
         }
         if self.txn.is_some() {
-            self.settle_in_txn(offsets, produced).await;
+            self.settle_in_txn(offsets, produced, records.len()).await;
             return;
         }
         // Dead letters and rank changes go to the producer at once; their

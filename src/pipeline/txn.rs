@@ -5,8 +5,9 @@
 //! A transaction opens with the first settled batch after the last one
 //! and is committed [`COMMIT_INTERVAL`] later (sooner when the loop goes
 //! idle), on a blocking thread while the loop goes on: batches settled
-//! meanwhile wait in memory (at most [`MAX_QUEUED`], then the loop waits
-//! for the commit) and open the next transaction once it is done.
+//! meanwhile wait in memory (the records of at most [`MAX_QUEUED`] full
+//! batches, then the loop waits for the commit) and open the next
+//! transaction once it is done.
 //!
 //! A transaction that cannot commit is *broken*: a failed call librdkafka
 //! says needs an abort, a fatal error (the producer is replaced), or a
@@ -40,8 +41,10 @@ use crate::metrics;
 /// How long a transaction stays open while the loop is busy.
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Settled batches that may wait for a commit in flight before the loop
-/// waits for it.
+/// How many full batches' records may wait for a commit in flight before
+/// the loop waits for it. Counted in records, not batches: at a low rate
+/// batches are small (`batch_linger`), and a commit must not hold up the
+/// many small batches that settle while it runs.
 const MAX_QUEUED: usize = 8;
 
 /// What one settled batch adds to a transaction: its outputs and, per
@@ -49,6 +52,11 @@ const MAX_QUEUED: usize = 8;
 pub struct Settled {
     pub outputs: Vec<Outgoing>,
     pub offsets: Vec<(Arc<str>, i32, i64)>,
+    /// How many records the batch held.
+    pub records: usize,
+    /// When it settled: a transaction is due [`COMMIT_INTERVAL`] after its
+    /// first batch settled, even if that batch waited for the commit before.
+    pub at: Instant,
 }
 
 /// Why the open transaction cannot commit.
@@ -75,6 +83,9 @@ pub struct Txn {
     open: Option<Open>,
     committing: Option<Committing>,
     queued: Vec<Settled>,
+    /// The records of the queued batches, and how many may wait.
+    queued_records: usize,
+    queue_limit: usize,
     broken: Option<Broken>,
     /// A transaction was begun and is neither committed nor aborted.
     begun: bool,
@@ -113,16 +124,19 @@ impl Txn {
         let listen = settings.http.listen.to_string();
         Ok(Transactional::start(&settings.kafka, &listen, cancel).await?.map(|t| {
             tracing::info!(transactional_id = t.id(), "Kafka transactions initialised.");
-            Some(Txn::new(t))
+            Some(Txn::new(t, MAX_QUEUED * settings.worker.batch_size))
         }))
     }
 
-    pub fn new(kafka: Transactional) -> Txn {
+    /// `queue_limit`: how many settled records may wait for a commit in flight.
+    pub fn new(kafka: Transactional, queue_limit: usize) -> Txn {
         Txn {
             kafka,
             open: None,
             committing: None,
             queued: Vec::new(),
+            queued_records: 0,
+            queue_limit,
             broken: None,
             begun: false,
             aborts_in_a_row: 0,
@@ -137,20 +151,21 @@ impl Txn {
             return; // read again after the abort
         }
         if self.committing.is_some() {
+            self.queued_records += settled.records;
             self.queued.push(settled);
             return;
         }
         self.put(settled).await;
     }
 
-    async fn put(&mut self, Settled { outputs, offsets }: Settled) {
+    async fn put(&mut self, Settled { outputs, offsets, at, .. }: Settled) {
         if self.open.is_none() {
             if let Err(e) = self.kafka.begin() {
                 self.broken = Some(Broken::of(&e));
                 return;
             }
             self.begun = true;
-            self.open = Some(Open { since: Instant::now(), offsets: BTreeMap::new(), outputs: Vec::new() });
+            self.open = Some(Open { since: at, offsets: BTreeMap::new(), outputs: Vec::new() });
         }
         let mut outputs = outputs;
         for out in &mut outputs {
@@ -203,7 +218,7 @@ impl Txn {
 
     /// Whether settling must wait for the commit in flight.
     pub fn is_backed_up(&self) -> bool {
-        self.queued.len() >= MAX_QUEUED
+        self.queued_records >= self.queue_limit
     }
 
     pub fn is_broken(&self) -> bool {
@@ -261,6 +276,7 @@ impl Txn {
                     out.count_delivered();
                 }
                 debug!(outputs = outputs.len(), partitions = offsets.len(), "Transaction committed.");
+                self.queued_records = 0;
                 for settled in std::mem::take(&mut self.queued) {
                     self.put(settled).await;
                 }
@@ -301,6 +317,7 @@ impl Txn {
         let broken = self.broken.take().unwrap_or(Broken::Abort("shutdown".into()));
         self.open = None;
         self.queued.clear();
+        self.queued_records = 0;
         self.sent.clear();
         metrics::get().transactions.with_label_values(&["aborted"]).inc();
         self.aborts_in_a_row += 1;
@@ -384,7 +401,7 @@ impl Pipeline {
     /// Step 4 with transactions: the batch's outputs and the offsets after
     /// its records join the transaction (Redis first recording them, see
     /// `lost`), and the transaction commits if it is due.
-    pub(super) async fn settle_in_txn(&mut self, offsets: BatchOffsets, produced: Vec<Outgoing>) {
+    pub(super) async fn settle_in_txn(&mut self, offsets: BatchOffsets, produced: Vec<Outgoing>, records: usize) {
         let stores: Vec<(Arc<str>, i32, i64)> = offsets.to_store().map(|(t, p, n)| (Arc::from(t), p, n)).collect();
         let marked: Vec<(String, i64)> = stores.iter().map(|(t, p, n)| (keys::offsets_field(t, *p), *n)).collect();
         if !lost::record(&self.cx, &marked).await {
@@ -395,7 +412,7 @@ impl Pipeline {
             self.finish_commit().await;
         }
         let Some(txn) = self.txn.as_mut() else { return };
-        txn.add(Settled { outputs: produced, offsets: stores }).await;
+        txn.add(Settled { outputs: produced, offsets: stores, records, at: Instant::now() }).await;
         self.commit_if_due(Instant::now());
     }
 
@@ -420,7 +437,7 @@ impl Pipeline {
         }
         if let Some(txn) = self.txn.as_mut() {
             if !ahead.is_empty() {
-                txn.add(Settled { outputs: Vec::new(), offsets: ahead }).await;
+                txn.add(Settled { outputs: Vec::new(), offsets: ahead, records: 0, at: Instant::now() }).await;
             }
             txn.start_commit(&self.consumer);
         }

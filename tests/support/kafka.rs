@@ -383,13 +383,13 @@ impl Broker {
             .set("isolation.level", "read_uncommitted")
             .create()
             .expect("consumer");
-        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+        (0..partitions).map(|p| watermarks(&c, topic, p).1).collect()
     }
 
     /// High watermark (log end) of every partition.
     pub fn log_end(&self, topic: &str, partitions: i32) -> Vec<i64> {
         let c = self.consumer(&random_name("watermarks"));
-        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+        (0..partitions).map(|p| watermarks(&c, topic, p).1).collect()
     }
 
     /// A group's committed offset per partition (-1 where none).
@@ -505,5 +505,21 @@ impl Broker {
             }
         }
         out
+    }
+}
+
+/// A partition's watermarks, asked again for up to 60 s: just after a
+/// broker restarted, its leader may not answer yet.
+fn watermarks(c: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match c.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+            Ok(w) => return w,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("watermarks of {topic}/{partition}: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("watermarks of {topic}/{partition}: {e}"),
+        }
     }
 }

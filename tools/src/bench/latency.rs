@@ -43,12 +43,14 @@ pub(super) async fn wait_assigned(listen: &str, partitions: i32) -> Result<(), S
     Err(format!("rankflow was not assigned {partitions} partitions within 90s (a broker group stall?)"))
 }
 
-pub(super) async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, String> {
-    let text = scrape(listen).await?;
+/// A histogram's cumulative buckets (upper bound in seconds, count) in
+/// scraped metrics `text`, from its series whose labels contain `labels`.
+pub(super) fn histogram(text: &str, name: &str, labels: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
     let mut out = Vec::new();
     for l in text.lines() {
-        if let Some(rest) = l.strip_prefix("rankflow_event_latency_seconds_bucket{") {
-            if !rest.contains("source=\"record\"") {
+        if let Some(rest) = l.strip_prefix(prefix.as_str()) {
+            if !rest.contains(labels) {
                 continue;
             }
             let le = rest.split("le=\"").nth(1).and_then(|x| x.split('"').next()).unwrap_or("");
@@ -57,7 +59,7 @@ pub(super) async fn scrape_latency(listen: &str) -> Result<Vec<(f64, f64)>, Stri
             out.push((le, v));
         }
     }
-    Ok(out)
+    out
 }
 
 /// Both consumers' `fetch.wait.max.ms` in the latency run. A broker answers
@@ -84,6 +86,8 @@ pub(super) struct Latency {
     /// Dead letters (outputs) from their source record's timestamp to
     /// readable by a `read_committed` consumer: (p50, p99, max, count), ms.
     pub(super) visible: (f64, f64, f64, usize),
+    /// Transaction commits (`rankflow_transaction_commit_seconds`): (p50, p99, count), ms.
+    pub(super) commits: (f64, f64, f64),
 }
 
 /// p50 and p99 of sorted samples, (0, 0) for none.
@@ -106,7 +110,7 @@ impl Latency {
              the broker's produce acknowledgements (send to ack): p50 {:.1} ms, p99 {:.1} ms during rankflow's run; \
              p50 {:.1} ms, p99 {:.1} ms during the bare consumer's\n\
              outputs visible (the {} dead letters, source record timestamp to read by a read_committed consumer): \
-             p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms",
+             p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; {:.0} transactions committed, commit p50 {:.1} ms, p99 {:.1} ms",
             self.rate,
             self.secs,
             self.p50,
@@ -124,7 +128,10 @@ impl Latency {
             self.visible.3,
             self.visible.0,
             self.visible.1,
-            self.visible.2
+            self.visible.2,
+            self.commits.2,
+            self.commits.0,
+            self.commits.1
         )
     }
 }
@@ -229,7 +236,14 @@ pub(super) async fn latency(
     let mut visible = outputs.join().map_err(|_| "visibility reader panicked".to_string())??;
     visible.sort_by(f64::total_cmp);
     let (visible_p50, visible_p99) = p50_p99(&visible);
-    let buckets = scrape_latency(&listen).await?;
+    let text = scrape(&listen).await?;
+    let buckets = histogram(&text, "rankflow_event_latency_seconds", "source=\"record\"");
+    let commit_buckets = histogram(&text, "rankflow_transaction_commit_seconds", "");
+    let commits = (
+        bucket_quantile(&commit_buckets, 0.50) * 1000.0,
+        bucket_quantile(&commit_buckets, 0.99) * 1000.0,
+        commit_buckets.last().map_or(0.0, |b| b.1),
+    );
     stop(&mut child);
     let _ = std::fs::remove_dir_all(&dir);
     let total = buckets.last().map_or(0.0, |b| b.1);
@@ -246,6 +260,7 @@ pub(super) async fn latency(
         acks: p50_p99(&acks),
         floor_acks: p50_p99(&floor_acks),
         visible: (visible_p50, visible_p99, visible.last().copied().unwrap_or(0.0), visible.len()),
+        commits,
     })
 }
 
