@@ -424,6 +424,18 @@ impl Broker {
     /// Waits until `group` has committed the log end of every partition.
     /// Panics naming what was behind, so a broker stall reads as one.
     pub fn wait_committed_to_end(&self, group: &str, topic: &str, partitions: i32, timeout: Duration) {
+        self.wait_committed_to_end_or(group, topic, partitions, timeout, &String::new)
+    }
+
+    /// [`Broker::wait_committed_to_end`], with `logs` (the workers') in the panic.
+    pub fn wait_committed_to_end_or(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+        timeout: Duration,
+        logs: &dyn Fn() -> String,
+    ) {
         let end = self.log_end(topic, partitions);
         let deadline = Instant::now() + timeout;
         loop {
@@ -435,7 +447,8 @@ impl Broker {
             assert!(
                 Instant::now() < deadline,
                 "group {group} committed {committed:?} of log end {end:?} after {timeout:?}: \
-                 if the worker log shows no progress and no error, the broker's group coordinator stalled"
+                 if the worker log shows no progress and no error, the broker's group coordinator stalled\n{}",
+                logs()
             );
             std::thread::sleep(Duration::from_millis(250));
         }
