@@ -83,6 +83,8 @@ retention = {{ daily = "{retention}s" }}
     cfg.admin_topics = vec![admin.clone()];
     let w = Worker::spawn(&cfg);
     wait_http(cfg.http_port, Duration::from_secs(30)).await;
+    // Reads answer 503 until the worker has connected to Redis.
+    wait_for(Duration::from_secs(60), &|| w.log(), || async { w.get_json("/readyz").await.0 == 200 }).await;
     wait_for(Duration::from_secs(90), &|| w.log(), || async {
         periods_of(&history(&w, "alice").await).len() == 3 && periods_of(&history(&w, "erin").await).len() == 2
     })
