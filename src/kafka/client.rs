@@ -74,15 +74,15 @@ pub fn transaction_timeout_ms(kafka: &KafkaSettings) -> u64 {
 /// The worker's transactional producer, `id` its `transactional.id`: a
 /// record given up on no later than its transaction times out.
 pub fn transactional_producer(kafka: &KafkaSettings, id: &str) -> ClientConfig {
-    let mut c = bare(&kafka.brokers);
-    c.set("message.timeout.ms", "10000").set("acks", "all");
+    let mut c = producer(kafka);
     // A transaction begun right after the last one committed finds its
     // coordinator still writing the last one's markers: the broker answers
     // CONCURRENT_TRANSACTIONS and the client retries after this backoff.
     // librdkafka's 100 ms default made every commit last 100 ms (the Java
     // client waits 20 ms); it doubles from here on other retries.
-    c.set("retry.backoff.ms", TRANSACTION_RETRY_BACKOFF_MS.to_string());
-    shared_options(&mut c, kafka);
+    if c.get("retry.backoff.ms").is_none() {
+        c.set("retry.backoff.ms", TRANSACTION_RETRY_BACKOFF_MS.to_string());
+    }
     let timeout = transaction_timeout_ms(kafka);
     let message: u64 = c.get("message.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(10_000);
     c.set("transactional.id", id)

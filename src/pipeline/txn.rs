@@ -83,8 +83,7 @@ pub struct Txn {
     open: Option<Open>,
     committing: Option<Committing>,
     queued: Vec<Settled>,
-    /// The records of the queued batches, and how many may wait.
-    queued_records: usize,
+    /// How many records the queued batches may hold.
     queue_limit: usize,
     broken: Option<Broken>,
     /// A transaction was begun and is neither committed nor aborted.
@@ -135,7 +134,6 @@ impl Txn {
             open: None,
             committing: None,
             queued: Vec::new(),
-            queued_records: 0,
             queue_limit,
             broken: None,
             begun: false,
@@ -151,7 +149,6 @@ impl Txn {
             return; // read again after the abort
         }
         if self.committing.is_some() {
-            self.queued_records += settled.records;
             self.queued.push(settled);
             return;
         }
@@ -218,7 +215,7 @@ impl Txn {
 
     /// Whether settling must wait for the commit in flight.
     pub fn is_backed_up(&self) -> bool {
-        self.queued_records >= self.queue_limit
+        self.queued.iter().map(|s| s.records).sum::<usize>() >= self.queue_limit
     }
 
     pub fn is_broken(&self) -> bool {
@@ -276,7 +273,6 @@ impl Txn {
                     out.count_delivered();
                 }
                 debug!(outputs = outputs.len(), partitions = offsets.len(), "Transaction committed.");
-                self.queued_records = 0;
                 for settled in std::mem::take(&mut self.queued) {
                     self.put(settled).await;
                 }
@@ -317,7 +313,6 @@ impl Txn {
         let broken = self.broken.take().unwrap_or(Broken::Abort("shutdown".into()));
         self.open = None;
         self.queued.clear();
-        self.queued_records = 0;
         self.sent.clear();
         metrics::get().transactions.with_label_values(&["aborted"]).inc();
         self.aborts_in_a_row += 1;
