@@ -5,8 +5,7 @@
         | scripts/run-tests.py --jobs 3 --test-threads 2
 
 Reads cargo's build messages on stdin (the test executables it built), runs
-each from its package's directory as `cargo test` would (those in ALONE
-first, one at a time, with nothing beside them), `--jobs` at a time,
+each from its package's directory as `cargo test` would, `--jobs` at a time,
 the slowest first (the times of the last run, kept in
 target/test-times.tsv; on a first run, the ones known to be slow), and
 prints every failing binary's output whole. At the end: a table of every
@@ -29,12 +28,6 @@ import time
 # Known slow binaries, started first when no earlier run's times are at hand.
 SLOW_FIRST = ["faults", "kafka_faults", "lost_data", "failover", "history", "secure", "exactly_once",
               "moderation", "live_ops", "secure_refusals", "sharded", "league_faults", "formats"]
-
-
-# Binaries that run with no other beside them, first: a three-node Kafka
-# cluster whose nodes are killed under a paced stream, where two other
-# binaries' load slowed the cluster's recovery past the test's patience.
-ALONE = ["kafka_faults"]
 
 
 def executables(lines):
@@ -87,12 +80,12 @@ def main():
     logs = tempfile.mkdtemp(prefix="rankflow-test-logs-")
     started = time.monotonic()
 
-    def worker(only=None):
+    def worker():
         while True:
             with lock:
-                if only is None and not queue:
+                if not queue:
                     return
-                name, exe, cwd = only if only is not None else queue.pop(0)
+                name, exe, cwd = queue.pop(0)
             log = os.path.join(logs, name.replace(" ", "_").replace("(", "").replace(")", "") + ".log")
             t0 = time.monotonic()
             with open(log, "wb") as out:
@@ -108,13 +101,7 @@ def main():
                       f" ({summary[-1][len('test result: '):] if summary else 'no summary'})", flush=True)
                 if rc != 0:
                     print(f"---- output of {name} ----\n{text}---- end of {name} ----", flush=True)
-            if only is not None:
-                return
 
-    alone = [t for t in queue if t[0] in ALONE]
-    queue[:] = [t for t in queue if t[0] not in ALONE]
-    for test in alone:
-        worker(test)
     threads = [threading.Thread(target=worker) for _ in range(max(1, args.jobs))]
     for t in threads:
         t.start()
