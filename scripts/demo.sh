@@ -22,8 +22,9 @@ mkdir -p "$dir"
 
 scripts/setup.sh
 echo "demo: building rankflow"
-cargo build --quiet --bin rankflow
-bin=target/debug/rankflow
+# The demo profile (Cargo.toml): dependencies unoptimised, for a quick first build.
+cargo build --quiet --profile demo --bin rankflow
+bin=target/demo/rankflow
 
 pids=()
 stop_all() {
