@@ -401,7 +401,7 @@ mod tests {
     fn a_set_on_a_board_with_columns_takes_a_value_for_every_column() {
         use crate::board::columns::{Column, ColumnMode, Columns, RowMode};
         let mut arena = BoardSpec::for_tests("arena", Mode::Best, &[PeriodKind::AllTime]);
-        let col = |name: &str, mode, order| Column { name: name.into(), mode, order };
+        let col = |name: &str, mode, order| Column::new(name, mode, order);
         arena.columns = Some(Columns {
             list: vec![col("wins", ColumnMode::Sum, Order::Desc), col("time_ms", ColumnMode::Min, Order::Asc)],
             row: RowMode::Columns,

@@ -47,7 +47,7 @@ periods = ["all_time"]
 "#;
 
 fn arena() -> Columns {
-    let c = |name: &str, mode, order| Column { name: name.into(), mode, order };
+    let c = |name: &str, mode, order| Column::new(name, mode, order);
     Columns {
         list: vec![c("wins", ColumnMode::Sum, Order::Desc), c("time_ms", ColumnMode::Min, Order::Asc)],
         row: RowMode::Columns,
@@ -55,7 +55,7 @@ fn arena() -> Columns {
 }
 
 fn speedrun() -> Columns {
-    let c = |name: &str| Column { name: name.into(), mode: ColumnMode::Min, order: Order::Asc };
+    let c = |name: &str| Column::new(name, ColumnMode::Min, Order::Asc);
     Columns { list: vec![c("deaths"), c("time_ms")], row: RowMode::Best }
 }
 

@@ -154,8 +154,7 @@ async fn run(c: Columns, earliest: bool, seed: u64) {
 }
 
 fn columns(specs: &[(ColumnMode, Order)], row: RowMode) -> Columns {
-    let list =
-        specs.iter().enumerate().map(|(i, &(mode, order))| Column { name: format!("c{i}"), mode, order }).collect();
+    let list = specs.iter().enumerate().map(|(i, &(mode, order))| Column::new(format!("c{i}"), mode, order)).collect();
     Columns { list, row }
 }
 

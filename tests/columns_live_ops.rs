@@ -121,3 +121,71 @@ rate_limit = {{ events = 2, window = "60s" }}
     let live: Value = serde_json::from_str(first.trim()).unwrap();
     assert_eq!(rows(&live), want(&[("carol", 2, 20_000)]));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submission_outside_a_columns_bounds_is_refused_as_max_score_refuses() {
+    let stack = Stack::start(1).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let boards = r#"
+[[board]]
+id = "speedrun"
+on = ["run"]
+row = "best"
+columns = [{ name = "deaths", order = "asc", max = 99 }, { name = "time_ms", order = "asc", min = 1000, max = 3600000 }]
+periods = ["all_time"]
+"#;
+    let id = |k: u128| uuid::Uuid::from_u128(k).to_string();
+    let event = |k: u128, player: &str, deaths: i64, time_ms: i64| {
+        let v = json!({ "event_id": id(k), "type": "run", "player_id": player, "ts": now,
+                        "scores": { "deaths": deaths, "time_ms": time_ms } });
+        (player.to_string(), v.to_string().into_bytes(), Some(now))
+    };
+    let records = vec![
+        event(1, "alice", 2, 95_000),
+        // A time under the column's min: refused, alice keeps her run.
+        event(2, "alice", 0, 500),
+        event(3, "bob", 1, 1_000),       // the bound itself counts
+        event(4, "carol", 100, 80_000),  // deaths over the max
+        event(5, "carol", 3, 3_600_001), // a time over the max
+        event(6, "carol", 3, 3_600_000),
+    ];
+    stack.broker.produce(&stack.topic, &records).await;
+    let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, boards);
+    let w = Worker::spawn(&cfg);
+    stack.broker.wait_committed_to_end(&cfg.group, &stack.topic, 1, Duration::from_secs(60));
+    let (status, body) = w.get_json("/v1/boards/speedrun/top").await;
+    assert_eq!(status, 200, "{body}");
+    let entries: Vec<(String, i64, i64)> = body["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries: {body}"))
+        .iter()
+        .map(|e| {
+            (
+                e["player_id"].as_str().unwrap().into(),
+                e["scores"]["deaths"].as_i64().unwrap(),
+                e["scores"]["time_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("bob", 1, 1_000), ("alice", 2, 95_000), ("carol", 3, 3_600_000)];
+    assert_eq!(entries, want.map(|(p, d, t)| (p.to_string(), d, t)), "{}", w.log());
+    let dead = stack.broker.read_all(&stack.dlq, 1);
+    let got: Vec<(Value, String, String)> = dead
+        .iter()
+        .map(|m| {
+            let body: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+            (
+                body["event_id"].clone(),
+                header(m, "rankflow.reason").unwrap(),
+                header(m, "rankflow.detail").unwrap_or_default(),
+            )
+        })
+        .collect();
+    let ids: Vec<Value> = got.iter().map(|g| g.0.clone()).collect();
+    assert_eq!(ids, [json!(id(2)), json!(id(4)), json!(id(5))], "{got:?}");
+    assert!(got.iter().all(|g| g.1 == "score_out_of_range"), "{got:?}");
+    let details: Vec<&str> = got.iter().map(|g| g.2.as_str()).collect();
+    assert!(details[0].contains("scores.time_ms 500 is below the column's min 1000"), "{details:?}");
+    assert!(details[1].contains("scores.deaths 100 is above the column's max 99"), "{details:?}");
+    assert!(details[2].contains("scores.time_ms 3600001 is above the column's max 3600000"), "{details:?}");
+}

@@ -56,7 +56,7 @@ dense_rank = true
 "#;
 
 fn columns(board: &str) -> (Columns, bool) {
-    let c = |name: &str, mode, order| Column { name: name.into(), mode, order };
+    let c = |name: &str, mode, order| Column::new(name, mode, order);
     match board {
         "arena" => (
             Columns {

@@ -46,8 +46,7 @@ impl Gen {
 }
 
 fn board(specs: &[(ColumnMode, Order)], row: RowMode) -> Columns {
-    let list =
-        specs.iter().enumerate().map(|(i, &(mode, order))| Column { name: format!("c{i}"), mode, order }).collect();
+    let list = specs.iter().enumerate().map(|(i, &(mode, order))| Column::new(format!("c{i}"), mode, order)).collect();
     Columns { list, row }
 }
 

@@ -77,6 +77,30 @@ pub struct Column {
     pub name: String,
     pub mode: ColumnMode,
     pub order: Order,
+    /// The least value a submission may carry in this column (`min`), if bounded.
+    pub min: Option<i64>,
+    /// The greatest (`max`), if bounded.
+    pub max: Option<i64>,
+}
+
+impl Column {
+    /// An unbounded column.
+    pub fn new(name: impl Into<String>, mode: ColumnMode, order: Order) -> Column {
+        Column { name: name.into(), mode, order, min: None, max: None }
+    }
+
+    /// Why a submission's `value` is outside this column's bounds, if it is.
+    pub fn out_of_bounds(&self, value: i64) -> Option<String> {
+        match (self.min, self.max) {
+            (Some(min), _) if value < min => {
+                Some(format!("scores.{} {value} is below the column's min {min}", self.name))
+            }
+            (_, Some(max)) if value > max => {
+                Some(format!("scores.{} {value} is above the column's max {max}", self.name))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A board's columns, as config validation leaves them: 2 to
@@ -112,6 +136,14 @@ pub enum Combined {
 impl Columns {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.list.iter().map(|c| c.name.as_str())
+    }
+
+    /// Why a submission's values (column order) are outside a column's
+    /// bounds (`min`, `max`), naming the first such column: the
+    /// submission is then refused with `score_out_of_range`, as a score
+    /// over a one-score board's `max_score` is.
+    pub fn out_of_bounds(&self, values: &[i64]) -> Option<String> {
+        self.list.iter().zip(values).find_map(|(c, &v)| c.out_of_bounds(v))
     }
 
     /// A row's values (column order) as every answer names them:
@@ -322,7 +354,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn cols(specs: &[(&str, ColumnMode, Order)], row: RowMode) -> Columns {
-        let list = specs.iter().map(|&(n, mode, order)| Column { name: n.into(), mode, order }).collect();
+        let list = specs.iter().map(|&(n, mode, order)| Column::new(n, mode, order)).collect();
         Columns { list, row }
     }
 

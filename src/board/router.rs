@@ -208,6 +208,9 @@ impl Router {
         };
         let (num, tie, values) = match board.columns() {
             Some(c) => match event.scores.as_ref().map(|s| s.values(c.names())) {
+                Some(Ok(values)) if c.out_of_bounds(&values).is_some() => {
+                    return Decision::Refused(Reason::ScoreOutOfRange)
+                }
                 Some(Ok(values)) => (0, 0, values),
                 _ => return Decision::Refused(Reason::InvalidScore),
             },
@@ -236,7 +239,10 @@ impl Router {
     pub fn refusal_detail(&self, i: usize, event: &Event) -> Option<String> {
         let board = &self.boards[i];
         match (board.columns(), &event.scores) {
-            (Some(c), Some(s)) => s.values(c.names()).err(),
+            (Some(c), Some(s)) => match s.values(c.names()) {
+                Ok(values) => c.out_of_bounds(&values),
+                Err(why) => Some(why),
+            },
             (Some(_), None) => Some("field 'scores' is missing (the board ranks by several columns)".into()),
             (None, _) if event.score.is_none() => {
                 Some("field 'score' is missing (the board ranks by one score)".into())
@@ -550,7 +556,7 @@ mod tests {
     fn a_board_with_columns_takes_the_events_values_in_column_order_or_names_the_one_at_fault() {
         use crate::board::columns::{Column, ColumnMode, Columns, RowMode};
         let mut with_columns = spec("arena", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
-        let col = |name: &str, mode, order| Column { name: name.into(), mode, order };
+        let col = |name: &str, mode, order| Column::new(name, mode, order);
         with_columns.columns = Some(Columns {
             list: vec![col("wins", ColumnMode::Sum, Order::Desc), col("time_ms", ColumnMode::Min, Order::Asc)],
             row: RowMode::Columns,
@@ -590,6 +596,27 @@ mod tests {
             e.scores = scores(json);
             assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::InvalidScore));
             assert_eq!(r.refusal_detail(0, &e).as_deref(), Some(why));
+        }
+        // Bounds: a value outside a column's [min, max] is out of range, named.
+        let mut bounded = spec("run", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
+        let mut time = col("time_ms", ColumnMode::Min, Order::Asc);
+        (time.min, time.max) = (Some(1000), Some(60_000));
+        bounded.columns =
+            Some(Columns { list: vec![col("wins", ColumnMode::Sum, Order::Desc), time], row: RowMode::Columns });
+        let r = Router::new(vec![Board::new(bounded)], "lb");
+        for (t, why) in [
+            (999, Some("scores.time_ms 999 is below the column's min 1000")),
+            (60_001, Some("scores.time_ms 60001 is above the column's max 60000")),
+            (1000, None),
+            (60_000, None),
+        ] {
+            e.scores = scores(serde_json::json!({"wins": 1, "time_ms": t}));
+            let decision = &r.plan(&e, e.ts_ms)[0].1;
+            match why {
+                Some(_) => assert_eq!(*decision, Decision::Refused(Reason::ScoreOutOfRange), "{t}"),
+                None => assert!(matches!(decision, Decision::Write(_)), "{t}: {decision:?}"),
+            }
+            assert_eq!(r.refusal_detail(0, &e).as_deref(), why);
         }
     }
 }

@@ -5,6 +5,7 @@ use super::field::{At, Errors};
 use super::raw::{RawBoard, RawColumn};
 use crate::board::columns::{Column, ColumnMode, Columns, RowMode, MAX_COLUMNS};
 use crate::board::{Mode, Order};
+use crate::score::MAX_EXACT;
 
 /// What a board ranks by.
 pub enum Ranking {
@@ -145,10 +146,22 @@ fn column(cf: &str, c: &RawColumn, row: RowMode, e: &mut Errors) -> Option<Colum
         );
         return None;
     }
+    for (bound, value) in [("min", c.min), ("max", c.max)] {
+        if value.is_some_and(|v| v.abs() > MAX_EXACT) {
+            e.push(format!("{cf}.{bound}"), "must be within ±(2^53 - 1), as every column's values are");
+            return None;
+        }
+    }
+    if let (Some(min), Some(max)) = (c.min, c.max) {
+        if min > max {
+            e.push(format!("{cf}.min"), format!("{min} is above the column's max {max}"));
+            return None;
+        }
+    }
     if !ok_name {
         return None;
     }
-    Some(Column { name: c.name.clone(), mode, order })
+    Some(Column { name: c.name.clone(), mode, order, min: c.min, max: c.max })
 }
 
 #[cfg(test)]
@@ -175,6 +188,22 @@ mod tests {
     }
 
     #[test]
+    fn a_columns_bounds_are_kept_and_checked() {
+        let c = columns(
+            "row = \"best\"\ncolumns = [{ name = \"deaths\", order = \"asc\", max = 99 }, \
+             { name = \"time_ms\", order = \"asc\", min = 1000, max = 3600000 }]",
+        );
+        assert_eq!((c.list[0].min, c.list[0].max), (None, Some(99)));
+        assert_eq!((c.list[1].min, c.list[1].max), (Some(1000), Some(3_600_000)));
+        let refused = |spec: &str| {
+            check(&format!("columns = [{{ name = \"wins\", mode = \"sum\" }}, {spec}]")).err().unwrap_or_default()
+        };
+        assert_eq!(refused("{ name = \"t\", mode = \"min\", min = 5, max = 4 }"), ["board[0].columns[1].min"]);
+        assert_eq!(refused("{ name = \"t\", mode = \"min\", max = 9007199254740992 }"), ["board[0].columns[1].max"]);
+        assert_eq!(refused("{ name = \"t\", mode = \"min\", min = -9007199254740992 }"), ["board[0].columns[1].min"]);
+    }
+
+    #[test]
     fn columns_parse_with_their_defaults() {
         let c = columns(
             "columns = [{ name = \"wins\", mode = \"sum\" }, { name = \"time_ms\", mode = \"min\", order = \"asc\" }]",
@@ -182,10 +211,7 @@ mod tests {
         assert_eq!(c.row, RowMode::Columns);
         assert_eq!(
             c.list,
-            [
-                Column { name: "wins".into(), mode: ColumnMode::Sum, order: Order::Desc },
-                Column { name: "time_ms".into(), mode: ColumnMode::Min, order: Order::Asc },
-            ]
+            [Column::new("wins", ColumnMode::Sum, Order::Desc), Column::new("time_ms", ColumnMode::Min, Order::Asc),]
         );
         // On best rows each mode is the one its order implies.
         let c = columns("row = \"best\"\ncolumns = [{ name = \"deaths\", order = \"asc\" }, { name = \"level\" }]");

@@ -458,6 +458,11 @@ pub struct RawColumn {
     /// desc (default) | asc
     #[serde(default)]
     pub order: Option<Typed<Order>>,
+    /// The bounds of a submission's value in this column (inclusive).
+    #[serde(default)]
+    pub min: Option<i64>,
+    #[serde(default)]
+    pub max: Option<i64>,
 }
 
 /// `[board.integrity]`.

@@ -88,7 +88,8 @@ pub fn tallies(decided: &[Decided]) -> Vec<(usize, Tally)> {
 
 /// A record's final outcome from its item and its boards' tallies;
 /// `board_id` names a board index in a refusal's detail, and `why` adds the
-/// field at fault to an `invalid_score` refusal (`Router::refusal_detail`).
+/// field at fault to an `invalid_score` refusal, or the column and bound
+/// to a `score_out_of_range` one (`Router::refusal_detail`).
 pub fn fold<'a>(
     item: &Item,
     tallies: &[(usize, Tally)],
@@ -114,7 +115,7 @@ pub fn fold<'a>(
         .filter_map(|(b, t)| match t {
             Tally::Refused(reason) => {
                 let field = match reason {
-                    Reason::InvalidScore => why(*b, event).map(|w| format!(": {w}")),
+                    Reason::InvalidScore | Reason::ScoreOutOfRange => why(*b, event).map(|w| format!(": {w}")),
                     _ => None,
                 };
                 Some(Rejection::new(*reason, format!("board {}: {reason}{}", board_id(*b), field.unwrap_or_default())))
