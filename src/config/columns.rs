@@ -147,7 +147,7 @@ fn column(cf: &str, c: &RawColumn, row: RowMode, e: &mut Errors) -> Option<Colum
         return None;
     }
     for (bound, value) in [("min", c.min), ("max", c.max)] {
-        if value.is_some_and(|v| v.abs() > MAX_EXACT) {
+        if value.is_some_and(|v| !(-MAX_EXACT..=MAX_EXACT).contains(&v)) {
             e.push(format!("{cf}.{bound}"), "must be within ±(2^53 - 1), as every column's values are");
             return None;
         }
