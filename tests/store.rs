@@ -395,7 +395,20 @@ async fn a_large_batch_is_applied_whole(max_events_per_call: usize) {
 #[tokio::test]
 async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_lands() {
     let redis = Redis::start();
-    let s = store(&redis).await;
+    sent_behind_one_not_yet_applied(&redis, store(&redis).await).await;
+}
+
+/// The same with `redis.min_replicas`: each call goes with its `WAIT` in a
+/// pipeline, whose failed call must still read as `STALE` or lost data.
+#[tokio::test]
+async fn with_min_replicas_a_call_sent_behind_one_not_yet_applied_and_lost_data_read_the_same() {
+    let redis = Redis::start();
+    let _replica = Redis::start_with(&["--replicaof", "127.0.0.1", &redis.port.to_string()]);
+    let s = store(&redis).await.with_min_replicas(1, std::time::Duration::from_secs(5));
+    sent_behind_one_not_yet_applied(&redis, s).await;
+}
+
+async fn sent_behind_one_not_yet_applied(redis: &Redis, s: Store) {
     let mut conn = redis.conn().await;
     let keys = vec![period_write("p", "all", None)];
     let ids: Vec<Uuid> = (1..=3).map(Uuid::from_u128).collect();

@@ -188,7 +188,7 @@ impl Store {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd).add_command(wait_cmd(wanted, timeout));
                 let (reply, got): (Vec<redis::Value>, i64) =
-                    pipe.query_async(&mut self.conn.clone()).await.map_err(apply_error)?;
+                    pipe.query_async(&mut self.conn.clone()).await.map_err(|e| apply_error(unpipelined(e)))?;
                 (reply, got >= i64::from(wanted))
             }
         };
@@ -228,6 +228,19 @@ impl Store {
                 None
             }
         }
+    }
+}
+
+/// A pipeline's failed command as that command's own error: redis-rs
+/// answers it as a pipeline error, whose `code()` is none for a script's
+/// own codes (`LOST`, `STALE`), which the writer must tell apart.
+fn unpipelined(e: redis::RedisError) -> redis::RedisError {
+    if e.code().is_some() {
+        return e;
+    }
+    match e.clone().into_server_errors() {
+        Some(items) if !items.is_empty() => redis::RedisError::from(items[0].1.clone()),
+        _ => e,
     }
 }
 
