@@ -142,8 +142,11 @@ pub async fn produce_samples(
     let topic = &settings.kafka.topics[0];
     let encoding = Encoding::for_topic(settings, topic)?;
     let now = chrono::Utc::now().timestamp_millis();
-    let mut generator =
-        Generator::new(seed, 2000, now - 60_000, 1).with_bad_records(bad_ratio).with_duplicates(dup_ratio).with_names();
+    let mut generator = Generator::new(seed, 2000, now - 60_000, 1)
+        .with_bad_records(bad_ratio)
+        .with_duplicates(dup_ratio)
+        .with_names()
+        .with_columns();
     let bar = crate::progress::bar(count, "producing sample events");
     let started = std::time::Instant::now();
     let mut pending = Vec::new();

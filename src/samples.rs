@@ -33,6 +33,8 @@ pub struct Generator {
     bad_ratio: f64,
     /// Whether events carry `meta = {"name": ...}`.
     names: bool,
+    /// Whether matches carry `scores = {"wins": ..., "kills": ...}`.
+    columns: bool,
     last: Option<Sample>,
 }
 
@@ -47,6 +49,7 @@ impl Generator {
             dup_ratio: 0.0,
             bad_ratio: 0.0,
             names: false,
+            columns: false,
             last: None,
         }
     }
@@ -64,6 +67,12 @@ impl Generator {
     /// Events carry the player's display name as `meta`.
     pub fn with_names(mut self) -> Self {
         self.names = true;
+        self
+    }
+
+    /// Matches carry `scores`, for a board ranked by wins, then kills.
+    pub fn with_columns(mut self) -> Self {
+        self.columns = true;
         self
     }
 
@@ -92,7 +101,12 @@ impl Generator {
         let id = self.uuid().to_string();
         let mut value = if self.rng.random_bool(0.7) {
             let score: i64 = self.rng.random_range(-20..200);
-            json!({"event_id": id, "type": "match_finished", "player_id": player, "score": score, "ts": self.ts_ms})
+            let mut v = json!({"event_id": id, "type": "match_finished", "player_id": player, "score": score, "ts": self.ts_ms});
+            if self.columns {
+                // A match won at 100 points or more, and the kills it took (no draw of its own: the stream is the same).
+                v["scores"] = json!({ "wins": i64::from(score >= 100), "kills": score.max(0) / 10 });
+            }
+            v
         } else {
             let track = TRACKS[self.rng.random_range(0..TRACKS.len())];
             let ms: i64 = self.rng.random_range(60_000..120_000);

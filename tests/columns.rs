@@ -5,9 +5,10 @@
 //! of best runs (fewest deaths, then the fastest time of that run, earliest
 //! first); records missing a column dead-lettered naming it (unless another
 //! board takes them); the reads (top, player, around, cursors, fill,
-//! friends, rank-of) equal the model's in every period, and so do they after
-//! a hide, an unhide, an erasure, a `score_set` of whole rows and a
-//! rebuild.
+//! friends, rank-of) equal the model's in every period, each entry with the
+//! display name (`meta`) of the event that last changed its row, and so do
+//! they after a hide, an unhide, an erasure, a `score_set` of whole rows and
+//! a rebuild.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +30,7 @@ id = "arena"
 on = ["match"]
 columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
 periods = ["all_time", "daily"]
+meta = true
 
 [[board]]
 id = "speedrun"
@@ -38,6 +40,7 @@ columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc"
 tie_break = "earliest"
 periods = ["all_time"]
 dense_rank = true
+meta = true
 
 [[board]]
 id = "pts"
@@ -70,42 +73,61 @@ struct Ev {
     ts: i64,
     /// A match's record carries `score` too (pts reads it).
     with_score: bool,
+    /// The display name the record carries as `meta`, if any.
+    name: Option<String>,
 }
 
-/// The model: per board and period, each player's row.
+/// A player's entry as a read answers it: player, values, meta (null: none).
+type Standing = (String, Vec<i64>, Value);
+
+/// The model: per board and period, each player's row and its meta: that
+/// of the event that last changed the row (null when it carried none).
 #[derive(Default)]
 struct Model {
-    boards: BTreeMap<(&'static str, String), BTreeMap<String, Row>>,
+    boards: BTreeMap<(&'static str, String), Rows>,
 }
+
+/// A period's rows: player -> (row, meta).
+type Rows = BTreeMap<String, (Row, Value)>;
 
 impl Model {
     fn apply(&mut self, board: &'static str, c: &Columns, e: &Ev, periods: &[String]) {
         let Some(values) = e.values.iter().copied().collect::<Option<Vec<i64>>>() else { return };
+        let meta = e.name.as_ref().map_or(Value::Null, |n| json!({ "name": n }));
         for p in periods {
             let rows = self.boards.entry((board, p.clone())).or_default();
-            let mut row = rows.get(&e.player).cloned();
+            let old = rows.get(&e.player).cloned();
+            let mut row = old.as_ref().map(|(r, _)| r.clone());
             c.combine(&mut row, &values, e.ts);
-            rows.insert(e.player.clone(), row.expect("a row"));
+            let row = row.expect("a row");
+            let meta = match old {
+                Some((was, kept)) if was.values == row.values => kept,
+                _ => meta.clone(),
+            };
+            rows.insert(e.player.clone(), (row, meta));
         }
     }
 
-    /// A period's standings in board order: (player, values).
-    fn standings(&self, board: &'static str, c: &Columns, earliest: bool, period: &str) -> Vec<(String, Vec<i64>)> {
-        let mut rows: Vec<(&String, &Row)> =
+    /// A period's standings in board order.
+    fn standings(&self, board: &'static str, c: &Columns, earliest: bool, period: &str) -> Vec<Standing> {
+        let mut rows: Vec<(&String, &(Row, Value))> =
             self.boards.get(&(board, period.to_string())).map(|r| r.iter().collect()).unwrap_or_default();
-        rows.sort_by(|(pa, a), (pb, b)| {
+        rows.sort_by(|(pa, (a, _)), (pb, (b, _))| {
             c.better(&a.values, &b.values)
                 .then_with(|| if earliest { a.reached.cmp(&b.reached) } else { std::cmp::Ordering::Equal })
                 .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
         });
-        rows.into_iter().map(|(p, r)| (p.clone(), r.values.clone())).collect()
+        rows.into_iter().map(|(p, (r, meta))| (p.clone(), r.values.clone(), meta.clone())).collect()
     }
 
-    /// A `score_set`: the row replaces the player's in each period.
+    /// A `score_set`: the row replaces the player's in each period (their
+    /// meta stays: a correction carries none).
     fn set(&mut self, board: &'static str, periods: &[String], player: &str, values: Vec<i64>, ts: i64) {
         for p in periods {
             let row = Row { values: values.clone(), reached: ts, newest: ts };
-            self.boards.entry((board, p.clone())).or_default().insert(player.to_string(), row);
+            let rows = self.boards.entry((board, p.clone())).or_default();
+            let meta = rows.get(player).map_or(Value::Null, |(_, m)| m.clone());
+            rows.insert(player.to_string(), (row, meta));
         }
     }
 
@@ -139,7 +161,9 @@ fn stream(n: usize) -> (Vec<Ev>, Vec<Record>) {
             values[1] = None;
         }
         let with_score = rng.next(10) != 0;
-        events.push(Ev { id: uuid::Uuid::new_v4().to_string(), kind, player, values, ts, with_score });
+        // One record in eight carries no display name (its row's meta is cleared when it changes the row).
+        let name = (rng.next(8) != 0).then(|| format!("{player} #{i}"));
+        events.push(Ev { id: uuid::Uuid::new_v4().to_string(), kind, player, values, ts, with_score, name });
     }
     let mut produced = Vec::new();
     for e in &events {
@@ -161,6 +185,9 @@ fn record(e: &Ev) -> Record {
     // lacking a column is refused by arena only.
     if e.kind == "match" && e.with_score {
         v["score"] = json!(e.values[0]);
+    }
+    if let Some(n) = &e.name {
+        v["meta"] = json!({ "name": n });
     }
     (e.player.clone(), v.to_string().into_bytes(), Some(e.ts))
 }
@@ -184,8 +211,8 @@ fn model(events: &[Ev]) -> Model {
     m
 }
 
-/// Every entry of a period, through GET top, as (player, values).
-async fn top(w: &Worker, board: &str, c: &Columns, period: &str) -> Vec<(String, Vec<i64>)> {
+/// Every entry of a period, through GET top.
+async fn top(w: &Worker, board: &str, c: &Columns, period: &str) -> Vec<Standing> {
     let (status, body) = w.get_json(&format!("/v1/boards/{board}/top?period={period}&limit=100&fresh=true")).await;
     assert_eq!(status, 200, "{body}");
     entries_of(&body, c)
@@ -199,60 +226,50 @@ async fn assert_reads(w: &Worker, m: &Model, when: &str) {
         let want = m.standings(board, &c, earliest, period);
         let id = if period == "all" { "all_time".to_string() } else { period.clone() };
         assert_eq!(top(w, board, &c, &id).await, want, "{when}: {board} {period}");
-        for (i, (player, values)) in want.iter().enumerate().step_by(7) {
+        for (i, (player, values, meta)) in want.iter().enumerate().step_by(7) {
             let (status, body) =
                 w.get_json(&format!("/v1/boards/{board}/players/{player}?period={id}&fresh=true")).await;
             assert_eq!(status, 200, "{body}");
-            let better = want.iter().filter(|(_, v)| c.better(v, values) == std::cmp::Ordering::Less).count() as i64;
+            let better = want.iter().filter(|(_, v, _)| c.better(v, values) == std::cmp::Ordering::Less).count() as i64;
             let got: Vec<i64> = c.names().map(|n| body["scores"][n].as_i64().unwrap()).collect();
             assert_eq!(
-                (&got, body["rank"]["ordinal"].as_i64(), body["rank"]["competition"].as_i64()),
-                (values, Some(i as i64 + 1), Some(better + 1)),
+                (&got, body["rank"]["ordinal"].as_i64(), body["rank"]["competition"].as_i64(), &body["meta"]),
+                (values, Some(i as i64 + 1), Some(better + 1), meta),
                 "{when}: {board} {period} {player}: {body}"
             );
             // speedrun keeps a dense index: one more than the distinct better rows.
             let mut distinct: Vec<&Vec<i64>> =
-                want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+                want.iter().map(|(_, v, _)| v).filter(|v| c.better(v, values).is_lt()).collect();
             distinct.dedup();
             let dense = (*board == "speedrun").then_some(distinct.len() + 1);
             assert_eq!(body["rank"]["dense"], json!(dense), "{when}: {board} {period} {player}'s dense rank");
             let (_, around) = w
                 .get_json(&format!("/v1/boards/{board}/players/{player}/around?period={id}&radius=1&fresh=true"))
                 .await;
-            let names: Vec<&str> =
-                around["entries"].as_array().unwrap().iter().map(|e| e["player_id"].as_str().unwrap()).collect();
             let lo = i.saturating_sub(1);
-            let want_names: Vec<&str> = want[lo..(i + 2).min(want.len())].iter().map(|(p, _)| p.as_str()).collect();
-            assert_eq!(names, want_names, "{when}: around {player}");
+            assert_eq!(entries_of(&around, &c), want[lo..(i + 2).min(want.len())], "{when}: around {player}");
         }
         paged_friends_and_what_if(w, board, &c, &id, &want, when).await;
     }
 }
 
-/// The entries' player ids and values of a listing read.
-fn entries_of(body: &Value, c: &Columns) -> Vec<(String, Vec<i64>)> {
+/// The entries of a listing read: player ids, values and metas.
+fn entries_of(body: &Value, c: &Columns) -> Vec<Standing> {
     let entries = body["entries"].as_array().unwrap_or_else(|| panic!("no entries: {body}"));
     entries
         .iter()
         .map(|e| {
             let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
-            (e["player_id"].as_str().unwrap().to_string(), values)
+            (e["player_id"].as_str().unwrap().to_string(), values, e["meta"].clone())
         })
         .collect()
 }
 
 /// Cursors page the whole period forward and back, filled windows,
 /// friends reads and rank-of agree with `want` (the model's order).
-async fn paged_friends_and_what_if(
-    w: &Worker,
-    board: &str,
-    c: &Columns,
-    id: &str,
-    want: &[(String, Vec<i64>)],
-    when: &str,
-) {
-    let better = |v: &[i64]| want.iter().filter(|(_, x)| c.better(x, v).is_lt()).count() as i64;
-    let better_or_equal = |v: &[i64]| want.iter().filter(|(_, x)| c.better(x, v).is_le()).count() as i64;
+async fn paged_friends_and_what_if(w: &Worker, board: &str, c: &Columns, id: &str, want: &[Standing], when: &str) {
+    let better = |v: &[i64]| want.iter().filter(|(_, x, _)| c.better(x, v).is_lt()).count() as i64;
+    let better_or_equal = |v: &[i64]| want.iter().filter(|(_, x, _)| c.better(x, v).is_le()).count() as i64;
     // Pages of 6 by next_cursor, then back from the last page by prev_cursor.
     let (mut forward, mut pages) = (Vec::new(), Vec::new());
     let mut path = format!("/v1/boards/{board}/top?period={id}&limit=6&fresh=true");
@@ -275,7 +292,7 @@ async fn paged_friends_and_what_if(
         at = body["prev_cursor"].as_str().map(str::to_string);
     }
     assert_eq!(backward, want, "{when}: {board} {id} paged back by cursors");
-    for (i, (player, values)) in want.iter().enumerate().step_by(5) {
+    for (i, (player, values, _)) in want.iter().enumerate().step_by(5) {
         // A filled window of 5 moves away from the ends.
         let (_, around) =
             w.get_json(&format!("/v1/boards/{board}/players/{player}/around?period={id}&radius=2&fill=true")).await;
@@ -289,12 +306,12 @@ async fn paged_friends_and_what_if(
         assert_eq!(rank, (Some(better_or_equal(values) + 1), Some(better(values) + 1)), "{when}: rank-of {body}");
     }
     // Friends: every third player and a nobody, ranked globally and among themselves.
-    let mut asked: Vec<&str> = want.iter().step_by(3).map(|(p, _)| p.as_str()).collect();
+    let mut asked: Vec<&str> = want.iter().step_by(3).map(|(p, _, _)| p.as_str()).collect();
     asked.push("nobody");
     let body = json!({ "players": asked }).to_string();
     let (status, got) = w.post_json(&format!("/v1/boards/{board}/players?period={id}&rank=competition"), &body).await;
     assert_eq!(status, 200, "{got}");
-    let friends: Vec<(String, Vec<i64>)> = want.iter().step_by(3).cloned().collect();
+    let friends: Vec<Standing> = want.iter().step_by(3).cloned().collect();
     assert_eq!(entries_of(&got, c), friends, "{when}: friends in board order");
     for e in got["entries"].as_array().unwrap() {
         let values: Vec<i64> = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
@@ -348,7 +365,7 @@ async fn boards_with_columns_rank_exactly_once_through_a_kill_moderation_and_a_r
     let (_, own) = w.get_json(&format!("/v1/boards/arena/players/{p}?fresh=true")).await;
     assert_eq!(own["hidden"], json!(true), "{own}");
     let shown = top(&w, "arena", &arena(), "all_time").await;
-    let want: Vec<_> = m.standings("arena", &arena(), false, "all").into_iter().filter(|(x, _)| x != p).collect();
+    let want: Vec<_> = m.standings("arena", &arena(), false, "all").into_iter().filter(|(x, _, _)| x != p).collect();
     assert_eq!(shown, want, "a hidden player is in no one else's read");
     stack.broker.produce(&admin, &admin_events(vec![event("player_unhidden", p), event("player_erased", q)])).await;
     stack.broker.wait_committed_to_end(&cfg.group, &admin, 1, Duration::from_secs(60));

@@ -4,9 +4,10 @@
 //! of a five-column board (every mode, mixed orders, values at the
 //! range's ends) close and seal; each day's snapshot (top, player reads,
 //! cursors), its published top and every player's history (rank, scores,
-//! percentile, best) equal the model's, and again after a rebuild; an
-//! erasure takes a player out of the snapshots (through their sealed rows)
-//! and out of the history.
+//! percentile, best) equal the model's, with the players' display names
+//! (`meta`) on the two boards that keep them, and again after a rebuild; an
+//! erasure takes a player out of the snapshots (through their sealed rows),
+//! their sealed metadata and out of the history.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +30,7 @@ columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", or
 periods = ["daily"]
 close_after = "1m"
 dense_rank = true
+meta = true
 
 [[board]]
 id = "speedrun"
@@ -38,6 +40,7 @@ columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc"
 tie_break = "earliest"
 periods = ["daily"]
 close_after = "1m"
+meta = true
 
 [[board]]
 id = "trial"
@@ -97,31 +100,40 @@ fn day_id(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap().format("d:%Y-%m-%d").to_string()
 }
 
-/// Per (board, day id): each player's row.
-type Model = BTreeMap<(&'static str, String), BTreeMap<String, Row>>;
+/// The boards keeping metadata.
+fn keeps_meta(board: &str) -> bool {
+    board != "trial"
+}
 
-/// A day's standings in board order: (player, values).
-fn standings(m: &Model, board: &'static str, day: &str) -> Vec<(String, Vec<i64>)> {
+/// Per (board, day id): each player's row and its meta (that of the event
+/// that last changed the row; null on a board that keeps none).
+type Model = BTreeMap<(&'static str, String), BTreeMap<String, (Row, Value)>>;
+
+/// An entry as a read answers it: player, values, meta (null: none).
+type Standing = (String, Vec<i64>, Value);
+
+/// A day's standings in board order.
+fn standings(m: &Model, board: &'static str, day: &str) -> Vec<Standing> {
     let (c, earliest) = columns(board);
-    let mut rows: Vec<(&String, &Row)> =
+    let mut rows: Vec<(&String, &(Row, Value))> =
         m.get(&(board, day.to_string())).map(|r| r.iter().collect()).unwrap_or_default();
-    rows.sort_by(|(pa, a), (pb, b)| {
+    rows.sort_by(|(pa, (a, _)), (pb, (b, _))| {
         c.better(&a.values, &b.values)
             .then_with(|| if earliest { a.reached.cmp(&b.reached) } else { std::cmp::Ordering::Equal })
             .then_with(|| pa.as_bytes().cmp(pb.as_bytes()))
     });
-    rows.into_iter().map(|(p, r)| (p.clone(), r.values.clone())).collect()
+    rows.into_iter().map(|(p, (r, meta))| (p.clone(), r.values.clone(), meta.clone())).collect()
 }
 
-/// The entries of a listing (or a published top) as (player, values).
-fn entries_of(v: &Value, c: &Columns) -> Vec<(String, Vec<i64>)> {
+/// The entries of a listing (or a published top).
+fn entries_of(v: &Value, c: &Columns) -> Vec<Standing> {
     v["entries"]
         .as_array()
         .unwrap_or_else(|| panic!("no entries: {v}"))
         .iter()
         .map(|e| {
             let values = c.names().map(|n| e["scores"][n].as_i64().unwrap()).collect();
-            (e["player_id"].as_str().unwrap().to_string(), values)
+            (e["player_id"].as_str().unwrap().to_string(), values, e["meta"].clone())
         })
         .collect()
 }
@@ -148,13 +160,21 @@ fn stream(days: &[i64]) -> (Model, Vec<Record>) {
             let (c, _) = columns(board);
             let names: Vec<&str> = c.names().collect();
             let rows = model.entry((board, day_id(days[d]))).or_default();
-            let mut row = rows.get(&player).cloned();
+            let old = rows.get(&player).cloned();
+            let mut row = old.as_ref().map(|(r, _)| r.clone());
             c.combine(&mut row, &values, ts);
-            rows.insert(player.clone(), row.expect("a row"));
+            let row = row.expect("a row");
+            let name = json!({ "name": format!("{player} of day {d} #{i}") });
+            let meta = match old {
+                Some((was, kept)) if was.values == row.values => kept,
+                _ if keeps_meta(board) => name.clone(),
+                _ => Value::Null,
+            };
+            rows.insert(player.clone(), (row, meta));
             let scores: serde_json::Map<String, Value> =
                 names.iter().zip(&values).map(|(n, v)| (n.to_string(), json!(v))).collect();
             let v = json!({ "event_id": uuid::Uuid::new_v4().to_string(), "type": kind, "player_id": player,
-                            "ts": ts, "scores": scores });
+                            "ts": ts, "scores": scores, "meta": name });
             records.push((player, v.to_string().into_bytes(), Some(ts + 1000)));
         }
     }
@@ -188,14 +208,15 @@ async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
             .unwrap_or_else(|| panic!("{board} {day} was published"));
         assert_eq!(record["total"], json!(want.len()), "{record}");
         assert_eq!(entries_of(record, &c), want[..want.len().min(10)], "{when}: {board} {day}'s published top");
-        for (i, (player, values)) in want.iter().enumerate() {
-            let better = want.iter().filter(|(_, v)| c.better(v, values).is_lt()).count();
+        for (i, (player, values, meta)) in want.iter().enumerate() {
+            let better = want.iter().filter(|(_, v, _)| c.better(v, values).is_lt()).count();
             let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
             assert_eq!(read["rank"]["ordinal"], json!(i + 1), "{when}: {read}");
+            assert_eq!(&read["meta"], meta, "{when}: {read}");
             assert_eq!(read["rank"]["competition"], json!(better + 1), "{when}: {read}");
             // arena and trial keep a dense index, sealed with the day.
             let mut distinct: Vec<&Vec<i64>> =
-                want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+                want.iter().map(|(_, v, _)| v).filter(|v| c.better(v, values).is_lt()).collect();
             distinct.dedup();
             let dense = dense(board).then_some(distinct.len() + 1);
             assert_eq!(read["rank"]["dense"], json!(dense), "{when}: {read}");
@@ -203,8 +224,11 @@ async fn assert_sealed(w: &Worker, m: &Model, published: &[Value], when: &str) {
             let entry = h["periods"].as_array().unwrap().iter().find(|p| p["period"] == day.as_str()).cloned();
             let scores: serde_json::Map<String, Value> =
                 c.names().zip(values).map(|(n, v)| (n.into(), json!(v))).collect();
-            let want_entry =
+            let mut want_entry =
                 json!({ "period": day, "rank": i + 1, "scores": scores, "percentile": read["percentile"] });
+            if !meta.is_null() {
+                want_entry["meta"] = meta.clone();
+            }
             assert_eq!(entry, Some(want_entry), "{when}: {player}'s history of {board} {day}");
         }
     }
@@ -252,6 +276,10 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
 
     // An erasure: out of every snapshot (found through its sealed rows) and the history.
     let erased = standings(&model, "arena", &day_id(days[0]))[0].0.clone();
+    let sealed_meta = format!("lb:{{arena}}:_meta:{}:final", day_id(days[0]));
+    let mut conn = stack.redis.conn().await;
+    let meta: Option<String> = redis::cmd("HGET").arg(&sealed_meta).arg(&erased).query_async(&mut conn).await.unwrap();
+    assert!(meta.is_some(), "the sealed day keeps {erased}'s metadata");
     let id = uuid::Uuid::new_v4().to_string();
     let erase = json!({ "event_id": id, "type": "player_erased", "player_id": erased });
     stack.broker.produce(&admin, &[admin_record(erase)]).await;
@@ -267,10 +295,10 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
         let want = standings(&model, board, day);
         assert_eq!(entries_of(&top, &c), want, "{board} {day}:final after the erasure");
         // The sealed dense index follows: the erased row leaves it unless another player holds it.
-        for (i, (player, values)) in want.iter().enumerate().filter(|_| dense(board)) {
+        for (i, (player, values, _)) in want.iter().enumerate().filter(|_| dense(board)) {
             let (_, read) = w.get_json(&format!("/v1/boards/{board}/players/{player}?period={day}:final")).await;
             let mut distinct: Vec<&Vec<i64>> =
-                want.iter().map(|(_, v)| v).filter(|v| c.better(v, values).is_lt()).collect();
+                want.iter().map(|(_, v, _)| v).filter(|v| c.better(v, values).is_lt()).collect();
             distinct.dedup();
             assert_eq!(
                 (read["rank"]["ordinal"].clone(), read["rank"]["dense"].clone()),
@@ -278,7 +306,6 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
             );
         }
     }
-    let mut conn = stack.redis.conn().await;
     let row: Option<Vec<u8>> = redis::cmd("HGET")
         .arg(format!("lb:{{arena}}:_rows:{}:final", day_id(days[0])))
         .arg(&erased)
@@ -286,4 +313,6 @@ async fn sealed_days_of_boards_with_columns_read_publish_and_record_history_as_t
         .await
         .unwrap();
     assert_eq!(row, None, "the erasure takes the sealed row too");
+    let meta: Option<String> = redis::cmd("HGET").arg(&sealed_meta).arg(&erased).query_async(&mut conn).await.unwrap();
+    assert_eq!(meta, None, "and its sealed metadata");
 }

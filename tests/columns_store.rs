@@ -205,7 +205,7 @@ async fn reads_agree(r: &Reader, c: &Columns, earliest: bool, dense: bool, model
         format!("{BASE}:_dense:{id}"),
     );
     let dense_key = dense.then_some(dense_key.as_str());
-    let at = RowsAt { key: &key, rows_key: &rows_key, shadow_key: &shadow_key, dense_key, spec };
+    let at = RowsAt { key: &key, rows_key: &rows_key, shadow_key: &shadow_key, dense_key, meta_key: None, spec };
     let want: Vec<(String, Vec<i64>)> = model
         .members(c, earliest, id)
         .iter()
@@ -396,7 +396,7 @@ async fn five_columns_in_mixed_orders_in_both_row_modes() {
 }
 
 /// Top-K on best rows: each period keeps its best K members, their rows
-/// hash only theirs, event by event as the model trims.
+/// and meta hashes only theirs, event by event as the model trims.
 #[tokio::test]
 async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
     use ColumnMode::*;
@@ -408,7 +408,7 @@ async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
         let redis = Redis::start();
         let s = store_with_ttl(&redis, 600, &[]).await;
         let mut conn = redis.conn().await;
-        let p = WriteParams { top_k: K as u64, ..params(&c, earliest) };
+        let p = WriteParams { top_k: K as u64, meta: true, ..params(&c, earliest) };
         let spec = c.spec(earliest);
         let periods = vec![period_write("c", "d:1", None), period_write("c", "all", None)];
         let (mut g, mut model) = (Gen(seed), Model::default());
@@ -421,7 +421,9 @@ async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
                 values: (0..c.list.len()).map(|_| g.value()).collect(),
                 day: 0,
             };
-            let item = row_item(e.offset, &e.member, &e.id, e.ts, &periods, &e.values);
+            let meta = format!("{{\"name\":\"{} {k}\"}}", e.member);
+            let item =
+                ApplyItem { meta: Some(&meta), ..row_item(e.offset, &e.member, &e.id, e.ts, &periods, &e.values) };
             let want = model.apply(&c, &e, &["d:1", "all"]);
             assert_eq!(apply(&s, p, vec![item]).await, [want], "seed {seed}: event {k}");
             // The model keeps each period's best K.
@@ -435,6 +437,9 @@ async fn top_k_keeps_each_periods_best_rows_and_drops_the_others_rows() {
                 let rows: HashSet<String> =
                     redis::cmd("HKEYS").arg(format!("{BASE}:_rows:{id}")).query_async(&mut conn).await.unwrap();
                 assert_eq!(rows, players, "seed {seed}: {id}'s rows after event {k}");
+                let metas: HashSet<String> =
+                    redis::cmd("HKEYS").arg(format!("{BASE}:_meta:{id}")).query_async(&mut conn).await.unwrap();
+                assert_eq!(metas, players, "seed {seed}: {id}'s metadata after event {k}");
             }
         }
     }

@@ -3,7 +3,8 @@
 //! consumes them (dead-lettering the bad ones, counting producer duplicates
 //! once), and the API and the page answer. `rankflow run` refuses the
 //! embedded broker. The samples written as Avro or Protobuf come to the same
-//! boards as in JSON. Producing shows a progress bar on a terminal (a tmux
+//! boards as in JSON, a board ranked by several columns (with its players'
+//! display names) among them. Producing shows a progress bar on a terminal (a tmux
 //! session, read with capture-pane) and nothing in a log file.
 
 use std::process::{Command, Stdio};
@@ -99,6 +100,12 @@ async fn the_demo_runs_the_whole_flow_on_its_embedded_broker() {
     let top: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(top["total"].as_i64().unwrap() > 100, "{top}");
     assert!(top["entries"][0]["meta"]["name"].is_string(), "{top}");
+    // A board ranked by several columns shows display names too.
+    let (status, body) = http_get(port, "/v1/boards/arena/top?limit=3").await;
+    assert_eq!(status, 200, "{body}");
+    let arena: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let first = &arena["entries"][0];
+    assert!(first["scores"]["wins"].as_i64() > Some(0) && first["meta"]["name"].is_string(), "{arena}");
     let (status, page) = http_get(port, "/").await;
     assert!(status == 200 && page.contains("rankflow leaderboards"));
     kill(&mut demo.child);
@@ -133,13 +140,16 @@ async fn the_demo_in_avro_or_protobuf_comes_to_the_same_boards_as_in_json() {
         );
         let (_, points) = http_get(demo.port, "/v1/boards/points/top?limit=20").await;
         let (_, laps) = http_get(demo.port, "/v1/boards/laps/top?period=daily&split=monza&limit=20").await;
+        let (_, arena) = http_get(demo.port, "/v1/boards/arena/top?limit=20").await;
         let top = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["entries"].clone();
         kill(&mut demo.child);
         assert!(counts.0 > 2000.0, "{format}: {counts:?}\n{}", demo.log());
-        answers.push((format, counts, top(&points), top(&laps)));
+        answers.push((format, counts, top(&points), top(&laps), top(&arena)));
     }
-    for (format, counts, points, laps) in &answers[1..] {
-        assert_eq!((counts, points, laps), (&answers[0].1, &answers[0].2, &answers[0].3), "{format} against json");
+    assert!(answers[0].4.as_array().is_some_and(|a| a.len() == 20), "{}", answers[0].4);
+    for (format, counts, points, laps, arena) in &answers[1..] {
+        let json = &answers[0];
+        assert_eq!((counts, points, laps, arena), (&json.1, &json.2, &json.3, &json.4), "{format} against json");
     }
 }
 

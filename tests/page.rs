@@ -2,7 +2,8 @@
 //! Chromium, installed by `scripts/setup.sh --test`), against a worker that
 //! consumed real events: the top with ranks, scores and metadata, the
 //! cursor to the next page, a player found with their ranks and the players
-//! around them, a board ranked by several columns showing each column, on a
+//! around them, a board ranked by several columns showing each column and
+//! the players' display names, on a
 //! league board the player's cohort with its zones, and
 //! the first page following the live top (a score produced while the page
 //! is open tops it, through the stream).
@@ -29,6 +30,7 @@ id = "arena"
 on = ["match"]
 columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
 periods = ["all_time"]
+meta = true
 
 [[board]]
 id = "laps"
@@ -61,10 +63,14 @@ fn columns_board_shows_each_column(port: u16, profile: &std::path::Path, players
     let dom = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(cells(&dom, "top", "player"), players);
     assert_eq!(cells(&dom, "top", "score")[4], "wins 4 \u{b7} time_ms 54000");
-    for (field, value) in [("ordinal", "8"), ("competition", "8"), ("score", "wins 3 \u{b7} time_ms 57000")] {
+    assert_eq!(cells(&dom, "top", "meta")[4], "name: Player 4", "display names beside the rows");
+    for (field, value) in
+        [("ordinal", "8"), ("competition", "8"), ("score", "wins 3 \u{b7} time_ms 57000"), ("meta", "name: Player 7")]
+    {
         assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
     }
     assert_eq!(cells(&dom, "around", "player"), ["p05", "p06", "p07", "p08", "p09"]);
+    assert_eq!(cells(&dom, "around", "meta")[0], "name: Player 5");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -61,7 +61,7 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// What a board with columns cannot have yet, each refusal naming its
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
-    let fields: [(&str, bool, &str); 8] = [
+    let fields: [(&str, bool, &str); 7] = [
         (
             "shards",
             b.shards.is_some(),
@@ -85,11 +85,6 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
             !b.rolling.is_empty(),
             "is not available on a board with columns in this version: a rolling board is rebuilt by summing or taking \
              the best of its days' scores, one number each",
-        ),
-        (
-            "meta",
-            b.meta,
-            "is not available on a board with columns in this version: reads of rows carry no metadata",
         ),
         ("max_score", b.max_score.is_some(), "bounds one score; every column takes any integer within ±(2^53 - 1)"),
         (
@@ -268,22 +263,22 @@ mod tests {
         let text = "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n\
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"all_time\"]\n\
                     columns = [{ name = \"a\", mode = \"sum\" }, { name = \"b\", mode = \"max\" }]\n\
-                    shards = 4\nmax_members = 100\nmeta = true\n\
+                    shards = 4\nmax_members = 100\n\
                     max_score = 10\ntie_resolution = \"1ms\"\n";
         let fields: Vec<String> = match crate::config::load_str(text, Vec::new()) {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in ["shards", "max_members", "meta", "max_score", "tie_epoch"] {
+        for f in ["shards", "max_members", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
-        // Top-K on best rows, sealing and rank changes are a board with columns' too.
+        // Top-K on best rows, sealing, rank changes and metadata are a board with columns' too.
         let best =
             "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\nchanges_topic = \"c\"\n\
                     [[board]]\nid = \"b\"\non = [\"m\"]\nperiods = [\"daily\"]\nrow = \"best\"\n\
                     columns = [{ name = \"a\", order = \"asc\" }, { name = \"b\" }]\n\
-                    max_members = 100\nclose_after = \"1h\"\nnotify_top = 10\ndense_rank = true\n";
+                    max_members = 100\nclose_after = \"1h\"\nnotify_top = 10\ndense_rank = true\nmeta = true\n";
         let s = crate::config::load_str(best, Vec::new()).unwrap();
-        assert_eq!((s.boards[0].write_params().top_k, s.boards[0].dense_rank()), (100, true));
+        assert_eq!((s.boards[0].write_params().top_k, s.boards[0].dense_rank(), s.boards[0].meta()), (100, true, true));
     }
 }

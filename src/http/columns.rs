@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::cursor::{Cursor, Direction};
 use super::layout::rows_at;
-use super::ranks::percentile;
+use super::ranks::{meta_of, percentile};
 use super::target::{unranked, RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::columns::Columns;
@@ -24,6 +24,14 @@ use crate::store::{Reader, RowEntry, RowListing, RowsAt};
 
 fn columns_of<'b>(t: &'b Target<'_>) -> &'b Columns {
     t.board.columns().expect("a board with columns")
+}
+
+/// An entry's answer `body` with the entry's metadata, on boards that keep it.
+fn entry_json(mut body: Value, e: &RowEntry) -> Value {
+    if let Some(meta) = meta_of(e.meta.clone()) {
+        body["meta"] = json!(meta);
+    }
+    body
 }
 
 /// A listing's answer: its head and its entries, ranked by `policy`.
@@ -39,7 +47,7 @@ fn listing_json(t: &Target<'_>, l: &RowListing, policy: RankPolicy, player_id: O
                 RankPolicy::Competition => r.competition,
                 RankPolicy::Dense => r.dense,
             };
-            json!({ "rank": rank, "player_id": e.player, "scores": c.scores(&e.values) })
+            entry_json(json!({ "rank": rank, "player_id": e.player, "scores": c.scores(&e.values) }), e)
         })
         .collect();
     let mut body = json!({ "board": t.board.id(), "period": t.period, "total": l.total, "entries": entries });
@@ -126,6 +134,9 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     if f.hidden {
         body["hidden"] = json!(true);
     }
+    if let Some(meta) = meta_of(f.meta) {
+        body["meta"] = json!(meta);
+    }
     Ok(body)
 }
 
@@ -167,7 +178,8 @@ pub(super) async fn players(
         .iter()
         .enumerate()
         .map(|(i, (e, count))| {
-            json!({ "rank": count + 1, "rank_in_set": i + 1, "player_id": e.player, "scores": c.scores(&e.values) })
+            let body = json!({ "rank": count + 1, "rank_in_set": i + 1, "player_id": e.player, "scores": c.scores(&e.values) });
+            entry_json(body, e)
         })
         .collect();
     Ok(json!({

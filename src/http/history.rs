@@ -24,7 +24,7 @@ pub(super) async fn history(
     let reader = s.reader()?.fresh(super::target::fresh_of(&q)?);
     // A sharded board keeps a player's history on the player's shard.
     let base = super::target::player_base(&s, board, split, &player_id);
-    let found = reader.history(&base, &player_id).await.map_err(ApiError::unavailable)?;
+    let found = reader.history(&base, &player_id, board.meta()).await.map_err(ApiError::unavailable)?;
     Ok(Json(history_json(board, split, &player_id, found)))
 }
 
@@ -45,6 +45,9 @@ fn history_json(board: &Board, split: Option<&str>, player_id: &str, found: Play
             match board.columns() {
                 Some(c) => entry["scores"] = c.scores(&p.values),
                 None => entry["score"] = json!(board.packing().decode(p.stored)),
+            }
+            if let Some(meta) = p.meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+                entry["meta"] = meta;
             }
             entry
         })
@@ -82,6 +85,7 @@ mod tests {
             total,
             stored,
             values: vec![],
+            meta: None,
         };
         let found = PlayerHistory {
             periods: vec![

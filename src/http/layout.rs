@@ -38,7 +38,8 @@ pub(super) fn rows_at<'k>(t: &'k Target<'_>) -> Option<crate::store::RowsAt<'k>>
     let (Layout::Single(keys), Some(spec)) = (&t.layout, t.board.column_spec()) else { return None };
     let rows_key = keys.rows_key.as_deref()?;
     let dense_key = t.board.dense_rank().then_some(keys.dense_key.as_str());
-    Some(crate::store::RowsAt { key: &keys.key, rows_key, shadow_key: &keys.shadow_key, dense_key, spec })
+    let meta_key = keys.meta_key.as_deref();
+    Some(crate::store::RowsAt { key: &keys.key, rows_key, shadow_key: &keys.shadow_key, dense_key, meta_key, spec })
 }
 
 /// A page of the top, by offset or from a cursor.

@@ -68,7 +68,7 @@ impl Scheduler<'_> {
         let sealed = SealedRows::of(base, id);
         let reader = self.store.primary_reader();
         loop {
-            let page = reader.rows_top(&sealed.at(spec), at, STEP_ENTRIES).await?;
+            let page = reader.rows_top(&sealed.at(spec, false), at, STEP_ENTRIES).await?;
             let standings: Vec<(String, String)> = page
                 .entries
                 .iter()

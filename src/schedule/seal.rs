@@ -12,28 +12,35 @@ use crate::keys;
 use crate::metrics;
 use crate::store::{RowListing, SealCall, SealedRows};
 
+/// `entry` with the metadata stored for it, if any.
+fn with_meta(mut entry: Value, meta: Option<&str>) -> Value {
+    if let Some(meta) = meta.and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+        entry["meta"] = meta;
+    }
+    entry
+}
+
 /// The published entries of a sealed top: ranks, values and each entry's metadata.
 fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Vec<Value> {
     top.iter()
         .enumerate()
         .map(|(i, (member, stored, meta))| {
-            let mut entry =
-                json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) });
-            if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
-                entry["meta"] = meta;
-            }
-            entry
+            let entry = json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) });
+            with_meta(entry, meta.as_deref())
         })
         .collect()
 }
 
 /// The first `n` entries of a sealed snapshot of a board ranked by several
-/// columns: ranks (ordinal) and each entry's `scores`.
+/// columns: ranks (ordinal), each entry's `scores` and its metadata.
 fn row_entries(c: &Columns, top: &RowListing) -> Vec<Value> {
     top.entries
         .iter()
         .zip(top.ranks())
-        .map(|(e, r)| json!({ "rank": r.ordinal, "player_id": e.player, "scores": c.scores(&e.values) }))
+        .map(|(e, r)| {
+            let entry = json!({ "rank": r.ordinal, "player_id": e.player, "scores": c.scores(&e.values) });
+            with_meta(entry, e.meta.as_deref())
+        })
         .collect()
 }
 
@@ -134,7 +141,7 @@ impl Scheduler<'_> {
         n: usize,
     ) -> Result<Vec<Value>, JobError> {
         let keys = SealedRows::of(base, period_id);
-        let top = self.store.primary_reader().rows_top(&keys.at(spec), 0, n).await?;
+        let top = self.store.primary_reader().rows_top(&keys.at(spec, board.meta()), 0, n).await?;
         Ok(row_entries(board.columns().expect("a board with columns"), &top))
     }
 

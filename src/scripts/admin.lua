@@ -139,7 +139,7 @@ local function dense_moved(k, id, delta)
 end
 
 -- Top-K: a live key over its limit drops its worst members, with their
--- metadata (on boards ranked by several columns, their rows).
+-- metadata (on boards ranked by several columns, their rows too).
 local function trim(k, id)
   if not is_live(id) then return end
   local victims = TopK.trim(k, h.top_k, h.desc)
@@ -147,11 +147,12 @@ local function trim(k, id)
   for i = 1, #victims, 2 do
     local d = dense_of(victims[i], victims[i + 1])
     gone[d] = (gone[d] or 0) - 1
+    local player = victims[i]
     if h.rows then
-      call('HDEL', h.rows .. id, string.sub(victims[i], h.row_prefix + 1))
-    else
-      call('HDEL', h.meta .. id, victims[i])
+      player = string.sub(victims[i], h.row_prefix + 1)
+      call('HDEL', h.rows .. id, player)
     end
+    call('HDEL', h.meta .. id, player)
   end
   dense_moved(k, id, gone)
 end

@@ -4,13 +4,15 @@
 -- order, best first, and a member is its row's first PREFIX bytes (the row
 -- key, ROW bytes, then the tie key) then the player id.
 --
--- keys: period rows shadow dense?
+-- keys: period rows shadow dense? meta?
 -- derives: (none)
 -- KEYS[1]   the period key
 -- KEYS[2]   its rows hash (player -> row)
 -- KEYS[3]   its shadow: the members of the tag's hidden players
 -- KEYS[4]   boards with dense_rank: its dense index (the distinct row keys
---           of its visible players, each at score 0)
+--           of its visible players, each at score 0); without one, a key
+--           that never exists when KEYS[5] follows (it counts 0)
+-- KEYS[5]   boards that keep metadata: its meta hash (player -> compact JSON)
 -- ARGV[1]   "top" | "player" | "around" | "page" | "players" | "rank_of"
 -- ARGV[2]   PREFIX, ARGV[3] ROW
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
@@ -39,9 +41,12 @@
 --           and the count its rank is one more than (position for
 --           "ordinal", better for "competition", dense_better for "dense") }
 -- rank_of:  { total, better, better_or_equal, dense_better } for the row
+-- With KEYS[5], every entry carries its meta (false: none): listings are
+-- (member, meta) pairs, player ends with it, players rows are (member,
+-- count, meta).
 
 local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local key, rows_key, shadow, dense = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local key, rows_key, shadow, dense, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local call, sub = redis.call, string.sub
 
 -- The players strictly better than a member's row: every member below its
@@ -57,12 +62,25 @@ local function dense_better(member)
 end
 
 -- { total, start, better, dense_better, members... } of the entries start..stop.
+-- The meta of the player of member (false: none).
+local function meta_of(member)
+  return call('HGET', meta, sub(member, prefix + 1))
+end
+
+-- Appends the members of page to out, each followed by its meta with KEYS[5].
+local function entries(out, page)
+  for x = 1, #page do
+    out[#out + 1] = page[x]
+    if meta then out[#out + 1] = meta_of(page[x]) end
+  end
+  return out
+end
+
 local function listing(total, start, stop)
   local page = call('ZRANGE', key, start, stop)
   local out = { total, start, 0, 0 }
   if page[1] then out[3], out[4] = better_than(page[1]), dense_better(page[1]) end
-  for x = 1, #page do out[#out + 1] = page[x] end
-  return out
+  return entries(out, page)
 end
 
 -- A player's member, position and whether they are hidden; nil if absent.
@@ -92,8 +110,7 @@ if op == 'page' then
   end
   if not page[1] then return { total, 0, 0, 0 } end
   local out = { total, call('ZLEXCOUNT', key, '-', '(' .. page[1]), better_than(page[1]), dense_better(page[1]) }
-  for x = 1, #page do out[#out + 1] = page[x] end
-  return out
+  return entries(out, page)
 end
 if op == 'players' then
   local out, policy = { total }, ARGV[4]
@@ -116,6 +133,7 @@ if op == 'players' then
         end
       end
       out[#out + 1], out[#out + 2] = member, count
+      if meta then out[#out + 1] = member and meta_of(member) end
     end
   end
   return out
@@ -132,7 +150,9 @@ end
 local member, position, hidden, row = find(ARGV[4])
 if not member then return false end
 if op == 'player' then
-  return { total, position, better_than(member), dense_better(member), row, hidden and 1 or 0 }
+  local out = { total, position, better_than(member), dense_better(member), row, hidden and 1 or 0 }
+  if meta then out[#out + 1] = meta_of(member) end
+  return out
 end
 if op == 'around' then
   local radius = tonumber(ARGV[5])

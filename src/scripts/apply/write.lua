@@ -31,7 +31,7 @@ do
   end
 
   -- Top-K: period j's key k over its limit drops its worst members, with
-  -- their metadata (on boards ranked by several columns, their rows), and
+  -- their metadata (on boards ranked by several columns, their rows too), and
   -- counts them out of delta (the dense index's changes).
   local function trim(A, j, k, delta)
     local victims = TopK.trim(k, A.h.top_k, A.h.desc)
@@ -46,6 +46,7 @@ do
         delta[row] = (delta[row] or 0) - 1
       end
       variadic('HDEL', A.rows_keys[j], gone, 1)
+      if A.meta_on then variadic('HDEL', A.meta_keys[j], gone, 1) end
       return
     end
     for v = 2, #victims, 2 do

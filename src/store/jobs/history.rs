@@ -78,6 +78,8 @@ pub struct SealedStanding {
     /// A board ranked by several columns: the row's values (`stored` 0);
     /// empty on a board of one score.
     pub values: Vec<i64>,
+    /// On boards that keep metadata: the player's in the sealed snapshot.
+    pub meta: Option<String>,
 }
 
 /// A player's best rank over the sealed periods of one kind.
@@ -118,7 +120,7 @@ fn parse_standing(period_id: &str, v: &str) -> Option<SealedStanding> {
         Ok(stored) => (stored, Vec::new()),
         Err(_) => (0, last.split(',').map(str::parse).collect::<Result<Vec<i64>, _>>().ok()?),
     };
-    Some(SealedStanding { period_id: period_id.to_string(), ordinal, competition, total, stored, values })
+    Some(SealedStanding { period_id: period_id.to_string(), ordinal, competition, total, stored, values, meta: None })
 }
 
 /// `<rank>:<period id>`, as `history.lua` records a best.
@@ -231,11 +233,18 @@ impl Store {
 
 impl Reader {
     /// `member`'s history on the tag `base`: their standing in each sealed
-    /// period still retained, and their best of each kind.
-    pub async fn history(&self, base: &str, member: &str) -> Result<PlayerHistory, StoreError> {
+    /// period still retained, and their best of each kind; `meta`: the
+    /// board keeps metadata, and each standing carries the member's in the
+    /// period's sealed snapshot (which expires with the history hash).
+    pub async fn history(&self, base: &str, member: &str, meta: bool) -> Result<PlayerHistory, StoreError> {
         let registry = keys::history_registry_key(base);
         let (hist, best) = (keys::history_prefix(base), keys::best_prefix(base));
-        let found: Vec<(String, Option<String>)> = self
+        // Each listed key's field, then for a history hash the sealed snapshot's meta field.
+        let meta_of = |key: &str| {
+            let period = key.strip_prefix(&hist).filter(|_| meta)?;
+            Some(keys::meta_key(base, &crate::period::id::final_id(period)))
+        };
+        let found: Vec<(String, Option<String>, Option<String>)> = self
             .run(|mut conn| {
                 let registry = registry.clone();
                 async move {
@@ -246,17 +255,19 @@ impl Reader {
                     let mut pipe = redis::pipe();
                     for k in &listed {
                         pipe.cmd("HGET").arg(k).arg(member);
+                        pipe.cmd("HGET").arg(meta_of(k).unwrap_or_else(|| keys::absent_key(k))).arg(member);
                     }
                     let values: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
-                    Ok(listed.into_iter().zip(values).collect())
+                    let pairs = values.chunks(2).map(|v| (v[0].clone(), v[1].clone()));
+                    Ok(listed.into_iter().zip(pairs).map(|(k, (v, m))| (k, v, m)).collect())
                 }
             })
             .await?;
         let mut out = PlayerHistory::default();
-        for (key, value) in found {
+        for (key, value, meta) in found {
             let Some(value) = value else { continue };
             if let Some(period) = key.strip_prefix(&hist) {
-                out.periods.extend(parse_standing(period, &value));
+                out.periods.extend(parse_standing(period, &value).map(|s| SealedStanding { meta, ..s }));
             } else if let Some(kind) = key.strip_prefix(&best) {
                 out.best.extend(parse_best(kind, &value));
             }
@@ -299,6 +310,7 @@ mod tests {
                 total: 40,
                 stored: 1200,
                 values: vec![],
+                meta: None,
             })
         );
         // A row's standing, on a board ranked by several columns.

@@ -224,7 +224,8 @@ impl Fields {
         Ok(v.map(|s| s as i64))
     }
 
-    fn text(&mut self) -> Result<Option<String>, String> {
+    /// A string, or `None` where the script answered false.
+    pub(in crate::store) fn text(&mut self) -> Result<Option<String>, String> {
         redis::from_redis_value(self.next()?).map_err(|e| e.to_string())
     }
 

@@ -17,6 +17,8 @@ pub struct RowsAt<'a> {
     pub shadow_key: &'a str,
     /// Boards with `dense_rank`: the period's dense index (distinct row keys).
     pub dense_key: Option<&'a str>,
+    /// Boards that keep metadata: the period's meta hash (player -> JSON).
+    pub meta_key: Option<&'a str>,
     pub spec: ColumnSpec,
 }
 
@@ -26,6 +28,7 @@ pub struct SealedRows {
     pub key: String,
     pub rows_key: String,
     pub shadow_key: String,
+    pub meta_key: String,
 }
 
 impl SealedRows {
@@ -36,11 +39,20 @@ impl SealedRows {
             key: crate::keys::period_key(base, &id),
             rows_key: crate::keys::rows_key(base, &id),
             shadow_key: crate::keys::shadow_key(base, &id),
+            meta_key: crate::keys::meta_key(base, &id),
         }
     }
 
-    pub fn at(&self, spec: ColumnSpec) -> RowsAt<'_> {
-        RowsAt { key: &self.key, rows_key: &self.rows_key, shadow_key: &self.shadow_key, dense_key: None, spec }
+    /// The snapshot's keys; `meta`: the board keeps metadata.
+    pub fn at(&self, spec: ColumnSpec, meta: bool) -> RowsAt<'_> {
+        RowsAt {
+            key: &self.key,
+            rows_key: &self.rows_key,
+            shadow_key: &self.shadow_key,
+            dense_key: None,
+            meta_key: meta.then_some(self.meta_key.as_str()),
+            spec,
+        }
     }
 }
 
@@ -51,6 +63,8 @@ pub struct RowEntry {
     pub values: Vec<i64>,
     /// The entry's member bytes (where a page after or before it starts).
     pub member: Vec<u8>,
+    /// Its metadata as stored (compact JSON), on boards that keep it.
+    pub meta: Option<String>,
 }
 
 /// A run of entries in board order: the position of the first and how
@@ -104,6 +118,8 @@ pub struct RowFound {
     pub dense_better: i64,
     pub values: Vec<i64>,
     pub hidden: bool,
+    /// Its metadata as stored, on boards that keep it.
+    pub meta: Option<String>,
 }
 
 /// A friends read: the total, and per player asked their entry and the
@@ -125,15 +141,21 @@ pub struct RowCounts {
     pub dense_better: i64,
 }
 
-/// A listing: total, start, better, then members.
-fn listing(reply: Value, spec: &ColumnSpec) -> Result<RowListing, String> {
+/// An entry of member bytes `member` (meta as the reply carries it).
+fn entry(member: Vec<u8>, meta: Option<String>, spec: &ColumnSpec) -> Result<RowEntry, String> {
+    let (values, _, player) = spec.parse_member(&member).ok_or("a member of another layout")?;
+    Ok(RowEntry { player: player.to_string(), values, member, meta })
+}
+
+/// A listing: total, start, better, then members (each with its meta on `at`'s boards that keep it).
+fn listing(reply: Value, at: &RowsAt<'_>) -> Result<RowListing, String> {
     let mut f = Fields::of_array(reply)?;
     let (total, start, better, dense_better) = (f.int()?, f.int()?, f.int()?, f.int()?);
     let mut entries = Vec::with_capacity(f.left());
     while f.left() > 0 {
         let member = f.bytes()?;
-        let (values, _, player) = spec.parse_member(&member).ok_or("a member of another layout")?;
-        entries.push(RowEntry { player: player.to_string(), values, member });
+        let meta = if at.meta_key.is_some() { f.text()? } else { None };
+        entries.push(entry(member, meta, &at.spec)?);
     }
     Ok(RowListing { total, start, better, dense_better, entries })
 }
@@ -146,7 +168,11 @@ impl Reader {
             "period" => Some(at.key.to_string()),
             "rows" => Some(at.rows_key.to_string()),
             "shadow" => Some(at.shadow_key.to_string()),
-            "dense" => at.dense_key.map(str::to_string),
+            // A key that never exists holds the place of a missing dense index before the meta hash.
+            "dense" => {
+                at.dense_key.map(str::to_string).or_else(|| at.meta_key.map(|_| crate::keys::absent_key(at.key)))
+            }
+            "meta" => at.meta_key.map(str::to_string),
             _ => None,
         });
         let (prefix, row) = (at.spec.prefix_len(), 8 * at.spec.n as usize);
@@ -158,7 +184,7 @@ impl Reader {
     /// The first `limit` entries from `offset`.
     pub async fn rows_top(&self, at: &RowsAt<'_>, offset: usize, limit: usize) -> Result<RowListing, StoreError> {
         let reply = self.rows_op(at, "top", &[offset.to_string().into_bytes(), limit.to_string().into_bytes()]).await?;
-        listing(reply, &at.spec).map_err(bad_reply)
+        listing(reply, at).map_err(bad_reply)
     }
 
     /// `limit` entries after (`next`) or before the entry `member` (the
@@ -174,7 +200,7 @@ impl Reader {
         let dir = if next { "next" } else { "prev" };
         let args = [member.to_vec(), limit.to_string().into_bytes(), dir.as_bytes().to_vec()];
         let reply = self.rows_op(at, "page", &args).await?;
-        listing(reply, &at.spec).map_err(bad_reply)
+        listing(reply, at).map_err(bad_reply)
     }
 
     /// `player`'s standing, `None` when they have no row here.
@@ -185,8 +211,9 @@ impl Reader {
             let (total, position, better, dense_better) = (f.int()?, f.int()?, f.int()?, f.int()?);
             let values = at.spec.values_of(&f.bytes()?).ok_or("a row of another layout")?;
             let hidden = f.int()? == 1;
+            let meta = if at.meta_key.is_some() { f.text()? } else { None };
             f.end()?;
-            Ok(Some(RowFound { total, position, better, dense_better, values, hidden }))
+            Ok(Some(RowFound { total, position, better, dense_better, values, hidden, meta }))
         };
         parse().map_err(bad_reply)
     }
@@ -204,7 +231,7 @@ impl Reader {
         let args = [player.as_bytes().to_vec(), radius.to_string().into_bytes(), vec![if fill { b'1' } else { b'0' }]];
         match self.rows_op(at, "around", &args).await? {
             Value::Nil => Ok(None),
-            reply => listing(reply, &at.spec).map(Some).map_err(bad_reply),
+            reply => listing(reply, at).map(Some).map_err(bad_reply),
         }
     }
 
@@ -227,12 +254,10 @@ impl Reader {
             for _ in players {
                 let member = f.opt_bytes()?;
                 let count = f.int()?;
+                let meta = if at.meta_key.is_some() { f.text()? } else { None };
                 rows.push(match member {
                     None => None,
-                    Some(member) => {
-                        let (values, _, player) = at.spec.parse_member(&member).ok_or("a member of another layout")?;
-                        Some((RowEntry { player: player.to_string(), values, member }, count))
-                    }
+                    Some(member) => Some((entry(member, meta, &at.spec)?, count)),
                 });
             }
             f.end()?;

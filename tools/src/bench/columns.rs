@@ -6,7 +6,8 @@
 //! memory per member (`MEMORY USAGE` of every period key and its per-period
 //! keys over the members they hold), and the top-10 and player reads each
 //! board serves a second (concurrent clients on one connection, the read
-//! API's way).
+//! API's way). Then what display names (`meta = true`, each event naming
+//! its player) add to a member's memory on each board.
 
 use std::time::{Duration, Instant};
 
@@ -18,16 +19,18 @@ use super::*;
 const PERIODS: &str = "periods = [\"daily\", \"weekly\", \"all_time\"]";
 
 /// The board with two columns, or the board of one score (with its dense
-/// index, as configured by default, or without, as a board with columns is).
+/// index, as configured by default, or without, as a board with columns is);
+/// `-names`: keeping each member's metadata.
 fn board(kind: &str) -> String {
-    let ranking = match kind {
+    let ranking = match kind.trim_end_matches("-names") {
         "columns" => {
             "columns = [{ name = \"wins\", mode = \"sum\" }, { name = \"time_ms\", mode = \"min\", order = \"asc\" }]"
         }
         "one" => "mode = \"sum\"",
         _ => "mode = \"sum\"\ndense_rank = false",
     };
-    format!("[[board]]\nid = \"arena\"\non = [\"match_finished\"]\n{ranking}\n{PERIODS}\n")
+    let meta = if kind.ends_with("-names") { "meta = true\n" } else { "" };
+    format!("[[board]]\nid = \"arena\"\non = [\"match_finished\"]\n{ranking}\n{PERIODS}\n{meta}")
 }
 
 fn settings(redis_url: &str, kind: &str) -> Result<Settings, String> {
@@ -36,13 +39,16 @@ fn settings(redis_url: &str, kind: &str) -> Result<Settings, String> {
     config::load_str(&text, Vec::new()).map_err(|e| e.to_string())
 }
 
-/// The bench's matches, each with its score as wins and a time from its id.
+/// The bench's matches, each with its score as wins, a time from its id
+/// and its player's display name as `meta` (which boards without
+/// `meta = true` do not send to Redis).
 fn stream(router: &Router, events: u64) -> Vec<StreamEvent> {
     let mut list = parsed_stream(router, 23, 100_000, events);
     for (_, _, _, e) in &mut list {
         let wins = e.score.unwrap_or(0);
         let time_ms = 30_000 + (e.event_id.as_u128() % 90_000) as i64;
         e.scores = Some(Scores([("wins".to_string(), Some(wins)), ("time_ms".to_string(), Some(time_ms))].into()));
+        e.meta = Some(serde_json::json!({ "name": format!("Player {}", e.player_id) }).to_string());
     }
     list
 }
@@ -115,7 +121,7 @@ async fn capacity(conn: &RedisConn, settings: &Settings, player: &str) -> Result
     let (key, dense, shadow, rows, offsets) = (leak(key), leak(dense), leak(shadow), leak(rows), leak(offsets));
     let player: &'static str = leak(player.to_string());
     if let Some(spec) = board.column_spec() {
-        let at = RowsAt { key, rows_key: rows, shadow_key: shadow, dense_key: None, spec };
+        let at = RowsAt { key, rows_key: rows, shadow_key: shadow, dense_key: None, meta_key: None, spec };
         let r = reader.clone();
         let top = per_second(16, 3, move || {
             let r = r.clone();
@@ -154,7 +160,7 @@ async fn capacity(conn: &RedisConn, settings: &Settings, player: &str) -> Result
 
 /// `rankflow-tools bench columns`.
 pub async fn columns(redis_url: &str, events: u64, rounds: usize) -> Result<(), String> {
-    let kinds = ["columns", "one", "one-no-dense"];
+    let kinds = ["columns", "one", "one-no-dense", "columns-names", "one-names"];
     let all: Vec<Settings> = kinds.iter().map(|k| settings(redis_url, k)).collect::<Result<_, _>>()?;
     let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "bench-g", "127.0.0.1:0", "");
     let (base_settings, conn, store) = open_store(&cfg_text).await?;
@@ -202,5 +208,12 @@ pub async fn columns(redis_url: &str, events: u64, rounds: usize) -> Result<(), 
     }
     println!("\n| board | memory a member | against one column | top-10 reads/s | player reads/s |\n|---|---:|---:|---:|---:|");
     println!("{}\n{}\n{}", row(0, "two columns"), row(1, "one column"), row(2, "one column, no dense index"));
+    println!("{}\n{}", row(3, "two columns, names"), row(4, "one column, names"));
+    let (on_rows, on_one) = (mem[3].0 - mem[0].0, mem[4].0 - mem[1].0);
+    println!(
+        "\nDisplay names add {on_rows:.1} B a member on two columns against {on_one:.1} B on one column: {:.2}x \
+         (target at most 1x).",
+        on_rows / on_one
+    );
     Ok(())
 }
