@@ -408,6 +408,33 @@ async fn with_min_replicas_a_call_sent_behind_one_not_yet_applied_and_lost_data_
     sent_behind_one_not_yet_applied(&redis, s).await;
 }
 
+/// With `redis.min_replicas`, a tag's registration is done only once a
+/// replica has it: a failover to a replica without it would otherwise make
+/// the tag's next write read as lost data though nothing acknowledged was
+/// lost.
+#[tokio::test]
+async fn with_min_replicas_a_registration_waits_for_a_replica() {
+    let redis = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &redis.port.to_string()]);
+    let s = store(&redis).await.with_min_replicas(1, std::time::Duration::from_millis(300));
+    let tags = vec!["lb:{p}".to_string()];
+    // Synced first: a registration with the replica up is done.
+    let mut synced = false;
+    for _ in 0..50 {
+        if s.register_tags("lb:{.tags}:_bases", &["lb:{q}".to_string()], false).await.is_ok() {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(synced, "the replica never acknowledged a registration");
+    replica.pause();
+    let err = s.register_tags("lb:{.tags}:_bases", &tags, true).await.unwrap_err();
+    assert!(matches!(err, StoreError::Replicas { .. }), "{err}");
+    replica.resume();
+    s.register_tags("lb:{.tags}:_bases", &tags, true).await.unwrap();
+}
+
 async fn sent_behind_one_not_yet_applied(redis: &Redis, s: Store) {
     let mut conn = redis.conn().await;
     let keys = vec![period_write("p", "all", None)];

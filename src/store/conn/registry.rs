@@ -10,6 +10,12 @@
 //! `FLUSHALL`, a failover to a replica that never had it). A tag the
 //! registry already holds is never given the field again here: only an
 //! operator's `rankflow accept-loss` or a rebuild does that.
+//!
+//! With `redis.min_replicas`, the field and the registry's entry are each
+//! written with `WAIT`, as an apply call is, and a registration is done
+//! only once both are on enough replicas: a failover may lose a
+//! registration no replica had, and the tag's next write would then read
+//! as lost data though nothing acknowledged was lost.
 
 use futures::future::try_join_all;
 
@@ -59,7 +65,7 @@ impl Store {
     pub async fn stamp_tags(&self, bases: &[String]) -> Result<(), StoreError> {
         let now = chrono::Utc::now().timestamp_millis();
         let _: Vec<i64> = self
-            .on_each_tag(bases, |b| {
+            .on_each_tag(bases, true, |b| {
                 let mut cmd = redis::cmd("HSETNX");
                 cmd.arg(keys::offsets_key(b)).arg(keys::REGISTERED_FIELD).arg(now);
                 cmd
@@ -68,17 +74,41 @@ impl Store {
         Ok(())
     }
 
-    /// One command per tag, all at once (on a cluster, each on its tag's node).
+    /// One command per tag, all at once (on a cluster, each on its tag's
+    /// node); `durable`: a write, waited for as [`Store::durably`] does.
     async fn on_each_tag<T: redis::FromRedisValue>(
         &self,
         bases: &[String],
+        durable: bool,
         cmd: impl Fn(&str) -> redis::Cmd,
     ) -> Result<Vec<T>, StoreError> {
         let calls = bases.iter().map(|b| {
-            let (mut conn, cmd) = (self.conn.clone(), cmd(b));
-            async move { cmd.query_async::<T>(&mut conn).await }
+            let cmd = cmd(b);
+            async move {
+                match durable {
+                    true => self.durably(cmd).await,
+                    false => cmd.query_async::<T>(&mut self.conn.clone()).await.map_err(StoreError::Registry),
+                }
+            }
         });
-        try_join_all(calls).await.map_err(StoreError::Registry)
+        try_join_all(calls).await
+    }
+
+    /// A write, with `redis.min_replicas` sent with its `WAIT` in one
+    /// pipeline on the connection of its node (see `apply_one`), and an
+    /// error unless enough replicas acknowledged it.
+    async fn durably<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        let Some((wanted, timeout)) = self.replicas else {
+            return cmd.query_async(&mut conn).await.map_err(StoreError::Registry);
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd).add_command(crate::store::wait_cmd(wanted, timeout));
+        let (reply, got): (T, i64) = pipe.query_async(&mut conn).await.map_err(StoreError::Registry)?;
+        if got < i64::from(wanted) {
+            return Err(StoreError::Replicas { wanted, got });
+        }
+        Ok(reply)
     }
 
     /// Adds tags to the registry as they are (for tags found with data,
@@ -87,13 +117,9 @@ impl Store {
         if bases.is_empty() {
             return Ok(());
         }
-        let mut conn = self.conn.clone();
-        redis::cmd("SADD")
-            .arg(registry)
-            .arg(bases)
-            .query_async::<i64>(&mut conn)
-            .await
-            .map_err(StoreError::Registry)?;
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(registry).arg(bases);
+        self.durably::<i64>(cmd).await?;
         Ok(())
     }
 
@@ -101,7 +127,7 @@ impl Store {
     /// [`keys::REGISTERED_FIELD`], in order.
     pub async fn unstamped(&self, bases: &[String]) -> Result<Vec<String>, StoreError> {
         let present: Vec<bool> = self
-            .on_each_tag(bases, |b| {
+            .on_each_tag(bases, false, |b| {
                 let mut cmd = redis::cmd("HEXISTS");
                 cmd.arg(keys::offsets_key(b)).arg(keys::REGISTERED_FIELD);
                 cmd
