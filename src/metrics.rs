@@ -408,8 +408,7 @@ impl Metrics {
                 self.rank_changes.with_label_values(&[b]);
             }
             let rules = board.integrity();
-            let on = [rules.score_over.is_some(), rules.gain_over.is_some(), rules.jump_over.is_some()];
-            for (rule, _) in crate::event::Rule::ALL.iter().zip(on).filter(|(_, on)| *on) {
+            for (rule, _) in crate::event::Rule::ALL.iter().zip(rules.on()).filter(|(_, on)| *on) {
                 self.review.held.with_label_values(&[b, rule.as_str()]);
                 for d in ["approved", "rejected"] {
                     self.review.decided.with_label_values(&[b, rule.as_str(), d]);

@@ -55,7 +55,7 @@ async fn held(
     let mut out = Vec::new();
     for (id, blob) in all {
         let h = decode_held(&id, &blob).expect("a held record");
-        out.push((id, h.state.as_str().to_string(), h.player_id, h.score, h.ts, h.rule.index(), h.value));
+        out.push((id, h.state.as_str().to_string(), h.player_id, h.score, h.ts, h.rule.index() as i64, h.value));
     }
     out.sort_by(|a, b| (a.4, &a.0).cmp(&(b.4, &b.0)));
     let queue: Vec<String> =
@@ -110,7 +110,7 @@ async fn sum_rules_hold_a_big_score_and_a_window_too_full_and_a_held_event_stays
 
     let (records, queue) = held(&mut conn).await;
     let want = |id: &Uuid, value, ts, rule: Rule, observed| {
-        (id.to_string(), "pending".to_string(), "alice".to_string(), value, ts, rule.index(), observed)
+        (id.to_string(), "pending".to_string(), "alice".to_string(), value, ts, rule.index() as i64, observed)
     };
     assert_eq!(
         records,

@@ -161,6 +161,7 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         Reason::ScoreOver,
         Reason::GainOver,
         Reason::JumpOver,
+        Reason::BetterThan,
     ];
     for reason in Reason::ALL {
         let covered = cases.iter().any(|(r, _)| *r == reason);

@@ -4,7 +4,7 @@
 //! decided by `scripts/apply/rules.lua`; this is their configuration and
 //! the names Rust and the script share.
 
-pub use crate::event::rule::{held_code, rule_of_code, Rule, HELD_BASE, REFUSED_BASE};
+pub use crate::event::rule::{held_code, refused_code, rule_of_code, Rule};
 
 /// What a broken rule does to the event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,9 +35,23 @@ pub struct Integrity {
     pub gain_over: Option<(i64, i64, Action)>,
     /// `best` boards: a new best beyond the player's all-time best.
     pub jump_over: Option<(Jump, Action)>,
+    /// Boards ranked by several columns: a submission's value better than
+    /// this by its column's order (below it on `asc`, above on `desc`).
+    pub better_than: Option<(i64, Action)>,
     /// `hold_hides_after`: this many events held within this window (ms)
     /// hide the player.
     pub hides_after: Option<(u32, i64)>,
+    /// Boards ranked by several columns: the column each rule judges.
+    pub columns: RuleColumns,
+}
+
+/// The column (0-based, in the board's order) `score_over`, `jump_over`
+/// and `better_than` judge on a board ranked by several columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleColumns {
+    pub score_over: u8,
+    pub jump_over: u8,
+    pub better_than: u8,
 }
 
 impl Integrity {
@@ -46,11 +60,29 @@ impl Integrity {
         self.score_over.is_some_and(|r| r.1 == Action::Hold)
             || self.gain_over.is_some_and(|r| r.2 == Action::Hold)
             || self.jump_over.is_some_and(|r| r.1 == Action::Hold)
+            || self.better_than.is_some_and(|r| r.1 == Action::Hold)
     }
 
     pub fn any(&self) -> bool {
-        self.score_over.is_some() || self.gain_over.is_some() || self.jump_over.is_some()
+        self.score_over.is_some() || self.gain_over.is_some() || self.jump_over.is_some() || self.better_than.is_some()
     }
+
+    /// Which rules are on, in [`Rule::ALL`]'s order.
+    pub fn on(&self) -> [bool; 4] {
+        [self.score_over.is_some(), self.gain_over.is_some(), self.jump_over.is_some(), self.better_than.is_some()]
+    }
+}
+
+/// The column `rule` judges on `board`, if it ranks by several columns.
+pub fn rule_column(board: &super::Board, rule: Rule) -> Option<&str> {
+    let c = board.integrity().columns;
+    let i = match rule {
+        Rule::ScoreOver => c.score_over,
+        Rule::JumpOver => c.jump_over,
+        Rule::BetterThan => c.better_than,
+        Rule::GainOver => return None,
+    };
+    board.columns()?.names().nth(usize::from(i))
 }
 
 /// `limit` of `jump_over`: an integer amount, or a ratio such as `"3x"` or

@@ -113,8 +113,14 @@ impl Router {
 
     /// Why board `i` refuses `event`, in words naming the field at fault
     /// (a dead letter's detail); `None` for a refusal its reason says all of.
-    pub fn refusal_detail(&self, i: usize, event: &Event) -> Option<String> {
+    pub fn refusal_detail(&self, i: usize, event: &Event, reason: Reason) -> Option<String> {
         let board = &self.boards[i];
+        if let Some(rule) = reason.rule() {
+            // On a board with columns, the column the rule judged and the value it found.
+            let column = crate::board::integrity::rule_column(board, rule)?;
+            let value = event.scores.as_ref()?.0.get(column).copied().flatten()?;
+            return Some(format!("{} judges scores.{column}, which is {value}", rule.as_str()));
+        }
         match (board.columns(), &event.scores) {
             (Some(c), Some(s)) => match s.values(c.names()) {
                 Ok(values) => c.out_of_bounds(&values),
@@ -416,19 +422,22 @@ mod tests {
         let Decision::Write(w) = &plan[0].1 else { panic!("{plan:?}") };
         assert_eq!((w.params.op, w.values.clone()), (WriteOp::Columns, vec![1, 53000]));
         assert!(w.params.columns.is_some_and(|c| c.n == 2 && c.desc[..2] == [true, false]));
-        assert_eq!(r.refusal_detail(0, &e), None);
+        assert_eq!(r.refusal_detail(0, &e, Reason::InvalidScore), None);
         // The board of one score takes the record's score, or refuses it when it has none.
         assert!(matches!(plan[1].1, Decision::Write(_)));
         e.score = None;
         assert_eq!(r.plan(&e, e.ts_ms)[1].1, Decision::Refused(Reason::InvalidScore));
-        assert_eq!(r.refusal_detail(1, &e).as_deref(), Some("field 'score' is missing (the board ranks by one score)"));
+        assert_eq!(
+            r.refusal_detail(1, &e, Reason::InvalidScore).as_deref(),
+            Some("field 'score' is missing (the board ranks by one score)")
+        );
         for (json, why) in [
             (serde_json::json!({"wins": 1}), "scores.time_ms is missing"),
             (serde_json::json!({"wins": 1.5, "time_ms": 1}), "scores.wins is not an integer within ±(2^53 - 1)"),
         ] {
             e.scores = scores(json);
             assert_eq!(r.plan(&e, e.ts_ms)[0].1, Decision::Refused(Reason::InvalidScore));
-            assert_eq!(r.refusal_detail(0, &e).as_deref(), Some(why));
+            assert_eq!(r.refusal_detail(0, &e, Reason::InvalidScore).as_deref(), Some(why));
         }
         // Bounds: a value outside a column's [min, max] is out of range, named.
         let mut bounded = spec("run", Mode::Best, Order::Desc, &[PeriodKind::AllTime], None);
@@ -449,7 +458,7 @@ mod tests {
                 Some(_) => assert_eq!(*decision, Decision::Refused(Reason::ScoreOutOfRange), "{t}"),
                 None => assert!(matches!(decision, Decision::Write(_)), "{t}: {decision:?}"),
             }
-            assert_eq!(r.refusal_detail(0, &e).as_deref(), why);
+            assert_eq!(r.refusal_detail(0, &e, Reason::InvalidScore).as_deref(), why);
         }
     }
 }

@@ -83,7 +83,10 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         let board = super::league::Around { shards, close_after: b.close_after.is_some(), max_members: b.max_members };
         super::league::league(at, l, &windows, &schedules, board, e)
     });
-    let integrity = b.integrity.as_ref().map(|r| super::integrity::integrity(at, r, mode, &periods, e));
+    let integrity = b.integrity.as_ref().map(|r| {
+        let ranked = super::integrity::Ranked { mode, columns: columns.as_ref(), periods: &periods };
+        super::integrity::integrity(at, r, ranked, e)
+    });
     let packing = match columns {
         Some(_) => Packing::member(None).ok()?,
         None => packing(at, &b, order?, tie_break?, e)?,

@@ -61,7 +61,7 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// What a board with columns cannot have yet, each refusal naming its
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
-    let fields: [(&str, bool, &str); 7] = [
+    let fields: [(&str, bool, &str); 6] = [
         (
             "shards",
             b.shards.is_some(),
@@ -79,7 +79,6 @@ pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
             "needs row = \"best\" on a board with columns: a trimmed row of columns aggregated on their own could not be \
              rebuilt, so its later events would count from nothing",
         ),
-        ("integrity", b.integrity.is_some(), "rules judge one score; not available on a board with columns"),
         (
             "rolling",
             !b.rolling.is_empty(),

@@ -1,54 +1,56 @@
 //! Validation of `[board.integrity]`: each rule's limit and action, and
 //! whether it can apply to the board's mode at all (`gain_over` needs a
-//! total, `jump_over` a best kept on `all_time`), each refusal naming its field.
+//! total, `jump_over` a best kept on `all_time`); on a board ranked by
+//! several columns, the `column` each rule judges. Each refusal names its
+//! field.
 
 use std::time::Duration;
 
 use super::field::{At, Errors};
 use super::raw::{RawHides, RawIntegrity, RawLimit, RawRule};
+use crate::board::columns::{Columns, RowMode};
 use crate::board::integrity::{parse_jump, Action, Integrity, Jump};
 use crate::board::Mode;
 use crate::period::PeriodKind;
 
-pub(super) fn integrity(
-    at: At,
-    raw: &RawIntegrity,
-    mode: Option<Mode>,
-    periods: &[PeriodKind],
-    e: &mut Errors,
-) -> Integrity {
+/// What the rules depend on of their board: its mode (a board of one
+/// score), or its columns, and its periods.
+pub(super) struct Ranked<'a> {
+    pub mode: Option<Mode>,
+    pub columns: Option<&'a Columns>,
+    pub periods: &'a [PeriodKind],
+}
+
+pub(super) fn integrity(at: At, raw: &RawIntegrity, board: Ranked<'_>, e: &mut Errors) -> Integrity {
     let f = |name: &str| at.field(&format!("integrity.{name}"));
     let mut out = Integrity::default();
+    let column = |name: &str, r: &RawRule, e: &mut Errors| column_of(&f(name), r, board.columns, e);
     if let Some(r) = &raw.score_over {
+        out.columns.score_over = column("score_over", r, e);
         out.score_over =
             action(&f("score_over.action"), r, e).zip(amount(&f("score_over.limit"), r, e)).map(|(a, l)| (l, a));
         no_window(&f("score_over.window"), r, e);
     }
     if let Some(r) = &raw.gain_over {
-        if mode.is_some_and(|m| m != Mode::Sum) {
+        if board.columns.is_some() {
+            e.push(f("gain_over"), "gain_over adds up one score in a window: not available on a board with columns");
+        } else if board.mode.is_some_and(|m| m != Mode::Sum) {
             e.push(f("gain_over"), "gain_over adds up a player's points in a window: it applies to sum boards only");
         }
-        let window = match &r.window {
-            Some(w) => e.duration_at_least(&f("gain_over.window"), w, Duration::from_millis(1), "1ms"),
-            None => {
-                e.push(f("gain_over.window"), "is required: the sliding window of event time, e.g. \"1h\"");
-                None
-            }
-        };
-        let limit = amount(&f("gain_over.limit"), r, e);
-        if let (Some(a), Some(l), Some(w)) = (action(&f("gain_over.action"), r, e), limit, window) {
-            out.gain_over = Some((l, w.as_millis().min(i64::MAX as u128 / 4) as i64, a));
-        }
+        out.gain_over = gain(&f("gain_over"), r, e);
     }
     if let Some(r) = &raw.jump_over {
-        if mode.is_some_and(|m| m != Mode::Best) {
+        let best_rows = board.columns.is_some_and(|c| c.row == RowMode::Best);
+        if board.mode.is_some_and(|m| m != Mode::Best) || (board.columns.is_some() && !best_rows) {
             e.push(
                 f("jump_over"),
-                "jump_over compares a new best with the previous one: it applies to best boards only",
+                "jump_over compares a new best with the previous one: it applies to best boards (and to boards of \
+                 columns with row = \"best\") only",
             );
-        } else if !periods.contains(&PeriodKind::AllTime) {
+        } else if !board.periods.contains(&PeriodKind::AllTime) {
             e.push(f("jump_over"), "jump_over compares with the player's all-time best: add all_time to periods");
         }
+        out.columns.jump_over = column("jump_over", r, e);
         let limit = match &r.limit {
             RawLimit::Int(n) if *n > 0 => Some(Jump::Amount(*n)),
             RawLimit::Int(_) => {
@@ -60,6 +62,18 @@ pub(super) fn integrity(
         no_window(&f("jump_over.window"), r, e);
         out.jump_over = action(&f("jump_over.action"), r, e).zip(limit).map(|(a, l)| (l, a));
     }
+    if let Some(r) = &raw.better_than {
+        if board.columns.is_none() && board.mode.is_some() {
+            e.push(
+                f("better_than"),
+                "better_than judges a column by its order: it applies to boards with columns (use score_over)",
+            );
+        }
+        out.columns.better_than = column("better_than", r, e);
+        out.better_than =
+            action(&f("better_than.action"), r, e).zip(amount(&f("better_than.limit"), r, e)).map(|(a, l)| (l, a));
+        no_window(&f("better_than.window"), r, e);
+    }
     if let Some(h) = &raw.hold_hides_after {
         out.hides_after = hides(&f("hold_hides_after"), h, e);
     }
@@ -67,6 +81,47 @@ pub(super) fn integrity(
         e.push(f("hold_hides_after"), "no rule of this board holds events (action = \"hold\"): nothing would count");
     }
     out
+}
+
+/// `gain_over`'s limit, window and action.
+fn gain(field: &str, r: &RawRule, e: &mut Errors) -> Option<(i64, i64, Action)> {
+    let window = match &r.window {
+        Some(w) => e.duration_at_least(&format!("{field}.window"), w, Duration::from_millis(1), "1ms"),
+        None => {
+            e.push(format!("{field}.window"), "is required: the sliding window of event time, e.g. \"1h\"");
+            None
+        }
+    };
+    let limit = amount(&format!("{field}.limit"), r, e);
+    let action = action(&format!("{field}.action"), r, e);
+    if let Some(c) = &r.column {
+        e.push(format!("{field}.column"), format!("'{c}': only a rule of a board with columns names one"));
+    }
+    Some((limit?, window?.as_millis().min(i64::MAX as u128 / 4) as i64, action?))
+}
+
+/// The column a rule names (0-based): required on a board with columns,
+/// refused on a board of one score.
+fn column_of(field: &str, r: &RawRule, columns: Option<&Columns>, e: &mut Errors) -> u8 {
+    let at = format!("{field}.column");
+    match (columns, &r.column) {
+        (Some(c), Some(name)) => match c.names().position(|n| n == name) {
+            Some(i) => i as u8,
+            None => {
+                e.push(at, format!("'{name}' names no column of this board"));
+                0
+            }
+        },
+        (Some(_), None) => {
+            e.push(at, "is required on a board ranked by several columns: the column the rule judges");
+            0
+        }
+        (None, Some(name)) => {
+            e.push(at, format!("'{name}': only a rule of a board with columns names one"));
+            0
+        }
+        (None, None) => 0,
+    }
 }
 
 fn action(field: &str, r: &RawRule, e: &mut Errors) -> Option<Action> {
@@ -168,11 +223,74 @@ mod tests {
         ] {
             assert!(fields(&text).contains(&field.to_string()), "{field}: {:?}", fields(&text));
         }
+        // Only a board with columns takes better_than, and only its rules name a column.
+        for (text, field) in [
+            (sum("better_than = { limit = 1, action = \"hold\" }"), "board[0].integrity.better_than"),
+            (
+                sum("score_over = { limit = 1, column = \"kills\", action = \"hold\" }"),
+                "board[0].integrity.score_over.column",
+            ),
+        ] {
+            assert!(fields(&text).contains(&field.to_string()), "{field}: {:?}", fields(&text));
+        }
         // A board whose rules only refuse needs no review topic.
         assert!(load_str(
             &text("", "sum", "\"all_time\"", "score_over = { limit = 1, action = \"reject\" }"),
             Vec::new()
         )
         .is_ok());
+    }
+
+    /// A board with columns `row` and `rules`.
+    fn rows(row: &str, periods: &str, rules: &str) -> String {
+        format!(
+            "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\nreview_topic = \"r\"\n\
+             [[board]]\nid = \"p\"\non = [\"m\"]\nperiods = [{periods}]\nrow = \"{row}\"\n\
+             columns = [{{ name = \"deaths\", mode = \"min\", order = \"asc\" }}, {{ name = \"time_ms\", mode = \"min\", order = \"asc\" }}]\n\
+             [board.integrity]\n{rules}\n"
+        )
+    }
+
+    #[test]
+    fn rules_on_a_board_with_columns_each_name_the_column_they_judge() {
+        let s = load_str(
+            &rows(
+                "best",
+                "\"all_time\"",
+                "score_over = { column = \"deaths\", limit = 50, action = \"reject\" }\n\
+                 jump_over = { column = \"time_ms\", limit = \"3x\", action = \"hold\" }\n\
+                 better_than = { column = \"time_ms\", limit = 30000, action = \"hold\" }",
+            ),
+            Vec::new(),
+        )
+        .unwrap();
+        let r = s.boards[0].integrity();
+        assert_eq!((r.score_over, r.jump_over), (Some((50, Action::Reject)), Some((Jump::Ratio(3000), Action::Hold))));
+        assert_eq!(r.better_than, Some((30_000, Action::Hold)));
+        assert_eq!((r.columns.score_over, r.columns.jump_over, r.columns.better_than), (0, 1, 1));
+        assert_eq!(crate::board::integrity::rule_column(&s.boards[0], crate::event::Rule::BetterThan), Some("time_ms"));
+        let best = |rules: &str| rows("best", "\"all_time\"", rules);
+        for (text, field) in [
+            (best("score_over = { limit = 50, action = \"hold\" }"), "board[0].integrity.score_over.column"),
+            (
+                best("better_than = { column = \"kills\", limit = 1, action = \"hold\" }"),
+                "board[0].integrity.better_than.column",
+            ),
+            (best("gain_over = { limit = 1, window = \"1h\", action = \"hold\" }"), "board[0].integrity.gain_over"),
+            (
+                best("better_than = { column = \"deaths\", limit = \"3x\", action = \"hold\" }"),
+                "board[0].integrity.better_than.limit",
+            ),
+            (
+                rows("columns", "\"all_time\"", "jump_over = { column = \"time_ms\", limit = 5, action = \"hold\" }"),
+                "board[0].integrity.jump_over",
+            ),
+            (
+                rows("best", "\"daily\"", "jump_over = { column = \"time_ms\", limit = 5, action = \"hold\" }"),
+                "board[0].integrity.jump_over",
+            ),
+        ] {
+            assert!(fields(&text).contains(&field.to_string()), "{field}: {:?}", fields(&text));
+        }
     }
 }

@@ -476,16 +476,21 @@ pub struct RawIntegrity {
     #[serde(default)]
     pub jump_over: Option<RawRule>,
     #[serde(default)]
+    pub better_than: Option<RawRule>,
+    #[serde(default)]
     pub hold_hides_after: Option<RawHides>,
 }
 
-/// One rule: `{ limit, action }`, with `window` for `gain_over`.
+/// One rule: `{ limit, action }`, with `window` for `gain_over` and, on a
+/// board ranked by several columns, the `column` it judges.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
     pub limit: RawLimit,
     #[serde(default)]
     pub window: Option<Typed<Duration>>,
+    #[serde(default)]
+    pub column: Option<String>,
     pub action: String,
 }
 

@@ -70,10 +70,11 @@ pub enum Reason {
     ScoreOver,
     GainOver,
     JumpOver,
+    BetterThan,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 26] = [
+    pub const ALL: [Reason; 27] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -100,6 +101,7 @@ impl Reason {
         Reason::ScoreOver,
         Reason::GainOver,
         Reason::JumpOver,
+        Reason::BetterThan,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -131,6 +133,7 @@ impl Reason {
             Reason::ScoreOver => "score_over",
             Reason::GainOver => "gain_over",
             Reason::JumpOver => "jump_over",
+            Reason::BetterThan => "better_than",
         }
     }
 
@@ -141,10 +144,7 @@ impl Reason {
             Reason::RateLimited => Some(5),
             Reason::PeriodClosed => Some(6),
             Reason::AttemptsExhausted => Some(7),
-            Reason::ScoreOver | Reason::GainOver | Reason::JumpOver => {
-                Some(rule::REFUSED_BASE + Reason::rule(self)?.index())
-            }
-            _ => None,
+            _ => Some(rule::refused_code(Reason::rule(self)?)),
         }
     }
 
@@ -167,6 +167,7 @@ impl Reason {
             Reason::ScoreOver => Some(Rule::ScoreOver),
             Reason::GainOver => Some(Rule::GainOver),
             Reason::JumpOver => Some(Rule::JumpOver),
+            Reason::BetterThan => Some(Rule::BetterThan),
             _ => None,
         }
     }
@@ -177,6 +178,7 @@ impl Reason {
             Rule::ScoreOver => Reason::ScoreOver,
             Rule::GainOver => Reason::GainOver,
             Rule::JumpOver => Reason::JumpOver,
+            Rule::BetterThan => Reason::BetterThan,
         }
     }
 }

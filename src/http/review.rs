@@ -45,7 +45,7 @@ pub(super) async fn review(
     let held: Vec<Value> = page
         .iter()
         .map(|h| {
-            json!({
+            let mut v = json!({
                 "event_id": h.event_id,
                 "player_id": h.player_id,
                 "score": h.score,
@@ -53,7 +53,14 @@ pub(super) async fn review(
                 "rule": h.rule.as_str(),
                 "value": h.value,
                 "held_at": h.held_ms,
-            })
+            });
+            if let Some(c) = board.columns() {
+                // A row: its values in place of a score, and the column the rule judged.
+                v["scores"] = c.scores(&h.values);
+                v["column"] = json!(crate::board::integrity::rule_column(board, h.rule));
+                v.as_object_mut().map(|o| o.remove("score"));
+            }
+            v
         })
         .collect();
     Ok(Json(json!({ "board": board.id(), "held": held, "next": next })))

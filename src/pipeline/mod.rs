@@ -434,7 +434,7 @@ impl Pipeline {
         if let Some(to) = &self.cx.review_topic {
             out.extend(review::outgoing(record, boards, to, self.cx.admin_topic.as_ref()));
         }
-        let why = |b, e: &_| self.cx.router.refusal_detail(b, e);
+        let why = |b, e: &_, r| self.cx.router.refusal_detail(b, e, r);
         match outcome::fold(&record.item, &tallies, |b| boards[b].id(), why) {
             Final::Applied => {
                 let secs = |since_ms: i64| (latency.now_ms - since_ms).max(0) as f64 / 1000.0;

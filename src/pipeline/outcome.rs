@@ -88,13 +88,14 @@ pub fn tallies(decided: &[Decided]) -> Vec<(usize, Tally)> {
 
 /// A record's final outcome from its item and its boards' tallies;
 /// `board_id` names a board index in a refusal's detail, and `why` adds the
-/// field at fault to an `invalid_score` refusal, or the column and bound
-/// to a `score_out_of_range` one (`Router::refusal_detail`).
+/// field at fault to an `invalid_score` refusal, the column and bound to a
+/// `score_out_of_range` one, or the column a rule judged on a board with
+/// columns (`Router::refusal_detail`).
 pub fn fold<'a>(
     item: &Item,
     tallies: &[(usize, Tally)],
     board_id: impl Fn(usize) -> &'a str,
-    why: impl Fn(usize, &Event) -> Option<String>,
+    why: impl Fn(usize, &Event, Reason) -> Option<String>,
 ) -> Final {
     let event = match item {
         Item::Skipped | Item::Admin { .. } => return Final::Skipped,
@@ -115,9 +116,11 @@ pub fn fold<'a>(
         .filter_map(|(b, t)| match t {
             Tally::Refused(reason) => {
                 let field = match reason {
-                    Reason::InvalidScore | Reason::ScoreOutOfRange => why(*b, event).map(|w| format!(": {w}")),
+                    Reason::InvalidScore | Reason::ScoreOutOfRange => why(*b, event, *reason),
+                    r if r.rule().is_some() => why(*b, event, *reason),
                     _ => None,
                 };
+                let field = field.map(|w| format!(": {w}"));
                 Some(Rejection::new(*reason, format!("board {}: {reason}{}", board_id(*b), field.unwrap_or_default())))
             }
             _ => None,
@@ -183,8 +186,8 @@ mod tests {
     }
 
     fn outcome(r: &Record) -> Final {
-        let Item::Event { decided, .. } = &r.item else { return fold(&r.item, &[], ids, |_, _| None) };
-        fold(&r.item, &tallies(decided), ids, |_, _| None)
+        let Item::Event { decided, .. } = &r.item else { return fold(&r.item, &[], ids, |_, _, _| None) };
+        fold(&r.item, &tallies(decided), ids, |_, _, _| None)
     }
 
     fn mv(event: usize, new_rank: u32) -> RankMove {

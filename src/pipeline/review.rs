@@ -33,6 +33,7 @@ pub fn limit_of(rules: &Integrity, rule: Rule) -> Value {
             Some((Jump::Ratio(milli), _)) => json!(ratio_text(milli)),
             None => Value::Null,
         },
+        Rule::BetterThan => rules.better_than.map_or(Value::Null, |(l, _)| json!(l)),
     }
 }
 
@@ -62,6 +63,12 @@ pub fn record(board: &Board, base: &str, event: &Event, rule: Rule, value: i64) 
         "limit": limit_of(board.integrity(), rule),
         "value": value,
     });
+    let mut body = body;
+    if let (Some(c), Some(scores)) = (board.columns(), &event.scores) {
+        // A row: the submission's values, and the column the rule judged.
+        body["scores"] = scores.values(c.names()).map(|v| c.scores(&v)).unwrap_or_default();
+        body["column"] = json!(crate::board::integrity::rule_column(board, rule));
+    }
     let id = format!("{}/{}", event.event_id, board.id());
     let output = format!("review/{id}");
     let headers = OwnedHeaders::new()

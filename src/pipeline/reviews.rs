@@ -51,12 +51,16 @@ fn original(board: &Board, base: &str, id: uuid::Uuid, h: &HeldEvent) -> Event {
     if let (Some(attr), Some((_, split))) = (board.split_by(), keys::split_of_base(base)) {
         attrs.insert(attr.to_string(), split.to_string());
     }
+    // On a board with columns, the row the held submission carried.
+    let scores = board
+        .columns()
+        .map(|c| crate::event::Scores(c.names().zip(&h.values).map(|(n, v)| (n.to_string(), Some(*v))).collect()));
     Event {
         event_id: id,
         kind: board.on().first().cloned().unwrap_or_default(),
         player_id: h.player_id.clone(),
-        score: Some(h.score),
-        scores: None,
+        score: scores.is_none().then_some(h.score),
+        scores,
         ts_ms: h.ts,
         attrs,
         meta: h.meta.clone(),

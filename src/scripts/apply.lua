@@ -58,8 +58,9 @@
 --   league      league boards: see apply/league.lua (and round, per period)
 --   notify, changes  boards with notify_top: N, and the prefix of the
 --               remembered changes ("<prefix>:{tag}:_chg:"; see changes.lua)
---   rules       boards with integrity rules: score, gain, jump (each with
---               its limits and hold), held, queue and gain_key (KEYS
+--   rules       boards with integrity rules: score, gain, jump, better (each
+--               with its limits and hold, and on boards ranked by several
+--               columns the column it judges), held, queue and gain_key (KEYS
 --               indexes), pqueue and hides.prefix (prefixes); see
 --               apply/rules.lua and apply/gain.lua
 --   cols        boards ranked by several columns: see apply/columns.lua

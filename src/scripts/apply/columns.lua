@@ -21,9 +21,48 @@ do
   local SUM, MAX, MIN, LATEST = 1, 2, 3, 4
   local CODE = { sum = SUM, max = MAX, min = MIN, latest = LATEST }
 
+  -- Phase 3, period j (values c, before the call b) of a board whose
+  -- members start with p bytes of their row, rl of them its row key: the
+  -- ZREM and ZADD arguments of its key and its shadow, the rows hash's
+  -- HSET, and with a dense index the net change of the visible members
+  -- holding each row key.
+  local function moves(p, rl, A, j, c)
+    local members, hidden, any_hidden, dense = A.members, A.hidden, A.any_hidden, A.dense_on
+    local b, list = A.base[j], A.lists[j]
+    local delta = {}
+    local out = { rem = {}, add = {}, shadow_rem = {}, shadow_add = {}, rows = {}, dense = delta }
+    for x = 1, A.list_len[j] do
+      local m = x
+      if list then m = list[x] end
+      local old, new = b[m], c[m]
+      if old ~= new then
+        local name, rows = members[m], out.rows
+        rows[#rows + 1], rows[#rows + 2] = name, new
+        local was, now = old, new
+        if #new ~= p then was, now = old and sub(old, 1, p), sub(new, 1, p) end
+        if was ~= now then
+          local rem, add = out.rem, out.add
+          local shadowed = any_hidden and hidden[m]
+          if shadowed then rem, add = out.shadow_rem, out.shadow_add end
+          if was then rem[#rem + 1] = was .. name end
+          add[#add + 1], add[#add + 2] = 0, now .. name
+          if dense and not shadowed then
+            local kw, kn = was and sub(was, 1, rl), sub(now, 1, rl)
+            if kw ~= kn then
+              if kw then delta[kw] = (delta[kw] or 0) - 1 end
+              delta[kn] = (delta[kn] or 0) + 1
+            end
+          end
+        end
+      end
+    end
+    return out
+  end
+
   -- The rows of header hc: r.next(old, ev, at, ts), r.moves(A, j, c),
-  -- r.prefix (a member's bytes before the player id), r.row_len (the row
-  -- key's: what a dense index holds).
+  -- r.value(row, i) (a stored row's value in column i), r.n, r.desc[i] (column
+  -- i is desc), r.prefix (a member's bytes before the player id), r.row_len
+  -- (the row key's: what a dense index holds).
   function ApplyColumns.open(hc)
     local n, best, earliest = hc.n, hc.best, hc.earliest
     -- A latest column: a stored row keeps the newest event time it took.
@@ -35,7 +74,7 @@ do
     local fmt = '>' .. rep('BI7', fields)
     local neg, mode = {}, {}
     for i = 1, n do neg[i], mode[i] = hc.desc[i] == 1, CODE[hc.modes[i]] end
-    local r = { prefix = 8 * (n + (earliest and 1 or 0)), row_len = 8 * n }
+    local r = { n = n, prefix = 8 * (n + (earliest and 1 or 0)), row_len = 8 * n, desc = neg }
 
     -- A stored row's fields as numbers: values, then the times.
     local function decode(s)
@@ -48,6 +87,11 @@ do
         v[i] = x
       end
       return v
+    end
+
+    -- Column i's value in stored row s.
+    function r.value(s, i)
+      return decode(s)[i]
     end
 
     local args = {}
@@ -106,40 +150,9 @@ do
       return encode(v)
     end
 
-    -- Phase 3, period j (values c, before the call b): the ZREM and ZADD
-    -- arguments of its key and its shadow, the rows hash's HSET, and with a
-    -- dense index the net change of the visible members holding each row key.
+    -- Phase 3, period j (values c): see moves below.
     function r.moves(A, j, c)
-      local members, hidden, any_hidden, dense = A.members, A.hidden, A.any_hidden, A.dense_on
-      local b, list, p, rl = A.base[j], A.lists[j], r.prefix, r.row_len
-      local delta = {}
-      local out = { rem = {}, add = {}, shadow_rem = {}, shadow_add = {}, rows = {}, dense = delta }
-      for x = 1, A.list_len[j] do
-        local m = x
-        if list then m = list[x] end
-        local old, new = b[m], c[m]
-        if old ~= new then
-          local name, rows = members[m], out.rows
-          rows[#rows + 1], rows[#rows + 2] = name, new
-          local was, now = old, new
-          if #new ~= p then was, now = old and sub(old, 1, p), sub(new, 1, p) end
-          if was ~= now then
-            local rem, add = out.rem, out.add
-            local shadowed = any_hidden and hidden[m]
-            if shadowed then rem, add = out.shadow_rem, out.shadow_add end
-            if was then rem[#rem + 1] = was .. name end
-            add[#add + 1], add[#add + 2] = 0, now .. name
-            if dense and not shadowed then
-              local kw, kn = was and sub(was, 1, rl), sub(now, 1, rl)
-              if kw ~= kn then
-                if kw then delta[kw] = (delta[kw] or 0) - 1 end
-                delta[kn] = (delta[kn] or 0) + 1
-              end
-            end
-          end
-        end
-      end
-      return out
+      return moves(r.prefix, r.row_len, A, j, c)
     end
 
     return r

@@ -11,8 +11,8 @@
 -- ATTEMPTS_EXHAUSTED when the member has used max_attempts in every open
 -- period of the event (a period where it has attempts left takes the
 -- event, counted there, and the others skip it); RATE_LIMITED when the
--- member's window is full; HELD + rule or RULE_REFUSED + rule when an
--- integrity rule (rules.lua) holds or refuses it (HIDE + rule: held, and
+-- member's window is full; HELD[rule + 1] or RULE_REFUSED[rule + 1] when an
+-- integrity rule (rules.lua) holds or refuses it (HIDE[rule + 1]: held, and
 -- the member reached hold_hides_after), the value that broke it
 -- following the code in the reply; else APPLIED, and its marker is added
 -- (a held event's marker too: it is seen, and counts nowhere).
@@ -24,6 +24,9 @@ do
   local OUT_OF_RANGE, RATE_LIMITED = Codes.OUT_OF_RANGE, Codes.RATE_LIMITED
   local PERIOD_CLOSED, ATTEMPTS_EXHAUSTED = Codes.PERIOD_CLOSED, Codes.ATTEMPTS_EXHAUSTED
   local HELD, RULE_REFUSED, HIDE = Codes.HELD, Codes.RULE_REFUSED, Codes.HIDE
+  -- The rule (from 0) a held code names.
+  local HELD_RULE = {}
+  for i, c in ipairs(HELD) do HELD_RULE[c] = i - 1 end
 
   -- The sliding window (ts - window, ts] of admitted events: full(member,
   -- ts) when no more fits, admit(member, ts, id) to take a place in it.
@@ -166,8 +169,8 @@ do
     local ts = cx.ts_at and ev[a + cx.ts_at]
     if cx.rate_on and cx.rate_full(cx.members[m], ts) then return RATE_LIMITED, tk end
     if cx.rules then
-      local rule, observed, hold = cx.rules.check(m, num, ts, sh, cx.shape_cur)
-      if rule then return (hold and HELD or RULE_REFUSED) + rule, tk, observed end
+      local rule, observed, hold = cx.rules.check(m, num, ts, sh, cx.shape_cur, ev, a)
+      if rule then return (hold and HELD or RULE_REFUSED)[rule + 1], tk, observed end
     end
     if cx.rate_on then cx.admit(cx.members[m], ts, cx.fields[f] .. ':' .. format('%d', off)) end
     return APPLIED, tk
@@ -304,13 +307,14 @@ do
             apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)
             if cx.rules and not cx.review then cx.rules.applied(m, ev[a + cx.ts_at], num) end
           elseif code >= OUT_OF_RANGE then
-            if code >= HELD and code < RULE_REFUSED then
+            local rule = HELD_RULE[code]
+            if rule then
               -- Held: seen (a producer retry is a duplicate), counted nowhere.
               marks_in[id] = true
               markers.add(i)
-              local rule = code - HELD
-              local past, early = cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], rule, observed, cx.meta_on and ev[a + cx.meta_at])
-              if past then code = HIDE + rule end
+              local meta = cx.meta_on and ev[a + cx.meta_at]
+              local past, early = cx.rules.hold(ev[a + cx.eid_at], m, num, ev[a + cx.ts_at], rule, observed, meta, ev, a)
+              if past then code = HIDE[rule + 1] end
               if early == 'approved' then
                 code, observed = APPLIED, nil
                 apply_event(cx, ev, a, i, f, off, m, num, sh, tk, totals)

@@ -10,13 +10,19 @@
 --   jump    best boards: a new best beyond the member's all-time best (the
 --           period the header marks all_time) by more than amount, or by
 --           more than ratio (thousandths) when that best is positive
+--   better  boards ranked by several columns: the value better than limit
+--           by its column's order (above it on desc, below it on asc)
 -- Each rule has hold = true (the event is held for review) or false (it is
 -- refused, naming the rule). A broken rule that refuses wins over one that
--- holds; among those alike, the first in that order.
+-- holds; among those alike, the first in that order. On a board ranked by
+-- several columns, score, jump and better each judge their column (from
+-- 1): score its value, jump its value against that column's value in the
+-- member's all-time best row, in its order.
 --
 -- Held events (r.hold): the held hash maps the event id to its record
 -- (MessagePack: state "pending", member, value, ts, rule, observed, stamp,
--- meta; the stamp is the call's time in µs, 16 digits, and the event's
+-- meta, and on boards ranked by several columns the event's values, value
+-- then 0; the stamp is the call's time in µs, 16 digits, and the event's
 -- place among those the call held, 4 digits), the queue zset (lex order,
 -- all scores 0) holds "<stamp>:<id>" of every pending one, and
 -- "<pqueue><member>" the member's own. A review (the header's review, one admin event alone
@@ -31,7 +37,7 @@ do
   local call, floor, format, min = redis.call, math.floor, string.format, math.min
   local pack, unpack_mp = cmsgpack.pack, cmsgpack.unpack
   local CHUNK = Calls.CHUNK
-  local SCORE, GAIN, JUMP = 0, 1, 2
+  local SCORE, GAIN, JUMP, BETTER = 0, 1, 2, 3
 
   -- all_at[sh]: the place of the all_time period in shape sh.
   local function all_time_places(A)
@@ -52,6 +58,50 @@ do
     return (jump.amount and value < best - jump.amount) or (jump.ratio and best > 0 and value * jump.ratio < best * 1000)
   end
 
+  -- The check of a board ranked by several columns (header rules R):
+  -- member m's event at ev[a] (its values at ev[a + A.at.cols ...]),
+  -- shape sh whose periods' rows are shape_cur[sh]; all_at as above.
+  local function row_check(A, R, all_at)
+    local score, jump, better, cols, cols_at = R.score, R.jump, R.better, A.cols, A.at.cols
+    return function(m, sh, shape_cur, ev, a)
+      local at = a + cols_at - 1
+      local found, observed, hold
+      if score and ev[at + score.column] > score.limit then
+        found, observed, hold = SCORE, ev[at + score.column], score.hold
+      end
+      local w = jump and (found == nil or hold) and all_at[sh]
+      if w then
+        local c = shape_cur[sh][w]
+        local old = c and c[m]
+        if old then
+          local best = cols.value(old, jump.column)
+          if jumped(jump, cols.desc[jump.column], ev[at + jump.column], best) and (found == nil or not jump.hold) then
+            found, observed, hold = JUMP, best, jump.hold
+          end
+        end
+      end
+      if better and (found == nil or hold) then
+        local v, limit, desc = ev[at + better.column], better.limit, cols.desc[better.column]
+        if ((desc and v > limit) or (not desc and v < limit)) and (found == nil or not better.hold) then
+          found, observed, hold = BETTER, v, better.hold
+        end
+      end
+      return found, observed, hold
+    end
+  end
+
+  -- hold_hides_after (hides): whether the member named name, with its
+  -- event id held at event time ts, has now had count held within the
+  -- window ending at ts.
+  local function past_limit(hides, name, id, ts)
+    if not hides then return false end
+    local key, window = hides.prefix .. name, hides.window
+    call('ZADD', key, ts, id)
+    call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (ts - 2 * window))
+    call('PEXPIRE', key, 2 * window + 86400000)
+    return call('ZCOUNT', key, '(' .. (ts - window), ts) >= hides.count
+  end
+
   -- The rules of the call (nil without any): reads the gain windows of
   -- A's members.
   function ApplyRules.open(A, now_us)
@@ -60,6 +110,7 @@ do
     local r = {}
     local shift, sum, desc = A.h.shift, A.is_sum, A.h.op ~= 'lt'
     local score, gain, jump = R.score, R.gain, R.jump
+    local cols, cols_at = A.cols, A.at.cols
     local score_limit, score_hold = score and score.limit, score and score.hold
     local gain_limit, gain_window, gain_hold = gain and gain.limit, gain and gain.window, gain and gain.hold
     -- Events held in this call, so far: their stamps keep the order they were held in.
@@ -69,11 +120,13 @@ do
     local members = A.members
     local windows = gain and ApplyGain.open(A, KEYS[R.gain_key], gain_window)
     local all_at = R.jump and all_time_places(A) or {}
+    local check_row = cols and row_check(A, R, all_at)
 
     -- The rule broken by member m's event (value num as the batch sends it,
-    -- time ts, shape sh, whose periods' values are shape_cur[sh]): rule,
-    -- observed value, hold; nil when none is.
-    function r.check(m, num, ts, sh, shape_cur)
+    -- time ts, shape sh, whose periods' values are shape_cur[sh]; at ev[a]):
+    -- rule, observed value, hold; nil when none is.
+    function r.check(m, num, ts, sh, shape_cur, ev, a)
+      if cols then return check_row(m, sh, shape_cur, ev, a) end
       local value = sum and num or floor(num / shift)
       -- The first rule broken that refuses, else the first that holds.
       local found, observed, hold
@@ -101,35 +154,29 @@ do
       if windows then windows.applied(m, ts, num) end
     end
 
-    -- hold_hides_after: whether member m, with its event id held at event
-    -- time ts, has now had count held within the window ending at ts.
-    local function past_limit(m, id, ts)
-      local hides = R.hides
-      if not hides then return false end
-      local key, window = hides.prefix .. members[m], hides.window
-      call('ZADD', key, ts, id)
-      call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (ts - 2 * window))
-      call('PEXPIRE', key, 2 * window + 86400000)
-      return call('ZCOUNT', key, '(' .. (ts - window), ts) >= hides.count
-    end
-
     -- Holds event id of member m: its record, and its place in both
     -- queues. Returns whether m is now past hold_hides_after. A rebuild
     -- may have read the review of the event first (r.decide_early): then
     -- it is recorded as decided at once, out of the queues, and the answer
     -- is that decision ("approved": the caller applies the event).
-    function r.hold(id, m, num, ts, rule, observed, meta)
+    function r.hold(id, m, num, ts, rule, observed, meta, ev, a)
       local value = sum and num or floor(num / shift)
       held_n = held_n + 1
       local stamp = format('%016d%04d', now_us, held_n)
       local early = call('HGET', held_key, id)
       local state = early and unpack_mp(early)[1] or 'pending'
-      call('HSET', held_key, id, pack({ state, members[m], value, ts, rule, observed, stamp, meta or '' }))
+      local rec = { state, members[m], value, ts, rule, observed, stamp, meta or '' }
+      if cols then
+        local values = {}
+        for i = 1, cols.n do values[i] = ev[a + cols_at + i - 1] end
+        rec[3], rec[9] = 0, values
+      end
+      call('HSET', held_key, id, pack(rec))
       if state ~= 'pending' then return false, state end
       local place = stamp .. ':' .. id
       call('ZADD', queue_key, 0, place)
       call('ZADD', R.pqueue .. members[m], 0, place)
-      return past_limit(m, id, ts)
+      return past_limit(R.hides, members[m], id, ts)
     end
 
     -- A rebuild's review of held event id (member m) read before the event:

@@ -54,6 +54,9 @@ pub struct HeldEvent {
     pub stamp: String,
     /// The event's `meta`, on boards that keep it.
     pub meta: Option<String>,
+    /// On a board ranked by several columns: the event's value in each
+    /// column, in the board's order (`score` is then 0).
+    pub values: Vec<i64>,
 }
 
 impl HeldEvent {
@@ -64,10 +67,12 @@ impl HeldEvent {
     }
 }
 
-/// A held record: `[state, player, score, ts, rule, value, stamp, meta]`.
+/// A held record: `[state, player, score, ts, rule, value, stamp, meta]`,
+/// and on a board ranked by several columns `values` (an array) after them.
 pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
     let rd = &mut rd;
-    if decode::read_array_len(rd).ok()? != 8 {
+    let len = decode::read_array_len(rd).ok()?;
+    if len != 8 && len != 9 {
         return None;
     }
     let state = HeldState::parse(&string(rd)?)?;
@@ -82,6 +87,13 @@ pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
     }
     let held_ms = stamp[..13].parse().ok()?;
     let meta = Some(string(rd)?).filter(|m| !m.is_empty());
+    let mut values = Vec::new();
+    if len == 9 {
+        let n = decode::read_array_len(rd).ok()?;
+        for _ in 0..n {
+            values.push(decode::read_int(rd).ok()?);
+        }
+    }
     rd.is_empty().then(|| HeldEvent {
         event_id: event_id.to_string(),
         state,
@@ -93,6 +105,7 @@ pub fn decode_held(event_id: &str, mut rd: &[u8]) -> Option<HeldEvent> {
         held_ms,
         stamp,
         meta,
+        values,
     })
 }
 
@@ -202,8 +215,13 @@ mod tests {
     use super::*;
 
     fn blob(state: &str, meta: &str) -> Vec<u8> {
+        blob_of(state, meta, None)
+    }
+
+    /// A record; with `values`, a board with columns' (9 fields).
+    fn blob_of(state: &str, meta: &str, values: Option<&[i64]>) -> Vec<u8> {
         let mut b = Vec::new();
-        rmp::encode::write_array_len(&mut b, 8).unwrap();
+        rmp::encode::write_array_len(&mut b, if values.is_some() { 9 } else { 8 }).unwrap();
         rmp::encode::write_str(&mut b, state).unwrap();
         rmp::encode::write_str(&mut b, "alice").unwrap();
         for n in [150i64, 1_790_000_000_001, 0, 150] {
@@ -211,6 +229,12 @@ mod tests {
         }
         rmp::encode::write_str(&mut b, "17900000005001230002").unwrap();
         rmp::encode::write_str(&mut b, meta).unwrap();
+        if let Some(values) = values {
+            rmp::encode::write_array_len(&mut b, values.len() as u32).unwrap();
+            for v in values {
+                rmp::encode::write_sint(&mut b, *v).unwrap();
+            }
+        }
         b
     }
 
@@ -229,5 +253,9 @@ mod tests {
         long.push(0);
         assert!(decode_held("e1", &long).is_none());
         assert!(decode_held("e1", &blob("pending", "")[..20]).is_none());
+        // A board with columns' record carries the event's row.
+        let row = decode_held("e1", &blob_of("pending", "", Some(&[2, -(1 << 53) + 1, 53_120]))).unwrap();
+        assert_eq!(row.values, [2, -(1 << 53) + 1, 53_120]);
+        assert!(decode_held("e1", &blob_of("pending", "", Some(&[]))[..40]).is_none());
     }
 }

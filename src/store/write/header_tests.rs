@@ -10,7 +10,8 @@ use super::header::tests::{declared, written_by};
 /// Two calls that between them turn every option of the header on:
 /// `latest` with sealing, metadata, attempts, a league round after
 /// another, rank changes, every integrity rule (a jump by an amount) and
-/// a review; then columns with a jump by a ratio.
+/// a review; then columns with a jump by a ratio and better_than, each
+/// naming its column.
 fn every_option() {
     use crate::board::columns::{ColumnMode, ColumnSpec, MAX_COLUMNS};
     use crate::board::integrity::{Action, Integrity, Jump};
@@ -25,6 +26,7 @@ fn every_option() {
         gain_over: Some((100, 1000, Action::Hold)),
         jump_over: Some((Jump::Amount(5), Action::Reject)),
         hides_after: Some((3, 1000)),
+        ..Integrity::default()
     };
     p.review = Some(Review { held: uuid::Uuid::from_u128(9), approve: true, early: true });
     let mut all = (*pw("all", None)).clone();
@@ -49,6 +51,7 @@ fn every_option() {
     let mut c = WriteParams::plain_sum();
     c.op = WriteOp::Columns;
     c.integrity.jump_over = Some((Jump::Ratio(3000), Action::Hold));
+    c.integrity.better_than = Some((30_000, Action::Hold));
     let (desc, modes) = ([true; MAX_COLUMNS], [ColumnMode::Sum; MAX_COLUMNS]);
     c.columns = Some(ColumnSpec { n: 2, desc, modes, best_row: true, earliest: true });
     build_invocation(&TagBatch { base: "lb:{p}", params: c, items: vec![item] }, 60);

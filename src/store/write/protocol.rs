@@ -198,7 +198,8 @@ fn call_header(
         let held = push(&mut keys, keys::held_key(batch.base));
         let queue = push(&mut keys, keys::held_queue_key(batch.base));
         let gain = push(&mut keys, keys::gain_key(batch.base));
-        h.raw("rules", &crate::store::write::rules::rules_header(&p.integrity, batch.base, (held, queue, gain)));
+        let rows = p.columns.is_some();
+        h.raw("rules", &crate::store::write::rules::rules_header(&p.integrity, rows, batch.base, (held, queue, gain)));
     }
     if let Some(c) = p.columns {
         h.raw("cols", &columns_header(&c));

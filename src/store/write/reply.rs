@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn an_integrity_rules_code_carries_the_value_that_broke_it() {
         let held = crate::event::rule::held_code(Rule::GainOver);
-        let refused = crate::event::rule::REFUSED_BASE + Rule::JumpOver.index();
+        let refused = crate::event::rule::refused_code(Rule::JumpOver);
         let (got, _) = decode_reply(&[3, 9, 1, held, 5200, 3, refused, 40], 3).unwrap();
         assert_eq!(
             got,

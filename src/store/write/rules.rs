@@ -7,14 +7,26 @@ use crate::board::integrity::{Action, Integrity, Jump};
 use crate::keys;
 
 /// The header's `rules` (see `scripts/apply/rules.lua`): each rule's
-/// limit and whether it holds, and where held events go (`held`, `queue`:
-/// their KEYS indexes) and gain windows are (`gain_key`).
-pub(in crate::store) fn rules_header(r: &Integrity, base: &str, (held, queue, gain): (i64, i64, i64)) -> Vec<u8> {
+/// limit and whether it holds (on a board ranked by several columns,
+/// `rows`, the column it judges, from 1), and where held events go
+/// (`held`, `queue`: their KEYS indexes) and gain windows are (`gain_key`).
+pub(in crate::store) fn rules_header(
+    r: &Integrity,
+    rows: bool,
+    base: &str,
+    (held, queue, gain): (i64, i64, i64),
+) -> Vec<u8> {
     let mut h = Fields::new("rules");
+    let column = |m: &mut Fields, c: u8| {
+        if rows {
+            m.int("column", i64::from(c) + 1);
+        }
+    };
     if let Some((limit, action)) = r.score_over {
         let mut m = Fields::new("rule");
         m.int("limit", limit);
         m.bool("hold", action == Action::Hold);
+        column(&mut m, r.columns.score_over);
         h.raw("score", &m.finish());
     }
     if let Some((limit, window, action)) = r.gain_over {
@@ -31,7 +43,15 @@ pub(in crate::store) fn rules_header(r: &Integrity, base: &str, (held, queue, ga
             Jump::Ratio(milli) => m.int("ratio", i64::from(milli)),
         }
         m.bool("hold", action == Action::Hold);
+        column(&mut m, r.columns.jump_over);
         h.raw("jump", &m.finish());
+    }
+    if let Some((limit, action)) = r.better_than {
+        let mut m = Fields::new("rule");
+        m.int("limit", limit);
+        m.bool("hold", action == Action::Hold);
+        column(&mut m, r.columns.better_than);
+        h.raw("better", &m.finish());
     }
     if let Some((count, window)) = r.hides_after {
         let mut m = Fields::new("hides");
@@ -60,8 +80,9 @@ mod tests {
             gain_over: Some((5000, 3_600_000, Action::Reject)),
             jump_over: Some((Jump::Ratio(3000), Action::Hold)),
             hides_after: Some((3, 86_400_000)),
+            ..Integrity::default()
         };
-        let h = rules_header(&r, "lb:{p}", (4, 5, 6));
+        let h = rules_header(&r, false, "lb:{p}", (4, 5, 6));
         assert_eq!(
             crate::store::conn::msgpack::render(&mut h.as_slice()),
             "{score: {limit: 100, hold: true}, gain: {limit: 5000, window: 3600000, hold: false}, \
@@ -69,10 +90,23 @@ mod tests {
              held: 4, queue: 5, gain_key: 6, pqueue: lb:{p}:_heldp:}"
         );
         let amount = Integrity { jump_over: Some((Jump::Amount(250), Action::Reject)), ..Integrity::default() };
-        let h = rules_header(&amount, "lb:{p}", (1, 2, 3));
+        let h = rules_header(&amount, false, "lb:{p}", (1, 2, 3));
         assert_eq!(
             crate::store::conn::msgpack::render(&mut h.as_slice()),
             "{jump: {amount: 250, hold: false}, held: 1, queue: 2, pqueue: lb:{p}:_heldp:}"
+        );
+        // On a board with columns each rule names its column, from 1.
+        let rows = Integrity {
+            score_over: Some((50, Action::Reject)),
+            better_than: Some((30_000, Action::Hold)),
+            columns: crate::board::integrity::RuleColumns { score_over: 0, jump_over: 0, better_than: 1 },
+            ..Integrity::default()
+        };
+        let h = rules_header(&rows, true, "lb:{p}", (1, 2, 3));
+        assert_eq!(
+            crate::store::conn::msgpack::render(&mut h.as_slice()),
+            "{score: {limit: 50, hold: false, column: 1}, better: {limit: 30000, hold: true, column: 2}, held: 1, \
+             queue: 2, pqueue: lb:{p}:_heldp:}"
         );
     }
 }

@@ -42,7 +42,7 @@ fn settings(redis_url: &str, kind: &str) -> Result<Settings, String> {
 /// The bench's matches, each with its score as wins, a time from its id
 /// and its player's display name as `meta` (which boards without
 /// `meta = true` do not send to Redis).
-fn stream(router: &Router, events: u64) -> Vec<StreamEvent> {
+pub(super) fn stream(router: &Router, events: u64) -> Vec<StreamEvent> {
     let mut list = parsed_stream(router, 23, 100_000, events);
     for (_, _, _, e) in &mut list {
         let wins = e.score.unwrap_or(0);

@@ -77,6 +77,56 @@ async fn cost(
     ))
 }
 
+/// A board of best rows (most wins, then the fastest time) fed the
+/// columns bench's matches, with the three rules that judge a column (none
+/// of its events breaks them, so every event is checked by all three) or
+/// without.
+fn rows_config(redis_url: &str, with_rules: bool) -> Result<Settings, String> {
+    let text = bench_config("127.0.0.1:9", redis_url, "bench", "bench-g", "127.0.0.1:0", "");
+    let mut board = "[[board]]\nid = \"arena\"\non = [\"match_finished\"]\nrow = \"best\"\n\
+                     columns = [{ name = \"wins\" }, { name = \"time_ms\", order = \"asc\" }]\n\
+                     periods = [\"daily\", \"weekly\", \"all_time\"]\n"
+        .to_string();
+    let mut text = text.replace(BENCH_BOARDS, "");
+    if with_rules {
+        text = text.replace("[kafka.options]", "review_topic = \"bench.review\"\n[kafka.options]");
+        board.push_str(
+            "[board.integrity]\nscore_over = { column = \"wins\", limit = 100000, action = \"hold\" }\n\
+             jump_over = { column = \"time_ms\", limit = \"5x\", action = \"hold\" }\n\
+             better_than = { column = \"time_ms\", limit = 1000, action = \"hold\" }\n",
+        );
+    }
+    config::load_str(&(text + &board), Vec::new()).map_err(|e| e.to_string())
+}
+
+/// Redis CPU per event of a board of best rows with its rules against
+/// without; one line.
+async fn rows_cost(redis_url: &str, events: u64, rounds: usize) -> Result<String, String> {
+    let (with, without) = (rows_config(redis_url, true)?, rows_config(redis_url, false)?);
+    let cfg_text = bench_config("127.0.0.1:9", redis_url, "bench", "bench-g", "127.0.0.1:0", "");
+    let (settings, conn, store) = open_store(&cfg_text).await?;
+    let prefix = &settings.redis.key_prefix;
+    let routers = [Router::new(with.boards.clone(), prefix), Router::new(without.boards.clone(), prefix)];
+    let list = super::columns::stream(&routers[0], events);
+    let n = list.len() as u64;
+    let labels = ["rules on rows", "no rules"];
+    let batch = settings.worker.batch_size;
+    let p = paired(&conn, &store, (&routers, labels), (&list, batch, rounds), || held_events(&conn)).await?;
+    let parts = p.breakdowns(labels, n, rounds);
+    Ok(format!(
+        "- A board of best rows (wins, then time; score_over, jump_over and better_than each on a column): Redis CPU \
+         per event {:.1} µs with the rules against {:.1} µs without, {:.2}x (median of rounds {}; target at most \
+         1.15x); {} of the {n} events held{}{}",
+        median(&p.cpu[0]),
+        median(&p.cpu[1]),
+        median(&p.ratios),
+        p.ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
+        p.counted,
+        parts[0],
+        parts[1],
+    ))
+}
+
 /// Held events on every tag (`_held` hashes).
 async fn held_events(conn: &RedisConn) -> Result<u64, String> {
     let mut c = conn.clone();
@@ -161,6 +211,8 @@ pub async fn integrity(redis_url: &str, events: u64, held: u64, rounds: usize) -
     let routers = [Router::new(with.boards.clone(), prefix), Router::new(without.boards.clone(), prefix)];
     let line = cost(&conn, &store, &routers, settings.worker.batch_size, events, rounds).await?;
     eprintln!("{line}");
+    let rows = rows_cost(redis_url, events, rounds).await?;
+    eprintln!("{rows}");
     let listed = listing(redis_url, held).await?;
     eprintln!("{listed}");
     println!("## Score integrity\n");
@@ -168,6 +220,6 @@ pub async fn integrity(redis_url: &str, events: u64, held: u64, rounds: usize) -
     println!(
         "the store path on the same events for 100,000 players, 2% duplicates and 1% bad records, rounds in turn.\n"
     );
-    println!("{line}\n{listed}");
+    println!("{line}\n{rows}\n{listed}");
     Ok(())
 }
