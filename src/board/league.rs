@@ -176,13 +176,25 @@ impl League {
     /// bytes last, so exactly the counts move).
     pub fn settle(&self, order: Order, tier: usize, mut players: Vec<(i64, String)>) -> Vec<Settled> {
         players.sort_by(|a, b| order.entries((a.0, &a.1), (b.0, &b.1)));
+        let stored: Vec<i64> = players.iter().map(|p| p.0).collect();
+        let mut settled = self.settle_ranked(tier, players.into_iter().map(|p| p.1).collect());
+        for (s, v) in settled.iter_mut().zip(stored) {
+            s.stored = v;
+        }
+        settled
+    }
+
+    /// A cohort of `tier` settled from its players already in board order
+    /// (a board with columns orders them by their members' bytes); `stored`
+    /// is 0.
+    pub fn settle_ranked(&self, tier: usize, players: Vec<String>) -> Vec<Settled> {
         let size = players.len();
         players
             .into_iter()
             .enumerate()
-            .map(|(i, (stored, member))| {
+            .map(|(i, member)| {
                 let zone = self.zone(tier, i + 1, size);
-                Settled { rank: i + 1, member, stored, zone, next_tier: self.next_tier(tier, zone) }
+                Settled { rank: i + 1, member, stored: 0, zone, next_tier: self.next_tier(tier, zone) }
             })
             .collect()
     }

@@ -61,17 +61,12 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// What a board with columns cannot have yet, each refusal naming its
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
-    let fields: [(&str, bool, &str); 6] = [
+    let fields: [(&str, bool, &str); 5] = [
         (
             "shards",
             b.shards.is_some(),
             "is not available on a board with columns in this version: a sharded board's reads merge its shards by \
              stored score, and a board with columns orders members by their bytes",
-        ),
-        (
-            "league",
-            b.league.is_some(),
-            "is not available on a board with columns in this version: a round settles its cohorts by one score",
         ),
         (
             "max_members",

@@ -19,24 +19,29 @@ use crate::board::{Board, Order};
 use crate::keys;
 use crate::period::id::PeriodRef;
 use crate::period::Period;
-use crate::store::Placement;
+use crate::store::{Placement, RowsOf};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 
 /// One ranked player of a cohort.
 struct Ranked {
     rank: usize,
     member: String,
     stored: i64,
+    /// On a board with columns: its member's bytes (its row, then its id).
+    key: Vec<u8>,
     zone: Zone,
     next_tier: usize,
 }
 
 /// The round a resolved read names, and its tag's key base and the key its
-/// scores are read from.
+/// scores are read from (on a board with columns, with its rows hash).
 struct RoundRead<'a> {
     league: &'a League,
     base: String,
     round: Period,
     board_key: String,
+    rows_key: Option<String>,
 }
 
 /// The read's round: `period` names one (a round's id or, absent, the
@@ -52,7 +57,7 @@ fn round_of<'a>(t: &Target<'a>, s: &AppState) -> Result<Option<RoundRead<'a>>, A
     }
     let split = (!t.split.is_empty()).then_some(t.split.as_str());
     let base = keys::base(s.router.prefix(), t.board.id(), split);
-    Ok(Some(RoundRead { league, base, round, board_key: keys.key.clone() }))
+    Ok(Some(RoundRead { league, base, round, board_key: keys.key.clone(), rows_key: keys.rows_key.clone() }))
 }
 
 /// Resolves a league read: `period` defaults to the rounds' latest.
@@ -80,28 +85,45 @@ async fn standings(
     code: i64,
 ) -> Result<(usize, Vec<Ranked>), ApiError> {
     let reader = s.reader_for(t)?;
-    let read = reader.league_cohort(&r.base, &r.round.id, code, &r.board_key).await.map_err(ApiError::unavailable)?;
+    let rows = match (&r.rows_key, t.board.column_spec()) {
+        (Some(rows_key), Some(spec)) => Some(RowsOf { key: &r.board_key, rows_key, prefix: spec.prefix_len() }),
+        _ => None,
+    };
+    let read =
+        reader.league_cohort(&r.base, &r.round.id, code, &r.board_key, rows).await.map_err(ApiError::unavailable)?;
     let (tier, _) = league::split_code(code).unwrap_or((0, 1));
-    let settled = r.league.settle(t.board.order(), tier, read.players);
+    let (settled, mut keys) = match rows {
+        None => (r.league.settle(t.board.order(), tier, read.players), Vec::new()),
+        Some(_) => {
+            let (keys, players): (Vec<Vec<u8>>, Vec<String>) = read.rows.into_iter().unzip();
+            (r.league.settle_ranked(tier, players), keys)
+        }
+    };
+    keys.resize(settled.len(), Vec::new());
     let ranked = settled
         .into_iter()
-        .map(|p| {
+        .zip(keys)
+        .map(|(p, key)| {
             let recorded = read.results.get(&p.member).and_then(|text| league::parse_result(text));
             let (zone, next_tier) = recorded.map_or((p.zone, p.next_tier), |(_, z, n)| (z, n));
-            Ranked { rank: p.rank, member: p.member, stored: p.stored, zone, next_tier }
+            Ranked { rank: p.rank, member: p.member, stored: p.stored, key, zone, next_tier }
         })
         .collect();
     Ok((tier, ranked))
 }
 
 fn entry_json(board: &Board, league: &League, e: &Ranked) -> Value {
-    json!({
+    let mut v = json!({
         "rank": e.rank,
         "player_id": e.member,
-        "score": board.packing().decode(e.stored),
         "zone": e.zone.as_str(),
         "next_tier": league.tiers.get(e.next_tier),
-    })
+    });
+    match board.columns().zip(board.column_spec()) {
+        Some((c, spec)) => v["scores"] = spec.parse_member(&e.key).map(|(x, _, _)| c.scores(&x)).unwrap_or_default(),
+        None => v["score"] = json!(board.packing().decode(e.stored)),
+    }
+    v
 }
 
 /// The `league` field of a player read on a round of a league board:
@@ -148,8 +170,14 @@ pub(super) async fn cohort(
     if ranked.is_empty() {
         return Err(ApiError::not_found(format!("cohort '{cohort}' holds no ranked player in {}", t.period)));
     }
+    let rows = t.board.columns().is_some();
     let range = match &cursor {
         None => offset.min(ranked.len())..(offset + limit).min(ranked.len()),
+        Some(c) if rows => {
+            let key =
+                URL_SAFE_NO_PAD.decode(&c.member).map_err(|_| ApiError::bad("cursor", "not made on this cohort"))?;
+            page_range_by(&ranked, c.direction, limit, |e| e.key.as_slice().cmp(&key))
+        }
         Some(c) => page_range(t.board.order(), &ranked, c, limit),
     };
     let start = range.start;
@@ -161,7 +189,9 @@ pub(super) async fn cohort(
     });
     let at = |e: &Ranked, direction| {
         let (board, split, period) = (t.board.id().to_string(), t.split.clone(), t.period.clone());
-        let (stored, member, cohort) = (e.stored, e.member.clone(), Some(cohort.clone()));
+        // On a board with columns a cursor carries the entry's member bytes, as a top's does.
+        let member = if rows { URL_SAFE_NO_PAD.encode(&e.key) } else { e.member.clone() };
+        let (stored, cohort) = (e.stored, Some(cohort.clone()));
         Cursor { direction, board, split, period, stored, member, cohort }.encode()
     };
     if let (Some(first), Some(last)) = (page.first(), page.last()) {
@@ -179,10 +209,21 @@ pub(super) async fn cohort(
 /// entries after the cursor's entry, or the `limit` before it. The entry
 /// need not be there any more: its place in board order is.
 fn page_range(order: Order, ranked: &[Ranked], c: &Cursor, limit: usize) -> std::ops::Range<usize> {
-    let before = ranked.partition_point(|e| order.entries((e.stored, &e.member), (c.stored, &c.member)).is_lt());
-    match c.direction {
+    page_range_by(ranked, c.direction, limit, |e| order.entries((e.stored, &e.member), (c.stored, &c.member)))
+}
+
+/// The page `direction` of the cursor's entry, where `cmp` orders an entry
+/// against it.
+fn page_range_by(
+    ranked: &[Ranked],
+    direction: Direction,
+    limit: usize,
+    cmp: impl Fn(&Ranked) -> std::cmp::Ordering,
+) -> std::ops::Range<usize> {
+    let before = ranked.partition_point(|e| cmp(e).is_lt());
+    match direction {
         Direction::Next => {
-            let here = ranked.get(before).is_some_and(|e| e.stored == c.stored && e.member == c.member);
+            let here = ranked.get(before).is_some_and(|e| cmp(e).is_eq());
             let from = before + usize::from(here);
             from..(from + limit).min(ranked.len())
         }
@@ -251,6 +292,7 @@ mod tests {
             rank: i + 1,
             member: member.to_string(),
             stored: *stored,
+            key: Vec::new(),
             zone: Zone::Stay,
             next_tier: 0,
         });

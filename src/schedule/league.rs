@@ -19,7 +19,7 @@ use crate::kafka::readback;
 use crate::keys;
 use crate::metrics;
 use crate::period::Period;
-use crate::store::{Progress, SettlePlace, SettleWrite, TierWrite};
+use crate::store::{Progress, RowsOf, SettlePlace, SettleWrite, TierWrite};
 
 /// About how many players one settlement step reads and writes: a step
 /// holds Redis a few milliseconds.
@@ -134,22 +134,47 @@ impl Scheduler<'_> {
         let last = (n + take - 1).min(newest[tier]);
         let players = self.store.league_cohorts(base, round, league::code(tier, n), league::code(tier, last)).await?;
         let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();
-        let final_key = keys::period_key(base, &crate::period::id::final_id(round));
-        let scores = self.store.scores_of(&final_key, &names).await?;
-        let mut by_cohort: Vec<Vec<(i64, String)>> = vec![Vec::new(); (last - n + 1) as usize];
-        for ((member, code), score) in players.into_iter().zip(scores) {
-            // A player without a score on the final board is hidden (or erased): ranked nowhere, moved nowhere.
-            if let (Some(score), Some((_, c))) = (score, league::split_code(code)) {
-                by_cohort[(c - n) as usize].push((score as i64, member));
+        // Each player's key in board order on the final board (a board with
+        // columns: its member's bytes); a player without one there is hidden
+        // (or erased): ranked nowhere, moved nowhere.
+        let keys = self.final_keys(base, board, round, &names).await?;
+        let mut by_cohort: Vec<Vec<(SortKey, String)>> = vec![Vec::new(); (last - n + 1) as usize];
+        for ((member, code), key) in players.into_iter().zip(keys) {
+            if let (Some(key), Some((_, c))) = (key, league::split_code(code)) {
+                by_cohort[(c - n) as usize].push((key, member));
             }
         }
         let mut writes = Vec::with_capacity(names.len());
         for cohort in by_cohort {
-            for s in league.settle(board.order(), tier, cohort) {
+            for s in settle(board, league, tier, cohort) {
                 writes.push(TierWrite { tier: s.next_tier, result: Some(s.result_text()), member: s.member });
             }
         }
         Ok((from(newest, tier, last + 1, end), writes))
+    }
+
+    /// Each player's key on the final board of `round` (see [`SortKey`]),
+    /// `None` for one without an entry there.
+    async fn final_keys(
+        &self,
+        base: &str,
+        board: &Board,
+        round: &str,
+        names: &[String],
+    ) -> Result<Vec<Option<SortKey>>, JobError> {
+        let final_id = crate::period::id::final_id(round);
+        let final_key = keys::period_key(base, &final_id);
+        Ok(match board.column_spec() {
+            None => {
+                let scores = self.store.scores_of(&final_key, names).await?;
+                scores.into_iter().map(|s| s.map(|s| SortKey::Stored(s as i64))).collect()
+            }
+            Some(spec) => {
+                let rows_key = keys::rows_key(base, &final_id);
+                let at = RowsOf { key: &final_key, rows_key: &rows_key, prefix: spec.prefix_len() };
+                self.store.rows_of(at, names).await?.into_iter().map(|m| m.map(SortKey::Member)).collect()
+            }
+        })
     }
 
     /// One step of the previous round's players from the `k`th: those who
@@ -238,7 +263,7 @@ impl Scheduler<'_> {
         let players =
             self.store.league_cohorts(base, round, league::code(tier, first), league::code(tier, last)).await?;
         let names: Vec<String> = players.iter().map(|(m, _)| m.clone()).collect();
-        let scores = self.store.scores_of(&keys::period_key(base, &final_id), &names).await?;
+        let scores = self.final_keys(base, board, round, &names).await?;
         let results = self.store.league_results(base, round, &names).await?;
         let metas = match board.meta() {
             true => self.store.hash_fields(&keys::meta_key(base, &final_id), &names).await?,
@@ -252,9 +277,15 @@ impl Scheduler<'_> {
                 continue;
             };
             let mut entry = json!({
-                "rank": rank, "player_id": member, "score": board.packing().decode(score as i64),
-                "zone": zone.as_str(), "next_tier": league.tiers.get(next),
+                "rank": rank, "player_id": member, "zone": zone.as_str(), "next_tier": league.tiers.get(next),
             });
+            match (score, board.columns().zip(board.column_spec())) {
+                (SortKey::Stored(stored), _) => entry["score"] = json!(board.packing().decode(stored)),
+                (SortKey::Member(m), Some((c, spec))) => {
+                    entry["scores"] = spec.parse_member(&m).map(|(values, _, _)| c.scores(&values)).unwrap_or_default()
+                }
+                (SortKey::Member(_), None) => {}
+            }
             if let Some(meta) = meta.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
                 entry["meta"] = meta;
             }
@@ -273,6 +304,25 @@ impl Scheduler<'_> {
         }
         Ok(records)
     }
+}
+
+/// A player's place on a round's final board: its stored score, or on a
+/// board with columns its member's bytes (whose order is the board's).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SortKey {
+    Stored(i64),
+    Member(Vec<u8>),
+}
+
+/// A cohort of `tier` settled from its players' keys.
+fn settle(board: &Board, league: &League, tier: usize, mut cohort: Vec<(SortKey, String)>) -> Vec<league::Settled> {
+    if cohort.iter().all(|(k, _)| matches!(k, SortKey::Stored(_))) {
+        let scored =
+            cohort.into_iter().filter_map(|(k, m)| if let SortKey::Stored(s) = k { Some((s, m)) } else { None });
+        return league.settle(board.order(), tier, scored.collect());
+    }
+    cohort.sort();
+    league.settle_ranked(tier, cohort.into_iter().map(|(_, m)| m).collect())
 }
 
 /// What a round's publication is about.

@@ -40,7 +40,7 @@ pub use moderation::{maintenance, review};
 
 pub use conn::connect::{node_connections, refresh_replicas, replica_connections, scan_keys, RedisConn};
 pub use jobs::history::{row_standing, standing, BestRank, HistoryPut, HistoryStep, PlayerHistory, SealedStanding};
-pub use jobs::league::{CohortRead, Placement, Progress, SettlePlace, SettleWrite, TierWrite};
+pub use jobs::league::{CohortRead, Placement, Progress, RowsOf, SettlePlace, SettleWrite, TierWrite};
 pub use jobs::outbox::OutboxRecord;
 pub use jobs::sched::Claim;
 pub use jobs::seal_roll::{RollCall, RollStep, SealCall, SealReply};

@@ -94,6 +94,35 @@ async fn zmscore(conn: &mut RedisConn, key: &str, members: &[String]) -> Result<
     Ok(out)
 }
 
+/// On a board with columns: per player, its member in the period key `key`
+/// (its row's first `prefix` bytes from the rows hash `rows_key`, then the
+/// player id), `None` for a player without a row or hidden (a hidden
+/// player's member is in the shadow, not in `key`).
+async fn visible_rows(
+    conn: &mut RedisConn,
+    (key, rows_key, prefix): (&str, &str, usize),
+    players: &[String],
+) -> Result<Vec<Option<Vec<u8>>>, redis::RedisError> {
+    let mut rows: Vec<Option<Vec<u8>>> = Vec::with_capacity(players.len());
+    for chunk in players.chunks(1000) {
+        let got: Vec<Option<Vec<u8>>> = redis::cmd("HMGET").arg(rows_key).arg(chunk).query_async(conn).await?;
+        rows.extend(got);
+    }
+    let members: Vec<Option<Vec<u8>>> = rows
+        .into_iter()
+        .zip(players)
+        .map(|(row, p)| row.map(|r| [&r[..prefix.min(r.len())], p.as_bytes()].concat()))
+        .collect();
+    let present: Vec<&Vec<u8>> = members.iter().flatten().collect();
+    let mut held = Vec::with_capacity(present.len());
+    for chunk in present.chunks(1000) {
+        let got: Vec<Option<f64>> = redis::cmd("ZMSCORE").arg(key).arg(chunk).query_async(conn).await?;
+        held.extend(got);
+    }
+    let mut held = held.into_iter();
+    Ok(members.into_iter().map(|m| m.filter(|_| held.next().flatten().is_some())).collect())
+}
+
 /// A cohort's players with their codes: `ZRANGE BYSCORE from to`.
 async fn coded(conn: &mut RedisConn, key: &str, from: i64, to: i64) -> Result<Vec<(String, i64)>, redis::RedisError> {
     let flat: Vec<(String, f64)> =
@@ -208,6 +237,13 @@ impl Store {
     /// Each member's stored score in `key`, if they have one.
     pub async fn scores_of(&self, key: &str, members: &[String]) -> Result<Vec<Option<f64>>, StoreError> {
         zmscore(&mut self.conn.clone(), key, members).await.map_err(failed("read players' scores"))
+    }
+
+    /// On a board with columns (`RowsOf`): each player's member bytes in
+    /// the period key, `None` when they have no row there or are hidden.
+    pub async fn rows_of(&self, at: RowsOf<'_>, players: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let at = (at.key, at.rows_key, at.prefix);
+        visible_rows(&mut self.conn.clone(), at, players).await.map_err(failed("read players' rows"))
     }
 
     /// A settlement step writing tiers; `false` when the settlement was
@@ -396,8 +432,20 @@ pub enum Placement {
 /// player's recorded result.
 #[derive(Clone, Debug, Default)]
 pub struct CohortRead {
+    /// On a board of one score: (stored score, player) of each ranked player.
     pub players: Vec<(i64, String)>,
+    /// On a board with columns: (member bytes, player), in board order.
+    pub rows: Vec<(Vec<u8>, String)>,
     pub results: HashMap<String, String>,
+}
+
+/// Where a board with columns keeps a period's rows: its period key, rows
+/// hash, and how many bytes of a row start its member.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsOf<'a> {
+    pub key: &'a str,
+    pub rows_key: &'a str,
+    pub prefix: usize,
 }
 
 impl Reader {
@@ -420,12 +468,16 @@ impl Reader {
     }
 
     /// Cohort `code` of `round`, scored from `board_key` (the live round or its snapshot).
+    /// Cohort `code` of `round`: its ranked players on the period key
+    /// `board_key` (on a board with columns, `rows`: their rows, in board
+    /// order) and its recorded results.
     pub async fn league_cohort(
         &self,
         base: &str,
         round: &str,
         code: i64,
         board_key: &str,
+        rows: Option<RowsOf<'_>>,
     ) -> Result<CohortRead, StoreError> {
         let key = keys::league_cohorts_key(base, round);
         self.run(|mut conn| {
@@ -433,11 +485,18 @@ impl Reader {
             async move {
                 let members: Vec<String> =
                     coded(&mut conn, &key, code, code).await?.into_iter().map(|(m, _)| m).collect();
-                let scores = zmscore(&mut conn, board_key, &members).await?;
                 let got = results(&mut conn, base, round, &members).await?;
                 let results = members.iter().zip(got).filter_map(|(m, r)| Some((m.clone(), r?))).collect();
+                if let Some(at) = rows {
+                    let found = visible_rows(&mut conn, (at.key, at.rows_key, at.prefix), &members).await?;
+                    let mut rows: Vec<(Vec<u8>, String)> =
+                        members.into_iter().zip(found).filter_map(|(m, r)| Some((r?, m))).collect();
+                    rows.sort();
+                    return Ok(CohortRead { players: Vec::new(), rows, results });
+                }
+                let scores = zmscore(&mut conn, board_key, &members).await?;
                 let players = members.into_iter().zip(scores).filter_map(|(m, s)| Some((s? as i64, m))).collect();
-                Ok(CohortRead { players, results })
+                Ok(CohortRead { players, rows: Vec::new(), results })
             }
         })
         .await
