@@ -50,6 +50,13 @@ do
     return all_at
   end
 
+  -- Member m's value in the all-time period (place w of shape sh, whose
+  -- periods' values are shape_cur[sh]); nil without one.
+  local function all_time(shape_cur, sh, w, m)
+    local c = w and shape_cur[sh][w]
+    return c and c[m]
+  end
+
   -- Whether value is a new best beyond best by more than jump allows.
   local function jumped(jump, desc, value, best)
     if desc then
@@ -69,15 +76,11 @@ do
       if score and ev[at + score.column] > score.limit then
         found, observed, hold = SCORE, ev[at + score.column], score.hold
       end
-      local w = jump and (found == nil or hold) and all_at[sh]
-      if w then
-        local c = shape_cur[sh][w]
-        local old = c and c[m]
-        if old then
-          local best = cols.value(old, jump.column)
-          if jumped(jump, cols.desc[jump.column], ev[at + jump.column], best) and (found == nil or not jump.hold) then
-            found, observed, hold = JUMP, best, jump.hold
-          end
+      local old = jump and (found == nil or hold) and all_time(shape_cur, sh, all_at[sh], m)
+      if old then
+        local best = cols.value(old, jump.column)
+        if jumped(jump, cols.desc[jump.column], ev[at + jump.column], best) and (found == nil or not jump.hold) then
+          found, observed, hold = JUMP, best, jump.hold
         end
       end
       if better and (found == nil or hold) then
@@ -135,15 +138,11 @@ do
         local total = windows.total(m, ts) + num
         if total > gain_limit and (found == nil or not gain_hold) then found, observed, hold = GAIN, total, gain_hold end
       end
-      local w = jump and (found == nil or hold) and all_at[sh]
-      if w then
-        local c = shape_cur[sh][w]
-        local old = c and c[m]
-        if old then
-          local best = floor(old / shift)
-          if jumped(jump, desc, value, best) and (found == nil or not jump.hold) then
-            found, observed, hold = JUMP, best, jump.hold
-          end
+      local old = jump and (found == nil or hold) and all_time(shape_cur, sh, all_at[sh], m)
+      if old then
+        local best = floor(old / shift)
+        if jumped(jump, desc, value, best) and (found == nil or not jump.hold) then
+          found, observed, hold = JUMP, best, jump.hold
         end
       end
       return found, observed, hold
