@@ -99,9 +99,14 @@ async fn rankflow(command: &str, config: &std::path::Path) -> String {
     stdout
 }
 
-/// The refusing worker stops on SIGTERM; a new one (same group) drains the topic.
+/// The refusing worker stops on SIGTERM, committing nothing (the recovery
+/// started from the commits as they stood); a new one (same group) drains
+/// the topic.
 async fn restart_and_drain(mut w: Worker, broker: &Broker, cfg: &WorkerConfig) -> Worker {
+    let before = broker.committed(&cfg.group, &cfg.topic, PARTITIONS);
     assert!(w.sigterm(Duration::from_secs(25)).is_some_and(|st| st.success()), "{}", w.log());
+    let after = broker.committed(&cfg.group, &cfg.topic, PARTITIONS);
+    assert_eq!(after, before, "the refusing worker committed on its way out\n{}", w.log());
     let w = Worker::spawn(cfg);
     broker.wait_committed_to_end_or(&cfg.group, &cfg.topic, PARTITIONS, Duration::from_secs(120), &|| w.log());
     let (status, body) = w.get_json("/readyz").await;

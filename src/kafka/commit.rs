@@ -110,14 +110,15 @@ pub fn commit_stored<C: ConsumerContext>(consumer: &StreamConsumer<C>) -> KafkaR
     }
 }
 
-/// Commits what is stored, leaves the group and flushes the producer. These
+/// Commits what is stored (unless `commit` is false: a worker that found
+/// lost data commits nothing more), leaves the group and flushes the producer. These
 /// librdkafka calls block (for long when the brokers are gone):
 /// `block_in_place` hands this thread's other work, and the runtime's
 /// timers, to another thread meanwhile, so the shutdown deadline still fires.
-pub fn close(consumer: WorkerConsumer, producer: &KafkaProducer) {
+pub fn close(consumer: WorkerConsumer, producer: &KafkaProducer, commit: bool) {
     tokio::task::block_in_place(|| {
         // With transactions, the last one committed the offsets.
-        let commit = !consumer.context().transactional;
+        let commit = commit && !consumer.context().transactional;
         match commit.then(|| consumer.commit_consumer_state(CommitMode::Sync)) {
             None | Some(Ok(())) | Some(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
             Some(Err(e)) => warn!(error = %e, "Final commit failed; the next owner replays from the last commit."),

@@ -245,7 +245,7 @@ pub async fn run_with(
     };
     if !lost::check(&cx, &consumer).await {
         // Redis lost data (or shutdown came first): consume nothing, commit nothing.
-        commit::close(consumer, &cx.producer);
+        commit::close(consumer, &cx.producer, false);
         return Ok(());
     }
     let mut p = Pipeline {
@@ -272,7 +272,7 @@ pub async fn run_with(
             if let Err(why) = p.rewind().await {
                 p.inflight.abandon();
                 let Pipeline { cx, consumer, .. } = p;
-                commit::close(consumer, &cx.producer);
+                commit::close(consumer, &cx.producer, true);
                 return Err(WorkerError::Transactions(why));
             }
             continue;
@@ -288,12 +288,22 @@ pub async fn run_with(
         }
     }
     p.drain().await;
-    info!("Worker stopping: committing final offsets and leaving the group.");
+    // A worker that found lost data commits nothing more, not even what it
+    // settled before: the recovery (a rebuild or accept-loss) starts from
+    // the commits as they stood, which a commit at shutdown would move past.
+    let refused = lost::refused(&p.cx);
+    match refused {
+        false => info!("Worker stopping: committing final offsets and leaving the group."),
+        true => info!("Worker stopping after lost data: nothing is committed; leaving the group."),
+    }
     if let Some(t) = p.txn.as_mut() {
-        t.close(&p.consumer, &p.cx.cancel).await;
+        match refused {
+            false => t.close(&p.consumer, &p.cx.cancel).await,
+            true => t.abandon(&p.cx.cancel).await,
+        }
     }
     let Pipeline { cx, consumer, .. } = p;
-    commit::close(consumer, &cx.producer);
+    commit::close(consumer, &cx.producer, !refused);
     info!("Worker stopped.");
     Ok(())
 }

@@ -354,6 +354,17 @@ impl Txn {
 
     /// On shutdown: the commit in flight finished, then the open
     /// transaction committed (or aborted if it cannot be).
+    /// On a worker that found lost data: the open transaction (what was
+    /// settled since the last commit) is aborted, never committed.
+    pub async fn abandon(&mut self, cancel: &CancellationToken) {
+        if self.broken.is_none() {
+            self.broken = Some(Broken::Abort("Redis lost data: nothing more is committed".into()));
+        }
+        if let Err(why) = self.abort(cancel).await {
+            warn!(why, "Could not end the last transaction; the brokers abort it when it times out.");
+        }
+    }
+
     pub async fn close(&mut self, consumer: &WorkerConsumer, cancel: &CancellationToken) {
         self.finish_commit().await;
         self.start_commit(consumer);
