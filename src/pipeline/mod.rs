@@ -288,23 +288,7 @@ pub async fn run_with(
         }
     }
     p.drain().await;
-    // A worker that found lost data commits nothing more, not even what it
-    // settled before: the recovery (a rebuild or accept-loss) starts from
-    // the commits as they stood, which a commit at shutdown would move past.
-    let refused = lost::refused(&p.cx);
-    match refused {
-        false => info!("Worker stopping: committing final offsets and leaving the group."),
-        true => info!("Worker stopping after lost data: nothing is committed; leaving the group."),
-    }
-    if let Some(t) = p.txn.as_mut() {
-        match refused {
-            false => t.close(&p.consumer, &p.cx.cancel).await,
-            true => t.abandon(&p.cx.cancel).await,
-        }
-    }
-    let Pipeline { cx, consumer, .. } = p;
-    commit::close(consumer, &cx.producer, !refused);
-    info!("Worker stopped.");
+    p.stop().await;
     Ok(())
 }
 
@@ -331,6 +315,28 @@ fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'
 }
 
 impl Pipeline {
+    /// Ends the run: the last transaction committed (or the stored offsets)
+    /// and the group left. A worker that found lost data commits nothing
+    /// more, not even what it settled before: the recovery (a rebuild or
+    /// accept-loss) starts from the commits as they stood, which a commit
+    /// at shutdown would move past.
+    async fn stop(mut self) {
+        let refused = lost::refused(&self.cx);
+        match refused {
+            false => info!("Worker stopping: committing final offsets and leaving the group."),
+            true => info!("Worker stopping after lost data: nothing is committed; leaving the group."),
+        }
+        if let Some(t) = self.txn.as_mut() {
+            match refused {
+                false => t.close(&self.consumer, &self.cx.cancel).await,
+                true => t.abandon(&self.cx.cancel).await,
+            }
+        }
+        let Pipeline { cx, consumer, .. } = self;
+        commit::close(consumer, &cx.producer, !refused);
+        info!("Worker stopped.");
+    }
+
     /// Step 2: sends a batch to Redis behind those in flight (an admin
     /// event waits for them and runs alone). `false`: shutdown abandoned it.
     async fn send(&mut self, records: Vec<Record>) -> bool {
