@@ -404,8 +404,22 @@ async fn a_batch_sent_behind_one_not_yet_applied_changes_nothing_until_that_one_
 async fn with_min_replicas_a_call_sent_behind_one_not_yet_applied_and_lost_data_read_the_same() {
     let redis = Redis::start();
     let _replica = Redis::start_with(&["--replicaof", "127.0.0.1", &redis.port.to_string()]);
+    replica_online(&redis).await;
     let s = store(&redis).await.with_min_replicas(1, std::time::Duration::from_secs(5));
     sent_behind_one_not_yet_applied(&redis, s).await;
+}
+
+/// Waits until `primary`'s replica has synced (its writes can be waited for).
+async fn replica_online(primary: &Redis) {
+    let mut conn = primary.conn().await;
+    for _ in 0..200 {
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.unwrap();
+        if info.contains("state=online") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the replica never came online");
 }
 
 /// With `redis.min_replicas`, a tag's registration is done only once a
@@ -418,7 +432,8 @@ async fn with_min_replicas_a_registration_waits_for_a_replica() {
     let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &redis.port.to_string()]);
     let s = store(&redis).await.with_min_replicas(1, std::time::Duration::from_millis(300));
     let tags = vec!["lb:{p}".to_string()];
-    // Synced first: a registration with the replica up is done.
+    // Synced first: a registration with the replica up is done (once it acknowledges at all).
+    replica_online(&redis).await;
     let mut synced = false;
     for _ in 0..50 {
         if s.register_tags("lb:{.tags}:_bases", &["lb:{q}".to_string()], false).await.is_ok() {
