@@ -252,14 +252,23 @@ impl Reader {
                     if listed.is_empty() {
                         return Ok(Vec::new());
                     }
+                    // The meta field only where there is one to read (a history hash of a board with meta).
+                    let metas: Vec<Option<String>> = listed.iter().map(|k| meta_of(k)).collect();
                     let mut pipe = redis::pipe();
-                    for k in &listed {
+                    for (k, m) in listed.iter().zip(&metas) {
                         pipe.cmd("HGET").arg(k).arg(member);
-                        pipe.cmd("HGET").arg(meta_of(k).unwrap_or_else(|| keys::absent_key(k))).arg(member);
+                        if let Some(m) = m {
+                            pipe.cmd("HGET").arg(m).arg(member);
+                        }
                     }
-                    let values: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
-                    let pairs = values.chunks(2).map(|v| (v[0].clone(), v[1].clone()));
-                    Ok(listed.into_iter().zip(pairs).map(|(k, (v, m))| (k, v, m)).collect())
+                    let mut values = pipe.query_async::<Vec<Option<String>>>(&mut conn).await?.into_iter();
+                    let mut out = Vec::with_capacity(listed.len());
+                    for (k, m) in listed.into_iter().zip(metas) {
+                        let value = values.next().flatten();
+                        let meta = m.and_then(|_| values.next().flatten());
+                        out.push((k, value, meta));
+                    }
+                    Ok(out)
                 }
             })
             .await?;
