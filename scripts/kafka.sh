@@ -26,7 +26,7 @@
 #   start --watch PID        stop the nodes and delete D once process PID ends
 #   stop --node K [--kill]   only node K; --kill sends SIGKILL, not SIGTERM
 #
-# Environment: KAFKA_HEAP (each node's -Xmx, default 768m), RANKFLOW_KAFKA_CACHE
+# Environment: KAFKA_HEAP (each node's -Xmx, default 1g), RANKFLOW_KAFKA_CACHE
 # (the jars' cache, default ~/.cache/rankflow).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,7 +74,7 @@ fetch() {
 
 # java and its options (after fetch), to be followed by the class and its arguments.
 jvm() {
-  java=(java -Xms128m -Xmx"${KAFKA_HEAP:-768m}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+  java=(java -Xms128m -Xmx"${KAFKA_HEAP:-1g}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
     -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" -cp "$libs/*")
 }
 
@@ -94,9 +94,9 @@ PY
 
 # Writes every node's server.properties and formats its store (once).
 format() {
-  local ports voters="" i client internal controller rf isr
+  local ports voters="" i client internal controller rf isr session
   read -r -a ports <<<"$(free_ports $((3 * nodes)))"
-  rf=$nodes; isr=$(( nodes > 2 ? 2 : 1 ))
+  rf=$nodes; isr=$(( nodes > 2 ? 2 : 1 )); session=$(( nodes > 1 ? 6000 : 30000 ))
   for i in $(seq 1 "$nodes"); do
     voters+="${voters:+,}$i@127.0.0.1:${ports[$((3 * i - 1))]}"
   done
@@ -131,10 +131,13 @@ group.initial.rebalance.delay.ms=0
 # Sessions as short as 1 s allowed (Kafka's least is 6 s by default): a
 # consumer that wants a quick takeover after a crash may ask for one.
 group.min.session.timeout.ms=1000
-# A node that stops heartbeating is fenced by the controllers after 3 s (9 s
-# by default), so leadership moves off a crashed node within seconds.
+# A node that stops heartbeating is fenced by the controllers: in a cluster
+# after 6 s (9 s by default), so leadership moves off a crashed node within
+# seconds; a lone node has nowhere to move it, so only after 30 s (a fence
+# takes leadership of every partition away and gives it back, which on a
+# loaded machine stalled every group's coordinator for a minute).
 broker.heartbeat.interval.ms=500
-broker.session.timeout.ms=3000
+broker.session.timeout.ms=$session
 # Topics exist only when made (rankflow never relies on a producer or consumer creating one).
 auto.create.topics.enable=false
 EOF
@@ -158,7 +161,9 @@ running() { [ -s "$1/pid" ] && kill -0 "$(cat "$1/pid")" 2>/dev/null; }
 start_node() {
   local n=$1
   running "$n" && return 0
-  setsid "${java[@]}" kafka.Kafka "$n/server.properties" >>"$n/broker.log" 2>&1 </dev/null &
+  # The JVM's pauses go to gc.log beside broker.log (the first suspect of a stall).
+  setsid "${java[@]}" -Xlog:gc:file="$n/gc.log":uptime,level:filecount=2,filesize=5m \
+    kafka.Kafka "$n/server.properties" >>"$n/broker.log" 2>&1 </dev/null &
   echo $! >"$n/pid"
 }
 

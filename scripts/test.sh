@@ -48,4 +48,13 @@ echo "test: Apache Kafka at $TEST_KAFKA_BROKERS"
 # computing), each with TEST_THREADS tests at a time, the slowest first;
 # the time of each is printed at the end. (TEST_*, not RANKFLOW_...:
 # rankflow reads RANKFLOW_ variables as config.)
-scripts/run-tests.py --jobs "${TEST_JOBS:-3}" --test-threads "${TEST_THREADS:-2}" <"$kafka_dir.built"
+# When a test fails, what the shared broker went through is printed too: its
+# fences (each but the first grant to unfence follows one), its controller's
+# slow events, its warnings and its JVM's pauses of 100 ms or more.
+scripts/run-tests.py --jobs "${TEST_JOBS:-3}" --test-threads "${TEST_THREADS:-2}" <"$kafka_dir.built" || {
+  echo "test: the shared broker's log (warnings, fences, slow events):"
+  grep -v 'Performing controller activation' "$kafka_dir"/node-1/broker.log | grep -E '^\[' | tail -40 | cut -c1-400 || true
+  echo "test: the shared broker's JVM pauses of 100 ms or more:"
+  grep -hE 'Pause.* [0-9]{3,}\.[0-9]+ms' "$kafka_dir"/node-1/gc.log* | tail -20 || true
+  exit 1
+}

@@ -90,11 +90,46 @@ impl Nodes {
     }
 }
 
+impl Nodes {
+    /// What each node went through, printed when a test fails: the last
+    /// lines of its log (warnings, fences, the controller's slow events) and
+    /// its JVM's pauses of 100 ms or more.
+    fn report(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return };
+        let mut nodes: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.join("broker.log").exists()).collect();
+        nodes.sort();
+        for node in nodes {
+            let log = std::fs::read_to_string(node.join("broker.log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('[')).collect();
+            eprintln!("---- {} (last lines of its log) ----", node.display());
+            for line in &lines[lines.len().saturating_sub(20)..] {
+                eprintln!("{}", line.chars().take(300).collect::<String>());
+            }
+            let gc = std::fs::read_to_string(node.join("gc.log")).unwrap_or_default();
+            let long = |l: &&str| {
+                l.contains("Pause")
+                    && l.split_whitespace()
+                        .last()
+                        .and_then(|t| t.strip_suffix("ms"))
+                        .and_then(|t| t.parse::<f64>().ok())
+                        .is_some_and(|ms| ms >= 100.0)
+            };
+            for line in gc.lines().filter(long) {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
 impl Drop for Nodes {
     /// Never panics (a drop while a failed test unwinds would abort): a stop
     /// that fails is left to `--watch`, which stops the nodes when the
     /// test process ends.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.report();
+        }
         let dir = self.dir.path().display().to_string();
         if let Err(why) = self.run(&["stop", "--dir", &dir, "--kill"]) {
             eprintln!("scripts/kafka.sh stop: {why}");
