@@ -210,3 +210,41 @@ async fn a_day_recorded_in_several_steps_ranks_every_player_exactly() {
         );
     }
 }
+
+/// A best rank equalled in another period keeps the earlier period,
+/// whichever was recorded first (a board's days may seal in any order, and
+/// a sharded board's shards may record them in another order than an
+/// unsharded twin's).
+#[tokio::test]
+async fn an_equal_best_keeps_the_earlier_period_in_whatever_order_they_were_recorded() {
+    use rankflow::store::{standing, HistoryPut};
+    let redis = Redis::start();
+    let store = support::apply::store_with_ttl(&redis, 60, &["lb:{h}"]).await;
+    let put = |day: &'static str, ordinal: u64, player: &'static str| {
+        let standings = vec![(player.to_string(), standing(ordinal, ordinal, 10, 5))];
+        let store = &store;
+        async move {
+            let put = HistoryPut {
+                base: "lb:{h}",
+                period_id: day,
+                kind: "daily",
+                expire_at: 0,
+                first: true,
+                standings: &standings,
+            };
+            store.history_put(&put).await.unwrap();
+        }
+    };
+    // Later day first, then the earlier one at the same rank, then a worse one.
+    put("d:2026-12-06", 3, "a").await;
+    put("d:2026-12-05", 3, "a").await;
+    put("d:2026-12-04", 4, "a").await;
+    // Earlier day first: a later equal rank leaves it.
+    put("d:2026-12-05", 2, "b").await;
+    put("d:2026-12-06", 2, "b").await;
+    for (player, want) in [("a", (3, "d:2026-12-05")), ("b", (2, "d:2026-12-05"))] {
+        let h = store.primary_reader().history("lb:{h}", player, false).await.unwrap();
+        let best: Vec<(i64, &str)> = h.best.iter().map(|b| (b.rank, b.period_id.as_str())).collect();
+        assert_eq!(best, [want], "{player}");
+    }
+}

@@ -6,8 +6,9 @@
 -- competition: one more than the players with a better value), the members
 -- of the sealed board and the stored score. A kind's best hash maps each
 -- player to "<ordinal>:<period id>", raised when a period ranks them better
--- (an equal rank keeps the earlier period). Writing a standing again writes
--- the same values, so a step taken over after a crash is harmless.
+-- (an equal rank keeps the earlier period, whichever was sealed first).
+-- Writing a standing again writes the same values, so a step taken over
+-- after a crash is harmless.
 --
 -- The history hash expires with the period's snapshot; the best hashes
 -- never do. Both are listed in the tag's history registry, which reads and
@@ -55,8 +56,12 @@ do
     local was = hmget(best, members)
     local raised = {}
     for i = 1, n do
-      local old = was[i] and tonumber(string.match(was[i], '^(%d+):'))
-      if not old or ordinals[i] < old then
+      local old, old_period
+      if was[i] then old, old_period = string.match(was[i], '^(%d+):(.*)$') end
+      old = tonumber(old)
+      -- An equal rank keeps the earlier period, whichever was sealed first
+      -- (a period id of a kind sorts by its start: d:2026-12-05 < d:2026-12-06).
+      if not old or ordinals[i] < old or (ordinals[i] == old and period < old_period) then
         raised[#raised + 1] = members[i]
         raised[#raised + 1] = format('%d:%s', ordinals[i], period)
       end
