@@ -151,11 +151,13 @@ fn shards(at: At, b: &RawBoard, e: &mut Errors) -> Option<u32> {
             "a sharded board cannot keep dense ranks exact (the shards' distinct values overlap); remove dense_rank or shards",
         );
     }
-    if b.max_members.is_some() && b.mode.as_ref().and_then(|m| m.value.as_ref().ok()) != Some(&Mode::Best) {
+    let best =
+        b.mode.as_ref().and_then(|m| m.value.as_ref().ok()) == Some(&Mode::Best) || b.row.as_deref() == Some("best");
+    if b.max_members.is_some() && !best {
         e.push(
             at.field("max_members"),
-            "top-K trimming on a sharded board needs mode = \"best\": what a latest board's trimming keeps depends on \
-             history the shards do not share",
+            "top-K trimming on a sharded board needs mode = \"best\" (or row = \"best\" with columns): what a latest \
+             board's trimming keeps depends on history the shards do not share",
         );
     }
     Some(n)

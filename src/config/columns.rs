@@ -61,13 +61,7 @@ pub fn ranking(at: At, b: &RawBoard, e: &mut Errors) -> Option<Ranking> {
 /// What a board with columns cannot have yet, each refusal naming its
 /// field and why.
 pub fn refusals(at: At, b: &RawBoard, e: &mut Errors) {
-    let fields: [(&str, bool, &str); 5] = [
-        (
-            "shards",
-            b.shards.is_some(),
-            "is not available on a board with columns in this version: a sharded board's reads merge its shards by \
-             stored score, and a board with columns orders members by their bytes",
-        ),
+    let fields: [(&str, bool, &str); 4] = [
         (
             "max_members",
             b.max_members.is_some() && b.row.as_deref() != Some("best"),
@@ -263,9 +257,11 @@ mod tests {
             Err(crate::config::ConfigError::Invalid(v)) => v.into_iter().map(|e| e.field).collect(),
             other => panic!("expected field errors, got {other:?}"),
         };
-        for f in ["shards", "max_members", "max_score", "tie_epoch"] {
+        for f in ["max_members", "max_score", "tie_epoch"] {
             assert!(fields.contains(&format!("board[0].{f}")), "{f}: {fields:?}");
         }
+        // A sharded board with columns merges its shards by rows.
+        assert!(!fields.contains(&"board[0].shards".to_string()), "{fields:?}");
         // Top-K on best rows, sealing, rank changes and metadata are a board with columns' too.
         let best =
             "[kafka]\nbrokers = \"k:9092\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\nchanges_topic = \"c\"\n\

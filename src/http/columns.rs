@@ -17,7 +17,7 @@ use super::cursor::{Cursor, Direction};
 use super::layout::rows_at;
 use super::ranks::{meta_of, percentile};
 use super::target::{unranked, RankPolicy, Target};
-use super::{ApiError, AppState};
+use super::{sharded_rows, ApiError, AppState};
 use crate::board::columns::Columns;
 use crate::score::MAX_EXACT;
 use crate::store::{Reader, RowEntry, RowListing, RowsAt};
@@ -57,6 +57,13 @@ fn listing_json(t: &Target<'_>, l: &RowListing, policy: RankPolicy, player_id: O
     body
 }
 
+/// A sharded read's `consistent`: whether every shard stood still during it.
+fn with_consistent(body: &mut Value, consistent: Option<bool>) {
+    if let Some(c) = consistent {
+        body["consistent"] = json!(c);
+    }
+}
+
 /// Refuses what a board with columns does not answer yet.
 pub(super) fn refuse(parameter: &'static str, what: &str, t: &Target<'_>) -> ApiError {
     ApiError::bad(
@@ -77,11 +84,12 @@ fn cursor_at(t: &Target<'_>, e: &RowEntry, direction: Direction) -> String {
 }
 
 /// The member bytes a cursor (already checked to be the target's) was made at.
-fn cursor_member(c: &Cursor, at: &RowsAt<'_>) -> Result<Vec<u8>, ApiError> {
+fn cursor_member(c: &Cursor, t: &Target<'_>) -> Result<Vec<u8>, ApiError> {
+    let spec = t.board.column_spec().expect("a board with columns");
     URL_SAFE_NO_PAD
         .decode(&c.member)
         .ok()
-        .filter(|m| at.spec.parse_member(m).is_some())
+        .filter(|m| spec.parse_member(m).is_some())
         .ok_or_else(|| ApiError::bad("cursor", "the cursor was not made on this board's columns"))
 }
 
@@ -96,13 +104,20 @@ pub(super) async fn top(
     limit: usize,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
-    let (at, reader) = rows_of(s, t)?;
-    let l = match cursor {
-        None => reader.rows_top(&at, offset, limit).await,
-        Some(c) => reader.rows_page(&at, &cursor_member(c, &at)?, limit, c.direction == Direction::Next).await,
+    let member = cursor.map(|c| cursor_member(c, t)).transpose()?;
+    let (l, consistent) = if t.layout.single().is_none() {
+        let (l, consistent) = sharded_rows::top(s, t, cursor.zip(member.as_deref()), offset, limit).await?;
+        (l, Some(consistent))
+    } else {
+        let (at, reader) = rows_of(s, t)?;
+        let l = match (cursor, &member) {
+            (Some(c), Some(m)) => reader.rows_page(&at, m, limit, c.direction == Direction::Next).await,
+            _ => reader.rows_top(&at, offset, limit).await,
+        };
+        (l.map_err(ApiError::unavailable)?, None)
     };
-    let l = l.map_err(ApiError::unavailable)?;
     let mut body = listing_json(t, &l, policy, None);
+    with_consistent(&mut body, consistent);
     if let (Some(first), Some(last)) = (l.entries.first(), l.entries.last()) {
         if l.start + (l.entries.len() as i64) < l.total {
             body["next_cursor"] = json!(cursor_at(t, last, Direction::Next));
@@ -115,8 +130,19 @@ pub(super) async fn top(
 }
 
 pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Result<Value, ApiError> {
-    let (at, reader) = rows_of(s, t)?;
-    let found = reader.rows_player(&at, player_id).await.map_err(ApiError::unavailable)?;
+    let (found, consistent) = if t.layout.single().is_none() {
+        let found = sharded_rows::player(s, t, player_id).await?;
+        let consistent = found.as_ref().map(|f| f.1);
+        (found.map(|f| f.0), consistent)
+    } else {
+        let (at, reader) = rows_of(s, t)?;
+        let mut found = reader.rows_player(&at, player_id).await.map_err(ApiError::unavailable)?;
+        // A hidden player's own read counts them in the total, as on a board of one score.
+        if let Some(f) = found.as_mut() {
+            f.total += i64::from(f.hidden);
+        }
+        (found, None)
+    };
     let f = found.ok_or_else(|| unranked(player_id, t))?;
     let mut body = json!({
         "board": t.board.id(),
@@ -137,6 +163,7 @@ pub(super) async fn player(s: &AppState, t: &Target<'_>, player_id: &str) -> Res
     if let Some(meta) = meta_of(f.meta) {
         body["meta"] = json!(meta);
     }
+    with_consistent(&mut body, consistent);
     Ok(body)
 }
 
@@ -148,10 +175,18 @@ pub(super) async fn around(
     fill: bool,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
-    let (at, reader) = rows_of(s, t)?;
-    let l = reader.rows_around(&at, player_id, radius, fill).await.map_err(ApiError::unavailable)?;
+    let (l, consistent) = if t.layout.single().is_none() {
+        let l = sharded_rows::around(s, t, player_id, radius, fill).await?;
+        let consistent = l.as_ref().map(|l| l.1);
+        (l.map(|l| l.0), consistent)
+    } else {
+        let (at, reader) = rows_of(s, t)?;
+        (reader.rows_around(&at, player_id, radius, fill).await.map_err(ApiError::unavailable)?, None)
+    };
     let l = l.ok_or_else(|| unranked(player_id, t))?;
-    Ok(listing_json(t, &l, policy, Some(player_id)))
+    let mut body = listing_json(t, &l, policy, Some(player_id));
+    with_consistent(&mut body, consistent);
+    Ok(body)
 }
 
 /// A friends read: the named players' ranks on the board (under `policy`)
@@ -162,8 +197,13 @@ pub(super) async fn players(
     ids: Vec<String>,
     policy: RankPolicy,
 ) -> Result<Value, ApiError> {
-    let (at, reader) = rows_of(s, t)?;
-    let reply = reader.rows_players(&at, &ids, policy.name()).await.map_err(ApiError::unavailable)?;
+    let (reply, consistent) = if t.layout.single().is_none() {
+        let (reply, consistent) = sharded_rows::players(s, t, &ids, policy).await?;
+        (reply, Some(consistent))
+    } else {
+        let (at, reader) = rows_of(s, t)?;
+        (reader.rows_players(&at, &ids, policy.name()).await.map_err(ApiError::unavailable)?, None)
+    };
     let mut found = Vec::new();
     let mut not_found = Vec::new();
     for (id, row) in ids.into_iter().zip(reply.rows) {
@@ -182,13 +222,15 @@ pub(super) async fn players(
             entry_json(body, e)
         })
         .collect();
-    Ok(json!({
+    let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
         "total": reply.total,
         "not_found": not_found,
         "entries": entries,
-    }))
+    });
+    with_consistent(&mut body, consistent);
+    Ok(body)
 }
 
 /// `rank-of`'s row: a value for every column, each `scores.<column>`.
@@ -218,10 +260,15 @@ fn asked_row(c: &Columns, q: &HashMap<String, String>) -> Result<Vec<i64>, ApiEr
 pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, q: &HashMap<String, String>) -> Result<Value, ApiError> {
     let c = columns_of(t);
     let values = asked_row(c, q)?;
-    let (at, reader) = rows_of(s, t)?;
-    let n = reader.rows_rank_of(&at, &values).await.map_err(ApiError::unavailable)?;
+    let (n, consistent) = if t.layout.single().is_none() {
+        let (n, consistent) = sharded_rows::rank_of(s, t, &values).await?;
+        (n, Some(consistent))
+    } else {
+        let (at, reader) = rows_of(s, t)?;
+        (reader.rows_rank_of(&at, &values).await.map_err(ApiError::unavailable)?, None)
+    };
     // A newcomer ranks after the players already at the row.
-    Ok(json!({
+    let mut body = json!({
         "board": t.board.id(),
         "period": t.period,
         "scores": c.scores(&values),
@@ -232,5 +279,7 @@ pub(super) async fn rank_of(s: &AppState, t: &Target<'_>, q: &HashMap<String, St
             "dense": t.board.dense_rank().then_some(n.dense_better + 1),
         },
         "percentile": percentile(n.total + 1, n.better),
-    }))
+    });
+    with_consistent(&mut body, consistent);
+    Ok(body)
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::cursor::Cursor;
 use super::standing::{Friends, Page, RankOf, Standing};
-use super::target::{resolve, Layout, RankPolicy, Target};
+use super::target::{resolve, Layout, PeriodKeys, RankPolicy, Target};
 use super::{sharded, single, ApiError, AppState};
 
 /// The target a read names, as it stands: a sealed period of a sharded
@@ -32,10 +32,16 @@ pub(super) async fn target<'a>(
     Ok(t)
 }
 
-/// A period of a board with columns: its keys and columns (one sorted set:
-/// such a board is never sharded).
+/// A period of a board with columns on one sorted set: its keys and
+/// columns (`None` on a sharded board: `sharded_rows.rs` reads its shards).
 pub(super) fn rows_at<'k>(t: &'k Target<'_>) -> Option<crate::store::RowsAt<'k>> {
-    let (Layout::Single(keys), Some(spec)) = (&t.layout, t.board.column_spec()) else { return None };
+    rows_at_keys(t, t.layout.single()?)
+}
+
+/// The period keys `keys` (a board's or one shard's) of a board with
+/// columns, as `read_rows.lua` reads them.
+pub(super) fn rows_at_keys<'k>(t: &Target<'_>, keys: &'k PeriodKeys) -> Option<crate::store::RowsAt<'k>> {
+    let spec = t.board.column_spec()?;
     let rows_key = keys.rows_key.as_deref()?;
     let dense_key = t.board.dense_rank().then_some(keys.dense_key.as_str());
     let meta_key = keys.meta_key.as_deref();

@@ -41,6 +41,7 @@ mod reads;
 mod requests;
 mod review;
 mod sharded;
+mod sharded_rows;
 mod single;
 mod standing;
 mod target;

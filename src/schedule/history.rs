@@ -16,8 +16,10 @@ use crate::board::{Board, Order};
 use crate::period::Period;
 use std::collections::VecDeque;
 
+use std::cmp::Ordering;
+
 use crate::board::columns::ColumnSpec;
-use crate::store::{row_standing, standing, HistoryPut, HistoryStep, SealedRows};
+use crate::store::{row_standing, standing, HistoryPut, HistoryStep, RowEntry, SealedRows};
 
 /// Entries one step records (a step of 5,000 holds Redis a few milliseconds).
 const STEP_ENTRIES: usize = 5_000;
@@ -100,10 +102,11 @@ impl Scheduler<'_> {
         expire_at: i64,
     ) -> Result<(), JobError> {
         let id = period.id.as_str();
-        let desc = board.order() == Order::Desc;
-        let shift = board.packing().shift();
+        let (order, desc, shift) = (board.order(), board.order() == Order::Desc, board.packing().shift());
         let progress = self.store.history_progress(&bases[0], id).await?;
         let Some(mut at) = positions(progress.as_deref(), bases.len()) else { return Ok(()) };
+        let in_order = |a: &(i64, String), b: &(i64, String)| order.entries((a.0, &a.1), (b.0, &b.1));
+        let value = |stored: i64| board.packing().decode(stored);
         // Each shard's entries read and not ranked yet, kept from one step
         // to the next: a shard is read again only for what a step took of it.
         let mut walk = Walk::new(bases.len());
@@ -111,64 +114,134 @@ impl Scheduler<'_> {
             for (k, base) in bases.iter().enumerate() {
                 if let Some((from, count)) = walk.wanted(k, at[k], STEP_ENTRIES) {
                     let got = self.store.sealed_entries(base, id, from, count, desc).await?;
-                    walk.read(k, got, count);
+                    walk.read(k, got.into_iter().map(|(member, stored)| (stored, member)).collect(), count);
                 }
             }
-            let emitted: u64 = at.iter().sum();
-            let Some(first) = walk.first(board.order()) else {
-                self.store.set_history_progress(&bases[0], id, "done").await?;
-                return Ok(());
-            };
-            // The first entry's competition rank, and the board's members
-            // (a top-K board holds the first K of its shards' entries).
-            let value = board.packing().decode(first);
+            let Some(&(first, _)) = walk.first(in_order) else { break };
+            // The first entry's competition rank, and the board's members.
             let (mut total, mut better) = (0, 0);
             for base in bases {
-                let (members, above) = self.store.sealed_counts(base, id, value, shift, desc).await?;
+                let (members, above) = self.store.sealed_counts(base, id, value(first), shift, desc).await?;
                 total += members;
                 better += above;
             }
-            let total = total.min(board.max_members().unwrap_or(u64::MAX));
-            let take = STEP_ENTRIES.min(total.saturating_sub(emitted) as usize);
-            let step = Ranked { emitted, total, better };
-            let per_shard =
-                step.rank(walk.take(take, board.order()), bases.len(), |stored| board.packing().decode(stored));
-            for (k, standings) in per_shard.iter().enumerate() {
-                at[k] += standings.len() as u64;
-            }
-            for (k, standings) in per_shard.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
-                let put = HistoryPut {
-                    base: &bases[k],
-                    period_id: id,
-                    kind: period.kind_name(),
-                    expire_at,
-                    first: emitted == 0,
-                    standings,
-                };
-                self.store.history_put(&put).await?;
-            }
-            if at.iter().sum::<u64>() >= total {
-                self.store.set_history_progress(&bases[0], id, "done").await?;
+            let step = self.sharded_step(board, &at, total, better);
+            let per_shard = step.rank(
+                walk.take(step.take(), in_order),
+                bases.len(),
+                |a, b| value(a.0) == value(b.0),
+                |(stored, member), ordinal, competition| {
+                    (member.clone(), standing(ordinal, competition, step.total, *stored))
+                },
+            );
+            if self.put_sharded_step(bases, period, expire_at, &step, per_shard, &mut at).await? {
                 return Ok(());
             }
-            let next = at.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-            self.store.set_history_progress(&bases[0], id, &next).await?;
-            tokio::task::yield_now().await;
         }
+        self.store.set_history_progress(&bases[0], id, "done").await?;
+        Ok(())
+    }
+
+    /// Records the history of sealed period `period` of a sharded board
+    /// ranked by several columns: its shards' snapshots merged by member
+    /// bytes, in steps, as [`Self::record_sharded_history`] does.
+    pub(super) async fn record_sharded_row_history(
+        &self,
+        bases: &[String],
+        board: &Board,
+        period: &Period,
+        spec: ColumnSpec,
+        expire_at: i64,
+    ) -> Result<(), JobError> {
+        let id = period.id.as_str();
+        let progress = self.store.history_progress(&bases[0], id).await?;
+        let Some(mut at) = positions(progress.as_deref(), bases.len()) else { return Ok(()) };
+        let sealed: Vec<SealedRows> = bases.iter().map(|b| SealedRows::of(b, id)).collect();
+        let reader = self.store.primary_reader();
+        let in_order = |a: &RowEntry, b: &RowEntry| a.member.cmp(&b.member);
+        let mut walk = Walk::new(bases.len());
+        loop {
+            for (k, keys) in sealed.iter().enumerate() {
+                if let Some((from, count)) = walk.wanted(k, at[k], STEP_ENTRIES) {
+                    let got = reader.rows_top(&keys.at(spec, false), from as usize, count).await?;
+                    walk.read(k, got.entries, count);
+                }
+            }
+            let Some(first) = walk.first(in_order).map(|e| e.values.clone()) else { break };
+            let (mut total, mut better) = (0, 0);
+            for keys in &sealed {
+                let counts = reader.rows_rank_of(&keys.at(spec, false), &first).await?;
+                total += counts.total as u64;
+                better += counts.better as u64;
+            }
+            let step = self.sharded_step(board, &at, total, better);
+            let per_shard = step.rank(
+                walk.take(step.take(), in_order),
+                bases.len(),
+                |a, b| a.values == b.values,
+                |e, ordinal, competition| {
+                    let (o, c, t) = (ordinal as i64, competition as i64, step.total as i64);
+                    (e.player.clone(), row_standing(o, c, t, &e.values))
+                },
+            );
+            if self.put_sharded_step(bases, period, expire_at, &step, per_shard, &mut at).await? {
+                return Ok(());
+            }
+        }
+        self.store.set_history_progress(&bases[0], id, "done").await?;
+        Ok(())
+    }
+
+    /// The next step of a sharded history standing at `at`: the board's
+    /// members (a top-K board holds the first K of its shards' entries).
+    fn sharded_step(&self, board: &Board, at: &[u64], total: u64, better: u64) -> Ranked {
+        let total = total.min(board.max_members().unwrap_or(u64::MAX));
+        Ranked { emitted: at.iter().sum(), total, better }
+    }
+
+    /// Writes a step's standings to each shard and where the walk stands;
+    /// whether the history is done.
+    async fn put_sharded_step(
+        &self,
+        bases: &[String],
+        period: &Period,
+        expire_at: i64,
+        step: &Ranked,
+        per_shard: Vec<Vec<(String, String)>>,
+        at: &mut [u64],
+    ) -> Result<bool, JobError> {
+        let id = period.id.as_str();
+        for (k, standings) in per_shard.iter().enumerate() {
+            at[k] += standings.len() as u64;
+        }
+        for (k, standings) in per_shard.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+            let kind = period.kind_name();
+            let first = step.emitted == 0;
+            let put = HistoryPut { base: &bases[k], period_id: id, kind, expire_at, first, standings };
+            self.store.history_put(&put).await?;
+        }
+        if at.iter().sum::<u64>() >= step.total {
+            self.store.set_history_progress(&bases[0], id, "done").await?;
+            return Ok(true);
+        }
+        let next = at.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        self.store.set_history_progress(&bases[0], id, &next).await?;
+        tokio::task::yield_now().await;
+        Ok(false)
     }
 }
 
 /// The shards' snapshots as a sharded history walks them: per shard, the
-/// entries read and not ranked yet (stored score, member, in board order),
-/// and whether the shard has no more.
-struct Walk {
-    read: Vec<VecDeque<(i64, String)>>,
+/// entries read and not ranked yet (in board order), and whether the shard
+/// has no more.
+struct Walk<T> {
+    read: Vec<VecDeque<T>>,
     ended: Vec<bool>,
 }
 
-impl Walk {
-    fn new(shards: usize) -> Walk {
-        Walk { read: vec![VecDeque::new(); shards], ended: vec![false; shards] }
+impl<T> Walk<T> {
+    fn new(shards: usize) -> Walk<T> {
+        Walk { read: (0..shards).map(|_| VecDeque::new()).collect(), ended: vec![false; shards] }
     }
 
     /// What to read of shard k, whose first `ranked` entries are ranked, so
@@ -179,21 +252,21 @@ impl Walk {
     }
 
     /// Shard k's next entries, `got` of the `asked` read: fewer means its end.
-    fn read(&mut self, k: usize, got: Vec<(String, i64)>, asked: usize) {
+    fn read(&mut self, k: usize, got: Vec<T>, asked: usize) {
         self.ended[k] = got.len() < asked;
-        self.read[k].extend(got.into_iter().map(|(member, stored)| (stored, member)));
+        self.read[k].extend(got);
     }
 
-    /// The stored score of the best entry held.
-    fn first(&self, order: Order) -> Option<i64> {
-        self.read.iter().filter_map(|r| r.front()).min_by(|a, b| order.entries((a.0, &a.1), (b.0, &b.1))).map(|e| e.0)
+    /// The best entry held (`in_order`: board order).
+    fn first(&self, in_order: impl Fn(&T, &T) -> Ordering) -> Option<&T> {
+        self.read.iter().filter_map(|r| r.front()).min_by(|a, b| in_order(a, b))
     }
 
-    /// Takes at most `n` entries off the shards, best first (stored score,
-    /// member, shard). It stops before a shard that holds nothing and may
-    /// have more: an entry not read ranks below every entry read from its
-    /// shard, and nothing is known of the next.
-    fn take(&mut self, n: usize, order: Order) -> Vec<(i64, String, usize)> {
+    /// Takes at most `n` entries off the shards, best first (each with its
+    /// shard). It stops before a shard that holds nothing and may have
+    /// more: an entry not read ranks below every entry read from its shard,
+    /// and nothing is known of the next.
+    fn take(&mut self, n: usize, in_order: impl Fn(&T, &T) -> Ordering) -> Vec<(T, usize)> {
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             if (0..self.read.len()).any(|k| self.read[k].is_empty() && !self.ended[k]) {
@@ -201,18 +274,18 @@ impl Walk {
             }
             let best = (0..self.read.len())
                 .filter_map(|k| self.read[k].front().map(|e| (k, e)))
-                .min_by(|(_, a), (_, b)| order.entries((a.0, &a.1), (b.0, &b.1)))
+                .min_by(|(_, a), (_, b)| in_order(a, b))
                 .map(|(k, _)| k);
             let Some(k) = best else { break };
-            let (stored, member) = self.read[k].pop_front().expect("the shard holds its best");
-            out.push((stored, member, k));
+            let entry = self.read[k].pop_front().expect("the shard holds its best");
+            out.push((entry, k));
         }
         out
     }
 }
 
 /// One step of a sharded history: `emitted` entries ranked before it, of
-/// `total`; `better` members hold a better value than the step's first entry.
+/// `total`; `better` members rank strictly above the step's first entry.
 struct Ranked {
     emitted: u64,
     total: u64,
@@ -220,25 +293,30 @@ struct Ranked {
 }
 
 impl Ranked {
-    /// Ranks `merged` (stored score, member, shard: the step's entries, in
-    /// board order; `value` the value of a stored score): per shard, its
-    /// players' standings.
-    fn rank(
+    /// How many entries the step ranks.
+    fn take(&self) -> usize {
+        STEP_ENTRIES.min(self.total.saturating_sub(self.emitted) as usize)
+    }
+
+    /// Ranks `merged` (the step's entries in board order, each with its
+    /// shard; `same`: two entries tie): per shard, its players' standings,
+    /// each made by `standing` from an entry, its ordinal and competition ranks.
+    fn rank<T>(
         &self,
-        merged: Vec<(i64, String, usize)>,
+        merged: Vec<(T, usize)>,
         shards: usize,
-        value: impl Fn(i64) -> i64,
+        same: impl Fn(&T, &T) -> bool,
+        standing: impl Fn(&T, u64, u64) -> (String, String),
     ) -> Vec<Vec<(String, String)>> {
         let mut per_shard: Vec<Vec<(String, String)>> = vec![Vec::new(); shards];
-        let mut last = merged.first().map(|(stored, _, _)| value(*stored));
         let mut competition = self.better + 1;
-        for (i, (stored, member, k)) in merged.into_iter().enumerate() {
+        for i in 0..merged.len() {
             let ordinal = self.emitted + i as u64 + 1;
-            let v = value(stored);
-            if Some(v) != last {
-                (competition, last) = (ordinal, Some(v));
+            if i > 0 && !same(&merged[i - 1].0, &merged[i].0) {
+                competition = ordinal;
             }
-            per_shard[k].push((member, standing(ordinal, competition, self.total, stored)));
+            let (entry, k) = &merged[i];
+            per_shard[*k].push(standing(entry, ordinal, competition));
         }
         per_shard
     }
@@ -287,20 +365,27 @@ mod tests {
         board.sort_by(|a, b| Order::Desc.entries((a.0, &a.1), (b.0, &b.1)));
         let total = 450u64;
         let (mut at, mut walk, mut reads) = (vec![0u64; k], Walk::new(k), 0);
+        let in_order = |a: &(i64, String), b: &(i64, String)| Order::Desc.entries((a.0, &a.1), (b.0, &b.1));
         let mut got: Vec<(String, String)> = Vec::new();
         loop {
             for (s, shard) in shards.iter().enumerate() {
                 if let Some((from, count)) = walk.wanted(s, at[s], budget) {
-                    let chunk = shard.iter().skip(from as usize).take(count).map(|(v, m)| (m.clone(), *v)).collect();
+                    let chunk = shard.iter().skip(from as usize).take(count).cloned().collect();
                     walk.read(s, chunk, count);
                     reads += count;
                 }
             }
-            let Some(first) = walk.first(Order::Desc) else { break };
+            let Some(&(first, _)) = walk.first(in_order) else { break };
             let better = board.iter().filter(|(v, _)| *v > first).count() as u64;
             let emitted: u64 = at.iter().sum();
             let take = budget.min((total - emitted) as usize);
-            let per_shard = Ranked { emitted, total, better }.rank(walk.take(take, Order::Desc), k, |v| v);
+            let step = Ranked { emitted, total, better };
+            let per_shard = step.rank(
+                walk.take(take, in_order),
+                k,
+                |a, b| a.0 == b.0,
+                |(v, m), ordinal, competition| (m.clone(), standing(ordinal, competition, total, *v)),
+            );
             for (s, standings) in per_shard.into_iter().enumerate() {
                 at[s] += standings.len() as u64;
                 got.extend(standings);

@@ -114,13 +114,14 @@ impl Scheduler<'_> {
             let total = total.min(i64::try_from(kept).unwrap_or(i64::MAX));
             let n = self.settings.sealing.top.min(usize::try_from(kept).unwrap_or(usize::MAX));
             let entries = match board.column_spec() {
-                Some(spec) => self.sealed_rows(&board, base, period_id, spec, n).await?,
+                Some(spec) => self.sealed_rows(&board, &bases, period_id, spec, n).await?,
                 None => published_entries(&board, &merged_top(&board, tops, n)),
             };
             self.publish_top(&board, base, &bases, period_id, close_at, total, entries).await?;
         }
         match (board.shards(), board.column_spec()) {
-            (Some(_), _) => self.record_sharded_history(&bases, &board, &period, expire_at).await?,
+            (Some(_), Some(spec)) => self.record_sharded_row_history(&bases, &board, &period, spec, expire_at).await?,
+            (Some(_), None) => self.record_sharded_history(&bases, &board, &period, expire_at).await?,
             (None, Some(spec)) => self.record_row_history(base, &period, spec, expire_at).await?,
             (None, None) => self.record_history(base, &board, &period, expire_at).await?,
         }
@@ -131,17 +132,24 @@ impl Scheduler<'_> {
     }
 
     /// The published entries of the sealed snapshot of period `period_id`
-    /// of a board ranked by several columns.
+    /// of a board ranked by several columns: the first `n` of its shards'
+    /// (`bases`, one on an unsharded board) merged by member bytes.
     async fn sealed_rows(
         &self,
         board: &Board,
-        base: &str,
+        bases: &[String],
         period_id: &str,
         spec: ColumnSpec,
         n: usize,
     ) -> Result<Vec<Value>, JobError> {
-        let keys = SealedRows::of(base, period_id);
-        let top = self.store.primary_reader().rows_top(&keys.at(spec, board.meta()), 0, n).await?;
+        let mut top = RowListing::default();
+        for base in bases {
+            let keys = SealedRows::of(base, period_id);
+            let shard = self.store.primary_reader().rows_top(&keys.at(spec, board.meta()), 0, n).await?;
+            top.entries.extend(shard.entries);
+        }
+        top.entries.sort_by(|a, b| a.member.cmp(&b.member));
+        top.entries.truncate(n);
         Ok(row_entries(board.columns().expect("a board with columns"), &top))
     }
 

@@ -4,7 +4,7 @@
 -- order, best first, and a member is its row's first PREFIX bytes (the row
 -- key, ROW bytes, then the tie key) then the player id.
 --
--- keys: period rows shadow dense? meta?
+-- keys: period rows shadow dense? meta? versions?
 -- derives: (none)
 -- KEYS[1]   the period key
 -- KEYS[2]   its rows hash (player -> row)
@@ -12,7 +12,9 @@
 -- KEYS[4]   boards with dense_rank: its dense index (the distinct row keys
 --           of its visible players, each at score 0); without one, a key
 --           that never exists when KEYS[5] follows (it counts 0)
--- KEYS[5]   boards that keep metadata: its meta hash (player -> compact JSON)
+-- KEYS[5]   boards that keep metadata: its meta hash (player -> compact JSON);
+--           without one, a key that never exists when KEYS[6] follows
+-- KEYS[6]   the shard ops only: the period's version hash (as read.lua's KEYS[4])
 -- ARGV[1]   "top" | "player" | "around" | "page" | "players" | "rank_of"
 -- ARGV[2]   PREFIX, ARGV[3] ROW
 -- top:      ARGV[4] offset (0-based), ARGV[5] limit
@@ -26,6 +28,16 @@
 --           ARGV[5..] players
 -- rank_of:  ARGV[4] a row key, ARGV[5] the row key right after it (the
 --           smallest key greater than every member with that row)
+--
+-- One shard of a sharded board (the reads merge the shards by member
+-- bytes; each reply starts with the shard's version, as read.lua's do, and
+-- carries every entry's meta, false where there is none):
+-- shard_top:    ARGV[4] n: its first n entries
+-- shard_seek:   ARGV[4] a member, ARGV[5] how many entries after it,
+--               ARGV[6] how many before it
+-- shard_counts: ARGV[4..] triples row key, the row key right after it,
+--               member ("" for none): per triple the members with a better
+--               row, with a better or equal row, and before the member
 --
 -- Replies (better: the players whose row is strictly better than the first
 -- entry's, so that competition ranks follow from the rows of a page;
@@ -44,6 +56,11 @@
 -- With KEYS[5], every entry carries its meta (false: none): listings are
 -- (member, meta) pairs, player ends with it, players rows are (member,
 -- count, meta).
+-- shard_top:    { ver, total, member1, meta1, ... }
+-- shard_seek:   { ver, total, before (entries before the member), present
+--               (1: the member is here), n_after, the n_after entries after
+--               it, then the entries before it, nearest last; each member, meta }
+-- shard_counts: { ver, total, then per triple better, better_or_equal, before }
 
 local op, prefix, row_len = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local key, rows_key, shadow, dense, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -97,7 +114,48 @@ local function find(player)
   return nil
 end
 
+-- The shard's version (see read.lua).
+local function version()
+  local v = 0
+  for _, o in ipairs(call('HVALS', KEYS[6])) do v = v + tonumber(o) end
+  return string.format('%d', v)
+end
+
+-- Appends the members of page to out, each followed by its meta (one HMGET).
+local function with_metas(out, page)
+  local players = {}
+  for x = 1, #page do players[x] = sub(page[x], prefix + 1) end
+  local metas = #page > 0 and call('HMGET', meta, unpack(players)) or {}
+  for x = 1, #page do
+    out[#out + 1], out[#out + 2] = page[x], metas[x]
+  end
+  return out
+end
+
 local total = call('ZCARD', key)
+if op == 'shard_top' then
+  local n = tonumber(ARGV[4])
+  local page = n > 0 and call('ZRANGE', key, 0, n - 1) or {}
+  return with_metas({ version(), total }, page)
+elseif op == 'shard_seek' then
+  local at, after_n, before_n = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+  local before = call('ZLEXCOUNT', key, '-', '(' .. at)
+  local present = call('ZSCORE', key, at) and 1 or 0
+  local after = after_n > 0 and call('ZRANGE', key, '(' .. at, '+', 'BYLEX', 'LIMIT', 0, after_n) or {}
+  local out = with_metas({ version(), total, before, present, #after }, after)
+  if before_n > 0 and before > 0 then
+    with_metas(out, call('ZRANGE', key, before - math.min(before, before_n), before - 1))
+  end
+  return out
+elseif op == 'shard_counts' then
+  local out = { version(), total }
+  for i = 4, #ARGV, 3 do
+    out[#out + 1] = call('ZLEXCOUNT', key, '-', '(' .. ARGV[i])
+    out[#out + 1] = call('ZLEXCOUNT', key, '-', '(' .. ARGV[i + 1])
+    out[#out + 1] = ARGV[i + 2] == '' and 0 or call('ZLEXCOUNT', key, '-', '(' .. ARGV[i + 2])
+  end
+  return out
+end
 if op == 'page' then
   local at, limit = ARGV[4], tonumber(ARGV[5])
   local page

@@ -53,6 +53,7 @@ pub use read::queries::{
 };
 pub use read::reads::{ReadKeys, Reader, Replicas, REPLICA_TIMEOUT};
 pub use read::row_reads::{RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowRanks, RowsAt, SealedRows};
+pub use read::row_shards::{RowAsked, RowShardCount, RowShardCounts, RowShardTop, RowSought};
 pub use write::changes::RankMove;
 use write::gate::Gate;
 pub use write::prepared::{prepare, Prepared, Tails};

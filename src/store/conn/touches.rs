@@ -54,7 +54,8 @@ pub const HISTORY: Touches =
 pub const HISTORY_PUT: Touches =
     positional("history_put.lua", &["history", "best", "history_registry", "offsets"], &[]);
 pub const READ: Touches = positional("read.lua", &["period", "dense", "shadow", "versions", "meta?"], &[]);
-pub const READ_ROWS: Touches = positional("read_rows.lua", &["period", "rows", "shadow", "dense?", "meta?"], &[]);
+pub const READ_ROWS: Touches =
+    positional("read_rows.lua", &["period", "rows", "shadow", "dense?", "meta?", "versions?"], &[]);
 pub const SCHED: Touches = positional("sched.lua", &["due", "lease", "watermarks"], &[]);
 pub const DEPLOY: Touches = positional("deploy.lua", &["marker"], &[]);
 pub const OUTBOX: Touches = positional("outbox.lua", &["seq", "items", "lease", "epoch"], &["ids"]);

@@ -117,6 +117,8 @@ pub struct RowFound {
     /// Distinct rows strictly better (0 without a dense index).
     pub dense_better: i64,
     pub values: Vec<i64>,
+    /// The player's member bytes (where they stand, or would stand if hidden).
+    pub member: Vec<u8>,
     pub hidden: bool,
     /// Its metadata as stored, on boards that keep it.
     pub meta: Option<String>,
@@ -142,7 +144,7 @@ pub struct RowCounts {
 }
 
 /// An entry of member bytes `member` (meta as the reply carries it).
-fn entry(member: Vec<u8>, meta: Option<String>, spec: &ColumnSpec) -> Result<RowEntry, String> {
+pub(in crate::store) fn entry(member: Vec<u8>, meta: Option<String>, spec: &ColumnSpec) -> Result<RowEntry, String> {
     let (values, _, player) = spec.parse_member(&member).ok_or("a member of another layout")?;
     Ok(RowEntry { player: player.to_string(), values, member, meta })
 }
@@ -163,16 +165,30 @@ fn listing(reply: Value, at: &RowsAt<'_>) -> Result<RowListing, String> {
 impl Reader {
     /// Runs one op of `read_rows.lua` on period `at`.
     async fn rows_op(&self, at: &RowsAt<'_>, op: &str, args: &[Vec<u8>]) -> Result<Value, StoreError> {
+        self.rows_op_in(at, None, op, args).await
+    }
+
+    /// Runs one op of `read_rows.lua` on period `at`; `versions`: the
+    /// period's version hash, which only the shard ops read.
+    pub(in crate::store) async fn rows_op_in(
+        &self,
+        at: &RowsAt<'_>,
+        versions: Option<&str>,
+        op: &str,
+        args: &[Vec<u8>],
+    ) -> Result<Value, StoreError> {
         let lua = &*crate::store::conn::scripts::READ_ROWS;
+        // A key that never exists holds the place of an optional key missing before one given.
+        let absent = || crate::keys::absent_key(at.key);
         let keys = crate::store::conn::touches::named(&crate::store::conn::touches::READ_ROWS, |name| match name {
             "period" => Some(at.key.to_string()),
             "rows" => Some(at.rows_key.to_string()),
             "shadow" => Some(at.shadow_key.to_string()),
-            // A key that never exists holds the place of a missing dense index before the meta hash.
             "dense" => {
-                at.dense_key.map(str::to_string).or_else(|| at.meta_key.map(|_| crate::keys::absent_key(at.key)))
+                at.dense_key.map(str::to_string).or_else(|| (at.meta_key.is_some() || versions.is_some()).then(absent))
             }
-            "meta" => at.meta_key.map(str::to_string),
+            "meta" => at.meta_key.map(str::to_string).or_else(|| versions.is_some().then(absent)),
+            "versions" => versions.map(str::to_string),
             _ => None,
         });
         let (prefix, row) = (at.spec.prefix_len(), 8 * at.spec.n as usize);
@@ -209,11 +225,14 @@ impl Reader {
         let parse = || -> Result<Option<RowFound>, String> {
             let Some(mut f) = Fields::of(reply)? else { return Ok(None) };
             let (total, position, better, dense_better) = (f.int()?, f.int()?, f.int()?, f.int()?);
-            let values = at.spec.values_of(&f.bytes()?).ok_or("a row of another layout")?;
+            let row = f.bytes()?;
+            let values = at.spec.values_of(&row).ok_or("a row of another layout")?;
+            let mut member = row.get(..at.spec.prefix_len()).ok_or("a row of another layout")?.to_vec();
+            member.extend_from_slice(player.as_bytes());
             let hidden = f.int()? == 1;
             let meta = if at.meta_key.is_some() { f.text()? } else { None };
             f.end()?;
-            Ok(Some(RowFound { total, position, better, dense_better, values, hidden, meta }))
+            Ok(Some(RowFound { total, position, better, dense_better, values, member, hidden, meta }))
         };
         parse().map_err(bad_reply)
     }
