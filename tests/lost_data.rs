@@ -7,6 +7,8 @@
 //! record; after `rankflow accept-loss` the workers go on from the commits.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::stream::{self, BOARDS};
@@ -127,20 +129,24 @@ enum Loss {
 }
 
 /// A stream of 12,000 records: the first 4,000 drained by a worker of
-/// `cfg` (made `UNDER_LOAD`), the rest produced on a task of its own,
-/// about eight seconds of them, which is returned with the worker.
+/// `cfg` (made `UNDER_LOAD`), the rest produced on a task of its own, up
+/// to twenty seconds of them (a loaded machine's worker took more than
+/// eight to reach the live stream) until the flag returned is set, then at
+/// once; returned with the worker.
 async fn drained_then_streaming(
     broker: &Broker,
     cfg: &mut WorkerConfig,
     s: &stream::Stream,
-) -> (Worker, tokio::task::JoinHandle<()>) {
+) -> (Worker, tokio::task::JoinHandle<()>, Arc<AtomicBool>) {
     let (first, rest) = s.records.split_at(4_000);
     broker.produce(&cfg.topic, first).await;
     cfg.worker_section = UNDER_LOAD.into();
     let w = Worker::spawn(cfg);
     broker.wait_committed_to_end(&cfg.group, &cfg.topic, PARTITIONS, Duration::from_secs(60));
-    let producing = broker.produce_paced(&cfg.topic, rest.to_vec(), 200, Duration::from_millis(200));
-    (w, producing)
+    let hurry = Arc::new(AtomicBool::new(false));
+    let producing =
+        broker.produce_paced_until(&cfg.topic, rest.to_vec(), 100, Duration::from_millis(250), hurry.clone());
+    (w, producing, hurry)
 }
 
 /// A worker draining a stream that is still being produced, 4 partitions,
@@ -150,7 +156,7 @@ async fn lose_data_under_load(loss: Loss, seed: u64) {
     let Stack { mut redis, broker, topic, dlq } = Stack::start(PARTITIONS).await;
     let s = stream::generate(12_000, seed);
     let mut cfg = WorkerConfig::new(&broker, &redis, &topic, &dlq, BOARDS);
-    let (w, producing) = drained_then_streaming(&broker, &mut cfg, &s).await;
+    let (w, producing, hurry) = drained_then_streaming(&broker, &mut cfg, &s).await;
     let mut conn = redis.conn().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while applied(&mut conn, &topic).await < 4_600 {
@@ -180,6 +186,7 @@ async fn lose_data_under_load(loss: Loss, seed: u64) {
     let mut conn = redis.conn().await;
     let body = assert_nothing_written(&mut conn, &w, &broker, &cfg).await;
     assert!(body["reason"].as_str().unwrap().contains("while the worker ran"), "{body}");
+    hurry.store(true, Ordering::Relaxed);
     producing.await.unwrap();
 
     // The documented recovery: a rebuild from the topic, then a restart.
@@ -212,7 +219,7 @@ async fn one_cluster_primary_restarted_empty_stops_every_partition_until_rebuilt
     let (topic, dlq) = broker.topics(PARTITIONS).await;
     let s = stream::generate(12_000, 47);
     let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, BOARDS);
-    let (w, producing) = drained_then_streaming(&broker, &mut cfg, &s).await;
+    let (w, producing, hurry) = drained_then_streaming(&broker, &mut cfg, &s).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The primary of the busiest board (every match and bonus event writes it).
     let victim = cluster.master_of("lb:{points}:all");
@@ -220,6 +227,7 @@ async fn one_cluster_primary_restarted_empty_stops_every_partition_until_rebuilt
     tokio::task::block_in_place(|| cluster.restart_empty(victim));
     let mut conn = cluster.node_conn(victim).await;
     assert_nothing_written(&mut conn, &w, &broker, &cfg).await;
+    hurry.store(true, Ordering::Relaxed);
     producing.await.unwrap();
 
     let out = rankflow("rebuild", &w.config_path).await;

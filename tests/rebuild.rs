@@ -52,8 +52,10 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
     let _: () = redis::cmd("ZADD").arg(all).arg(5).arg("intruder").query_async(&mut conn).await.unwrap();
     let _: f64 = redis::cmd("ZINCRBY").arg(all).arg(1000).arg(&victim).query_async(&mut conn).await.unwrap();
 
-    // The stream goes on (about twelve seconds) while the rebuild runs.
-    let producing = broker.produce_paced(&topic, live.to_vec(), 500, Duration::from_millis(200));
+    // The stream goes on (up to thirty seconds: a loaded machine's rebuild
+    // took fifteen) while the rebuild runs, and its rest comes at once after.
+    let hurry = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producing = broker.produce_paced_until(&topic, live.to_vec(), 200, Duration::from_millis(200), hurry.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
     let out = run_rankflow(&["rebuild"], &w.config_path).await;
@@ -67,6 +69,7 @@ async fn a_rebuild_during_a_live_stream_backfills_and_repairs_exactly() {
         "the stream ended before the rebuild swapped (took {:?}): the swap was not made under a live stream",
         started.elapsed()
     );
+    hurry.store(true, std::sync::atomic::Ordering::Relaxed);
     producing.await.unwrap();
 
     // The live worker drains the rest; every board is the model's.

@@ -12,7 +12,8 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -363,6 +364,20 @@ impl Broker {
         slice: usize,
         pause: Duration,
     ) -> tokio::task::JoinHandle<()> {
+        self.produce_paced_until(topic, records, slice, pause, Arc::default())
+    }
+
+    /// As [`Broker::produce_paced`], without pausing once `hurry` is set: a
+    /// stream slow enough to still be going when the test acts on a loaded
+    /// machine, whose rest comes at once after.
+    pub fn produce_paced_until(
+        &self,
+        topic: &str,
+        records: Vec<(String, Vec<u8>, Option<i64>)>,
+        slice: usize,
+        pause: Duration,
+        hurry: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
         let producer = self.producer();
         let topic = topic.to_string();
         tokio::spawn(async move {
@@ -378,7 +393,9 @@ impl Broker {
                 for p in pending {
                     p.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
                 }
-                tokio::time::sleep(pause).await;
+                if !hurry.load(Ordering::Relaxed) {
+                    tokio::time::sleep(pause).await;
+                }
             }
         })
     }
