@@ -4,7 +4,9 @@
 # create) in a temporary directory, builds the tools in release mode, runs
 # `rankflow-tools bench sharded` (one board's writes unsharded and sharded
 # over the primaries, each primary's CPU share, merged reads on a board of
-# BENCH_MEMBERS members sharded 8 ways), and stops everything.
+# BENCH_MEMBERS members sharded 8 ways), and stops everything. With
+# `rows`: `rankflow-tools bench sharded-rows` instead (merged reads of a
+# sharded board ranked by two columns against a sharded board of one score).
 # Sizes: BENCH_SHARDED_EVENTS (default 300000), BENCH_MEMBERS (default
 # 1000000), BENCH_SAMPLES (default 2000); BENCH_NO_BUILD=1 runs the tools as built.
 set -euo pipefail
@@ -33,5 +35,10 @@ for n in "${nodes[@]}"; do
 done
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-server --version | awk '{print $3}'), a Redis Cluster of 3 primaries"
-"$bin" bench --wipe-redis sharded --redis "redis://${nodes[0]}" --events "${BENCH_SHARDED_EVENTS:-300000}" \
-  --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-2000}"
+if [ "${1:-}" = rows ]; then
+  "$bin" bench --wipe-redis sharded-rows --redis "redis://${nodes[0]}" --members "${BENCH_MEMBERS:-1000000}" \
+    --samples "${BENCH_SAMPLES:-2000}"
+else
+  "$bin" bench --wipe-redis sharded --redis "redis://${nodes[0]}" --events "${BENCH_SHARDED_EVENTS:-300000}" \
+    --members "${BENCH_MEMBERS:-1000000}" --samples "${BENCH_SAMPLES:-2000}"
+fi

@@ -156,6 +156,17 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         samples: usize,
     },
+    /// Merged reads of a sharded board ranked by two columns against the
+    /// same reads of a sharded board of one score, on a Redis Cluster.
+    ShardedRows {
+        /// A seed node of the cluster.
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        members: u64,
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+    },
     /// Leagues: Redis time per event on a league board against the same board
     /// without one, and one round's settlement by the real binary.
     League {
@@ -345,6 +356,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         BenchCommand::Read { redis, members, samples } => report(bench::read(&redis, members, samples).await),
         BenchCommand::Sharded { redis, events, members, samples } => {
             report(bench::sharded(&redis, events, members, samples).await)
+        }
+        BenchCommand::ShardedRows { redis, members, samples } => {
+            report(bench::sharded_rows(&redis, members, samples).await)
         }
     }
 }

@@ -52,6 +52,7 @@ mod pipeline;
 mod probe;
 mod read;
 mod sharded;
+mod sharded_rows;
 mod store_rows;
 mod tls;
 
@@ -72,6 +73,7 @@ pub use live::live;
 pub use pipeline::{pipeline, PipelineRun};
 pub use read::read;
 pub use sharded::sharded;
+pub use sharded_rows::sharded_rows;
 pub use store_rows::store;
 pub use tls::{tls, TlsRedis};
 
