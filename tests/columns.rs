@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 
-use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
-use rankflow::board::Order;
+use rankflow::board::columns::{Columns, Row};
 use serde_json::{json, Value};
+use support::columns::{arena, speedrun};
 use support::periods::Lcg;
 use support::*;
 
@@ -48,19 +48,6 @@ on = ["match"]
 mode = "sum"
 periods = ["all_time"]
 "#;
-
-fn arena() -> Columns {
-    let c = |name: &str, mode, order| Column::new(name, mode, order);
-    Columns {
-        list: vec![c("wins", ColumnMode::Sum, Order::Desc), c("time_ms", ColumnMode::Min, Order::Asc)],
-        row: RowMode::Columns,
-    }
-}
-
-fn speedrun() -> Columns {
-    let c = |name: &str| Column::new(name, ColumnMode::Min, Order::Asc);
-    Columns { list: vec![c("deaths"), c("time_ms")], row: RowMode::Best }
-}
 
 /// One produced record.
 #[derive(Clone)]

@@ -14,67 +14,40 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 
-use rankflow::board::columns::{Column, ColumnMode, Columns, Row, RowMode};
-use rankflow::board::Order;
+use rankflow::board::columns::Row;
 use serde_json::{json, Value};
+use support::columns::{arena, speedrun};
 use support::league::wait_for;
 use support::periods::{quick_sealing, wait_records, Lcg, DAY};
 use support::*;
 
 const PARTITIONS: i32 = 4;
 
-const BOARDS: &str = r#"
-[[board]]
-id = "arena"
-on = ["match"]
+/// A wins-then-time board (two past days seal) and a top-K board of best runs.
+const ARENA: &str = r#"on = ["match"]
 columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
 periods = ["all_time", "daily"]
 close_after = "1m"
 dense_rank = false
 meta = true
-
-[[board]]
-id = "arena-sharded"
-on = ["match"]
-columns = [{ name = "wins", mode = "sum" }, { name = "time_ms", mode = "min", order = "asc" }]
-periods = ["all_time", "daily"]
-close_after = "1m"
-meta = true
-shards = 8
-
-[[board]]
-id = "speedrun"
-on = ["run"]
+"#;
+const SPEEDRUN: &str = r#"on = ["run"]
 row = "best"
 columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc" }]
 tie_break = "earliest"
 periods = ["all_time"]
 max_members = 60
 meta = true
-
-[[board]]
-id = "speedrun-sharded"
-on = ["run"]
-row = "best"
-columns = [{ name = "deaths", order = "asc" }, { name = "time_ms", order = "asc" }]
-tie_break = "earliest"
-periods = ["all_time"]
-max_members = 60
-meta = true
-shards = 8
 "#;
 
-fn arena() -> Columns {
-    let c = |name: &str, mode, order| Column::new(name, mode, order);
-    Columns {
-        list: vec![c("wins", ColumnMode::Sum, Order::Desc), c("time_ms", ColumnMode::Min, Order::Asc)],
-        row: RowMode::Columns,
-    }
-}
-
-fn speedrun() -> Columns {
-    let c = |name: &str| Column::new(name, ColumnMode::Min, Order::Asc);
-    Columns { list: vec![c("deaths"), c("time_ms")], row: RowMode::Best }
+/// Each board, and its twin `<id>-sharded` with 8 shards.
+fn boards() -> String {
+    [("arena", ARENA), ("speedrun", SPEEDRUN)]
+        .iter()
+        .map(|(id, body)| {
+            format!("[[board]]\nid = \"{id}\"\n{body}\n[[board]]\nid = \"{id}-sharded\"\n{body}shards = 8\n\n")
+        })
+        .collect()
 }
 
 fn day_id(ms: i64) -> String {
@@ -253,7 +226,7 @@ async fn sharded_boards_with_columns_answer_every_read_as_the_unsharded_board_th
     let (admin, sealed) = (broker.admin_topic().await, broker.sealed_topic().await);
     let now = chrono::Utc::now().timestamp_millis();
     let (model, records) = stream(now);
-    let boards = quick_sealing(&sealed, "top = 20\n") + BOARDS;
+    let boards = quick_sealing(&sealed, "top = 20\n") + &boards();
     let mut cfg = WorkerConfig::on_cluster(&broker, &cluster, &topic, &dlq, &boards);
     cfg.admin_topics = vec![admin.clone()];
 

@@ -171,16 +171,7 @@ pub(super) async fn top(
     offset: usize,
     limit: usize,
 ) -> Result<Page, ApiError> {
-    if offset > s.max_limit {
-        return Err(ApiError::bad(
-            "offset",
-            format!(
-                "offset beyond {} (http.max_limit) is refused on a sharded board: it would read offset + limit \
-                 entries of every shard; page on with next_cursor instead",
-                s.max_limit
-            ),
-        ));
-    }
+    refuse_deep(s, offset)?;
     let run = match cursor {
         None => top_at(s, t, offset, limit).await?,
         Some(c) => top_from(s, t, c, limit).await?,
@@ -188,6 +179,22 @@ pub(super) async fn top(
     let total = run.total.min(cap(t));
     let rows: Vec<Row> = run.rows.into_iter().take((cap(t) - run.start).max(0) as usize).collect();
     Ok(Page { total, entries: entries(t, run.start, run.better, rows), consistent: Some(run.consistent) })
+}
+
+/// Refuses an `offset` beyond `http.max_limit`: a page at offset O reads O
+/// + limit entries of every shard.
+pub(super) fn refuse_deep(s: &AppState, offset: usize) -> Result<(), ApiError> {
+    if offset <= s.max_limit {
+        return Ok(());
+    }
+    Err(ApiError::bad(
+        "offset",
+        format!(
+            "offset beyond {} (http.max_limit) is refused on a sharded board: it would read offset + limit entries \
+             of every shard; page on with next_cursor instead",
+            s.max_limit
+        ),
+    ))
 }
 
 /// A merged run of entries: the board's total, the first's position, the
@@ -342,34 +349,47 @@ pub(super) async fn around(
         return Ok(None);
     }
     let (afters, befores) = split(t, &mut replies);
-    let keep = befores.len().min(reach);
-    let first_at = position - keep as i64;
-    let mut window: Vec<Row> = befores.into_iter().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
-    window.push(Row { member: player_id.to_string(), stored: found.stored, meta: found.meta });
-    window.extend(afters.into_iter().take(reach));
-    // As the unsharded read: [p - r, p + r], moved off an edge when filling.
-    let r = radius as i64;
-    let (mut start, mut stop) = (position - r, position + r);
-    if fill {
-        if start < 0 {
-            (start, stop) = (0, stop - start);
-        }
-        if stop > total - 1 {
-            (start, stop) = (start - (stop - (total - 1)), total - 1);
-        }
-    }
-    let (start, stop) = (start.max(0), stop.min(total - 1));
-    let rows: Vec<Row> = window
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| (start..=stop).contains(&(first_at + *i as i64)))
-        .map(|(_, row)| row)
-        .collect();
+    let me = Row { member: player_id.to_string(), stored: found.stored, meta: found.meta };
+    let (start, rows) = window_of(befores, me, afters, Around { position, radius, total, fill });
     let (better, consistent) = match better_than_first(s, t, &rows).await? {
         Some((better, later)) => (better, later == before && r_versions(&replies) == before),
         None => (0, r_versions(&replies) == before),
     };
     Ok(Some(Page { total, entries: entries(t, start, better, rows), consistent: Some(consistent) }))
+}
+
+/// Where a merged window around a player stands: their position, the
+/// radius asked, the board's total and whether to fill.
+pub(super) struct Around {
+    pub position: i64,
+    pub radius: usize,
+    pub total: i64,
+    pub fill: bool,
+}
+
+/// The window around a player from the merged entries before them (board
+/// order, up to 2 * radius), theirs and those after: as the unsharded read,
+/// `[p - r, p + r]`, moved off an edge when filling. Its first entry's
+/// position and its entries.
+pub(super) fn window_of<E>(befores: Vec<E>, me: E, afters: Vec<E>, a: Around) -> (i64, Vec<E>) {
+    let reach = 2 * a.radius;
+    let keep = befores.len().min(reach);
+    let first_at = a.position - keep as i64;
+    let skip = befores.len() - keep;
+    let window = befores.into_iter().skip(skip).chain(std::iter::once(me)).chain(afters.into_iter().take(reach));
+    let r = a.radius as i64;
+    let (mut start, mut stop) = (a.position - r, a.position + r);
+    if a.fill {
+        if start < 0 {
+            (start, stop) = (0, stop - start);
+        }
+        if stop > a.total - 1 {
+            (start, stop) = (start - (stop - (a.total - 1)), a.total - 1);
+        }
+    }
+    let (start, stop) = (start.max(0), stop.min(a.total - 1));
+    let entries = window.enumerate().filter(|(i, _)| (start..=stop).contains(&(first_at + *i as i64))).map(|(_, e)| e);
+    (start, entries.collect())
 }
 
 /// A friends read: each named player's rank on the whole board.

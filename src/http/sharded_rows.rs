@@ -15,6 +15,7 @@ use futures::future::try_join_all;
 
 use super::cursor::{Cursor, Direction};
 use super::layout::rows_at_keys;
+use super::sharded::{refuse_deep, window_of, Around};
 use super::target::{RankPolicy, Target};
 use super::{ApiError, AppState};
 use crate::board::shard_of;
@@ -100,16 +101,7 @@ pub(super) async fn top(
     offset: usize,
     limit: usize,
 ) -> Result<(RowListing, bool), ApiError> {
-    if offset > s.max_limit {
-        return Err(ApiError::bad(
-            "offset",
-            format!(
-                "offset beyond {} (http.max_limit) is refused on a sharded board: it would read offset + limit \
-                 entries of every shard; page on with next_cursor instead",
-                s.max_limit
-            ),
-        ));
-    }
+    refuse_deep(s, offset)?;
     let (mut l, consistent) = match cursor {
         None => top_at(s, t, offset, limit).await?,
         Some((c, member)) => top_from(s, t, member, c.direction, limit).await?,
@@ -258,30 +250,8 @@ pub(super) async fn around(
     }
     let befores = merged(replies.iter().map(|r| r.before_rows.clone()).collect());
     let afters = merged(replies.iter().map(|r| r.after_rows.clone()).collect());
-    let keep = befores.len().min(reach);
-    let first_at = position - keep as i64;
-    let mut window: Vec<RowEntry> = befores[befores.len() - keep..].to_vec();
-    let member = f.member.clone();
-    window.push(RowEntry { player: player.to_string(), values: f.values, member, meta: f.meta });
-    window.extend(afters.into_iter().take(reach));
-    // As the unsharded read: [p - r, p + r], moved off an edge when filling.
-    let r_ = radius as i64;
-    let (mut start, mut stop) = (position - r_, position + r_);
-    if fill {
-        if start < 0 {
-            (start, stop) = (0, stop - start);
-        }
-        if stop > total - 1 {
-            (start, stop) = (start - (stop - (total - 1)), total - 1);
-        }
-    }
-    let (start, stop) = (start.max(0), stop.min(total - 1));
-    let entries: Vec<RowEntry> = window
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| (start..=stop).contains(&(first_at + *i as i64)))
-        .map(|(_, e)| e)
-        .collect();
+    let me = RowEntry { player: player.to_string(), values: f.values, member: f.member, meta: f.meta };
+    let (start, entries) = window_of(befores, me, afters, Around { position, radius, total, fill });
     let seen: Vec<i64> = replies.iter().map(|r| r.version).collect();
     let (better, consistent) = match entries.first() {
         Some(first) => {

@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod browser;
 pub mod changes;
+pub mod columns;
 pub mod curl;
 pub mod encode;
 mod http;

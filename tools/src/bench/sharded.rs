@@ -28,6 +28,22 @@ fn events_for(count: u64, players: u64, seed: u64) -> Vec<(i32, i64, i64, Event)
         .collect()
 }
 
+/// The read API in-process over the boards of `cfg`, on a Redis emptied
+/// then filled through the store with `events` (players' first events).
+pub(super) async fn filled_app(cfg: &str, events: impl Iterator<Item = Event>) -> Result<axum::Router, String> {
+    let (settings, conn, store) = open_store(cfg).await?;
+    flush(&conn).await?;
+    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
+    let now = chrono::Utc::now().timestamp_millis();
+    let fill: Vec<(i32, i64, i64, Event)> =
+        events.enumerate().map(|(i, e)| ((i % 8) as i32, (i / 8) as i64, now, e)).collect();
+    store_path(&store, &router, &fill, 2000).await?;
+    let health = Arc::new(rankflow::health::Health::default());
+    let state = rankflow::http::AppState::new(router, health, 1000);
+    state.connected(rankflow::store::Reader::new(conn, None));
+    Ok(rankflow::http::app(state))
+}
+
 /// `rankflow-tools bench sharded --redis <cluster seed>`.
 pub async fn sharded(redis_url: &str, events: u64, members: u64, samples: usize) -> Result<(), String> {
     let board = |id: &str, shards: Option<u32>| {
@@ -84,24 +100,14 @@ pub async fn sharded(redis_url: &str, events: u64, members: u64, samples: usize)
 
     // Reads: a board of `members` members sharded 8 ways, and unsharded.
     let cfg = head + &board("ref", None) + &board("big", Some(8));
-    let (settings, conn, store) = open_store(&cfg).await?;
-    flush(&conn).await?;
-    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
     eprintln!("bench: filling two boards of {members} members");
     let now = chrono::Utc::now().timestamp_millis();
     let mut g = rand_seed(12);
-    let fill: Vec<(i32, i64, i64, Event)> = (0..members)
-        .map(|i| {
-            let score = rand::Rng::random_range(&mut g, 0..200_000);
-            let e = m_event(&mut g, format!("player-{i:07}"), score, now, None);
-            ((i % 8) as i32, (i / 8) as i64, now, e)
-        })
-        .collect();
-    store_path(&store, &router, &fill, 2000).await?;
-    let health = Arc::new(rankflow::health::Health::default());
-    let state = rankflow::http::AppState::new(router.clone(), health, 1000);
-    state.connected(rankflow::store::Reader::new(conn.clone(), None));
-    let app = rankflow::http::app(state);
+    let fill = (0..members).map(|i| {
+        let score = rand::Rng::random_range(&mut g, 0..200_000);
+        m_event(&mut g, format!("player-{i:07}"), score, now, None)
+    });
+    let app = filled_app(&cfg, fill).await?;
     let mut rng = rand_seed(13);
     println!("\nreads of a {members}-member board, {samples} samples each (ms, in-process, server side):\n");
     println!("| read | unsharded p50 | unsharded p99 | 8 shards p50 | 8 shards p99 |");

@@ -43,27 +43,18 @@ pub async fn sharded_rows(redis_url: &str, members: u64, samples: usize) -> Resu
     let head = format!(
         "[kafka]\nbrokers = \"x:1\"\ntopics = [\"t\"]\ndead_letter_topic = \"d\"\n[redis]\nurl = \"{redis_url}\"\ncluster = true\n"
     );
-    let (settings, conn, store) = open_store(&(head + ONE + ROWS)).await?;
-    flush(&conn).await?;
-    let router = Arc::new(Router::new(settings.boards.clone(), "lb"));
     eprintln!("bench: filling two sharded boards of {members} members");
     let now = chrono::Utc::now().timestamp_millis();
     let mut g = rand_seed(21);
-    let fill: Vec<(i32, i64, i64, Event)> = (0..members)
-        .map(|i| {
-            // Wins from 2,000 values: both boards hold long runs of ties.
-            let wins = rand::Rng::random_range(&mut g, 0..2_000);
-            let time_ms = rand::Rng::random_range(&mut g, 30_000..120_000);
-            let mut e = m_event(&mut g, format!("player-{i:07}"), wins, now, None);
-            e.scores = Some(Scores([("wins".to_string(), Some(wins)), ("time_ms".to_string(), Some(time_ms))].into()));
-            ((i % 8) as i32, (i / 8) as i64, now, e)
-        })
-        .collect();
-    store_path(&store, &router, &fill, 2000).await?;
-    let health = Arc::new(rankflow::health::Health::default());
-    let state = rankflow::http::AppState::new(router.clone(), health, 1000);
-    state.connected(rankflow::store::Reader::new(conn.clone(), None));
-    let app = rankflow::http::app(state);
+    let fill = (0..members).map(|i| {
+        // Wins from 2,000 values: both boards hold long runs of ties.
+        let wins = rand::Rng::random_range(&mut g, 0..2_000);
+        let time_ms = rand::Rng::random_range(&mut g, 30_000..120_000);
+        let mut e = m_event(&mut g, format!("player-{i:07}"), wins, now, None);
+        e.scores = Some(Scores([("wins".to_string(), Some(wins)), ("time_ms".to_string(), Some(time_ms))].into()));
+        e
+    });
+    let app = super::sharded::filled_app(&(head + ONE + ROWS), fill).await?;
     let mut cursors = [Vec::new(), Vec::new()];
     for (slot, b) in ["one", "rows"].iter().enumerate() {
         for k in 0..20 {
