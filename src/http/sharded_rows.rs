@@ -21,7 +21,7 @@ use super::{ApiError, AppState};
 use crate::board::shard_of;
 use crate::store::{
     Reader, RowAsked, RowCounts, RowEntry, RowFound, RowListing, RowPlayers, RowShardCount, RowShardCounts,
-    RowShardTop, RowsAt,
+    RowShardTop, RowSought, RowsAt,
 };
 
 /// One shard: its keys as `read_rows.lua` reads them, and its version hash.
@@ -153,6 +153,27 @@ async fn top_at(s: &AppState, t: &Target<'_>, offset: usize, limit: usize) -> Re
     Ok((RowListing { total, start: offset as i64, better: better as i64, dense_better: 0, entries }, consistent))
 }
 
+/// Every shard's `after` entries after `member` and `before` entries before it.
+async fn seek(
+    r: &Reader,
+    shards: &[Shard<'_>],
+    member: &[u8],
+    after: usize,
+    before: usize,
+) -> Result<Vec<RowSought>, ApiError> {
+    try_join_all(shards.iter().map(|sh| async move {
+        r.rows_shard_seek(&sh.at, sh.versions, member, after, before).await.map_err(ApiError::unavailable)
+    }))
+    .await
+}
+
+/// The shards' entries after a seek, and those before it, each merged (taken out of the replies).
+fn split(replies: &mut [RowSought]) -> (Vec<RowEntry>, Vec<RowEntry>) {
+    let afters = replies.iter_mut().map(|r| std::mem::take(&mut r.after_rows)).collect();
+    let befores = replies.iter_mut().map(|r| std::mem::take(&mut r.before_rows)).collect();
+    (merged(afters), merged(befores))
+}
+
 /// A page from a cursor: each shard's entries next to its member, merged.
 async fn top_from(
     s: &AppState,
@@ -163,23 +184,13 @@ async fn top_from(
 ) -> Result<(RowListing, bool), ApiError> {
     let (r, shards) = (reader(s, t)?, shards(t));
     let (after, before) = if direction == Direction::Next { (limit, 0) } else { (0, limit) };
-    let replies =
-        try_join_all(
-            shards.iter().map(|sh| {
-                let r = &r;
-                async move {
-                    r.rows_shard_seek(&sh.at, sh.versions, member, after, before).await.map_err(ApiError::unavailable)
-                }
-            }),
-        )
-        .await?;
+    let mut replies = seek(&r, &shards, member, after, before).await?;
     let before_it: i64 = replies.iter().map(|r| r.before).sum();
     let present: i64 = replies.iter().map(|r| i64::from(r.present)).sum();
+    let (afters, befores) = split(&mut replies);
     let (start, entries) = if direction == Direction::Next {
-        let afters = merged(replies.iter().map(|r| r.after_rows.clone()).collect());
         (before_it + present, afters.into_iter().take(limit).collect::<Vec<_>>())
     } else {
-        let befores = merged(replies.iter().map(|r| r.before_rows.clone()).collect());
         let skip = befores.len().saturating_sub(limit);
         (before_it - (befores.len() - skip) as i64, befores.into_iter().skip(skip).collect())
     };
@@ -233,23 +244,13 @@ pub(super) async fn around(
     // A hidden player is not on the board others read: no window around them.
     let Some(f) = found.filter(|f| !f.hidden) else { return Ok(None) };
     let reach = 2 * radius;
-    let replies =
-        try_join_all(
-            shards.iter().map(|sh| {
-                let (r, member) = (&r, &f.member);
-                async move {
-                    r.rows_shard_seek(&sh.at, sh.versions, member, reach, reach).await.map_err(ApiError::unavailable)
-                }
-            }),
-        )
-        .await?;
+    let mut replies = seek(&r, &shards, &f.member, reach, reach).await?;
     let total = replies.iter().map(|r| r.total).sum::<i64>().min(cap(t));
     let position: i64 = replies.iter().map(|r| r.before).sum();
     if position >= cap(t) {
         return Ok(None);
     }
-    let befores = merged(replies.iter().map(|r| r.before_rows.clone()).collect());
-    let afters = merged(replies.iter().map(|r| r.after_rows.clone()).collect());
+    let (afters, befores) = split(&mut replies);
     let me = RowEntry { player: player.to_string(), values: f.values, member: f.member, meta: f.meta };
     let (start, entries) = window_of(befores, me, afters, Around { position, radius, total, fill });
     let seen: Vec<i64> = replies.iter().map(|r| r.version).collect();
@@ -282,14 +283,11 @@ pub(super) async fn players(
         async move { r.rows_players(&sh.at, m, "ordinal").await.map_err(ApiError::unavailable) }
     }))
     .await?;
-    let mut found: Vec<RowEntry> = Vec::new();
-    for reply in &replies {
-        found.extend(reply.rows.iter().flatten().map(|(e, _)| e.clone()));
-    }
+    let total = replies.iter().map(|r| r.total).sum::<i64>().min(cap(t));
+    let found: Vec<RowEntry> = replies.into_iter().flat_map(|r| r.rows.into_iter().flatten().map(|(e, _)| e)).collect();
     let asked: Vec<RowAsked> =
         found.iter().map(|e| RowAsked { values: e.values.clone(), member: Some(e.member.clone()) }).collect();
     let (sums, _, later) = counts(&r, &shards, &asked).await?;
-    let total = replies.iter().map(|r| r.total).sum::<i64>().min(cap(t));
     let mut rows: Vec<Option<(RowEntry, i64)>> = vec![None; ids.len()];
     for (e, c) in found.into_iter().zip(sums).filter(|(_, c)| c.before < cap(t)) {
         let count = if policy == RankPolicy::Competition { c.better } else { c.before };

@@ -156,9 +156,7 @@ end
 
 -- The shard's version (see the header).
 local function version()
-  local v = 0
-  for _, o in ipairs(call('HVALS', versions)) do v = v + tonumber(o) end
-  return num(v)
+  return Value.version(versions)
 end
 
 -- Entries as (member, stored[, meta]) flattened into out.

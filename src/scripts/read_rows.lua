@@ -84,12 +84,22 @@ local function meta_of(member)
   return call('HGET', meta, sub(member, prefix + 1))
 end
 
+-- Appends the members of page to out, each followed by its meta (one
+-- HMGET; false where there is none).
+local function with_metas(out, page)
+  local players = {}
+  for x = 1, #page do players[x] = sub(page[x], prefix + 1) end
+  local metas = #page > 0 and call('HMGET', meta, unpack(players)) or {}
+  for x = 1, #page do
+    out[#out + 1], out[#out + 2] = page[x], metas[x]
+  end
+  return out
+end
+
 -- Appends the members of page to out, each followed by its meta with KEYS[5].
 local function entries(out, page)
-  for x = 1, #page do
-    out[#out + 1] = page[x]
-    if meta then out[#out + 1] = meta_of(page[x]) end
-  end
+  if meta then return with_metas(out, page) end
+  for x = 1, #page do out[#out + 1] = page[x] end
   return out
 end
 
@@ -116,20 +126,7 @@ end
 
 -- The shard's version (see read.lua).
 local function version()
-  local v = 0
-  for _, o in ipairs(call('HVALS', KEYS[6])) do v = v + tonumber(o) end
-  return string.format('%d', v)
-end
-
--- Appends the members of page to out, each followed by its meta (one HMGET).
-local function with_metas(out, page)
-  local players = {}
-  for x = 1, #page do players[x] = sub(page[x], prefix + 1) end
-  local metas = #page > 0 and call('HMGET', meta, unpack(players)) or {}
-  for x = 1, #page do
-    out[#out + 1], out[#out + 2] = page[x], metas[x]
-  end
-  return out
+  return Value.version(KEYS[6])
 end
 
 local total = call('ZCARD', key)

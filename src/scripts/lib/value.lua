@@ -19,6 +19,13 @@ do
     return format('%d', n)
   end
 
+  -- A shard's version (read.lua): the sum of the values of the hash key.
+  function Value.version(key)
+    local v = 0
+    for _, o in ipairs(redis.call('HVALS', key)) do v = v + tonumber(o) end
+    return format('%d', v)
+  end
+
   -- A formatter that keeps each decimal it made: written values repeat
   -- across members (totals and personal bests cluster), and formatting is
   -- the costliest step of a write in the interpreter. Returns the function

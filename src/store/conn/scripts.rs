@@ -143,7 +143,7 @@ pub(in crate::store) static READ: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(assemble(&["value", "members"], &[include_str!("../../scripts/read.lua")])));
 
 pub(in crate::store) static READ_ROWS: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../scripts/read_rows.lua").into()));
+    LazyLock::new(|| Lua::new(assemble(&["value"], &[include_str!("../../scripts/read_rows.lua")])));
 
 pub(in crate::store) static SCHED: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../scripts/sched.lua").into()));
