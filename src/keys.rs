@@ -41,6 +41,9 @@
 //! | `{prefix}:{tag}:_lgx` | hash | leagues: player -> the tier `player_tier_set` gave, which the next settlement keeps |
 //! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published; `<round>:from` -> where the seal topic ended before the publication began |
 //! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
+//! | `{prefix}:{tag}:_tm` | hash | team boards: player -> `<join time ms>:<team id>` of their team |
+//! | `{prefix}:{tag}:_tc:<period>:<team>` | zset | team boards: the team's members -> their contribution in the period, same expiry as the period key (which ranks the teams) |
+//! | `{prefix}:{tag}:_tp:<player>` | set | team boards: `<team id> <period id>` of each contribution the player holds |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms); `<period key>:history` -> how far its history is recorded (`done` at the end) |
 //! | `{prefix}:{tag}:_hist:<period>` | hash | history: a sealed period's standings, player -> `<ordinal>:<competition>:<total>:<stored score>` at the seal; expires with the snapshot |
 //! | `{prefix}:{tag}:_best:<kind>` | hash | history: player -> `<best ordinal rank>:<period>` over the sealed periods of a kind (`daily`, a window's or schedule's name, ...); never expires |
@@ -60,8 +63,10 @@
 
 mod integrity;
 mod league;
+mod team;
 pub use integrity::*;
 pub use league::*;
+pub use team::*;
 
 /// The key base of one board tag: `lb:{points}` or `lb:{points:eu}`.
 pub fn base(prefix: &str, board: &str, split: Option<&str>) -> String {

@@ -38,6 +38,7 @@ fn ev<'a>(
         meta: None,
         record_ts: 0,
         values: &[],
+        team: None,
     }
 }
 

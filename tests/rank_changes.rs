@@ -127,6 +127,7 @@ async fn send(
             meta: None,
             record_ts: 0,
             values: &[],
+            team: None,
         })
         .collect();
     let batch = TagBatch { base: "lb:{p}", params: params(op), items };

@@ -68,6 +68,7 @@ async fn batches_handed_to_the_writer_at_once_land_in_order_and_answer_in_order(
                             meta: None,
                             record_ts: 0,
                             values: &[],
+                            team: None,
                         }
                     })
                     .collect(),

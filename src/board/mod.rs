@@ -22,6 +22,7 @@ pub mod league;
 mod router;
 mod schedule;
 mod shard;
+pub mod team;
 mod write;
 
 pub use league::League;
@@ -141,6 +142,8 @@ pub struct BoardSpec {
     pub integrity: integrity::Integrity,
     /// Ranking by several columns (`mode` and `order` then unused).
     pub columns: Option<columns::Columns>,
+    /// Team boards: the board ranks teams by their members' scores.
+    pub team: Option<team::Team>,
 }
 
 #[cfg(test)]
@@ -172,6 +175,7 @@ impl BoardSpec {
             notify_top: None,
             integrity: integrity::Integrity::default(),
             columns: None,
+            team: None,
         }
     }
 }
@@ -255,6 +259,11 @@ impl Board {
     /// Boards ranked by several columns: what the scripts take of them.
     pub fn column_spec(&self) -> Option<columns::ColumnSpec> {
         Some(self.spec.columns.as_ref()?.spec(self.spec.tie_break == TieBreak::Earliest))
+    }
+
+    /// Team boards: `team = { leave, counts_after }`.
+    pub fn team(&self) -> Option<team::Team> {
+        self.spec.team
     }
 
     /// `[board.integrity]`: its rules (none by default).
@@ -401,6 +410,7 @@ impl Board {
             integrity: self.spec.integrity,
             review: None,
             columns: self.column_spec(),
+            team: self.spec.team,
         }
     }
 }

@@ -34,6 +34,11 @@ impl Router {
             for t in b.on() {
                 by_type.entry(t.clone()).or_default().push(i);
             }
+            if b.team().is_some() {
+                for t in crate::event::team::KINDS {
+                    by_type.entry(t.to_string()).or_default().push(i);
+                }
+            }
         }
         Router {
             boards,
@@ -75,6 +80,21 @@ impl Router {
     /// makes it: an approved held event is planned again this way.
     pub fn plan_board(&self, i: usize, event: &Event, record_ts_ms: i64) -> Decision {
         let board = &self.boards[i];
+        if event.team.is_some() {
+            // A membership event writes no period: it changes the player's
+            // team, and with `forfeit` takes contributions off it.
+            let base = self.base(board, None, &event.player_id);
+            let params = board.write_params();
+            return Decision::Write(BoardWrite {
+                base,
+                params,
+                periods: Vec::new(),
+                num: 0,
+                tie: 0,
+                ts: event.ts_ms,
+                values: Vec::new(),
+            });
+        }
         let split = match board.split_by() {
             None => None,
             Some(attr) => match event.attrs.get(attr) {
@@ -228,6 +248,7 @@ mod tests {
             ts_ms: chrono::DateTime::parse_from_rfc3339(ts).unwrap().timestamp_millis(),
             attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             meta: None,
+            team: None,
         }
     }
 

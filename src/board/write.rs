@@ -40,6 +40,8 @@ pub struct WriteParams {
     pub review: Option<Review>,
     /// Boards ranked by several columns (`op` is then `Columns`).
     pub columns: Option<super::columns::ColumnSpec>,
+    /// Team boards: their calls go to `team.lua`, not `apply.lua`.
+    pub team: Option<super::team::Team>,
 }
 
 /// A review of a held event, as its apply call carries it.
@@ -80,6 +82,7 @@ impl WriteParams {
             integrity: integrity::Integrity::default(),
             review: None,
             columns: None,
+            team: None,
         }
     }
 

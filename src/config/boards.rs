@@ -87,6 +87,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         let ranked = super::integrity::Ranked { mode, columns: columns.as_ref(), periods: &periods };
         super::integrity::integrity(at, r, ranked, e)
     });
+    let team = super::team::team(at, &b, mode, tie_break, e);
     let packing = match columns {
         Some(_) => Packing::member(None).ok()?,
         None => packing(at, &b, order?, tie_break?, e)?,
@@ -106,7 +107,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         retention,
         max_members: b.max_members,
         rate_limit,
-        dense_rank: b.dense_rank.unwrap_or(shards.is_none() && columns.is_none()),
+        dense_rank: b.dense_rank.unwrap_or(shards.is_none() && columns.is_none() && b.team.is_none()),
         meta: b.meta,
         max_attempts: b.max_attempts.filter(|&n| e.within(&at.field("max_attempts"), n, 1..=1_000_000).is_some()),
         close_after,
@@ -118,6 +119,7 @@ fn board(at: At, b: RawBoard, e: &mut Errors) -> Option<Board> {
         notify_top,
         integrity: integrity.unwrap_or_default(),
         columns,
+        team,
     }))
 }
 
@@ -177,6 +179,9 @@ fn event_types(at: At, on: &[String], e: &mut Errors) {
             e.push(at.field(&format!("on[{j}]")), "event types are 1 to 128 bytes");
         } else if AdminKind::parse(t).is_some() {
             e.push(at.field(&format!("on[{j}]")), format!("'{t}' is reserved by rankflow for admin events"));
+        } else if crate::event::team::joined(t).is_some() {
+            let why = format!("'{t}' is a membership event, which every team board takes: list score events only");
+            e.push(at.field(&format!("on[{j}]")), why);
         }
     }
 }

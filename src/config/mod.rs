@@ -24,6 +24,7 @@ mod raw;
 pub mod secrets;
 mod sections;
 mod settings;
+mod team;
 
 pub use field::parse_duration;
 pub use raw::DEFAULT_MAX_EVENTS_PER_CALL;

@@ -29,6 +29,7 @@ mod moderation;
 pub mod rule;
 pub mod schema;
 mod scores;
+pub mod team;
 pub mod wire;
 
 pub use decode::{decode, Format, Found, Lookup, NotFetched};
@@ -36,6 +37,7 @@ use moderation::parse_admin;
 pub use moderation::{AdminEvent, AdminKind};
 pub use rule::Rule;
 pub use scores::Scores;
+pub use team::Membership;
 
 /// Why a record, or one board's share of it, was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,10 +73,12 @@ pub enum Reason {
     GainOver,
     JumpOver,
     BetterThan,
+    /// A membership event's `team_id` is not 1 to 64 of `[A-Za-z0-9_-]`.
+    InvalidTeam,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::TooLarge,
         Reason::InvalidJson,
         Reason::MissingField,
@@ -102,6 +106,7 @@ impl Reason {
         Reason::GainOver,
         Reason::JumpOver,
         Reason::BetterThan,
+        Reason::InvalidTeam,
     ];
 
     /// The reason as it appears in dead-letter headers and metric labels.
@@ -134,6 +139,7 @@ impl Reason {
             Reason::GainOver => "gain_over",
             Reason::JumpOver => "jump_over",
             Reason::BetterThan => "better_than",
+            Reason::InvalidTeam => "invalid_team_id",
         }
     }
 
@@ -220,6 +226,9 @@ pub struct Event {
     /// [`Limits::max_meta_bytes`]), kept beside the score it explains on
     /// boards with `meta = true`.
     pub meta: Option<String>,
+    /// A membership event (`team_joined`, `team_left`): its team; `None`
+    /// for a score.
+    pub team: Option<Membership>,
 }
 
 /// The size limits [`parse`] checks.
@@ -280,6 +289,8 @@ struct RawEvent {
     tier: Option<Value>,
     held_event_id: Option<Value>,
     reason: Option<Value>,
+    // Membership events' (see `team`).
+    team_id: Option<Value>,
 }
 
 /// Parses and validates one record value. `listens` says whether any board
@@ -366,6 +377,21 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
     if let Some(kind) = admin {
         return parse_admin(kind, event_id, player_id, raw).map(Parsed::Admin);
     }
+    if let Some(joined) = team::joined(&kind) {
+        let (team, ts_ms) = (team::parse(joined, raw.team_id)?, parse_ts(raw.ts)?);
+        let (attrs, meta) = (BTreeMap::new(), None);
+        return Ok(Parsed::Event(Event {
+            event_id,
+            kind,
+            player_id,
+            score: None,
+            scores: None,
+            ts_ms,
+            attrs,
+            meta,
+            team: Some(team),
+        }));
+    }
     let scores = scores::parse(raw.scores)?;
     let score = match raw.score {
         None | Some(Value::Null) if scores.is_some() => None,
@@ -394,7 +420,7 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
         Some(Value::Object(m)) if m.is_empty() => None,
         Some(v) => Some(parse_meta(v, limits.max_meta_bytes)?),
     };
-    Ok(Parsed::Event(Event { event_id, kind, player_id, score, scores, ts_ms, attrs, meta }))
+    Ok(Parsed::Event(Event { event_id, kind, player_id, score, scores, ts_ms, attrs, meta, team: None }))
 }
 
 /// `meta`: an object of string to string, at most `max` bytes as compact JSON.

@@ -96,6 +96,7 @@ mod tests {
             ts_ms: 0,
             attrs: Default::default(),
             meta: None,
+            team: None,
         }
     }
 

@@ -166,6 +166,7 @@ mod tests {
             ts_ms: 0,
             attrs: Default::default(),
             meta: None,
+            team: None,
         };
         let decided = decisions.into_iter().map(|(board, decision)| Decided { board, decision, result: None });
         record(Item::Event { event, decided: decided.collect(), moves: Vec::new() })

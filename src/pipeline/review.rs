@@ -139,6 +139,7 @@ mod tests {
             ts_ms: 1_700_000_000_000,
             attrs: Default::default(),
             meta: None,
+            team: None,
         };
         let (key, value, headers) = record(&board, "lb:{points:eu}", &event, Rule::GainOver, 5300);
         assert_eq!(key, "alice");

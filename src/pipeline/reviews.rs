@@ -64,6 +64,7 @@ fn original(board: &Board, base: &str, id: uuid::Uuid, h: &HeldEvent) -> Event {
         ts_ms: h.ts,
         attrs,
         meta: h.meta.clone(),
+        team: None,
     }
 }
 
@@ -106,6 +107,7 @@ async fn attempt(
             meta: None,
             record_ts,
             values: &[],
+            team: None,
         };
         let mut results = cx.store.apply(&[TagBatch { base: &base, params, items: vec![item] }]).await?;
         return Ok(Found::Early(results.pop().and_then(|mut r| r.pop()).unwrap_or(ApplyResult::DuplicateOffset)));
@@ -142,6 +144,7 @@ async fn attempt(
         meta: h.meta.as_deref(),
         record_ts,
         values: &write.values,
+        team: None,
     };
     let batch = TagBatch { base: &write.base, params: write.params, items: vec![item] };
     let mut results = cx.store.apply(&[batch]).await?;

@@ -85,6 +85,7 @@ pub fn item<'a>(
         meta: None,
         record_ts: 0,
         values: &[],
+        team: None,
     }
 }
 

@@ -116,6 +116,21 @@ pub struct RawBoard {
     /// Score integrity: rules that refuse or hold suspicious scores.
     #[serde(default)]
     pub integrity: Option<RawIntegrity>,
+    /// Team boards: `{ leave = "keep" | "forfeit", counts_after = "24h" }`.
+    #[serde(default)]
+    pub team: Option<RawTeam>,
+}
+
+/// `team = { leave, counts_after }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTeam {
+    /// keep: a leaver's contributions stay with the team; forfeit: they are
+    /// taken off it in every period not yet sealed.
+    pub leave: String,
+    /// A score counts for the team only this long after the join. Default 0s.
+    #[serde(default)]
+    pub counts_after: Option<Typed<Duration>>,
 }
 
 /// One of a board's `columns`.

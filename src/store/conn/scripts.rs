@@ -113,6 +113,13 @@ pub(in crate::store) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
+pub(in crate::store) static TEAM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(assemble(
+        &["calls", "registered", "offsets", "markers"],
+        &[include_str!("../../scripts/team/teams.lua"), include_str!("../../scripts/team.lua")],
+    ))
+});
+
 pub(in crate::store) static ADMIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
         &["calls", "value", "registered", "offsets", "markers", "dense", "topk", "expiry"],
@@ -251,6 +258,7 @@ mod tests {
             &*SWAP,
             &*DEPLOY,
             &*OUTBOX,
+            &*TEAM,
         ];
         let sample = "local function a()\n  x()\nend\n  function T.b(y)\n    if y then z() end\n  end\n";
         assert_eq!(lua_function_lengths(sample), [("a".to_string(), 3), ("T.b".to_string(), 3)]);
@@ -275,6 +283,7 @@ mod tests {
             ("roll", &*ROLL),
             ("read", &*READ),
             ("swap", &*SWAP),
+            ("team", &*TEAM),
         ];
         let modules = [
             ("Calls.", "local Calls = {}"),
@@ -290,6 +299,7 @@ mod tests {
             ("League.", "local League = {}"),
             ("Batch.", "local Batch = {}"),
             ("Header.", "local Header = {}"),
+            ("Teams.", "local Teams = {}"),
             ("HeaderFields", "local HeaderFields = {"),
             ("Codes.", "local Codes = {"),
             ("Const.", "local Const = {"),

@@ -106,6 +106,8 @@ pub const APPLY: Touches = by_name(
     ],
     &["rate", "refused", "seen", "changes", "pqueue", "hides"],
 );
+pub const TEAM: Touches =
+    by_name("team.lua", &["offsets", "registry", "members", "key"], &["refused", "seen", "contrib", "index", "period"]);
 pub const ADMIN: Touches = by_name(
     "admin.lua",
     &[
@@ -154,8 +156,8 @@ pub const SETTLE: Touches = by_name(
 );
 
 /// Every script's.
-pub const ALL: [Touches; 13] =
-    [SEAL, HISTORY, HISTORY_PUT, READ, READ_ROWS, SCHED, DEPLOY, OUTBOX, SWAP, APPLY, ADMIN, ROLL, SETTLE];
+pub const ALL: [Touches; 14] =
+    [SEAL, HISTORY, HISTORY_PUT, READ, READ_ROWS, SCHED, DEPLOY, OUTBOX, SWAP, APPLY, TEAM, ADMIN, ROLL, SETTLE];
 
 /// The KEYS of a positional script, in its declared order, each made by
 /// `key` from its name (`None`: an optional key not given, left out).

@@ -46,6 +46,7 @@ fn every_option() {
         meta: Some("{}"),
         record_ts: 1,
         values: &[1, 2],
+        team: None,
     };
     build_invocation(&TagBatch { base: "lb:{p}", params: p, items: vec![item] }, 60);
     let mut c = WriteParams::plain_sum();

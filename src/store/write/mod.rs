@@ -16,4 +16,5 @@ pub(super) mod reply;
 pub(super) mod rules;
 pub(super) mod send;
 pub(super) mod sizer;
+mod team;
 pub(super) mod writer;

@@ -182,6 +182,7 @@ mod tests {
                 meta: None,
                 record_ts: 0,
                 values: &[],
+                team: None,
             })
             .collect();
         let batch = TagBatch { base: "lb:{p}", params: WriteParams::plain_sum(), items };

@@ -37,6 +37,8 @@ pub struct ApplyItem<'a> {
     pub record_ts: i64,
     /// Boards with `columns`: the event's value in each, in column order.
     pub values: &'a [i64],
+    /// Team boards: a membership event's team (`None`: a score).
+    pub team: Option<&'a crate::event::Membership>,
 }
 
 /// All of a batch's events for one board tag: one script call.
@@ -77,6 +79,7 @@ pub fn push_write<'a>(
         meta: event.meta.as_deref(),
         record_ts,
         values: &write.values,
+        team: event.team.as_ref(),
     });
     t
 }
@@ -97,6 +100,15 @@ pub struct Invocation {
     pub events: Vec<u8>,
     /// Each partition field of the call, in the header's order, with its last offset.
     pub(in crate::store) tails: Vec<(String, i64)>,
+    /// The script it calls.
+    pub(in crate::store) script: Script,
+}
+
+/// The script an invocation calls: `apply.lua`, or on a team board `team.lua`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::store) enum Script {
+    Apply,
+    Team,
 }
 
 impl Invocation {
@@ -121,13 +133,16 @@ impl Invocation {
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
+    if batch.params.team.is_some() {
+        return super::team::build_invocation(batch, dedupe_ttl_secs);
+    }
     let periods = distinct_periods(batch);
     let (events, fields) = encode_events(batch, &periods);
     let (keys, header) = call_header(batch, &periods, &fields, dedupe_ttl_secs);
     // No preconditions until `Prepared::after` sets them.
     let needs = vec![-1; fields.len()];
     let tails = fields.iter().map(|&(f, last)| (f.to_string(), last)).collect();
-    Invocation { keys, header, needs, events, tails }
+    Invocation { keys, header, needs, events, tails, script: Script::Apply }
 }
 
 /// The batch's distinct period keys, in the order its events first write them.
@@ -442,6 +457,7 @@ pub(in crate::store) mod tests {
                     meta: None,
                     record_ts: 0,
                     values: &[],
+                    team: None,
                 },
                 ApplyItem {
                     field: "t:1",
@@ -455,6 +471,7 @@ pub(in crate::store) mod tests {
                     meta: None,
                     record_ts: 0,
                     values: &[],
+                    team: None,
                 },
             ],
         };

@@ -14,9 +14,9 @@ use tracing::debug;
 use super::changes::{self, RankMove};
 use super::gate;
 use super::prepared::Prepared;
-use super::protocol::Invocation;
+use super::protocol::{Invocation, Script};
 use super::reply::{decode_reply, ApplyResult};
-use crate::store::conn::scripts::APPLY;
+use crate::store::conn::scripts::{APPLY, TEAM};
 use crate::store::{wait_cmd, RedisConn, Store, StoreError};
 
 /// One call's answers: each event's result, and the rank changes it made.
@@ -178,7 +178,10 @@ impl Store {
     /// node's for one under repair) and vouch for nothing.
     async fn apply_one(&self, base: &str, inv: &Invocation, n: usize) -> Result<(CallReply, bool), StoreError> {
         // No reload here on NOSCRIPT: `apply_pending` reloads once and resends in order.
-        let cmd = inv.cmd(&APPLY.script);
+        let cmd = inv.cmd(match inv.script {
+            Script::Apply => &APPLY.script,
+            Script::Team => &TEAM.script,
+        });
         let apply_error = |source| {
             StoreError::from_script(base, source, |source| StoreError::Apply { base: base.to_string(), source })
         };
@@ -206,15 +209,18 @@ impl Store {
         Ok(((results, moves), durable))
     }
 
-    /// `SCRIPT LOAD` (on a cluster, redis-rs sends it to every primary).
+    /// `SCRIPT LOAD` of the write scripts (on a cluster, redis-rs sends it
+    /// to every primary).
     pub async fn load_script(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&APPLY.source)
-            .query_async(&mut conn)
-            .await
-            .map_err(StoreError::LoadScript)?;
+        for lua in [&APPLY, &TEAM] {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&lua.source)
+                .query_async(&mut conn)
+                .await
+                .map_err(StoreError::LoadScript)?;
+        }
         Ok(())
     }
 

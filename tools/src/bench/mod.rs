@@ -347,6 +347,7 @@ pub(super) fn m_event(
         ts_ms,
         attrs: Default::default(),
         meta,
+        team: None,
     }
 }
 
