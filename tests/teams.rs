@@ -189,6 +189,81 @@ fn record(ev: &Ev, id: &str, record_ts: i64) -> Record {
     (player.clone(), v.to_string().into_bytes(), Some(record_ts))
 }
 
+/// Every read of a board equals the model's, in every period: the top (in
+/// pages by cursor) with each team's members, each team's read, the
+/// window around a team, and each player's read.
+async fn reads_equal_the_model(w: &Worker, rules: &Rules, model: &Board) {
+    let board = rules.id;
+    for (period, teams) in model.teams(rules) {
+        // Board order: the better score first, ties by team id as Redis orders them (descending).
+        let mut order: Vec<(&String, &i64)> = teams.iter().collect();
+        order.sort_by(|a, b| b.1.cmp(a.1).then(b.0.cmp(a.0)));
+        let mut listed = Vec::new();
+        let mut url = format!("/v1/boards/{board}/top?period={period}&limit=7&fresh=true");
+        loop {
+            let (status, body) = w.get_json(&url).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["total"], json!(teams.len()));
+            for e in body["entries"].as_array().unwrap() {
+                let team = e["team_id"].as_str().unwrap().to_string();
+                let size = model.contributions[&(period.clone(), team.clone())].len();
+                assert_eq!(e["members"], json!(size), "{board} {period} {team}");
+                assert_eq!(e["rank"], json!(listed.len() + 1));
+                listed.push((team, e["score"].as_i64().unwrap()));
+            }
+            match body["next_cursor"].as_str() {
+                Some(c) => url = format!("/v1/boards/{board}/top?cursor={c}&limit=7&fresh=true"),
+                None => break,
+            }
+        }
+        let expected: Vec<(String, i64)> = order.iter().map(|(t, v)| (t.to_string(), **v)).collect();
+        assert_eq!(listed, expected, "{board} {period}: the top");
+        for (rank, (team, score)) in expected.iter().enumerate() {
+            let (status, body) =
+                w.get_json(&format!("/v1/boards/{board}/teams/{team}?period={period}&fresh=true")).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!((body["rank"].clone(), body["score"].clone()), (json!(rank + 1), json!(score)));
+            let mut members: Vec<(&String, &i64)> =
+                model.contributions[&(period.clone(), team.clone())].iter().collect();
+            members.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let want: Vec<_> = members
+                .iter()
+                .enumerate()
+                .map(|(i, (p, c))| json!({"player_id": p, "score": c, "rank": i + 1}))
+                .collect();
+            assert_eq!(body["members"], json!(want), "{board} {period} {team}: the members");
+            let (_, around) = w
+                .get_json(&format!("/v1/boards/{board}/teams/{team}/around?period={period}&radius=1&fresh=true"))
+                .await;
+            let near: Vec<&str> =
+                around["entries"].as_array().unwrap().iter().map(|e| e["team_id"].as_str().unwrap()).collect();
+            let want: Vec<&str> = expected[rank.saturating_sub(1)..(rank + 2).min(expected.len())]
+                .iter()
+                .map(|(t, _)| t.as_str())
+                .collect();
+            assert_eq!(near, want, "{board} {period}: around {team}");
+        }
+        let (status, _) = w.get_json(&format!("/v1/boards/{board}/teams/nobody?period={period}")).await;
+        assert_eq!(status, 404);
+        for p in 0..90 {
+            let player = format!("p{p:03}");
+            let (status, body) =
+                w.get_json(&format!("/v1/boards/{board}/players/{player}?period={period}&fresh=true")).await;
+            match model.members.get(&player) {
+                None => assert_eq!((status, body["team_id"].clone()), (404, json!(null)), "{board} {player}"),
+                Some((team, _)) => {
+                    assert_eq!(status, 200, "{body}");
+                    assert_eq!(body["team_id"], json!(team));
+                    let c = model.contributions.get(&(period.clone(), team.clone())).and_then(|c| c.get(&player));
+                    assert_eq!(body["contribution"], json!(c), "{board} {period} {player}");
+                    let team_score = teams.get(team).map(|v| json!(v)).unwrap_or(json!(null));
+                    assert_eq!(body["team"]["score"], team_score, "{board} {period} {player}: {body}");
+                }
+            }
+        }
+    }
+}
+
 /// A zset as member -> integer score.
 async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> BTreeMap<String, i64> {
     let got: Vec<(String, f64)> =
@@ -254,6 +329,7 @@ async fn team_boards_equal_the_model_through_switches_leaves_retries_and_a_kill(
         assert_eq!(contributions, model.contributions, "{}: the contributions", rules.id);
         assert_eq!(teams, model.teams(rules), "{}: the teams' scores", rules.id);
         assert!(teams.len() >= if rules.daily { 3 } else { 1 }, "{}: periods {:?}", rules.id, teams.keys());
+        reads_equal_the_model(&w, rules, &model).await;
     }
     let dead = stack.broker.read_all(&stack.dlq, 1);
     assert_eq!(dead.len(), 1, "{}", w.log());

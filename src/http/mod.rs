@@ -45,6 +45,7 @@ mod sharded_rows;
 mod single;
 mod standing;
 mod target;
+mod teams;
 
 /// The leaderboard page (`GET /`): HTML, CSS and a small script on the read
 /// API, shipped inside the binary.
@@ -174,6 +175,8 @@ fn routes(state: AppState) -> HttpRouter {
         .route("/v1/boards/{board}/players/{player}", get(reads::player))
         .route("/v1/boards/{board}/players/{player}/around", get(reads::around))
         .route("/v1/boards/{board}/rank-of", get(reads::rank_of))
+        .route("/v1/boards/{board}/teams/{team}", get(teams::team))
+        .route("/v1/boards/{board}/teams/{team}/around", get(teams::around))
         .route("/v1/boards/{board}/cohorts/{cohort}", get(league::cohort))
         .route("/v1/boards/{board}/players/{player}/cohort", get(league::player_cohort))
         .route(caching::HISTORY_ROUTE, get(history::history))

@@ -18,7 +18,7 @@ use super::cursor::{check_cursor, take_cursor, Cursor, Direction};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
 use super::target::{parse_num, rank_policy, unranked, RankPolicy, Target};
-use super::{columns, layout, league, ApiError, AppState};
+use super::{columns, layout, league, teams, ApiError, AppState};
 
 /// A listing's answer, serialised here: the entries' metadata is passed
 /// through as stored, never parsed.
@@ -47,6 +47,9 @@ pub(super) async fn top(
     if t.board.columns().is_some() {
         return Ok(Json(columns::top(&s, &t, cursor.as_ref(), offset, limit, policy).await?).into_response());
     }
+    if t.board.team().is_some() {
+        return Ok(Json(teams::top(&s, &t, cursor.as_ref(), offset, limit, policy).await?).into_response());
+    }
     let page = layout::top(&s, &t, cursor.as_ref(), offset, limit).await?;
     let mut head = page_head(&t, &page, None);
     add_cursors(&mut head, &t, &page.entries, page.total);
@@ -67,7 +70,7 @@ fn page_head(t: &Target<'_>, page: &Page, player_id: Option<&str>) -> Value {
 
 /// A page's cursors: `next_cursor` unless it ends the board, `prev_cursor`
 /// unless it starts it.
-fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
+pub(super) fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
     if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
         let start = first.ranks.ordinal - 1;
         if start + (entries.len() as i64) < total {
@@ -83,10 +86,13 @@ pub(super) async fn player(
     State(s): State<AppState>,
     Path((board_id, player_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let t = layout::target(&s, &board_id, &q).await?;
     if t.board.columns().is_some() {
-        return Ok(Json(columns::player(&s, &t, &player_id).await?));
+        return Ok(Json(columns::player(&s, &t, &player_id).await?).into_response());
+    }
+    if t.board.team().is_some() {
+        return teams::player(&s, &t, &player_id, rank_policy(&q, t.board)?).await;
     }
     let standing = layout::player(&s, &t, &player_id).await?;
     let standing = standing.ok_or_else(|| unranked(&player_id, &t))?;
@@ -99,7 +105,7 @@ pub(super) async fn player(
     if let Some(n) = super::review::held_count(&s, &reader, t.board, split, &player_id).await? {
         body["held"] = json!(n);
     }
-    Ok(Json(body))
+    Ok(Json(body).into_response())
 }
 
 fn standing_json(t: &Target<'_>, player_id: &str, st: &Standing) -> Value {
@@ -141,9 +147,17 @@ pub(super) async fn around(
     if t.board.columns().is_some() {
         return Ok(Json(columns::around(&s, &t, &player_id, radius, fill, policy).await?).into_response());
     }
+    if t.board.team().is_some() {
+        return Err(teams_only("/teams/{team}/around"));
+    }
     let page = layout::around(&s, &t, &player_id, radius, fill).await?;
     let page = page.ok_or_else(|| unranked(&player_id, &t))?;
     Ok(listing_response(page_head(&t, &page, Some(&player_id)), &page.entries, policy))
+}
+
+/// A player read a team board does not answer, and the read that does.
+fn teams_only(instead: &str) -> ApiError {
+    ApiError::not_found(format!("a team board ranks teams: read {instead} instead"))
 }
 
 /// The distinct player ids of a friends body `{"players": ["id", ...]}`, in
@@ -177,6 +191,9 @@ pub(super) async fn players(
     let t = layout::target(&s, &board_id, &q).await?;
     let policy = rank_policy(&q, t.board)?;
     let ids = friends_body(&body, s.max_players).map_err(|m| ApiError::bad("players", m))?;
+    if t.board.team().is_some() {
+        return Err(teams_only("/teams/{team}"));
+    }
     if t.board.columns().is_some() {
         return Ok(Json(columns::players(&s, &t, ids, policy).await?).into_response());
     }

@@ -6,3 +6,4 @@ pub(super) mod queries;
 pub(super) mod reads;
 pub(super) mod row_reads;
 pub(super) mod row_shards;
+pub(super) mod teams;
