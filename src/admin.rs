@@ -87,6 +87,7 @@ impl AdminRequest {
             tier: self.tier.clone(),
             held_event_id: self.held_event_id,
             reason: self.reason.clone(),
+            team_id: None,
         }
     }
 }
@@ -102,6 +103,7 @@ pub fn event_json(e: &AdminEvent) -> Value {
         ("tier", e.tier.clone()),
         ("held_event_id", e.held_event_id.map(|id| id.to_string())),
         ("reason", e.reason.clone()),
+        ("team_id", e.team_id.clone()),
     ];
     for (name, value) in fields {
         if let Some(value) = value {

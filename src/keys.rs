@@ -43,6 +43,8 @@
 //! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
 //! | `{prefix}:{tag}:_tm` | hash | team boards: player -> `<join time ms>:<team id>` of their team |
 //! | `{prefix}:{tag}:_tc:<period>:<team>` | zset | team boards: the team's members -> their contribution in the period, same expiry as the period key (which ranks the teams) |
+//! | `{prefix}:{tag}:_tch:<period>:<team>` | zset | team boards: a hidden player's contributions, off the team's score, same expiry |
+//! | `{prefix}:{tag}:_tth` | set | team boards: the hidden teams (`team_hidden`), whose rows are in the periods' `_hid:<period>` |
 //! | `{prefix}:{tag}:_tp:<player>` | set | team boards: `<team id> <period id>` of each contribution the player holds |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms); `<period key>:history` -> how far its history is recorded (`done` at the end) |
 //! | `{prefix}:{tag}:_hist:<period>` | hash | history: a sealed period's standings, player -> `<ordinal>:<competition>:<total>:<stored score>` at the seal; expires with the snapshot |

@@ -69,6 +69,12 @@ pub enum AdminOp {
         held: uuid::Uuid,
         approve: bool,
     },
+    /// Team boards: hides a team from the reads (true), or shows it again;
+    /// carried out by the team script, never by `admin.lua`.
+    TeamHide {
+        team: String,
+        hide: bool,
+    },
 }
 
 impl AdminOp {
@@ -84,6 +90,7 @@ impl AdminOp {
             AdminOp::Erase => "erase",
             AdminOp::Tier(_) => "tier",
             AdminOp::Review { .. } => "review",
+            AdminOp::TeamHide { .. } => "team_hide",
         }
     }
 }
@@ -93,6 +100,29 @@ impl AdminOp {
 pub struct AdminPlan {
     pub reach: Reach,
     pub op: AdminOp,
+}
+
+/// `team_hidden`, `team_unhidden`: the team board's tag, and the team.
+fn team_plan(event: &AdminEvent, router: &Router) -> Result<AdminPlan, Rejection> {
+    let id = event.board.as_deref().unwrap_or_default();
+    let board = router.board(id).ok_or_else(|| invalid(format!("board '{id}' is not a configured board")))?;
+    if board.team().is_none() {
+        let detail = format!("{} applies to team boards; '{id}' ranks players", event.kind);
+        return Err(Rejection::new(Reason::NotAllowed, detail));
+    }
+    let team = event.team_id.clone().unwrap_or_default();
+    let op = AdminOp::TeamHide { team, hide: event.kind == AdminKind::TeamHidden };
+    Ok(AdminPlan { reach: Reach::Tag(router.base(board, None, "")), op })
+}
+
+/// A correction sets a player's score: a team board has none of its own.
+fn not_a_team_board(board: &Board, event: &AdminEvent) -> Result<(), Rejection> {
+    if board.team().is_none() {
+        return Ok(());
+    }
+    let detail =
+        format!("{} sets a player's score; board '{}' ranks teams by their members' scores", event.kind, board.id());
+    Err(Rejection::new(Reason::NotAllowed, detail))
 }
 
 fn invalid(detail: impl Into<String>) -> Rejection {
@@ -106,6 +136,7 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
     use AdminKind::*;
     match event.kind {
         PlayerErased => Ok(AdminPlan { reach: Reach::All, op: AdminOp::Erase }),
+        TeamHidden | TeamUnhidden => team_plan(event, router),
         ReviewApproved | ReviewRejected => {
             let id = event.board.as_deref().unwrap_or_default();
             let board = router.board(id).ok_or_else(|| invalid(format!("board '{id}' is not a configured board")))?;
@@ -189,6 +220,7 @@ pub fn plan(event: &AdminEvent, router: &Router, record_ts_ms: i64) -> Result<Ad
                     format!("field 'score' is missing (board '{id}' ranks by one score)"),
                 )
             })?;
+            not_a_team_board(board, event)?;
             if event.kind == ScoreAdjusted && board.mode() != Mode::Sum {
                 return Err(Rejection::new(
                     Reason::NotAllowed,
@@ -350,6 +382,7 @@ mod tests {
             tier: None,
             held_event_id: None,
             reason: None,
+            team_id: None,
         }
     }
 

@@ -359,6 +359,8 @@ fn validate(mut raw: RawEvent, limits: Limits, listens: impl Fn(&str) -> bool) -
         Some(_) => return Err(Rejection::new(InvalidEventId, "field 'event_id' must be a string")),
     };
     let player_id = match raw.player_id.take() {
+        // A team's admin events name no player.
+        None | Some(Value::Null) if admin.is_some_and(AdminKind::of_team) => String::new(),
         None | Some(Value::Null) => return Err(Rejection::new(MissingField, "field 'player_id' is missing")),
         Some(Value::String(s)) => {
             if s.is_empty() || s.len() > 128 {

@@ -31,10 +31,14 @@ pub enum AdminKind {
     ReviewApproved,
     /// Drops a held event, recorded.
     ReviewRejected,
+    /// Hides a team from a team board's reads (`board`, `team_id`).
+    TeamHidden,
+    /// Undoes `team_hidden`.
+    TeamUnhidden,
 }
 
 impl AdminKind {
-    pub const ALL: [AdminKind; 9] = [
+    pub const ALL: [AdminKind; 11] = [
         AdminKind::ScoreSet,
         AdminKind::ScoreAdjusted,
         AdminKind::PlayerRemoved,
@@ -44,6 +48,8 @@ impl AdminKind {
         AdminKind::PlayerTierSet,
         AdminKind::ReviewApproved,
         AdminKind::ReviewRejected,
+        AdminKind::TeamHidden,
+        AdminKind::TeamUnhidden,
     ];
 
     /// The event `type`.
@@ -58,7 +64,14 @@ impl AdminKind {
             AdminKind::PlayerTierSet => "player_tier_set",
             AdminKind::ReviewApproved => "review_approved",
             AdminKind::ReviewRejected => "review_rejected",
+            AdminKind::TeamHidden => "team_hidden",
+            AdminKind::TeamUnhidden => "team_unhidden",
         }
+    }
+
+    /// A kind about a team, which names no player.
+    pub fn of_team(self) -> bool {
+        matches!(self, AdminKind::TeamHidden | AdminKind::TeamUnhidden)
     }
 
     pub fn parse(kind: &str) -> Option<AdminKind> {
@@ -100,6 +113,8 @@ pub struct AdminEvent {
     pub held_event_id: Option<Uuid>,
     /// `review_approved`, `review_rejected`: why, for the record.
     pub reason: Option<String>,
+    /// `team_hidden`, `team_unhidden`: the team.
+    pub team_id: Option<String>,
 }
 
 /// An optional string field of an admin event.
@@ -123,7 +138,17 @@ pub(super) fn parse_admin(
     use Reason::MissingField;
     let board = admin_text(raw.board, "board")?;
     if board.is_none()
-        && matches!(kind, ScoreSet | ScoreAdjusted | PlayerRemoved | PlayerTierSet | ReviewApproved | ReviewRejected)
+        && matches!(
+            kind,
+            ScoreSet
+                | ScoreAdjusted
+                | PlayerRemoved
+                | PlayerTierSet
+                | ReviewApproved
+                | ReviewRejected
+                | TeamHidden
+                | TeamUnhidden
+        )
     {
         return Err(Rejection::new(
             Reason::MissingField,
@@ -143,6 +168,10 @@ pub(super) fn parse_admin(
         })?),
     };
     let reason = admin_text(raw.reason, "reason")?;
+    let team_id = match (kind.of_team(), raw.team_id) {
+        (false, _) => None,
+        (true, team_id) => Some(super::team::parse(false, team_id)?.team_id),
+    };
     let tier = admin_text(raw.tier, "tier")?;
     if tier.is_none() && kind == PlayerTierSet {
         return Err(Rejection::new(Reason::MissingField, "field 'tier' is missing (a player_tier_set names the tier)"));
@@ -188,6 +217,7 @@ pub(super) fn parse_admin(
         tier,
         held_event_id,
         reason,
+        team_id,
     })
 }
 

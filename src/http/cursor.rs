@@ -16,6 +16,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use super::ranks::Entry;
 use super::target::Target;
 use super::ApiError;
 
@@ -148,6 +149,25 @@ pub(super) fn check_cursor(c: &Cursor, t: &Target<'_>, cohort: Option<&str>) -> 
         ));
     }
     Ok(())
+}
+
+/// The cursor of `e` paging `direction` on the target.
+fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
+    Cursor::on(t, direction, e.stored, e.member.clone()).encode()
+}
+
+/// A page's cursors: `next_cursor` unless it ends the board, `prev_cursor`
+/// unless it starts it.
+pub(super) fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
+    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+        let start = first.ranks.ordinal - 1;
+        if start + (entries.len() as i64) < total {
+            head["next_cursor"] = json!(cursor_at(t, last, Direction::Next));
+        }
+        if start > 0 {
+            head["prev_cursor"] = json!(cursor_at(t, first, Direction::Prev));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::cursor::{check_cursor, take_cursor, Cursor, Direction};
+use super::cursor::{add_cursors, check_cursor, take_cursor};
 use super::ranks::{percentile, Entry, ListingJson};
 use super::standing::{Friends, Page, RankOf, Standing};
 use super::target::{parse_num, rank_policy, unranked, RankPolicy, Target};
@@ -24,11 +24,6 @@ use super::{columns, layout, league, teams, ApiError, AppState};
 /// through as stored, never parsed.
 fn listing_response(head: Value, entries: &[Entry], policy: RankPolicy) -> Response {
     Json(ListingJson { head, entries: entries.iter().map(|e| e.json(policy)).collect() }).into_response()
-}
-
-/// The cursor of `e` paging `direction` on the target.
-fn cursor_at(t: &Target<'_>, e: &Entry, direction: Direction) -> String {
-    Cursor::on(t, direction, e.stored, e.member.clone()).encode()
 }
 
 pub(super) async fn top(
@@ -66,20 +61,6 @@ fn page_head(t: &Target<'_>, page: &Page, player_id: Option<&str>) -> Value {
         head["consistent"] = json!(consistent);
     }
     head
-}
-
-/// A page's cursors: `next_cursor` unless it ends the board, `prev_cursor`
-/// unless it starts it.
-pub(super) fn add_cursors(head: &mut Value, t: &Target<'_>, entries: &[Entry], total: i64) {
-    if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
-        let start = first.ranks.ordinal - 1;
-        if start + (entries.len() as i64) < total {
-            head["next_cursor"] = json!(cursor_at(t, last, Direction::Next));
-        }
-        if start > 0 {
-            head["prev_cursor"] = json!(cursor_at(t, first, Direction::Prev));
-        }
-    }
 }
 
 pub(super) async fn player(

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::cursor::Cursor;
 use super::ranks::{percentile, Entry};
-use super::standing::Page;
+use super::standing::{Page, Standing};
 use super::target::{parse_num, rank_policy, RankPolicy, Target};
 use super::{layout, ApiError, AppState};
 use crate::keys;
@@ -50,7 +50,7 @@ async fn team_entries(
 
 fn listing(t: &Target<'_>, page: &Page, entries: Vec<Value>) -> Value {
     let mut body = json!({ "board": t.board.id(), "period": t.period, "total": page.total });
-    super::reads::add_cursors(&mut body, t, &page.entries, page.total);
+    super::cursor::add_cursors(&mut body, t, &page.entries, page.total);
     body["entries"] = Value::Array(entries);
     body
 }
@@ -78,6 +78,7 @@ pub(super) async fn around(
     let t = team_target(&s, &board_id, &q).await?;
     let radius = parse_num(&q, "radius", 2, (s.max_limit.saturating_sub(1) / 2).max(1))?;
     let policy = rank_policy(&q, t.board)?;
+    shown(&s, &t, &team_id).await?.ok_or_else(|| no_team(&team_id, &t))?;
     let page = layout::around(&s, &t, &team_id, radius, false).await?;
     let page = page.ok_or_else(|| no_team(&team_id, &t))?;
     let entries = team_entries(&s, &t, &page.entries, policy).await?;
@@ -88,6 +89,13 @@ pub(super) async fn around(
         o.remove("prev_cursor");
     }
     Ok(Json(body))
+}
+
+/// A team's standing, unless it holds no contribution in the period or is
+/// hidden (`team_hidden` keeps its rows in the period's shadow, which a
+/// player board's hidden player reads their own place from).
+async fn shown(s: &AppState, t: &Target<'_>, team_id: &str) -> Result<Option<Standing>, ApiError> {
+    Ok(layout::player(s, t, team_id).await?.filter(|st| !st.hidden))
 }
 
 fn no_team(team_id: &str, t: &Target<'_>) -> ApiError {
@@ -112,7 +120,7 @@ pub(super) async fn team(
 ) -> Result<Json<Value>, ApiError> {
     let t = team_target(&s, &board_id, &q).await?;
     let policy = rank_policy(&q, t.board)?;
-    let standing = layout::player(&s, &t, &team_id).await?.ok_or_else(|| no_team(&team_id, &t))?;
+    let standing = shown(&s, &t, &team_id).await?.ok_or_else(|| no_team(&team_id, &t))?;
     let reader = s.reader()?.fresh(t.fresh);
     let mut rows =
         reader.team_contributions(&base(&s, &t), live_period(&t), &team_id).await.map_err(ApiError::unavailable)?;
@@ -159,7 +167,7 @@ pub(super) async fn player(
         body["error"] = json!(format!("player '{player_id}' is in no team on {}", t.board.id()));
         return Ok((StatusCode::NOT_FOUND, Json(body)).into_response());
     };
-    let standing = layout::player(s, t, &of.team_id).await?;
+    let standing = shown(s, t, &of.team_id).await?;
     body["team_id"] = json!(of.team_id);
     body["team"] = match standing {
         Some(st) => json!({ "rank": st.ranks.under(policy), "score": st.score }),

@@ -32,3 +32,16 @@ pub fn team_index_prefix(base: &str) -> String {
 pub fn team_index_key(base: &str, player: &str) -> String {
     format!("{}{player}", team_index_prefix(base))
 }
+
+/// Team boards: what the hidden players' contributions keys start with
+/// (the script appends `<period id>:<team id>`): a hidden player's
+/// contributions, off their teams' scores until they are shown again.
+pub fn team_hidden_contrib_prefix(base: &str) -> String {
+    format!("{base}:_tch:")
+}
+
+/// Team boards: the teams hidden by `team_hidden`, whose rows are in the
+/// periods' shadow keys (`_hid:<period>`) until `team_unhidden`.
+pub fn teams_hidden_key(base: &str) -> String {
+    format!("{base}:_tth")
+}

@@ -8,31 +8,41 @@
 -- event's dedupe marker is absent is the event applied (team/teams.lua)
 -- and the marker set, in the same atomic step.
 --
--- keys by name: offsets registry members key
--- derives: refused seen contrib index period
+-- Admin events on a team board (player_hidden, player_unhidden,
+-- player_removed, player_erased, team_hidden, team_unhidden) come as events
+-- of a call of their own, each alone (see team/teams.lua).
+--
+-- keys by name: offsets registry members hidden teams_hidden key
+-- derives: refused seen contrib shadow_contrib index period shadow
 --   (refusals per record, marker buckets, each period's contributions per
---   team, each player's list of contributions, period keys a leave reaches:
---   each prefix is a header field)
+--   team and hidden players' ones, each player's list of contributions,
+--   period keys and their shadows a leave or a hidden team reaches: each
+--   prefix is a header field)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/write/team.rs):
 --   op          "sum", "gt" / "lt" (keep the best; gt: higher is better)
 --   max_value   largest |contribution| and |team score| a sum may reach
 --   leave       "keep" | "forfeit"
 --   counts_after  ms after a join before the player's scores count
 --   ttl, refused, seen, fields   as apply.lua's
---   offsets, registry, members   KEYS indexes of the tag's offsets hash,
---               registry of period keys and members hash
---   period, contrib, index   prefixes: of period keys, of contributions
---               keys (the script appends "<period id>:<team id>") and of
---               players' contribution lists (it appends the player id)
+--   offsets, registry, members, hidden, teams_hidden   KEYS indexes of the
+--               tag's offsets hash, registry of period keys, members hash,
+--               hidden players and hidden teams
+--   period, shadow, contrib, shadow_contrib, index   prefixes: of period
+--               keys and their shadows (the script appends the period id),
+--               of contributions keys and hidden players' ones (it appends
+--               "<period id>:<team id>") and of players' contribution lists
+--               (it appends the player id)
 --   periods     per period j: key (KEYS index of the period key), id (the
 --               period id) and expire_at (EXPIREAT seconds, 0: none)
 -- ARGV[2]  the preconditions (see apply.lua)
 -- ARGV[3]  the batch, two MessagePack values: the events' markers (an
 --          array), then the events, flat: per event f (field index),
---          offset, player, kind (0 score, 1 join, 2 leave), num (the score:
---          a sum's delta, a best's value), ts (event time, ms), team (a
---          membership event's team id, "" for a score), n, then n period
---          indexes (1-based, into the header's periods).
+--          offset, player, kind (0 score, 1 join, 2 leave, 3 hide, 4 unhide,
+--          5 remove, 6 erase, 7 hide a team, 8 show it), num (the score: a
+--          sum's delta, a best's value), ts (event time, ms), text (a
+--          membership's or team event's team id, a removal's period id, ""
+--          for none), n, then n period indexes (1-based, into the header's
+--          periods).
 --
 -- Returns LOST or STALE as apply.lua does; otherwise E, the microseconds
 -- the call took, then (i, code) for each event i not applied.
@@ -54,7 +64,7 @@ local ne, recorded = #ids, offsets.recorded
 local out, last_off, marks_in = { ne }, {}, {}
 local a = 0
 for i = 1, ne do
-  local f, off, player, kind, num, ts, team, np = unpack(ev, a + 1, a + 8)
+  local f, off, player, kind, num, ts, text, np = unpack(ev, a + 1, a + 8)
   local at = a + 8
   a = at + np
   local code
@@ -66,7 +76,7 @@ for i = 1, ne do
     if marked[i] or marks_in[id] then
       code = DUPLICATE
     else
-      code = teams.event(kind, player, num, ts, team, ev, at, np)
+      code = teams.event(kind, player, num, ts, text, ev, at, np)
       if code == APPLIED then
         marks_in[id] = true
         markers.add(i)

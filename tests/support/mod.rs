@@ -21,6 +21,7 @@ pub mod nginx;
 pub mod periods;
 mod redis_server;
 pub mod stream;
+pub mod teams;
 pub mod tls;
 mod worker;
 

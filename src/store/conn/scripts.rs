@@ -115,7 +115,7 @@ pub(in crate::store) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
 
 pub(in crate::store) static TEAM: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
-        &["calls", "registered", "offsets", "markers"],
+        &["calls", "registered", "offsets", "markers", "expiry"],
         &[include_str!("../../scripts/team/teams.lua"), include_str!("../../scripts/team.lua")],
     ))
 });

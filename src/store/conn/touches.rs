@@ -106,8 +106,11 @@ pub const APPLY: Touches = by_name(
     ],
     &["rate", "refused", "seen", "changes", "pqueue", "hides"],
 );
-pub const TEAM: Touches =
-    by_name("team.lua", &["offsets", "registry", "members", "key"], &["refused", "seen", "contrib", "index", "period"]);
+pub const TEAM: Touches = by_name(
+    "team.lua",
+    &["offsets", "registry", "members", "hidden", "teams_hidden", "key"],
+    &["refused", "seen", "contrib", "shadow_contrib", "index", "period", "shadow"],
+);
 pub const ADMIN: Touches = by_name(
     "admin.lua",
     &[

@@ -6,7 +6,7 @@ use crate::board::Board;
 use crate::keys;
 use crate::moderation::AdminOp;
 use crate::store::conn::msgpack::{self, MapWriter};
-use crate::store::conn::scripts::ADMIN;
+use crate::store::conn::scripts::{ADMIN, TEAM};
 use crate::store::{ApplyResult, Store, StoreError};
 
 /// One admin event on one board tag, as the script's caller knows it.
@@ -127,8 +127,9 @@ pub fn admin_invocation(
         }
         AdminOp::Remove { period } => h.str("period_id", period.as_deref().unwrap_or_default()),
         AdminOp::Tier(t) => h.int("tier", *t as i64),
-        // A review is the apply script's (see `pipeline::reviews`), never this one's.
-        AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase | AdminOp::Review { .. } => {}
+        // A review is the apply script's (see `pipeline::reviews`), a team's
+        // hide the team script's, never this one's.
+        AdminOp::Hide | AdminOp::Unhide | AdminOp::Erase | AdminOp::Review { .. } | AdminOp::TeamHide { .. } => {}
     }
     (keys, vec![h.finish(), crate::markers::marker(call.event_id).to_vec()])
 }
@@ -156,6 +157,9 @@ impl Store {
         call: &AdminCall<'_>,
     ) -> Result<Vec<ApplyResult>, StoreError> {
         let calls = tags.iter().map(|(base, board)| async move {
+            if let Some(params) = board.as_ref().map(Board::write_params).filter(|p| p.team.is_some()) {
+                return self.team_admin(base, &params, call).await;
+            }
             let (keys, args) = admin_invocation(base, board.as_ref(), call, self.dedupe_ttl_secs);
             let reply: Result<i64, redis::RedisError> = self.eval(&ADMIN, &keys, &args).await?;
             reply.map(ApplyResult::from_code).map_err(|source| {
@@ -163,6 +167,30 @@ impl Store {
             })
         });
         futures::future::try_join_all(calls).await
+    }
+
+    /// One admin event on a team board's tag, by the team script (see
+    /// `scripts/team.lua`). The ops a team board refuses before Redis
+    /// (corrections, tiers, reviews: `moderation::plan`) never get here;
+    /// were one to, it is refused (`invalid_admin`), never half done.
+    async fn team_admin(
+        &self,
+        base: &str,
+        params: &crate::board::WriteParams,
+        call: &AdminCall<'_>,
+    ) -> Result<ApplyResult, StoreError> {
+        let Some(inv) = crate::store::write::team::admin_invocation(base, params, call, self.dedupe_ttl_secs) else {
+            return Ok(ApplyResult::Refused(-1));
+        };
+        let args = vec![inv.header.clone(), inv.needs_arg(), inv.events.clone()];
+        let reply: Result<Vec<redis::Value>, redis::RedisError> = self.eval(&TEAM, &inv.keys, &args).await?;
+        let reply = reply.map_err(|source| {
+            StoreError::from_script(base, source, |source| StoreError::Admin { base: base.to_string(), source })
+        })?;
+        let bad = || StoreError::BadReply { base: base.to_string(), got: reply.len(), expected: 1 };
+        let (codes, _) = crate::store::write::send::split_reply(&reply).ok_or_else(bad)?;
+        let (results, _) = crate::store::write::reply::decode_reply(&codes, 1).ok_or_else(bad)?;
+        results.into_iter().next().ok_or_else(bad)
     }
 
     /// Leaves an admin event's outcome at `key` for `ttl_secs`, unless one

@@ -16,5 +16,5 @@ pub(super) mod reply;
 pub(super) mod rules;
 pub(super) mod send;
 pub(super) mod sizer;
-mod team;
+pub(super) mod team;
 pub(super) mod writer;

@@ -39,7 +39,10 @@ pub fn prepare(batches: &[TagBatch<'_>], dedupe_ttl_secs: u64, max_events: impl 
         let first = calls.len();
         for items in batch.items.chunks(max_events(batch.base).max(1)) {
             let part = TagBatch { base: batch.base, params: batch.params, items: items.to_vec() };
-            let mut inv = build_invocation(&part, dedupe_ttl_secs);
+            let mut inv = match part.params.team {
+                Some(_) => super::team::build_invocation(&part, dedupe_ttl_secs),
+                None => build_invocation(&part, dedupe_ttl_secs),
+            };
             let mut chained = vec![false; inv.tails.len()];
             for (f, (field, _)) in inv.tails.iter().enumerate() {
                 let earlier = calls[first..].iter().rev().find_map(|c| c.inv.last_offset(field));

@@ -119,23 +119,26 @@ impl Invocation {
 
     /// The `EVALSHA` of this call with `script`.
     pub(in crate::store) fn cmd(&self, script: &redis::Script) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len()).arg(&self.keys);
+        cmd.arg(&self.header).arg(self.needs_arg()).arg(&self.events);
+        cmd
+    }
+
+    /// ARGV[2], the preconditions as the script reads them (MessagePack).
+    pub(in crate::store) fn needs_arg(&self) -> Vec<u8> {
         let mut needs = Vec::with_capacity(2 + 9 * self.needs.len());
         msgpack::array_len(&mut needs, self.needs.len());
         for n in &self.needs {
             msgpack::int(&mut needs, *n);
         }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(self.keys.len()).arg(&self.keys);
-        cmd.arg(&self.header).arg(needs).arg(&self.events);
-        cmd
+        needs
     }
 }
 
 /// Lays out one tag batch for the script. Pure, so it is unit tested.
+/// (A team board's batch is the team script's: `prepared.rs` sends it to `team.rs`.)
 pub fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> Invocation {
-    if batch.params.team.is_some() {
-        return super::team::build_invocation(batch, dedupe_ttl_secs);
-    }
     let periods = distinct_periods(batch);
     let (events, fields) = encode_events(batch, &periods);
     let (keys, header) = call_header(batch, &periods, &fields, dedupe_ttl_secs);

@@ -251,7 +251,7 @@ fn unpipelined(e: redis::RedisError) -> redis::RedisError {
 }
 
 /// An apply reply's integers, and the string of rank changes that may end it.
-fn split_reply(reply: &[redis::Value]) -> Option<(Vec<i64>, Option<&[u8]>)> {
+pub(in crate::store) fn split_reply(reply: &[redis::Value]) -> Option<(Vec<i64>, Option<&[u8]>)> {
     let (moved, codes) = match reply.split_last() {
         Some((redis::Value::BulkString(b), rest)) => (Some(b.as_slice()), rest),
         _ => (None, reply),
