@@ -236,6 +236,9 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Rebu
     let marker = keys::deploy_key(&own.redis.key_prefix, &own.kafka.group_id);
     let dedupe_ttl = settings.redis.dedupe_ttl.as_secs();
     let mut swapped: BTreeSet<String> = BTreeSet::new();
+    // Team boards' tags swap their members, contributions and players' lists too.
+    let teams: BTreeSet<String> =
+        own.boards.iter().filter(|b| b.team().is_some()).map(|b| b.id().to_string()).collect();
     let mut last_note = std::time::Instant::now();
     let outcome = loop {
         tokio::select! {
@@ -260,7 +263,7 @@ pub async fn run(settings: Settings, request: RebuildRequest) -> Result<(), Rebu
         }
         // Every record there was at the start is applied: swap what agrees.
         let built = store.tag_bases(&keys::tags_key(&own.redis.key_prefix)).await?;
-        let waiting = swap_agreeing(&store, &built, &mut swapped, &live_prefix, dedupe_ttl).await?;
+        let waiting = swap_agreeing(&store, &built, &mut swapped, (&live_prefix, &teams), dedupe_ttl).await?;
         gauges.swapped.set(swapped.len() as i64);
         gauges.waiting.set(waiting.len() as i64);
         if waiting.is_empty() && built.iter().all(|b| swapped.contains(b)) {
@@ -310,14 +313,15 @@ async fn swap_agreeing(
     store: &Store,
     built: &[String],
     swapped: &mut BTreeSet<String>,
-    live_prefix: &str,
+    (live_prefix, teams): (&str, &BTreeSet<String>),
     dedupe_ttl: u64,
 ) -> Result<Vec<(String, String, i64, i64)>, RebuildError> {
     let mut waiting = Vec::new();
     let pending: Vec<&String> = built.iter().filter(|b| !swapped.contains(*b)).collect();
     for b in pending {
         let Some(live) = keys::live_base(b) else { continue };
-        match store.swap_tag(live, b, dedupe_ttl).await {
+        let team = keys::board_of_base(live).is_some_and(|id| teams.contains(id));
+        match store.swap_tag(live, b, dedupe_ttl, team).await {
             Ok(Swap::Done(n)) => {
                 store.register_tags(&keys::tags_key(live_prefix), &[live.to_string()], false).await?;
                 info!(tag = %live, period_keys = n, "Swapped the rebuilt keys in.");

@@ -140,13 +140,14 @@ async fn the_swap_waits_for_agreement_and_keeps_what_the_scheduler_owns() {
         let _: redis::Value = cmd(args).query_async(&mut c).await.unwrap();
     }
     let reply: Vec<redis::Value> =
-        rankflow::store::swap_invocation(live, built, 3600).invoke_async(&mut c).await.unwrap();
+        rankflow::store::swap_invocation(live, built, 3600, false).invoke_async(&mut c).await.unwrap();
     assert_eq!(reply.len(), 4, "the live side is ahead on t:1: {reply:?}");
     let all: Vec<String> = cmd(&["ZRANGE", "lb:{p}:all", "0", "-1"]).query_async(&mut c).await.unwrap();
     assert_eq!(all, ["stale"], "a refused swap changed the live board");
 
     let _: i64 = cmd(&["HSET", "_rebuild:lb:{p}:_offsets", "t:1", "4"]).query_async(&mut c).await.unwrap();
-    let reply: Vec<i64> = rankflow::store::swap_invocation(live, built, 3600).invoke_async(&mut c).await.unwrap();
+    let reply: Vec<i64> =
+        rankflow::store::swap_invocation(live, built, 3600, false).invoke_async(&mut c).await.unwrap();
     assert_eq!(reply, [1, 2], "two period keys swapped in");
     let members = |key: &'static str| {
         let mut c = c.clone();

@@ -4,8 +4,8 @@
 -- tag (the rebuild's key prefix differs only before it), so they are on
 -- one node and this script sees them all.
 --
--- keys: live_offsets built_offsets live_registry built_registry live_sealed built_sealed live_hidden built_hidden live_held built_held live_queue built_queue
--- derives: live_pp built_pp live_seen built_seen live_pqueue built_pqueue aux
+-- keys: live_offsets built_offsets live_registry built_registry live_sealed built_sealed live_hidden built_hidden live_held built_held live_queue built_queue live_members? built_members? live_teams_hidden? built_teams_hidden?
+-- derives: live_pp built_pp live_seen built_seen live_pqueue built_pqueue team aux
 --   (the period keys under the live and rebuilt prefixes, their dedupe
 --   hashes, the players' queues of held events, and the per-period keys
 --   of each aux pair of prefixes)
@@ -15,13 +15,18 @@
 -- KEYS[7]  live hidden set            KEYS[8]  rebuilt hidden set
 -- KEYS[9]  live held events           KEYS[10] rebuilt held events
 -- KEYS[11] live queue of held events  KEYS[12] rebuilt queue
+-- KEYS[13..16] team boards only: the live and rebuilt members hashes, the
+--          live and rebuilt hidden teams
 -- ARGV[1]  the live period key prefix ("lb:{points}:")
 -- ARGV[2]  the rebuilt period key prefix ("_rebuild:lb:{points}:")
 -- ARGV[3]  dedupe_ttl, seconds
 -- ARGV[4], ARGV[5]  the live and rebuilt dedupe hash prefixes ("..:_seen:")
 -- ARGV[6], ARGV[7]  the live and rebuilt prefixes of the players' queues
 --          of held events ("..:_heldp:")
--- ARGV[8..] pairs: a live and a rebuilt per-period key prefix (the rows
+-- ARGV[8]  team boards: 4, and 4 pairs of a live and a rebuilt prefix
+--          follow (contributions, hidden players' contributions, players'
+--          lists of contributions, the periods' shadows); else 0
+-- ARGV[..] pairs: a live and a rebuilt per-period key prefix (the rows
 --          of boards with columns, the dense index, its counts, event
 --          times, metadata, attempts, hidden
 --          players' values, a league round's cohorts, open cohorts and
@@ -55,7 +60,10 @@ local aux = {}
 local final_suffix, rolling = Const.FINAL_SUFFIX, Const.ROLLING_PREFIX
 local building = Const.ROLL_BUILD_PREFIX .. Const.ROLLING_PREFIX
 local live_pqueue, built_pqueue = ARGV[6], ARGV[7]
-for i = 8, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
+local team = {}
+local nteam = tonumber(ARGV[8])
+for i = 1, nteam do team[i] = { ARGV[7 + 2 * i], ARGV[8 + 2 * i] } end
+for i = 9 + 2 * nteam, #ARGV, 2 do aux[#aux + 1] = { ARGV[i], ARGV[i + 1] } end
 
 -- Only the partition fields ("<topic>:<partition>") compare: the field
 -- "registered" (keys::REGISTERED_FIELD) is not an offset.
@@ -85,6 +93,43 @@ local function is_scheduled(id)
     or string.sub(id, 1, #building) == building
 end
 
+-- A team board's keys beside its period keys (side 1: live, 2: rebuilt),
+-- each once: the contributions keys of the teams ranked (or hidden) in
+-- each period, and every key each of their players' lists names (a hidden
+-- player's contributions too), with the lists themselves.
+local function team_keys(side, pp, reg, hidden)
+  local contrib, shadowed, lists, shadow = team[1][side], team[2][side], team[3][side], team[4][side]
+  local players, out, seen = {}, {}, {}
+  local function add(k)
+    if not seen[k] then
+      seen[k] = true
+      out[#out + 1] = k
+    end
+  end
+  for _, k in ipairs(call('SMEMBERS', reg)) do
+    local id = string.sub(k, #pp + 1)
+    for _, rows in ipairs({ k, shadow .. id }) do
+      for _, t in ipairs(call('ZRANGE', rows, 0, -1)) do
+        for _, p in ipairs(call('ZRANGE', contrib .. id .. ':' .. t, 0, -1)) do players[p] = true end
+      end
+    end
+  end
+  for _, p in ipairs(call('SMEMBERS', hidden)) do players[p] = true end
+  for p in pairs(players) do
+    add(lists .. p)
+    for _, e in ipairs(call('SMEMBERS', lists .. p)) do
+      local t, id = string.match(e, '^(%S+) (.+)$')
+      add(contrib .. id .. ':' .. t)
+      add(shadowed .. id .. ':' .. t)
+    end
+  end
+  return out
+end
+local live_team, built_team
+if nteam > 0 then
+  live_team, built_team = team_keys(1, live_pp, live_reg, live_hidden), team_keys(2, built_pp, built_reg, built_hidden)
+end
+
 for _, k in ipairs(call('SMEMBERS', live_reg)) do
   local id = string.sub(k, #live_pp + 1)
   if not is_sealed(k) and not is_scheduled(id) then
@@ -107,6 +152,13 @@ for _, k in ipairs(call('SMEMBERS', built_reg)) do
     call('SADD', live_reg, target)
     swapped = swapped + 1
   end
+end
+
+if nteam > 0 then
+  for _, k in ipairs(live_team) do call('UNLINK', k) end
+  for _, k in ipairs(built_team) do move(k, live_pp .. string.sub(k, #built_pp + 1)) end
+  move(KEYS[14], KEYS[13])
+  move(KEYS[16], KEYS[15])
 end
 
 -- The offsets are copied, not moved: the rebuild reads on after a swap

@@ -74,8 +74,12 @@ pub const SWAP: Touches = positional(
         "built_held",
         "live_queue",
         "built_queue",
+        "live_members?",
+        "built_members?",
+        "live_teams_hidden?",
+        "built_teams_hidden?",
     ],
-    &["live_pp", "built_pp", "live_seen", "built_seen", "live_pqueue", "built_pqueue", "aux"],
+    &["live_pp", "built_pp", "live_seen", "built_seen", "live_pqueue", "built_pqueue", "team", "aux"],
 );
 pub const APPLY: Touches = by_name(
     "apply.lua",

@@ -14,8 +14,10 @@ pub enum Swap {
     Behind(String, i64, i64),
 }
 
-/// The swap script's call for live key base `live` and rebuilt key base `built`.
-pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::ScriptInvocation<'static> {
+/// The swap script's call for live key base `live` and rebuilt key base
+/// `built`, of a team board's tag when `team` (its members, hidden teams,
+/// contributions and players' lists go too).
+pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64, team: bool) -> redis::ScriptInvocation<'static> {
     let mut inv = crate::store::conn::scripts::SWAP.script.prepare_invoke();
     for base in [live, built] {
         inv.key(keys::offsets_key(base));
@@ -38,6 +40,20 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64) -> redis::
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
     inv.arg(keys::held_player_prefix(live)).arg(keys::held_player_prefix(built));
+    let teams: [fn(&str) -> String; 4] =
+        [keys::team_contrib_prefix, keys::team_hidden_contrib_prefix, keys::team_index_prefix, keys::shadow_prefix];
+    inv.arg(if team { teams.len() } else { 0 });
+    if team {
+        for base in [live, built] {
+            inv.key(keys::team_members_key(base));
+        }
+        for base in [live, built] {
+            inv.key(keys::teams_hidden_key(base));
+        }
+        for prefix in teams {
+            inv.arg(prefix(live)).arg(prefix(built));
+        }
+    }
     // A league round's cohorts, open cohorts and waiting players go with
     // its period key; its results exist only once it is sealed, and stay.
     let per_period: [fn(&str) -> String; 10] = [
@@ -78,17 +94,31 @@ impl crate::store::Store {
         Ok(())
     }
 
-    /// Runs the swap of one tag (see `scripts/swap.lua`).
-    pub async fn swap_tag(&self, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
-        swap_tag(&self.conn, live, built, dedupe_ttl_secs).await
+    /// Runs the swap of one tag (see `scripts/swap.lua`); `team`: a team board's.
+    pub async fn swap_tag(
+        &self,
+        live: &str,
+        built: &str,
+        dedupe_ttl_secs: u64,
+        team: bool,
+    ) -> Result<Swap, StoreError> {
+        swap_tag(&self.conn, live, built, dedupe_ttl_secs, team).await
     }
 }
 
 /// Runs the swap of one tag (see `scripts/swap.lua`).
-async fn swap_tag(conn: &RedisConn, live: &str, built: &str, dedupe_ttl_secs: u64) -> Result<Swap, StoreError> {
+async fn swap_tag(
+    conn: &RedisConn,
+    live: &str,
+    built: &str,
+    dedupe_ttl_secs: u64,
+    team: bool,
+) -> Result<Swap, StoreError> {
     let mut conn = conn.clone();
-    let reply: Vec<redis::Value> =
-        swap_invocation(live, built, dedupe_ttl_secs).invoke_async(&mut conn).await.map_err(StoreError::Registry)?;
+    let reply: Vec<redis::Value> = swap_invocation(live, built, dedupe_ttl_secs, team)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(StoreError::Registry)?;
     let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap_or_default();
     let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(-1);
     match reply.first().map(int) {
