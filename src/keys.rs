@@ -42,8 +42,9 @@
 //! | `{prefix}:{tag}:_lgs` | hash | leagues: `<round>` -> 1 once settled; `<round>:step` -> the settlement's progress; `<round>:published` -> cohorts published; `<round>:from` -> where the seal topic ended before the publication began |
 //! | `{prefix}:{tag}:_lgk` | set | leagues: the tag's round keys, for erasure |
 //! | `{prefix}:{tag}:_tm` | hash | team boards: player -> `<join time ms>:<team id>` of their team |
-//! | `{prefix}:{tag}:_tc:<period>:<team>` | zset | team boards: the team's members -> their contribution in the period, same expiry as the period key (which ranks the teams) |
-//! | `{prefix}:{tag}:_tch:<period>:<team>` | zset | team boards: a hidden player's contributions, off the team's score, same expiry |
+//! | `{prefix}:{tag}:_tc:<period>` | hash | team boards: `<team id>:<player>` -> the player's contribution to the team in the period, same expiry as the period key (which ranks the teams) |
+//! | `{prefix}:{tag}:_tch:<period>` | hash | team boards: the hidden players' contributions, off their teams' scores, same expiry |
+//! | `{prefix}:{tag}:_tt:<period>:<team>` | set | team boards: the team's counted contributors in the period (its `members`), same expiry |
 //! | `{prefix}:{tag}:_tth` | set | team boards: the hidden teams (`team_hidden`), whose rows are in the periods' `_hid:<period>` |
 //! | `{prefix}:{tag}:_tp:<player>` | set | team boards: `<team id> <period id>` of each contribution the player holds |
 //! | `{prefix}:{tag}:_sealed` | hash | period key -> its close time (ms) once sealed; `<period key>:published` -> 1 once its top is on the topic; `<period key>:closes` -> the close time `rankflow close` set (ms); `<period key>:history` -> how far its history is recorded (`done` at the end) |

@@ -41,6 +41,13 @@ periods = ["all_time"]
 split_by = "track"
 
 [[board]]
+id = "clans"
+on = ["match"]
+mode = "sum"
+periods = ["all_time"]
+team = { leave = "keep" }
+
+[[board]]
 id = "lg"
 on = ["match"]
 mode = "sum"
@@ -73,6 +80,33 @@ fn columns_board_shows_each_column(port: u16, profile: &std::path::Path, players
     assert_eq!(cells(&dom, "around", "meta")[0], "name: Player 5");
 }
 
+/// On clans, p00 .. p14 are in red, green and blue by turns (joined before they score).
+fn team_joins(now: i64) -> Vec<Record> {
+    let teams = ["red", "green", "blue"];
+    (0..15)
+        .map(|i| {
+            let v = json!({"event_id": uuid::Uuid::new_v4().to_string(), "type": "team_joined", "player_id": format!("p{i:02}"),
+                           "team_id": teams[i % 3], "ts": now - 2000});
+            (format!("p{i:02}"), v.to_string().into_bytes(), Some(now))
+        })
+        .collect()
+}
+
+/// A team board: its teams with their members in the top, and a player's
+/// team, its standing, their contribution and the team's members.
+fn team_board_shows_teams_and_members(port: u16, profile: &std::path::Path) {
+    let url = format!("http://127.0.0.1:{port}/?board=clans&player=p04&live=0");
+    let out = chromium(profile, &["--virtual-time-budget=20000", "--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    // p00 .. p14 in three teams by i % 3: red holds 1000 + 970 + ... (5 members).
+    assert_eq!(cells(&dom, "top", "player"), ["red", "green", "blue"], "{dom}");
+    assert_eq!(cells(&dom, "top", "score")[0], "4700 \u{b7} 5 members");
+    for (field, value) in [("team", "green"), ("team rank", "2"), ("team score", "4650"), ("contribution", "960")] {
+        assert!(dom.contains(&format!("<dd id=\"me-{field}\">{value}</dd>")), "{field} {value} not shown:\n{dom}");
+    }
+    assert_eq!(cells(&dom, "around", "player"), ["p01", "p04", "p07", "p10", "p13"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser() {
     let stack = Stack::start(1).await;
@@ -87,6 +121,7 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
             (format!("p{i:02}"), v.to_string().into_bytes(), Some(now))
         })
         .collect();
+    stack.broker.produce(&stack.topic, &team_joins(now)).await;
     stack.broker.produce(&stack.topic, &records).await;
     let cfg = WorkerConfig::new(&stack.broker, &stack.redis, &stack.topic, &stack.dlq, BOARDS);
     let w = Worker::spawn(&cfg);
@@ -129,6 +164,7 @@ async fn the_page_shows_the_top_a_player_and_their_neighbours_in_a_real_browser(
     assert!(dom.contains("<tr class=\"you\"><td class=\"rank\">8</td><td class=\"player\">p07</td>"), "{dom}");
 
     columns_board_shows_each_column(w.http_port, profile.path(), &players);
+    team_board_shows_teams_and_members(w.http_port, profile.path());
 
     // A split board without its split says what is missing, rather than showing nothing.
     let url = format!("http://127.0.0.1:{}/?board=laps&live=0", w.http_port);

@@ -61,11 +61,12 @@ async fn team_boards_equal_the_model_through_switches_leaves_retries_and_a_kill(
     // A rebuild from the topics reproduces every board (the erasure is an
     // admin event it reads too), whatever a bad manual edit left.
     let key = |suffix: &str| format!("lb:{{clans}}:{suffix}");
-    let contributions: Vec<String> = redis::cmd("KEYS").arg(key("_tc:all:*")).query_async(&mut conn).await.unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(key("_tc:all")).query_async(&mut conn).await.unwrap();
+    let sets: Vec<String> = redis::cmd("KEYS").arg(key("_tt:all:*")).query_async(&mut conn).await.unwrap();
     let member = models[0].members.keys().last().unwrap().clone();
     let mut edit = redis::pipe();
-    edit.cmd("UNLINK").arg(&contributions[0]).cmd("ZADD").arg(key("all")).arg(5).arg("bogus");
-    edit.cmd("HDEL").arg(key("_tm")).arg(&member);
+    edit.cmd("HDEL").arg(key("_tc:all")).arg(&fields[0]).cmd("UNLINK").arg(&sets[0]);
+    edit.cmd("ZADD").arg(key("all")).arg(5).arg("bogus").cmd("HDEL").arg(key("_tm")).arg(&member);
     let () = edit.query_async(&mut conn).await.unwrap();
     let out = run_rankflow(&["rebuild"], &w.config_path).await;
     assert!(out.status.success(), "rebuild: {}", String::from_utf8_lossy(&out.stderr));

@@ -402,6 +402,7 @@ async fn list_boards(State(s): State<AppState>) -> Json<Value> {
                     "order": c.order.as_str(),
                 })).collect::<Vec<_>>()),
                 "row": b.columns().map(|c| c.row.as_str()),
+                "team": b.team().map(|t| json!({ "leave": t.leave.as_str(), "counts_after_ms": t.counts_after_ms })),
                 "timezone": b.timezone().name(),
                 "split_by": b.split_by(),
                 "on": b.on(),

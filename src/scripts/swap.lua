@@ -23,9 +23,10 @@
 -- ARGV[4], ARGV[5]  the live and rebuilt dedupe hash prefixes ("..:_seen:")
 -- ARGV[6], ARGV[7]  the live and rebuilt prefixes of the players' queues
 --          of held events ("..:_heldp:")
--- ARGV[8]  team boards: 4, and 4 pairs of a live and a rebuilt prefix
---          follow (contributions, hidden players' contributions, players'
---          lists of contributions, the periods' shadows); else 0
+-- ARGV[8]  team boards: 5, and 5 pairs of a live and a rebuilt prefix
+--          follow (the periods' contributions hashes and hidden players'
+--          ones, the teams' sets of contributors, players' lists of
+--          contributions, the periods' shadows); else 0
 -- ARGV[..] pairs: a live and a rebuilt per-period key prefix (the rows
 --          of boards with columns, the dense index, its counts, event
 --          times, metadata, attempts, hidden
@@ -94,40 +95,29 @@ local function is_scheduled(id)
 end
 
 -- A team board's keys beside its period keys (side 1: live, 2: rebuilt),
--- each once: the contributions keys of the teams ranked (or hidden) in
--- each period, and every key each of their players' lists names (a hidden
--- player's contributions too), with the lists themselves.
-local function team_keys(side, pp, reg, hidden)
-  local contrib, shadowed, lists, shadow = team[1][side], team[2][side], team[3][side], team[4][side]
-  local players, out, seen = {}, {}, {}
-  local function add(k)
-    if not seen[k] then
-      seen[k] = true
-      out[#out + 1] = k
-    end
-  end
+-- each once: per period its contributions hashes (the players' and the
+-- hidden players') and the sets of contributors of the teams ranked (or
+-- hidden) in it, and every player's list of contributions.
+local function team_keys(side, pp, reg)
+  local contrib, shadowed, sets, lists, shadow = team[1][side], team[2][side], team[3][side], team[4][side], team[5][side]
+  local players, out = {}, {}
   for _, k in ipairs(call('SMEMBERS', reg)) do
     local id = string.sub(k, #pp + 1)
+    out[#out + 1] = contrib .. id
+    out[#out + 1] = shadowed .. id
     for _, rows in ipairs({ k, shadow .. id }) do
-      for _, t in ipairs(call('ZRANGE', rows, 0, -1)) do
-        for _, p in ipairs(call('ZRANGE', contrib .. id .. ':' .. t, 0, -1)) do players[p] = true end
-      end
+      for _, t in ipairs(call('ZRANGE', rows, 0, -1)) do out[#out + 1] = sets .. id .. ':' .. t end
+    end
+    for _, hash in ipairs({ contrib .. id, shadowed .. id }) do
+      for _, f in ipairs(call('HKEYS', hash)) do players[string.match(f, '^[^:]*:(.*)$')] = true end
     end
   end
-  for _, p in ipairs(call('SMEMBERS', hidden)) do players[p] = true end
-  for p in pairs(players) do
-    add(lists .. p)
-    for _, e in ipairs(call('SMEMBERS', lists .. p)) do
-      local t, id = string.match(e, '^(%S+) (.+)$')
-      add(contrib .. id .. ':' .. t)
-      add(shadowed .. id .. ':' .. t)
-    end
-  end
+  for p in pairs(players) do out[#out + 1] = lists .. p end
   return out
 end
 local live_team, built_team
 if nteam > 0 then
-  live_team, built_team = team_keys(1, live_pp, live_reg, live_hidden), team_keys(2, built_pp, built_reg, built_hidden)
+  live_team, built_team = team_keys(1, live_pp, live_reg), team_keys(2, built_pp, built_reg)
 end
 
 for _, k in ipairs(call('SMEMBERS', live_reg)) do

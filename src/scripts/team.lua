@@ -13,11 +13,11 @@
 -- of a call of their own, each alone (see team/teams.lua).
 --
 -- keys by name: offsets registry members hidden teams_hidden key
--- derives: refused seen contrib shadow_contrib index period shadow
---   (refusals per record, marker buckets, each period's contributions per
---   team and hidden players' ones, each player's list of contributions,
---   period keys and their shadows a leave or a hidden team reaches: each
---   prefix is a header field)
+-- derives: refused seen contrib shadow_contrib team_set index period shadow
+--   (refusals per record, marker buckets, each period's contributions and
+--   hidden players' ones, each period's teams' sets of contributors, each
+--   player's list of contributions, period keys and their shadows a leave
+--   or a hidden team reaches: each prefix is a header field)
 -- ARGV[1]  the header, a MessagePack map (built by src/store/write/team.rs):
 --   op          "sum", "gt" / "lt" (keep the best; gt: higher is better)
 --   max_value   largest |contribution| and |team score| a sum may reach
@@ -27,11 +27,12 @@
 --   offsets, registry, members, hidden, teams_hidden   KEYS indexes of the
 --               tag's offsets hash, registry of period keys, members hash,
 --               hidden players and hidden teams
---   period, shadow, contrib, shadow_contrib, index   prefixes: of period
---               keys and their shadows (the script appends the period id),
---               of contributions keys and hidden players' ones (it appends
---               "<period id>:<team id>") and of players' contribution lists
---               (it appends the player id)
+--   period, shadow, contrib, shadow_contrib, team_set, index   prefixes:
+--               of period keys and their shadows, of the periods'
+--               contributions hashes and hidden players' ones (the script
+--               appends the period id), of the teams' sets of contributors
+--               (it appends "<period id>:<team id>") and of players'
+--               contribution lists (it appends the player id)
 --   periods     per period j: key (KEYS index of the period key), id (the
 --               period id) and expire_at (EXPIREAT seconds, 0: none)
 -- ARGV[2]  the preconditions (see apply.lua)
@@ -56,7 +57,8 @@ local stale = offsets.stale(cmsgpack.unpack(ARGV[2]))
 if stale then return stale end
 
 local ids, ev = cmsgpack.unpack(ARGV[3])
-local teams = Teams.open(h)
+local state = TeamState.open(h)
+TeamScores.prefetch(state, ev, #ids)
 local markers = Markers.open(h.seen, h.ttl)
 local marked = markers.seen(ids)
 local APPLIED, DUPLICATE = Codes.APPLIED, Codes.DUPLICATE
@@ -76,7 +78,11 @@ for i = 1, ne do
     if marked[i] or marks_in[id] then
       code = DUPLICATE
     else
-      code = teams.event(kind, player, num, ts, text, ev, at, np)
+      if kind == 0 then
+        code = TeamScores.score(state, player, num, ts, ev, at, np)
+      else
+        code = Teams.event(state, kind, player, num, ts, text, ev, at, np)
+      end
       if code == APPLIED then
         marks_in[id] = true
         markers.add(i)
@@ -92,7 +98,10 @@ for i = 1, ne do
 end
 offsets.record(last_off)
 markers.flush()
-teams.flush()
+TeamState.flush(state)
+local registered = {}
+for j in pairs(state.written) do registered[#registered + 1] = state.pkeys[j] end
+Calls.variadic('SADD', KEYS[h.registry], registered, 1)
 local ended = redis.call('TIME')
 table.insert(out, 2, (ended[1] - started[1]) * 1000000 + (ended[2] - started[2]))
 return out

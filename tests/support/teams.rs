@@ -324,10 +324,20 @@ pub async fn held(
     for (i, family) in ["_tc:", "_tch:"].into_iter().enumerate() {
         let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{base}{family}*")).query_async(conn).await.unwrap();
         for key in keys {
-            let rest = key.strip_prefix(&format!("{base}{family}")).unwrap();
-            let (period, team) = rest.rsplit_once(':').unwrap();
-            both[i].insert((period.to_string(), team.to_string()), zset(conn, &key).await);
+            let period = key.strip_prefix(&format!("{base}{family}")).unwrap().to_string();
+            let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&key).query_async(conn).await.unwrap();
+            for (field, value) in fields {
+                let (team, player) = field.split_once(':').unwrap();
+                both[i].entry((period.clone(), team.to_string())).or_default().insert(player.to_string(), value);
+            }
         }
+    }
+    // Each team's set of contributors holds exactly its counted contributors.
+    for ((period, team), c) in &both[0] {
+        let mut set: Vec<String> =
+            redis::cmd("SMEMBERS").arg(format!("{base}_tt:{period}:{team}")).query_async(conn).await.unwrap();
+        set.sort();
+        assert_eq!(set, c.keys().cloned().collect::<Vec<_>>(), "{board} {period} {team}: the set of contributors");
     }
     let [counted, hidden] = both;
     (teams, counted, hidden)

@@ -167,6 +167,20 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         samples: usize,
     },
+    /// Team boards: Redis time per event on a team board against the same
+    /// board without `team`, and a team's read with 10,000 teams of 50.
+    Teams {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        #[arg(long, default_value_t = 10_000)]
+        teams: usize,
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Leagues: Redis time per event on a league board against the same board
     /// without one, and one round's settlement by the real binary.
     League {
@@ -338,6 +352,9 @@ async fn run_bench(which: BenchCommand) -> ExitCode {
         }
         BenchCommand::Changes { redis, events, rounds } => report(bench::changes(&redis, events, rounds).await),
         BenchCommand::Columns { redis, events, rounds } => report(bench::columns(&redis, events, rounds).await),
+        BenchCommand::Teams { redis, events, teams, samples, rounds } => {
+            report(bench::teams(&redis, events, teams, samples, rounds).await)
+        }
         BenchCommand::Integrity { redis, events, held, rounds } => {
             report(bench::integrity(&redis, events, held, rounds).await)
         }

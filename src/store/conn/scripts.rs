@@ -116,7 +116,12 @@ pub(in crate::store) static APPLY: LazyLock<Lua> = LazyLock::new(|| {
 pub(in crate::store) static TEAM: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(assemble(
         &["calls", "registered", "offsets", "markers", "expiry"],
-        &[include_str!("../../scripts/team/teams.lua"), include_str!("../../scripts/team.lua")],
+        &[
+            include_str!("../../scripts/team/state.lua"),
+            include_str!("../../scripts/team/scores.lua"),
+            include_str!("../../scripts/team/teams.lua"),
+            include_str!("../../scripts/team.lua"),
+        ],
     ))
 });
 
@@ -300,6 +305,8 @@ mod tests {
             ("Batch.", "local Batch = {}"),
             ("Header.", "local Header = {}"),
             ("Teams.", "local Teams = {}"),
+            ("TeamState.", "local TeamState = {}"),
+            ("TeamScores.", "local TeamScores = {}"),
             ("HeaderFields", "local HeaderFields = {"),
             ("Codes.", "local Codes = {"),
             ("Const.", "local Const = {"),

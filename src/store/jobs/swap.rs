@@ -40,8 +40,13 @@ pub fn swap_invocation(live: &str, built: &str, dedupe_ttl_secs: u64, team: bool
     inv.arg(keys::period_prefix(live)).arg(keys::period_prefix(built)).arg(dedupe_ttl_secs.max(1));
     inv.arg(keys::dedupe_prefix(live)).arg(keys::dedupe_prefix(built));
     inv.arg(keys::held_player_prefix(live)).arg(keys::held_player_prefix(built));
-    let teams: [fn(&str) -> String; 4] =
-        [keys::team_contrib_prefix, keys::team_hidden_contrib_prefix, keys::team_index_prefix, keys::shadow_prefix];
+    let teams: [fn(&str) -> String; 5] = [
+        keys::team_contrib_prefix,
+        keys::team_hidden_contrib_prefix,
+        keys::team_set_prefix,
+        keys::team_index_prefix,
+        keys::shadow_prefix,
+    ];
     inv.arg(if team { teams.len() } else { 0 });
     if team {
         for base in [live, built] {

@@ -1,8 +1,10 @@
 //! The reads only team boards make, beside the ranking reads of their
 //! period keys (which rank teams, and are read by `read.lua` as any
-//! board's): how many contributions each team holds in a period, a team's
-//! contributions, and which team a player is in. Each is one plain command
-//! per key, pipelined (the keys of a board tag share a hash slot).
+//! board's): how many contributors each team counts in a period, a team's
+//! contributions, and which team a player is in: plain commands, a few
+//! microseconds of Redis each (a script call costs more). A team's read
+//! takes its contributors, then their contributions: one removed between
+//! the two is left out.
 
 use super::reads::Reader;
 use crate::keys;
@@ -24,7 +26,7 @@ impl Reader {
         }
         let mut pipe = redis::pipe();
         for team in teams {
-            pipe.cmd("ZCARD").arg(keys::team_contrib_key(base, period_id, team));
+            pipe.cmd("SCARD").arg(keys::team_set_key(base, period_id, team));
         }
         let pipe = &pipe;
         self.run(|mut c| async move { pipe.query_async(&mut c).await }).await
@@ -37,14 +39,19 @@ impl Reader {
         period_id: &str,
         team: &str,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        let key = keys::team_contrib_key(base, period_id, team);
-        let key = &key;
-        let rows: Vec<(String, f64)> = self
-            .run(|mut c| async move {
-                redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await
-            })
+        let (set, hash) = (keys::team_set_key(base, period_id, team), keys::team_contrib_key(base, period_id));
+        let (set, hash) = (&set, &hash);
+        let players: Vec<String> =
+            self.run(|mut c| async move { redis::cmd("SMEMBERS").arg(set).query_async(&mut c).await }).await?;
+        if players.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fields: Vec<String> = players.iter().map(|p| format!("{team}:{p}")).collect();
+        let fields = &fields;
+        let values: Vec<Option<i64>> = self
+            .run(|mut c| async move { redis::cmd("HMGET").arg(hash).arg(fields).query_async(&mut c).await })
             .await?;
-        Ok(rows.into_iter().map(|(m, v)| (m, v as i64)).collect())
+        Ok(players.into_iter().zip(values).filter_map(|(p, v)| Some((p, v?))).collect())
     }
 
     /// The team `player` is in on the team board tag `base`, and their
@@ -61,11 +68,10 @@ impl Reader {
             self.run(|mut c| async move { redis::cmd("HGET").arg(key).arg(player).query_async(&mut c).await }).await?;
         let Some((joined, team)) = got.as_deref().and_then(|g| g.split_once(':')) else { return Ok(None) };
         let of = TeamOf { team_id: team.to_string(), joined_ms: joined.parse().unwrap_or(0) };
-        let ckey = keys::team_contrib_key(base, period_id, team);
-        let ckey = &ckey;
-        let c: Option<f64> = self
-            .run(|mut c| async move { redis::cmd("ZSCORE").arg(ckey).arg(player).query_async(&mut c).await })
-            .await?;
-        Ok(Some((of, c.map(|v| v as i64))))
+        let (hash, field) = (keys::team_contrib_key(base, period_id), format!("{team}:{player}"));
+        let (hash, field) = (&hash, &field);
+        let c: Option<i64> =
+            self.run(|mut c| async move { redis::cmd("HGET").arg(hash).arg(field).query_async(&mut c).await }).await?;
+        Ok(Some((of, c)))
     }
 }

@@ -108,6 +108,7 @@ fn encode(base: &str, p: &WriteParams, events: &[TeamEvent<'_>], dedupe_ttl_secs
     h.str("shadow", &keys::shadow_prefix(base));
     h.str("contrib", &keys::team_contrib_prefix(base));
     h.str("shadow_contrib", &keys::team_hidden_contrib_prefix(base));
+    h.str("team_set", &keys::team_set_prefix(base));
     h.str("index", &keys::team_index_prefix(base));
 
     // The batch's distinct periods, in the order its events first write them.

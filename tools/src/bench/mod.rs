@@ -54,6 +54,7 @@ mod read;
 mod sharded;
 mod sharded_rows;
 mod store_rows;
+mod teams;
 mod tls;
 
 use kafka::*;
@@ -75,6 +76,7 @@ pub use read::read;
 pub use sharded::sharded;
 pub use sharded_rows::sharded_rows;
 pub use store_rows::store;
+pub use teams::teams;
 pub use tls::{tls, TlsRedis};
 
 /// The boards every pipeline benchmark uses: a match event fans out to six
