@@ -62,6 +62,11 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB, $(redis-
 # the same BENCH_INTEGRITY_EVENTS (default 200000), and the review listing's
 # latency with BENCH_HELD (default 100000) held events.
 "$bin" bench --wipe-redis integrity --redis "redis://127.0.0.1:$rport" --events "${BENCH_INTEGRITY_EVENTS:-200000}" --held "${BENCH_HELD:-100000}" --rounds "${BENCH_ROUNDS:-3}"
+# Team boards: Redis time per event on a team board against the same board
+# without team, BENCH_TEAMS_EVENTS (default 200000) events, and a team's
+# read, the top of teams and a player's read with BENCH_TEAMS (default
+# 10000) teams of 50.
+"$bin" bench --wipe-redis teams --redis "redis://127.0.0.1:$rport" --events "${BENCH_TEAMS_EVENTS:-200000}" --teams "${BENCH_TEAMS:-10000}" --rounds "${BENCH_ROUNDS:-3}"
 # Ranking by two columns: Redis time per event, memory per member and top
 # and player reads against a board of one score fed the same
 # BENCH_COLUMNS_EVENTS (default 200000) events.
