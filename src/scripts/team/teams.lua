@@ -33,14 +33,17 @@ do
   -- Team's score in period pid once contribution c (just taken off, its
   -- contributor out of the team's set) no longer counts: a sum less c, or
   -- the best left; a team with no contributor left leaves the period.
+  -- (Its callers flush first: the sets' members and the other members'
+  -- contributions it reads are Redis's.)
   local function team_without(s, pid, team, c)
     local tk, set_key = tkey(s, pid, team), s.tset .. pid .. ':' .. team
-    TeamState.flush(s)
+    if s.is_sum then
+      set(s, tk, team, call('SCARD', set_key) > 0 and (get(s, tk, team) or 0) - c)
+      return
+    end
     local left = call('SMEMBERS', set_key)
     if #left == 0 then
       set(s, tk, team, false)
-    elseif s.is_sum then
-      set(s, tk, team, (get(s, tk, team) or 0) - c)
     else
       local fields = {}
       for i, p in ipairs(left) do fields[i] = team .. ':' .. p end
