@@ -16,6 +16,7 @@ pub struct Metrics {
     pub registry: Registry,
     pub records_consumed: IntCounterVec,
     pub events_applied: IntCounterVec,
+    pub team_memberships: IntCounterVec,
     pub events_duplicate: IntCounterVec,
     pub events_skipped: IntCounter,
     pub events_rejected: IntCounterVec,
@@ -149,6 +150,7 @@ impl LeagueMetrics {
 pub const FAMILIES: &[&str] = &[
     "rankflow_records_consumed_total",
     "rankflow_events_applied_total",
+    "rankflow_team_memberships_total",
     "rankflow_events_duplicate_total",
     "rankflow_events_skipped_total",
     "rankflow_events_rejected_total",
@@ -269,6 +271,7 @@ impl Metrics {
         Metrics {
             records_consumed: counter_vec(&r, "rankflow_records_consumed_total", "Records read from Kafka.", &["topic"]),
             events_applied: counter_vec(&r, "rankflow_events_applied_total", "Events applied to a board.", &["board"]),
+            team_memberships: counter_vec(&r, "rankflow_team_memberships_total", "Membership events (team_joined, team_left) applied to a team board, by kind.", &["board", "kind"]),
             events_duplicate: counter_vec(
                 &r,
                 "rankflow_events_duplicate_total",
@@ -407,6 +410,11 @@ impl Metrics {
             if board.notify_top().is_some() {
                 self.rank_changes.with_label_values(&[b]);
             }
+            if board.team().is_some() {
+                for kind in ["joined", "left"] {
+                    self.team_memberships.with_label_values(&[b, kind]);
+                }
+            }
             let rules = board.integrity();
             for (rule, _) in crate::event::Rule::ALL.iter().zip(rules.on()).filter(|(_, on)| *on) {
                 self.review.held.with_label_values(&[b, rule.as_str()]);
@@ -453,6 +461,7 @@ mod tests {
         let m = get();
         m.records_consumed.with_label_values(&["t"]).inc();
         m.events_applied.with_label_values(&["b"]).inc();
+        m.team_memberships.with_label_values(&["b", "joined"]).inc();
         m.periods_sealed.with_label_values(&["b"]).inc();
         m.events_duplicate.with_label_values(&["b", "offset"]).inc();
         m.events_rejected.with_label_values(&["b", "r"]).inc();

@@ -82,6 +82,15 @@ async fn hiding_removing_and_erasing_players_and_hiding_teams_equal_the_model() 
     let w = Worker::spawn(&run.cfg);
     run.scores(11, 1500).await;
     run.check(&w, "the stream").await;
+    // Every membership event is counted once per team board, by kind.
+    let events = stream(11, 30, 1500, now);
+    let joins = events.iter().filter(|e| matches!(e, Ev::Join { .. })).count() as f64;
+    let leaves = events.iter().filter(|e| matches!(e, Ev::Leave { .. })).count() as f64;
+    for rules in &RULES {
+        let kind = |k| [("board", rules.id), ("kind", k)];
+        assert_eq!(w.metric("rankflow_team_memberships_total", &kind("joined")).await, joins, "{}", rules.id);
+        assert_eq!(w.metric("rankflow_team_memberships_total", &kind("left")).await, leaves, "{}", rules.id);
+    }
 
     let (x, _) = a_member(&run.models, "");
     run.admin(json!({"type": "player_hidden", "player_id": x}), |m, _| {

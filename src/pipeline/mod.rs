@@ -299,14 +299,24 @@ struct Latency {
     from_record: prometheus::Histogram,
 }
 
-/// Counts each board's tally of a record in the metrics.
-fn count<'a>(tallies: &[(usize, outcome::Tally)], board_id: impl Fn(usize) -> &'a str) {
+/// Counts each board's tally of a record in the metrics (a membership
+/// event applied to a team board in `rankflow_team_memberships_total` too).
+fn count<'a>(
+    tallies: &[(usize, outcome::Tally)],
+    board_id: impl Fn(usize) -> &'a str,
+    membership: Option<&crate::event::Membership>,
+) {
     use outcome::Tally;
     let m = metrics::get();
     for (b, tally) in tallies {
         let board = board_id(*b);
         match tally {
-            Tally::Applied => m.events_applied.with_label_values(&[board]).inc(),
+            Tally::Applied => {
+                m.events_applied.with_label_values(&[board]).inc();
+                if let Some(t) = membership {
+                    m.team_memberships.with_label_values(&[board, if t.joined { "joined" } else { "left" }]).inc();
+                }
+            }
             Tally::Duplicate(by) => m.events_duplicate.with_label_values(&[board, by]).inc(),
             Tally::Refused(reason) => m.events_rejected.with_label_values(&[board, reason.as_str()]).inc(),
             Tally::Held(rule, _) => m.review.held.with_label_values(&[board, rule.as_str()]).inc(),
@@ -439,11 +449,11 @@ impl Pipeline {
     /// records and hides, its dead letter (which takes its source bytes).
     fn conclude(&self, record: &mut Record, latency: &Latency, out: &mut Vec<Outgoing>) {
         let boards = self.cx.router.boards();
-        let tallies = match &record.item {
-            Item::Event { decided, .. } => outcome::tallies(decided),
-            _ => Vec::new(),
+        let (tallies, membership) = match &record.item {
+            Item::Event { decided, event, .. } => (outcome::tallies(decided), event.team.as_ref()),
+            _ => (Vec::new(), None),
         };
-        count(&tallies, |b| boards[b].id());
+        count(&tallies, |b| boards[b].id(), membership);
         if let Some(to) = &self.cx.changes_topic {
             out.extend(changes::outgoing(record, boards, to));
         }
