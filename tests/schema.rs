@@ -68,6 +68,11 @@ fn admin_events_as_the_cli_makes_them_validate() {
         if kind == AdminKind::PlayerTierSet {
             v.as_object_mut().unwrap().remove("period");
         }
+        if kind.of_team() {
+            // A team's admin event names its board and team, no player.
+            v.as_object_mut().unwrap().retain(|k, _| !["player_id", "period"].contains(&k.as_str()));
+            v["team_id"] = json!("red-dragons");
+        }
         assert!(matches!(parse(&v), Parsed::Admin(_)), "{v}");
         assert!(schema.is_valid(&v), "{kind}: {v}");
         if kind == AdminKind::ScoreSet {
@@ -121,6 +126,11 @@ fn every_rejection_class_decided_from_the_value_is_an_invalid_case() {
         (Reason::InvalidAttrs, with("attrs", json!({"region": 1}))),
         (Reason::InvalidMeta, with("meta", json!({"name": 7}))),
         (Reason::InvalidMeta, with("meta", json!("Al"))),
+        (
+            Reason::InvalidTeam,
+            json!({"event_id": "0b8e3f5e-4c39-4a53-9b7e-2f1f1f4a0c11", "type": "team_joined", "player_id": "alice",
+                   "team_id": "red:dragons", "ts": 5}),
+        ),
         (Reason::InvalidAdmin, {
             let mut v = admin.clone();
             v["board"] = json!(7);

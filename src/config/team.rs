@@ -33,7 +33,7 @@ pub fn team(at: At, b: &RawBoard, mode: Option<Mode>, tie_break: Option<TieBreak
     if tie_break == Some(TieBreak::Earliest) {
         e.push(&field, "teams tie by team id: remove tie_break = \"earliest\" or team");
     }
-    let refused: [(&str, bool); 11] = [
+    let refused: [(&str, bool); 10] = [
         ("shards", b.shards.is_some()),
         ("split_by", b.split_by.is_some()),
         ("league", b.league.is_some()),
@@ -44,7 +44,6 @@ pub fn team(at: At, b: &RawBoard, mode: Option<Mode>, tie_break: Option<TieBreak
         ("max_attempts", b.max_attempts.is_some()),
         ("meta", b.meta),
         ("notify_top", b.notify_top.is_some()),
-        ("close_after", b.close_after.is_some()),
     ];
     for (name, set) in refused {
         if set {

@@ -25,7 +25,12 @@ fn published_entries(board: &Board, top: &[(String, f64, Option<String>)]) -> Ve
     top.iter()
         .enumerate()
         .map(|(i, (member, stored, meta))| {
-            let entry = json!({ "rank": i + 1, "player_id": member, "score": board.packing().decode(*stored as i64) });
+            let score = board.packing().decode(*stored as i64);
+            // A team board's top ranks teams.
+            let entry = match board.team() {
+                Some(_) => json!({ "rank": i + 1, "team_id": member, "score": score }),
+                None => json!({ "rank": i + 1, "player_id": member, "score": score }),
+            };
             with_meta(entry, meta.as_deref())
         })
         .collect()

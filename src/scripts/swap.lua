@@ -103,13 +103,17 @@ local function team_keys(side, pp, reg)
   local players, out = {}, {}
   for _, k in ipairs(call('SMEMBERS', reg)) do
     local id = string.sub(k, #pp + 1)
-    out[#out + 1] = contrib .. id
-    out[#out + 1] = shadowed .. id
-    for _, rows in ipairs({ k, shadow .. id }) do
-      for _, t in ipairs(call('ZRANGE', rows, 0, -1)) do out[#out + 1] = sets .. id .. ':' .. t end
-    end
-    for _, hash in ipairs({ contrib .. id, shadowed .. id }) do
-      for _, f in ipairs(call('HKEYS', hash)) do players[string.match(f, '^[^:]*:(.*)$')] = true end
+    -- A period sealed live stays as the live workers sealed it, its
+    -- contributions and sets with it (and the scheduler's keys are not periods).
+    if not is_sealed(live_pp .. id) and not is_scheduled(id) then
+      out[#out + 1] = contrib .. id
+      out[#out + 1] = shadowed .. id
+      for _, rows in ipairs({ k, shadow .. id }) do
+        for _, t in ipairs(call('ZRANGE', rows, 0, -1)) do out[#out + 1] = sets .. id .. ':' .. t end
+      end
+      for _, hash in ipairs({ contrib .. id, shadowed .. id }) do
+        for _, f in ipairs(call('HKEYS', hash)) do players[string.match(f, '^[^:]*:(.*)$')] = true end
+      end
     end
   end
   for p in pairs(players) do out[#out + 1] = lists .. p end

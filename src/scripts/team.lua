@@ -12,7 +12,7 @@
 -- player_removed, player_erased, team_hidden, team_unhidden) come as events
 -- of a call of their own, each alone (see team/teams.lua).
 --
--- keys by name: offsets registry members hidden teams_hidden key
+-- keys by name: offsets registry members hidden teams_hidden sealed key
 -- derives: refused seen contrib shadow_contrib team_set index period shadow
 --   (refusals per record, marker buckets, each period's contributions and
 --   hidden players' ones, each period's teams' sets of contributors, each
@@ -27,6 +27,11 @@
 --   offsets, registry, members, hidden, teams_hidden   KEYS indexes of the
 --               tag's offsets hash, registry of period keys, members hash,
 --               hidden players and hidden teams
+--   sealed      boards that seal only: KEYS index of the tag's sealed hash
+--               (a sealed period, or one closed on demand before the
+--               record's time, takes no score; a forfeit and a hide leave
+--               it as sealed; a removal and an erasure reach it, snapshot
+--               included)
 --   period, shadow, contrib, shadow_contrib, team_set, index   prefixes:
 --               of period keys and their shadows, of the periods'
 --               contributions hashes and hidden players' ones (the script
@@ -42,8 +47,8 @@
 --          5 remove, 6 erase, 7 hide a team, 8 show it), num (the score: a
 --          sum's delta, a best's value), ts (event time, ms), text (a
 --          membership's or team event's team id, a removal's period id, ""
---          for none), n, then n period indexes (1-based, into the header's
---          periods).
+--          for none), rts (the record's timestamp, ms), n, then n period
+--          indexes (1-based, into the header's periods).
 --
 -- Returns LOST or STALE as apply.lua does; otherwise E, the microseconds
 -- the call took, then (i, code) for each event i not applied.
@@ -66,8 +71,8 @@ local ne, recorded = #ids, offsets.recorded
 local out, last_off, marks_in = { ne }, {}, {}
 local a = 0
 for i = 1, ne do
-  local f, off, player, kind, num, ts, text, np = unpack(ev, a + 1, a + 8)
-  local at = a + 8
+  local f, off, player, kind, num, ts, text, rts, np = unpack(ev, a + 1, a + 9)
+  local at = a + 9
   a = at + np
   local code
   if off <= (last_off[f] or recorded[f]) then
@@ -79,7 +84,7 @@ for i = 1, ne do
       code = DUPLICATE
     else
       if kind == 0 then
-        code = TeamScores.score(state, player, num, ts, ev, at, np)
+        code = TeamScores.score(state, player, num, ts, rts, ev, at, np)
       else
         code = Teams.event(state, kind, player, num, ts, text, ev, at, np)
       end

@@ -5,7 +5,7 @@
 local TeamScores = {}
 do
   local get, set, add = TeamState.get, TeamState.set, TeamState.add
-  local APPLIED, OUT_OF_RANGE = Codes.APPLIED, Codes.OUT_OF_RANGE
+  local APPLIED, OUT_OF_RANGE, PERIOD_CLOSED = Codes.APPLIED, Codes.OUT_OF_RANGE, Codes.PERIOD_CLOSED
 
   -- Fetches what the batch's scores read, as their players stand at the
   -- call's start (a join in the call reads its own later, one by one):
@@ -14,12 +14,12 @@ do
   function TeamScores.prefetch(s, ev, ne)
     local players, seen, a = {}, {}, 0
     for _ = 1, ne do
-      local player, np = ev[a + 3], ev[a + 8]
+      local player, np = ev[a + 3], ev[a + 9]
       if not seen[player] then
         seen[player] = true
         players[#players + 1] = player
       end
-      a = a + 8 + np
+      a = a + 9 + np
     end
     TeamState.prefetch(s, players)
     -- Every score's field and team, once: the same fields are read in
@@ -28,7 +28,7 @@ do
     local fields, hfields, teams, hteams, listed = {}, {}, {}, {}, {}
     a = 0
     for _ = 1, ne do
-      local player, np = ev[a + 3], ev[a + 8]
+      local player, np = ev[a + 3], ev[a + 9]
       local m = s.tm[player]
       if m and ev[a + 4] == 0 then
         local team = m.team
@@ -44,7 +44,7 @@ do
           list[#list + 1] = team
         end
       end
-      a = a + 8 + np
+      a = a + 9 + np
     end
     for j = 1, #s.pids do
       TeamState.fetch(s, s.ckeys[j], fields, true)
@@ -54,11 +54,24 @@ do
     end
   end
 
-  -- A score num at time ts written to the periods ev[at + 1 .. at + np]
-  -- (indexes into the header's periods): OUT_OF_RANGE, having written
-  -- nothing, when a sum would leave the allowed range in one of them.
+  -- Whether period j takes a record of time rts: not sealed, nor closed
+  -- on demand at or before rts.
+  local function open(s, j, rts)
+    local close = s.closes[j]
+    return not s.sealed[j] and not (close and rts >= close)
+  end
+
+  -- A score num at time ts (record time rts) written to the periods
+  -- ev[at + 1 .. at + np] (indexes into the header's periods) that take
+  -- it: OUT_OF_RANGE, having written nothing, when a sum would leave the
+  -- allowed range in one of them; PERIOD_CLOSED when none takes it.
   -- (The hot path: values are looked up inline, each once.)
-  function TeamScores.score(s, player, num, ts, ev, at, np)
+  function TeamScores.score(s, player, num, ts, rts, ev, at, np)
+    if s.seal_on then
+      local any = false
+      for w = 1, np do any = any or open(s, ev[at + w], rts) end
+      if not any then return PERIOD_CLOSED end
+    end
     local m = s.tm[player]
     if m == nil then m = TeamState.membership(s, player) end
     if not m or ts < m.joined + s.after then return APPLIED end
@@ -67,32 +80,32 @@ do
     if hidden == nil then hidden = TeamState.is_hidden(s, player) end
     local field, is_sum, gt, maxv = team .. ':' .. player, s.is_sum, s.gt, s.maxv
     local ckeys, vals, dirty, hteam = hidden and s.hkeys or s.ckeys, s.vals, s.dirty, s.hteams[team]
-    local cs, ts_, tks = s.scratch_c, s.scratch_t, s.scratch_k
+    local cs, ts_, tks, seal_on = s.scratch_c, s.scratch_t, s.scratch_k, s.seal_on
     for w = 1, np do
       local j = ev[at + w]
-      local c = vals[ckeys[j]][field]
-      if c == nil then c = get(s, ckeys[j], field, true) end
-      cs[w] = c
-      if not hidden then
-        local tk = hteam and s.shadow .. s.pids[j] or s.pkeys[j]
-        local kept = vals[tk]
-        local tv = kept and kept[team]
-        if tv == nil then tv = get(s, tk, team) end
-        ts_[w], tks[w] = tv, tk
-        if is_sum then
-          local total = (tv or 0) + num
-          if total > maxv or total < -maxv then return OUT_OF_RANGE end
+      if seal_on and not open(s, j, rts) then
+        cs[w] = 'closed'
+      else
+        local c = vals[ckeys[j]][field]
+        if c == nil then c = get(s, ckeys[j], field, true) end
+        cs[w] = c
+        if not hidden then
+          local tk = hteam and s.shadow .. s.pids[j] or s.pkeys[j]
+          local kept = vals[tk]
+          local tv = kept and kept[team]
+          if tv == nil then tv = get(s, tk, team) end
+          ts_[w], tks[w] = tv, tk
+          if is_sum and ((tv or 0) + num > maxv or (tv or 0) + num < -maxv) then return OUT_OF_RANGE end
         end
-      end
-      if is_sum then
-        local nc = (c or 0) + num
-        if nc > maxv or nc < -maxv then return OUT_OF_RANGE end
+        if is_sum and ((c or 0) + num > maxv or (c or 0) + num < -maxv) then return OUT_OF_RANGE end
       end
     end
     for w = 1, np do
       local c = cs[w]
       local nc
-      if is_sum then
+      if c == 'closed' then
+        nc = nil
+      elseif is_sum then
         nc = (c or 0) + num
       elseif not c or (gt and num > c) or (not gt and num < c) then
         nc = num

@@ -48,7 +48,7 @@ do
       -- To write: dirty[key][member] = true; adds[set] = {members}; expire_of[key] = at.
       dirty = {}, adds = {}, expire_of = {}, copies = {}, written = {},
       -- A score's values per period, reused by every score.
-      scratch_c = {}, scratch_t = {}, scratch_k = {},
+      scratch_c = {}, scratch_t = {}, scratch_k = {}, sealed_ids = {},
     }
     -- Per period j: its key, id, expiry and contributions hashes (ckeys,
     -- hkeys: the hidden players'), each with its kept values and writes.
@@ -60,6 +60,14 @@ do
       s.hashes[s.ckeys[j]], s.hashes[s.hkeys[j]] = true, true
     end
     for _, t in ipairs(call('SMEMBERS', s.teams_hidden_key)) do s.hteams[t] = true end
+    -- Boards that seal: which periods are sealed, and when those closed on demand close.
+    s.seal_on, s.sealed, s.closes, s.sealed_key = h.sealed ~= nil, {}, {}, h.sealed and KEYS[h.sealed]
+    if s.seal_on then
+      for j, pk in ipairs(s.pkeys) do
+        local v = call('HMGET', s.sealed_key, pk, pk .. ':closes')
+        s.sealed[j], s.closes[j] = v[1] ~= false, tonumber(v[2])
+      end
+    end
     return s
   end
 
@@ -181,6 +189,17 @@ do
   -- Where a player's contribution to team in period pid is: the hash and its field.
   function TeamState.cfield(s, player, pid, team)
     return (TeamState.is_hidden(s, player) and s.hcontrib or s.contrib) .. pid, team .. ':' .. player
+  end
+
+  -- Whether period pid is sealed (read once per call).
+  function TeamState.is_sealed(s, pid)
+    if not s.seal_on then return false end
+    local v = s.sealed_ids[pid]
+    if v == nil then
+      v = call('HEXISTS', s.sealed_key, s.period .. pid) == 1
+      s.sealed_ids[pid] = v
+    end
+    return v
   end
 
   -- The key holding team's row in period pid: the period's shadow while the team is hidden.

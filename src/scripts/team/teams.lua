@@ -35,8 +35,11 @@ do
   -- the best left; a team with no contributor left leaves the period.
   -- (Its callers flush first: the sets' members and the other members'
   -- contributions it reads are Redis's.)
-  local function team_without(s, pid, team, c)
-    local tk, set_key = tkey(s, pid, team), s.tset .. pid .. ':' .. team
+  -- tk: the key of the team's row (the period's, or its shadow's) unless
+  -- given (a sealed period's snapshot).
+  local function team_without(s, pid, team, c, tk)
+    local set_key = s.tset .. pid .. ':' .. team
+    tk = tk or tkey(s, pid, team)
     if s.is_sum then
       set(s, tk, team, call('SCARD', set_key) > 0 and (get(s, tk, team) or 0) - c)
       return
@@ -67,19 +70,32 @@ do
     return out
   end
 
+  -- The entries of periods not sealed (a hide leaves a sealed period as sealed).
+  local function unsealed(s, list)
+    local out = {}
+    for _, e in ipairs(list) do
+      if not TeamState.is_sealed(s, e[3]) then out[#out + 1] = e end
+    end
+    return out
+  end
+
   -- Takes the player's contributions off their teams: those to `team`
-  -- (nil: any) in period `pid` (nil: every one), and their entries.
-  local function drop(s, player, team, pid)
+  -- (nil: any) in period `pid` (nil: every one), and their entries. A
+  -- sealed period is left as sealed, unless `sealed` (a removal, an
+  -- erasure): then its snapshot's team row loses the contribution too.
+  local function drop(s, player, team, pid, sealed)
     TeamState.flush(s)
     local hidden = is_hidden(s, player)
     for _, e in ipairs(entries(s, player)) do
-      if (not team or e[2] == team) and (not pid or e[3] == pid) then
+      local is_sealed = TeamState.is_sealed(s, e[3])
+      if (not team or e[2] == team) and (not pid or e[3] == pid) and (sealed or not is_sealed) then
         local hk, field = cfield(s, player, e[3], e[2])
         local c = get(s, hk, field, true)
         set(s, hk, field, false, true)
         if c and not hidden then
           call('SREM', s.tset .. e[3] .. ':' .. e[2], player)
           team_without(s, e[3], e[2], c)
+          if is_sealed then team_without(s, e[3], e[2], c, s.period .. e[3] .. Const.FINAL_SUFFIX) end
         end
         call('SREM', s.index .. player, e[1])
       end
@@ -91,7 +107,7 @@ do
   local function hide_player(s, player, hide)
     if is_hidden(s, player) == hide then return APPLIED end
     TeamState.flush(s)
-    for _, e in ipairs(entries(s, player)) do
+    for _, e in ipairs(unsealed(s, entries(s, player))) do
       local team, pid = e[2], e[3]
       local live, shadowed, field = s.contrib .. pid, s.hcontrib .. pid, team .. ':' .. player
       local from, to = live, shadowed
@@ -141,7 +157,9 @@ do
   -- Removes a player from one period or every one; an erasure also
   -- forgets their team, their list and that they were hidden.
   local function remove(s, player, pid, erase)
-    drop(s, player, nil, pid)
+    local suffix = Const.FINAL_SUFFIX
+    if pid and string.sub(pid, -#suffix) == suffix then pid = string.sub(pid, 1, -#suffix - 1) end
+    drop(s, player, nil, pid, true)
     if erase then
       call('HDEL', s.members_key, player)
       s.tm[player] = false
@@ -157,7 +175,7 @@ do
     if not m or m.team ~= team then return APPLIED end
     call('HDEL', s.members_key, player)
     s.tm[player] = false
-    if s.forfeit then drop(s, player, team, nil) end
+    if s.forfeit then drop(s, player, team, nil, false) end
     return APPLIED
   end
 

@@ -112,7 +112,7 @@ pub const APPLY: Touches = by_name(
 );
 pub const TEAM: Touches = by_name(
     "team.lua",
-    &["offsets", "registry", "members", "hidden", "teams_hidden", "key"],
+    &["offsets", "registry", "members", "hidden", "teams_hidden", "sealed", "key"],
     &["refused", "seen", "contrib", "shadow_contrib", "team_set", "index", "period", "shadow"],
 );
 pub const ADMIN: Touches = by_name(

@@ -40,6 +40,8 @@ struct TeamEvent<'a> {
     ts: i64,
     /// A membership's or team event's team id, a removal's period id, or "".
     text: &'a str,
+    /// The record's timestamp, ms (a period closed on demand refuses later records).
+    record_ts: i64,
     periods: &'a [Arc<PeriodWrite>],
 }
 
@@ -55,7 +57,8 @@ pub(super) fn build_invocation(batch: &TagBatch<'_>, dedupe_ttl_secs: u64) -> In
                 Some(m) => (Kind::Leave, m.team_id.as_str()),
             };
             let (field, offset, event_id, member) = (item.field, item.offset, item.event_id, item.member);
-            TeamEvent { field, offset, event_id, member, kind, num: item.num, ts: item.ts, text, periods: item.periods }
+            let (num, ts, record_ts, periods) = (item.num, item.ts, item.record_ts, item.periods);
+            TeamEvent { field, offset, event_id, member, kind, num, ts, text, record_ts, periods }
         })
         .collect();
     encode(batch.base, &batch.params, &events, dedupe_ttl_secs)
@@ -80,7 +83,8 @@ pub(in crate::store) fn admin_invocation(
         _ => return None,
     };
     let (field, offset, event_id, member) = (call.field, call.offset, call.event_id, call.member);
-    let event = TeamEvent { field, offset, event_id, member, kind, num: 0, ts: call.ts_ms, text, periods: &[] };
+    let (ts, record_ts) = (call.ts_ms, 0);
+    let event = TeamEvent { field, offset, event_id, member, kind, num: 0, ts, text, record_ts, periods: &[] };
     Some(encode(base, params, &[event], dedupe_ttl_secs))
 }
 
@@ -104,6 +108,9 @@ fn encode(base: &str, p: &WriteParams, events: &[TeamEvent<'_>], dedupe_ttl_secs
     h.int("members", push(&mut keys, keys::team_members_key(base)));
     h.int("hidden", push(&mut keys, keys::hidden_key(base)));
     h.int("teams_hidden", push(&mut keys, keys::teams_hidden_key(base)));
+    if p.sealed {
+        h.int("sealed", push(&mut keys, keys::sealed_key(base)));
+    }
     h.str("period", &keys::period_prefix(base));
     h.str("shadow", &keys::shadow_prefix(base));
     h.str("contrib", &keys::team_contrib_prefix(base));
@@ -136,8 +143,9 @@ fn encode(base: &str, p: &WriteParams, events: &[TeamEvent<'_>], dedupe_ttl_secs
         msgpack::int(&mut body, item.num);
         msgpack::int(&mut body, item.ts);
         msgpack::str(&mut body, item.text);
+        msgpack::int(&mut body, item.record_ts);
         msgpack::int(&mut body, item.periods.len() as i64);
-        n += 8 + item.periods.len();
+        n += 9 + item.periods.len();
         for period in item.periods.iter() {
             let j = *period_index.entry(period.key.as_str()).or_insert_with(|| {
                 periods.push(period);
