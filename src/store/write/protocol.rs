@@ -328,14 +328,7 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     let with_ts = p.op == WriteOp::Latest || p.rate_events > 0 || with_rules || p.columns.is_some();
     let mut body = Vec::with_capacity(batch.items.len() * 16);
     for item in &batch.items {
-        let f = match fields.iter().position(|(f, _)| *f == item.field) {
-            Some(f) => f,
-            None => {
-                fields.push((item.field, item.offset));
-                fields.len() - 1
-            }
-        };
-        fields[f].1 = fields[f].1.max(item.offset);
+        let f = field_index(&mut fields, item.field, item.offset);
         let m = *member_index.entry(item.member).or_insert_with(|| {
             members.push(item.member);
             members.len()
@@ -409,6 +402,20 @@ fn encode_events<'a>(batch: &TagBatch<'a>, periods: &[&PeriodWrite]) -> (Vec<u8>
     }
     events.extend_from_slice(&body);
     (events, fields)
+}
+
+/// The index of partition `field` in a call's `fields` (added when new),
+/// each with the call's last offset of it, raised to `offset`.
+pub(super) fn field_index<'a>(fields: &mut Vec<(&'a str, i64)>, field: &'a str, offset: i64) -> usize {
+    let f = match fields.iter().position(|(f, _)| *f == field) {
+        Some(f) => f,
+        None => {
+            fields.push((field, offset));
+            fields.len() - 1
+        }
+    };
+    fields[f].1 = fields[f].1.max(offset);
+    f
 }
 
 /// The apply script's `dedupe_ttl`: whole seconds, rounded up, so that an

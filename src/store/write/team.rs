@@ -127,14 +127,7 @@ fn encode(base: &str, p: &WriteParams, events: &[TeamEvent<'_>], dedupe_ttl_secs
     let mut body = Vec::new();
     let mut n = 0;
     for item in events {
-        let f = match fields.iter().position(|(f, _)| *f == item.field) {
-            Some(f) => f,
-            None => {
-                fields.push((item.field, item.offset));
-                fields.len() - 1
-            }
-        };
-        fields[f].1 = fields[f].1.max(item.offset);
+        let f = super::protocol::field_index(&mut fields, item.field, item.offset);
         msgpack::bytes_as_str(&mut ids, &crate::markers::marker(item.event_id));
         msgpack::int(&mut body, f as i64 + 1);
         msgpack::int(&mut body, item.offset);
