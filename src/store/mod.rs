@@ -153,6 +153,13 @@ impl StoreError {
     }
 }
 
+/// `SCRIPT LOAD` of `lua` (on a cluster, redis-rs sends it to every primary).
+async fn script_load(conn: &mut RedisConn, lua: &conn::scripts::Lua) -> Result<(), StoreError> {
+    let _: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(&lua.source).query_async(conn).await.map_err(StoreError::LoadScript)?;
+    Ok(())
+}
+
 /// `EVALSHA` of `script` on `keys` and `args`.
 fn evalsha<A: redis::ToRedisArgs>(script: &redis::Script, keys: &[String], args: &[A]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
@@ -244,12 +251,7 @@ impl Store {
         let mut conn = self.conn.clone();
         Ok(match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let _: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&lua.source)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(StoreError::LoadScript)?;
+                script_load(&mut conn, lua).await?;
                 cmd.query_async(&mut conn).await
             }
             other => other,

@@ -214,12 +214,7 @@ impl Store {
     pub async fn load_script(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         for lua in [&APPLY, &TEAM] {
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&lua.source)
-                .query_async(&mut conn)
-                .await
-                .map_err(StoreError::LoadScript)?;
+            crate::store::script_load(&mut conn, lua).await?;
         }
         Ok(())
     }
