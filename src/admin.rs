@@ -236,6 +236,10 @@ async fn check_player(store: &Store, router: &Router, event: &AdminEvent, reach:
             _ if hidden => return Ok(()),
             _ => {}
         }
+        let team_board = keys::board_of_base(base).and_then(|id| router.board(id)).is_some_and(|b| b.team().is_some());
+        if team_board && store.on_team_board(base, player).await? {
+            return Ok(());
+        }
         for key in store.period_keys(base).await? {
             if store.stored_score(&key, player).await?.is_some() {
                 return Ok(());

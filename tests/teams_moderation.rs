@@ -92,11 +92,26 @@ async fn hiding_removing_and_erasing_players_and_hiding_teams_equal_the_model() 
         assert_eq!(w.metric("rankflow_team_memberships_total", &kind("left")).await, leaves, "{}", rules.id);
     }
 
+    // The admin command finds a team board's players by their team (its
+    // period keys rank teams), and refuses one that is on none.
     let (x, _) = a_member(&run.models, "");
-    run.admin(json!({"type": "player_hidden", "player_id": x}), |m, _| {
-        m.hidden.insert(x.clone());
-    })
-    .await;
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankflow"))
+            .args(["admin", args[0], "--config"])
+            .arg(&w.config_path)
+            .args(&args[1..])
+            .output()
+            .expect("run rankflow admin");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (ok, err) = cli(&["hide", "--player", "nobody", "--board", "clans"]);
+    assert!(!ok && err.contains("nobody"), "{err}");
+    let (ok, err) = cli(&["hide", "--player", &x, "--wait"]);
+    assert!(ok, "{err}");
+    for model in run.models.iter_mut() {
+        model.hidden.insert(x.clone());
+    }
+    run.wait();
     run.check(&w, "hidden").await;
     run.scores(12, 500).await;
     run.check(&w, "scores while hidden").await;

@@ -32,6 +32,22 @@ impl Store {
             .map_err(failed("read a tag's hidden players"))
     }
 
+    /// Whether `player` is on the team board tag `base`: in a team, or
+    /// holding a contribution (its period keys rank teams, not players).
+    pub async fn on_team_board(&self, base: &str, player: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let (member, list): (bool, bool) = redis::pipe()
+            .cmd("HEXISTS")
+            .arg(keys::team_members_key(base))
+            .arg(player)
+            .cmd("EXISTS")
+            .arg(keys::team_index_key(base, player))
+            .query_async(&mut conn)
+            .await
+            .map_err(failed("read a team board's members"))?;
+        Ok(member || list)
+    }
+
     /// Every period key the tag `base` has written (its registry of period keys).
     pub async fn period_keys(&self, base: &str) -> Result<Vec<String>, StoreError> {
         let mut conn = self.conn.clone();
