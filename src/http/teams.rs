@@ -19,11 +19,10 @@ use super::ranks::{percentile, Entry};
 use super::standing::{Page, Standing};
 use super::target::{parse_num, rank_policy, RankPolicy, Target};
 use super::{layout, ApiError, AppState};
-use crate::keys;
 
 /// The team board tag (team boards are neither split nor sharded).
 fn base(s: &AppState, t: &Target<'_>) -> String {
-    keys::base(s.router.prefix(), t.board.id(), None)
+    s.router.base(t.board, None, "")
 }
 
 /// The period id the contributions keys carry: a sealed snapshot's live period's.
